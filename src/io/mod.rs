@@ -1,0 +1,271 @@
+//! I/O backends: the only place wbcache touches a backing store.
+//!
+//! Every backend implements [`Io`] (open a backing store) and returns
+//! [`BackingStore`] objects that execute *one attempt* of a batch of
+//! [`IoOp`]s. The generic driver [`run_batch`] owns the retry policy shared by
+//! all backends: short transfers are resubmitted for the remainder,
+//! `EINTR`/`EAGAIN` are retried, a zero-byte read is end of file, and every
+//! other negative result becomes a named `io::Error` on that op only.
+//!
+//! Invariants:
+//! - Buffers are borrowed for the whole synchronous [`run_batch`] call, so a
+//!   buffer always outlives the I/O that uses it (no I/O survives the call).
+//! - For an O_DIRECT store, every offset, length and buffer address is a
+//!   multiple of [`BLOCK_SIZE`]; callers (the folio code) guarantee it and the
+//!   driver asserts it.
+//!
+//! Backends: `uring` (io_uring, one ring per submitting thread), `threads`
+//! (pread/pwrite on a small pool; the fallback when io_uring cannot be set up)
+//! and `sim` (in memory, seeded faults and a crash model, for tests).
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+pub mod fd;
+pub mod sim;
+pub mod threads;
+pub mod uring;
+
+/// The unit of uptodate/dirty tracking and of I/O alignment.
+pub const BLOCK_SIZE: usize = 4096;
+
+/// How often one op may come back short or interrupted before the driver
+/// gives up with `EIO`; a device that keeps returning partial transfers is
+/// broken, and looping forever on it would hang the caller.
+pub const MAX_ATTEMPTS_PER_OP: u32 = 1000;
+
+/// Which backend executes I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoKind {
+    /// io_uring with `io_depth` requests in flight per submitting thread.
+    Uring,
+    /// pread/pwrite on a small thread pool.
+    Threads,
+    /// In-memory simulation for tests (seeded faults, crash model).
+    Sim,
+}
+
+impl IoKind {
+    /// The name used in options (`io=uring`) and stats (`io_backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            IoKind::Uring => "uring",
+            IoKind::Threads => "threads",
+            IoKind::Sim => "sim",
+        }
+    }
+}
+
+/// I/O priority class of a request. Sync requests (fsync-driven, reads a
+/// caller waits on) are submitted ahead of async background writeback and
+/// carry a higher `ioprio` to the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoPriority {
+    /// A caller is waiting on this I/O (read miss, fsync).
+    Sync,
+    /// Background writeback, readahead.
+    Async,
+}
+
+/// How to open a backing store; mirrors `open(2)` flags.
+#[derive(Clone, Debug, Default)]
+pub struct OpenHow {
+    pub read: bool,
+    pub write: bool,
+    pub create: bool,
+    pub create_new: bool,
+    pub truncate: bool,
+    /// Permission bits for a created file.
+    pub mode: u32,
+}
+
+/// What the backend learned about a backing store when it opened it.
+#[derive(Clone, Debug)]
+pub struct BackingInfo {
+    /// Size in bytes at open (file size, or device size for a block device).
+    pub len_at_open: u64,
+    /// Logical block size: the O_DIRECT alignment the device demands.
+    pub logical_block_size: u32,
+    /// A raw block device: fixed size, writes past its end fail.
+    pub is_block_device: bool,
+    /// Opened with O_DIRECT. False when the file system refused O_DIRECT and
+    /// the store fell back to buffered I/O underneath.
+    pub direct_io: bool,
+    /// Identity of the device the data lives on (`st_dev`, or `st_rdev` for a
+    /// block device): one writeback domain per device.
+    pub device_id: u64,
+    /// Identity of the store itself (`st_dev`, `st_ino`), so two opens of one
+    /// path share one inode.
+    pub store_id: (u64, u64),
+}
+
+/// Direction and buffers of one op. Several buffers make one vectored
+/// transfer at consecutive offsets (`preadv`/`pwritev`).
+pub enum IoBufs<'a> {
+    Read(Vec<&'a mut [u8]>),
+    Write(Vec<&'a [u8]>),
+}
+
+/// One request in a batch. `result` is filled by the driver: total bytes
+/// transferred (short only for a read that hit end of file) or the error.
+pub struct IoOp<'a> {
+    pub offset: u64,
+    pub bufs: IoBufs<'a>,
+    pub priority: IoPriority,
+    /// Bytes already transferred by earlier attempts (driver-owned).
+    pub done: usize,
+    pub result: Option<io::Result<usize>>,
+}
+
+/// Outcome of one attempt at one op, as returned by a backend.
+pub type Attempt = io::Result<usize>;
+
+impl<'a> IoOp<'a> {
+    pub fn read(offset: u64, buf: &'a mut [u8], priority: IoPriority) -> Self {
+        IoOp { offset, bufs: IoBufs::Read(vec![buf]), priority, done: 0, result: None }
+    }
+
+    pub fn write(offset: u64, bufs: Vec<&'a [u8]>, priority: IoPriority) -> Self {
+        IoOp { offset, bufs: IoBufs::Write(bufs), priority, done: 0, result: None }
+    }
+
+    /// Total bytes the op asks for.
+    pub fn len(&self) -> usize {
+        match &self.bufs {
+            IoBufs::Read(b) => b.iter().map(|s| s.len()).sum(),
+            IoBufs::Write(b) => b.iter().map(|s| s.len()).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_write(&self) -> bool {
+        matches!(self.bufs, IoBufs::Write(_))
+    }
+
+    /// The not-yet-transferred remainder as (offset, iovec list); what a
+    /// backend submits on this attempt.
+    pub fn remaining_iovecs(&mut self) -> (u64, Vec<libc::iovec>) {
+        let mut skip = self.done;
+        let mut iovecs = Vec::new();
+        let mut push = |ptr: *mut u8, len: usize| {
+            if skip >= len {
+                skip -= len;
+                return;
+            }
+            // SAFETY: `skip < len`, so the pointer stays inside the slice.
+            let base = unsafe { ptr.add(skip) };
+            iovecs.push(libc::iovec { iov_base: base.cast(), iov_len: len - skip });
+            skip = 0;
+        };
+        match &mut self.bufs {
+            IoBufs::Read(bufs) => bufs.iter_mut().for_each(|b| push(b.as_mut_ptr(), b.len())),
+            IoBufs::Write(bufs) => bufs.iter().for_each(|b| push(b.as_ptr() as *mut u8, b.len())),
+        }
+        (self.offset + self.done as u64, iovecs)
+    }
+}
+
+/// A backend: opens backing stores.
+pub trait Io: Send + Sync {
+    fn kind(&self) -> IoKind;
+    fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>>;
+}
+
+/// One open backing store (file or block device).
+pub trait BackingStore: Send + Sync {
+    fn info(&self) -> &BackingInfo;
+    /// Current size of the store in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// `ftruncate`; `EINVAL` for a block device unless the size is unchanged.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// `fdatasync` (`data_only`) or `fsync`.
+    fn sync(&self, data_only: bool) -> io::Result<()>;
+    /// Execute one attempt of every op in `ops` whose `result` is `None`, and
+    /// return one [`Attempt`] per op in the same order (ops already complete
+    /// get `Ok(0)` and are ignored). Each attempt covers
+    /// [`IoOp::remaining_iovecs`]. May return short counts and
+    /// `EINTR`/`EAGAIN`; [`run_batch`] handles them.
+    fn submit_once(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt>;
+}
+
+fn is_retryable(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN))
+}
+
+/// Runs every op of `ops` to completion: loops short transfers, retries
+/// `EINTR`/`EAGAIN`, treats a zero-byte read as end of file (the op's result
+/// is then the bytes read so far) and a zero-byte write as `EIO`.
+/// Afterwards every op has `result == Some(..)`.
+pub fn run_batch(store: &dyn BackingStore, ops: &mut [IoOp<'_>]) {
+    if store.info().direct_io {
+        for op in ops.iter() {
+            debug_assert_eq!(op.offset % BLOCK_SIZE as u64, 0, "unaligned O_DIRECT offset");
+            debug_assert_eq!(op.len() % BLOCK_SIZE, 0, "unaligned O_DIRECT length");
+        }
+    }
+    for op in ops.iter_mut() {
+        if op.is_empty() {
+            op.result = Some(Ok(0));
+        }
+    }
+    let mut attempts = 0u32;
+    while ops.iter().any(|op| op.result.is_none()) {
+        attempts += 1;
+        let outcomes = store.submit_once(ops);
+        assert_eq!(outcomes.len(), ops.len(), "backend must answer every op");
+        for (op, outcome) in ops.iter_mut().zip(outcomes) {
+            if op.result.is_some() {
+                continue;
+            }
+            match outcome {
+                Ok(0) if !op.is_write() => op.result = Some(Ok(op.done)),
+                Ok(0) => op.result = Some(Err(io::Error::new(io::ErrorKind::WriteZero, "backing store accepted no bytes"))),
+                Ok(n) => {
+                    assert!(op.done + n <= op.len(), "backend reported more bytes than asked");
+                    op.done += n;
+                    if op.done == op.len() {
+                        op.result = Some(Ok(op.done));
+                    }
+                }
+                Err(e) if is_retryable(&e) => {}
+                Err(e) => op.result = Some(Err(e)),
+            }
+            if op.result.is_none() && attempts >= MAX_ATTEMPTS_PER_OP {
+                op.result = Some(Err(io::Error::from_raw_os_error(libc::EIO)));
+            }
+        }
+    }
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` unless end of file comes
+/// first; returns the bytes read.
+pub fn read_full(store: &dyn BackingStore, buf: &mut [u8], offset: u64, priority: IoPriority) -> io::Result<usize> {
+    let mut ops = [IoOp::read(offset, buf, priority)];
+    run_batch(store, &mut ops);
+    ops[0].result.take().expect("run_batch completes every op")
+}
+
+/// Writes all of `bufs` at consecutive offsets starting at `offset`.
+pub fn write_full(store: &dyn BackingStore, bufs: Vec<&[u8]>, offset: u64, priority: IoPriority) -> io::Result<()> {
+    let mut ops = [IoOp::write(offset, bufs, priority)];
+    run_batch(store, &mut ops);
+    ops[0].result.take().expect("run_batch completes every op").map(|_| ())
+}
+
+/// Opens the backend named by `kind`. `Uring` falls back to `Threads` when a
+/// ring cannot be created here (seccomp, `kernel.io_uring_disabled`, old
+/// kernel); the returned backend's `kind()` tells which one runs.
+pub fn open_backend(kind: IoKind, io_depth: u32, sim: Option<Arc<sim::SimIo>>) -> Arc<dyn Io> {
+    match kind {
+        IoKind::Uring => match uring::UringIo::new(io_depth) {
+            Ok(u) => Arc::new(u),
+            Err(_) => Arc::new(threads::ThreadsIo::new(io_depth)),
+        },
+        IoKind::Threads => Arc::new(threads::ThreadsIo::new(io_depth)),
+        IoKind::Sim => sim.unwrap_or_else(|| Arc::new(sim::SimIo::new(sim::SimConfig::default()))),
+    }
+}
