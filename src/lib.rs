@@ -1,1 +1,58 @@
+//! # wbcache: a userspace page cache and writeback engine
+//!
+//! wbcache gives applications buffered I/O — cached reads, write-back
+//! writes, `fsync` — on files and raw block devices, without the kernel page
+//! cache's global side effects. Underneath it does O_DIRECT I/O through
+//! io_uring (or a thread pool where io_uring is unavailable).
+//!
+//! ```no_run
+//! use wbcache::{Cache, Config, OpenOptions};
+//! # fn main() -> std::io::Result<()> {
+//! let cache = Cache::new(Config::from_options("capacity=256M,dirty_limit=64M")?)?;
+//! let file = cache.open("/tmp/data.bin", &OpenOptions::read_write_create())?;
+//! file.write_at(b"hello, page cache", 0)?;   // copied into the cache, dirty
+//! let mut buf = [0u8; 5];
+//! file.read_at(&mut buf, 0)?;                 // served from the cache
+//! file.sync_all()?;                           // durable on return
+//! cache.close()?;                             // writes back and syncs all
+//! # Ok(()) }
+//! ```
+//!
+//! ## Glossary
+//! - **backing store**: the file or block device under a wbcache file, opened O_DIRECT.
+//! - **inode**: state for one backing store, shared by all its handles ([`inode`]).
+//! - **folio**: naturally aligned power-of-two run of blocks with one buffer ([`folio`]).
+//! - **block**: 4 KiB, the unit of uptodate/dirty tracking and of I/O alignment.
+//! - **writeback domain**: dirty accounting and flushing unit, one per device ([`writeback`]).
+//! - **flusher**: the thread of a domain that writes dirty folios back.
+//! - **throttle**: delaying writers over the dirty thresholds ([`throttle`]).
+//! - **reason**: why a writeback happened ([`Reason`]).
+//!
+//! ## Semantics
+//! After [`File::sync_all`]/[`File::sync_data`] succeeds, every byte written
+//! to that file before the call is on the backing store. A failed writeback
+//! keeps the data dirty and is reported once per handle by the next sync
+//! (errseq); later syncs retry. Dropping a [`File`] does not write back;
+//! closing the [`Cache`] writes back and syncs everything. A crash loses
+//! dirty data not yet written back; `expire_ms` (default 1 s) bounds it.
+
+pub mod cache;
+pub mod capi;
+pub mod config;
+pub mod errseq;
+pub mod evict;
+pub mod file;
+pub mod folio;
+pub mod inode;
 pub mod io;
+pub mod readahead;
+pub mod stats;
+pub mod throttle;
+pub mod writeback;
+
+pub use cache::Cache;
+pub use config::Config;
+pub use file::{File, FileCursor, OpenOptions, WriteFlags};
+pub use io::IoKind;
+pub use stats::Stats;
+pub use writeback::Reason;

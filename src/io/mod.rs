@@ -176,6 +176,7 @@ pub trait Io: Send + Sync {
 }
 
 /// One open backing store (file or block device).
+#[allow(clippy::len_without_is_empty)]
 pub trait BackingStore: Send + Sync {
     fn info(&self) -> &BackingInfo;
     /// Current size of the store in bytes.

@@ -1,0 +1,416 @@
+//! The cache: configuration, the I/O backend, every inode and writeback
+//! domain, folio memory accounting against `capacity`, dirty throttling, and
+//! the asynchronous readahead worker.
+//!
+//! Ownership: [`Cache`] and every [`File`] hold the [`Shared`] state. Shared
+//! owns the inode table and the domains; domains run the flushers and hold
+//! dirty inodes; inodes hold their domain. Those cycles are broken by
+//! [`Cache::close`] (also run on drop), which writes everything back, stops
+//! the threads and empties the tables.
+//!
+//! Memory invariant: `counters.cached_bytes` (folio buffers in mappings plus
+//! reservations being turned into folios) never exceeds `capacity`; a folio
+//! is allocated only after [`Shared::reserve_folio_memory`] succeeded, and
+//! that evicts clean folios or waits for writeback to make some clean.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::evict::Evictor;
+use crate::file::{File, OpenOptions};
+use crate::inode::Inode;
+use crate::io::{open_backend, sim::SimIo, Io, IoKind, IoPriority, OpenHow};
+use crate::stats::{Counters, Stats};
+use crate::throttle::{ratelimit_bytes, throttle_pause, ThrottleInput};
+use crate::writeback::domain::{Domain, WORK_BACKGROUND, WORK_RECLAIM};
+use crate::writeback::Reason;
+
+/// How long an allocation may wait for writeback to make memory clean before
+/// it fails with `ENOMEM` (only a stuck device gets here).
+const RESERVE_TIMEOUT: Duration = Duration::from_secs(30);
+
+struct ReadaheadJob {
+    inode: Arc<Inode>,
+    start_block: u64,
+    end_block: u64,
+}
+
+/// State shared by the cache, its files, domains and threads.
+pub struct Shared {
+    pub config: Config,
+    pub counters: Counters,
+    pub evictor: Evictor,
+    /// Time origin for dirtied-when stamps.
+    pub epoch: Instant,
+    pub io: Arc<dyn Io>,
+    closed: AtomicBool,
+    inodes: Mutex<HashMap<(u64, u64), Arc<Inode>>>,
+    domains: Mutex<HashMap<u64, Arc<Domain>>>,
+    progress: Mutex<u64>,
+    progress_cond: Condvar,
+    readahead_tx: Mutex<Option<mpsc::Sender<ReadaheadJob>>>,
+    readahead_thread: Mutex<Option<JoinHandle<()>>>,
+    next_inode_id: AtomicU64,
+    all_direct_io: AtomicBool,
+}
+
+thread_local! {
+    /// Bytes this thread dirtied since its last throttle check.
+    static DIRTIED_SINCE_CHECK: Cell<u64> = const { Cell::new(0) };
+}
+
+impl Shared {
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub fn check_open(&self) -> io::Result<()> {
+        if self.is_closed() {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        Ok(())
+    }
+
+    pub fn dirty_bytes(&self) -> u64 {
+        self.counters.dirty_bytes.load(Ordering::Acquire)
+    }
+
+    /// Wakes everyone waiting for writeback progress or freed memory.
+    pub fn progress_made(&self) {
+        let mut g = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        *g += 1;
+        self.progress_cond.notify_all();
+    }
+
+    pub fn memory_freed(&self) {
+        self.progress_made();
+    }
+
+    fn wait_progress(&self, timeout: Duration) {
+        let g = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.progress_cond.wait_timeout(g, timeout).unwrap_or_else(|e| e.into_inner());
+    }
+
+    fn domains(&self) -> Vec<Arc<Domain>> {
+        self.domains.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// Accounts `bytes` of folio memory, evicting clean folios (or waiting
+    /// for writeback to make some clean) while the cache is full.
+    pub fn reserve_folio_memory(&self, bytes: u64) -> io::Result<()> {
+        let capacity = self.config.capacity_bytes;
+        let started = Instant::now();
+        loop {
+            let cur = self.counters.cached_bytes.load(Ordering::Acquire);
+            if cur + bytes <= capacity {
+                if self
+                    .counters
+                    .cached_bytes
+                    .compare_exchange(cur, cur + bytes, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+            let want = (cur + bytes - capacity).max(bytes);
+            if self.evictor.evict(&self.counters, want) > 0 {
+                continue;
+            }
+            // Nothing clean to evict: everything is dirty, under writeback or
+            // being filled. Make the flushers write and wait for them.
+            for d in self.domains() {
+                d.kick(WORK_RECLAIM);
+            }
+            self.wait_progress(Duration::from_millis(5));
+            if started.elapsed() > RESERVE_TIMEOUT {
+                return Err(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    "wbcache: no folio memory could be freed within 30 s (writeback stuck?)",
+                ));
+            }
+        }
+    }
+
+    pub fn unreserve_folio_memory(&self, bytes: u64) {
+        Counters::sub(&self.counters.cached_bytes, bytes);
+        self.progress_made();
+    }
+
+    /// Throttles a writer that just dirtied `newly_bytes` in `domain`, as
+    /// `balance_dirty_pages` does: rate-limited checks, a pause from the pure
+    /// policy in [`crate::throttle`], and waiting for writeback progress
+    /// while over the dirty limit.
+    pub fn balance_dirty(&self, domain: &Domain, newly_bytes: u64) {
+        let cfg = &self.config;
+        let dirtied = DIRTIED_SINCE_CHECK.with(|c| {
+            c.set(c.get() + newly_bytes);
+            c.get()
+        });
+        let dirty = self.dirty_bytes();
+        if dirty > cfg.dirty_background_bytes {
+            domain.kick(WORK_BACKGROUND);
+        }
+        let freerun = crate::throttle::freerun_bytes(cfg.dirty_background_bytes, cfg.dirty_limit_bytes);
+        if dirty <= freerun || (dirtied < ratelimit_bytes(cfg.dirty_limit_bytes) && dirty < cfg.dirty_limit_bytes) {
+            return;
+        }
+        DIRTIED_SINCE_CHECK.with(|c| c.set(0));
+        let started = Instant::now();
+        let mut paused = false;
+        loop {
+            let input = ThrottleInput {
+                nr_dirty_bytes: self.dirty_bytes(),
+                dirty_background_bytes: cfg.dirty_background_bytes,
+                dirty_limit_bytes: cfg.dirty_limit_bytes,
+                write_bw_bytes_per_s: domain.write_bw_bytes_per_s.load(Ordering::Relaxed),
+                dirtied_bytes: dirtied,
+                pause_max: Duration::from_millis(cfg.throttle_pause_ms_max),
+            };
+            let pause = throttle_pause(&input);
+            if pause.is_zero() || self.is_closed() {
+                break;
+            }
+            paused = true;
+            domain.kick(WORK_BACKGROUND);
+            if input.nr_dirty_bytes >= cfg.dirty_limit_bytes {
+                // Over the limit: wait for writeback to complete something.
+                self.wait_progress(pause);
+                continue;
+            }
+            std::thread::sleep(pause);
+            break;
+        }
+        if paused {
+            Counters::add(&self.counters.throttle_events, 1);
+            Counters::add(&self.counters.throttle_us_total, started.elapsed().as_micros() as u64);
+        }
+    }
+
+    /// Queues an asynchronous readahead of blocks `[start, end)`.
+    pub fn readahead_async(&self, inode: &Arc<Inode>, start_block: u64, end_block: u64) {
+        if let Some(tx) = self.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = tx.send(ReadaheadJob { inode: inode.clone(), start_block, end_block });
+        }
+    }
+
+    /// Drops an inode that has no handles, no dirty data and no writeback
+    /// from the table, freeing its clean folios and its descriptor.
+    pub fn forget_inode_if_idle(&self, inode: &Arc<Inode>) {
+        let mut table = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        if inode.handles.load(Ordering::Acquire) != 0
+            || inode.has_dirty()
+            || inode.on_dirty_list.load(Ordering::Acquire)
+        {
+            return;
+        }
+        let key = inode.info.store_id;
+        if matches!(table.get(&key), Some(i) if Arc::ptr_eq(i, inode)) {
+            table.remove(&key);
+        }
+        drop(table);
+        inode.drop_all_clean();
+    }
+}
+
+/// A userspace page cache. Open files with [`Cache::open`]; close with
+/// [`Cache::close`] (or drop) to write back and sync everything.
+pub struct Cache {
+    shared: Arc<Shared>,
+}
+
+impl Cache {
+    /// Creates a cache with `config` (validated) and its I/O backend.
+    pub fn new(config: Config) -> io::Result<Cache> {
+        Cache::build(config, None)
+    }
+
+    /// Creates a cache over a simulated backend (tests and model checking).
+    pub fn with_sim(mut config: Config, sim: Arc<SimIo>) -> io::Result<Cache> {
+        config.io = IoKind::Sim;
+        Cache::build(config, Some(sim))
+    }
+
+    fn build(config: Config, sim: Option<Arc<SimIo>>) -> io::Result<Cache> {
+        config.validate()?;
+        let io = open_backend(config.io, config.io_depth, sim);
+        let (tx, rx) = mpsc::channel::<ReadaheadJob>();
+        let shared = Arc::new(Shared {
+            config,
+            counters: Counters::default(),
+            evictor: Evictor::default(),
+            epoch: Instant::now(),
+            io,
+            closed: AtomicBool::new(false),
+            inodes: Mutex::new(HashMap::new()),
+            domains: Mutex::new(HashMap::new()),
+            progress: Mutex::new(0),
+            progress_cond: Condvar::new(),
+            readahead_tx: Mutex::new(Some(tx)),
+            readahead_thread: Mutex::new(None),
+            next_inode_id: AtomicU64::new(1),
+            all_direct_io: AtomicBool::new(true),
+        });
+        let worker = std::thread::Builder::new().name("wbc-readahead".into()).spawn(move || {
+            for job in rx {
+                if !job.inode.shared.is_closed() {
+                    // Errors surface to the reader, which retries the read.
+                    let _ = job.inode.fill_range(job.start_block, job.end_block, IoPriority::Async);
+                }
+            }
+        })?;
+        *shared.readahead_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(worker);
+        Ok(Cache { shared })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Opens (or creates) the file or block device at `path`.
+    pub fn open(&self, path: impl AsRef<Path>, options: &OpenOptions) -> io::Result<File> {
+        let path = path.as_ref();
+        let shared = &self.shared;
+        shared.check_open()?;
+        options.validate()?;
+        let how = OpenHow {
+            read: true,
+            write: true,
+            create: options.create,
+            create_new: options.create_new,
+            truncate: false, // through the cache, so cached data goes too
+            mode: options.mode,
+        };
+        let (store, store_writable) = match shared.io.open(path, &how) {
+            Ok(s) => (s, true),
+            Err(e) if !options.write && matches!(e.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM)) => {
+                (shared.io.open(path, &OpenHow { write: false, ..how })?, false)
+            }
+            Err(e) => return Err(e),
+        };
+        let info = store.info().clone();
+        if info.is_block_device && info.len_at_open % crate::io::BLOCK_SIZE as u64 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: block device size {} is not a multiple of 4096", path.display(), info.len_at_open),
+            ));
+        }
+        if !info.direct_io {
+            shared.all_direct_io.store(false, Ordering::Release);
+        }
+        let inode = {
+            let mut table = shared.inodes.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(inode) = table.get(&info.store_id) {
+                if store_writable {
+                    inode.upgrade_store(store);
+                }
+                inode.handles.fetch_add(1, Ordering::AcqRel);
+                inode.clone()
+            } else {
+                let domain = {
+                    let mut domains = shared.domains.lock().unwrap_or_else(|e| e.into_inner());
+                    domains
+                        .entry(info.device_id)
+                        .or_insert_with(|| Domain::start(info.device_id, shared.clone()))
+                        .clone()
+                };
+                let id = shared.next_inode_id.fetch_add(1, Ordering::Relaxed);
+                let inode = Arc::new(Inode::new(id, path.to_path_buf(), store, store_writable, shared.clone(), domain));
+                inode.handles.fetch_add(1, Ordering::AcqRel);
+                table.insert(info.store_id, inode.clone());
+                inode
+            }
+        };
+        let file = File::new(inode, shared.clone(), options);
+        if options.truncate {
+            file.set_len(0)?;
+        }
+        Ok(file)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        let mut st = Stats::from_counters(&s.counters);
+        st.capacity_bytes = s.config.capacity_bytes;
+        st.io_backend = s.io.kind().name();
+        st.direct_io = s.all_direct_io.load(Ordering::Acquire);
+        st.open_inodes = s.inodes.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+        st
+    }
+
+    /// Writes back and syncs every dirty inode (like `syncfs`). Returns the
+    /// first error; failed data stays dirty.
+    pub fn sync_all(&self) -> io::Result<()> {
+        self.shared.check_open()?;
+        sync_everything(&self.shared, Reason::Close)
+    }
+
+    /// Writes back and syncs everything, stops the threads and frees the
+    /// cache. Files still open afterwards fail with `EBADF`. Returns the
+    /// first writeback or sync error (that data is lost with the cache).
+    pub fn close(self) -> io::Result<()> {
+        shutdown(&self.shared)
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        let _ = shutdown(&self.shared);
+    }
+}
+
+fn sync_everything(shared: &Shared, reason: Reason) -> io::Result<()> {
+    let inodes: Vec<Arc<Inode>> = shared.inodes.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+    let mut first_err = None;
+    for inode in inodes {
+        let outcome = inode.writeback(reason, u64::MAX, IoPriority::Sync);
+        inode.wait_writeback_before_now();
+        let mut result = match outcome.first_error {
+            Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+            None => Ok(()),
+        };
+        if result.is_ok() && inode.is_store_writable() {
+            result = inode.fix_backing_size().and_then(|_| inode.store().sync(false));
+        }
+        if let Err(e) = result {
+            first_err.get_or_insert(e);
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
+    if shared.closed.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let result = sync_everything(shared, Reason::Close);
+    shared.closed.store(true, Ordering::Release);
+    shared.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(h) = shared.readahead_thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = h.join();
+    }
+    let domains: Vec<Arc<Domain>> =
+        shared.domains.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, d)| d).collect();
+    for d in domains {
+        d.stop();
+    }
+    let inodes: Vec<Arc<Inode>> =
+        shared.inodes.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, i)| i).collect();
+    for inode in &inodes {
+        inode.drop_all_clean();
+    }
+    shared.evictor.clear();
+    shared.progress_made();
+    result
+}

@@ -1,0 +1,278 @@
+//! Every knob of a [`Cache`](crate::Cache), with its default and unit, and the
+//! `key=value,...` option-string parser shared by the C ABI and the CLI.
+//!
+//! Invariants checked by [`Config::validate`]: sizes are positive, `folio_max`
+//! and `io_max` are powers of two between one block and 1 GiB,
+//! `dirty_background < dirty_limit <= capacity`, and `capacity` holds at least
+//! a few maximum-size folios so eviction always has room to work.
+
+use std::io;
+
+use crate::io::{IoKind, BLOCK_SIZE};
+
+/// Cache configuration. Build with `Config::default()` and adjust fields, or
+/// parse an option string with [`Config::from_options`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Upper bound on folio memory, in bytes. Default 1 GiB.
+    pub capacity_bytes: u64,
+    /// Dirty bytes at which writers are throttled to a stop, in bytes.
+    /// Default 25% of `capacity_bytes`.
+    pub dirty_limit_bytes: u64,
+    /// Dirty bytes at which the flusher starts background writeback.
+    /// Default 10% of `capacity_bytes`.
+    pub dirty_background_bytes: u64,
+    /// Dirty data older than this is written back by periodic writeback, in
+    /// milliseconds. Bounds what a process crash can lose. Default 1000.
+    pub expire_ms: u64,
+    /// Largest folio, in bytes (power of two). Default 2 MiB.
+    pub folio_max_bytes: u64,
+    /// Largest single I/O built by writeback and readahead, in bytes (power of
+    /// two). Default 1 MiB.
+    pub io_max_bytes: u64,
+    /// I/O backend. Default `uring` (falls back to `threads` when io_uring
+    /// cannot be set up).
+    pub io: IoKind,
+    /// Requests kept in flight by one submitter. Default 32.
+    pub io_depth: u32,
+    /// Largest readahead window, in bytes. Default 8 MiB.
+    pub readahead_max_bytes: u64,
+    /// Longest single throttle pause, in milliseconds (the kernel's
+    /// `MAX_PAUSE`). Default 200.
+    pub throttle_pause_ms_max: u64,
+}
+
+/// Option keys accepted by [`Config::from_options`], in documentation order.
+pub const OPTION_KEYS: &[&str] = &[
+    "capacity",
+    "dirty_limit",
+    "dirty_background",
+    "expire_ms",
+    "folio_max",
+    "io_max",
+    "io",
+    "io_depth",
+    "readahead_max",
+    "throttle_pause_ms_max",
+];
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::with_capacity(GIB)
+    }
+}
+
+impl Config {
+    /// Defaults, with the dirty thresholds derived from `capacity_bytes`.
+    pub fn with_capacity(capacity_bytes: u64) -> Self {
+        Config {
+            capacity_bytes,
+            dirty_limit_bytes: capacity_bytes / 4,
+            dirty_background_bytes: capacity_bytes / 10,
+            expire_ms: 1000,
+            folio_max_bytes: 2 * MIB,
+            io_max_bytes: MIB,
+            io: IoKind::Uring,
+            io_depth: 32,
+            readahead_max_bytes: 8 * MIB,
+            throttle_pause_ms_max: 200,
+        }
+    }
+
+    /// Parses `key=value,...` (sizes take K/M/G suffixes, powers of 1024).
+    /// Keys not given keep their defaults; `dirty_limit` and
+    /// `dirty_background` follow `capacity` unless given. Unknown keys, bad
+    /// values and inconsistent combinations are `InvalidInput` errors that
+    /// name the offending option.
+    pub fn from_options(options: &str) -> io::Result<Config> {
+        let mut pairs = Vec::new();
+        for item in options.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| invalid(format!("option '{item}' is not key=value")))?;
+            let key = key.trim();
+            if !OPTION_KEYS.contains(&key) {
+                return Err(invalid(format!("unknown option '{key}' (known: {})", OPTION_KEYS.join(", "))));
+            }
+            pairs.push((key.to_string(), value.trim().to_string()));
+        }
+        let capacity = match pairs.iter().rev().find(|(k, _)| k == "capacity") {
+            Some((_, v)) => parse_size("capacity", v)?,
+            None => GIB,
+        };
+        let mut config = Config::with_capacity(capacity);
+        for (key, value) in &pairs {
+            config.set(key, value)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Sets one option by its key (as in the option string).
+    pub fn set(&mut self, key: &str, value: &str) -> io::Result<()> {
+        match key {
+            "capacity" => self.capacity_bytes = parse_size(key, value)?,
+            "dirty_limit" => self.dirty_limit_bytes = parse_size(key, value)?,
+            "dirty_background" => self.dirty_background_bytes = parse_size(key, value)?,
+            "expire_ms" => self.expire_ms = parse_number(key, value)?,
+            "folio_max" => self.folio_max_bytes = parse_size(key, value)?,
+            "io_max" => self.io_max_bytes = parse_size(key, value)?,
+            "io_depth" => {
+                let depth = parse_number(key, value)?;
+                self.io_depth = u32::try_from(depth).map_err(|_| invalid(format!("io_depth {depth} is too large")))?;
+            }
+            "readahead_max" => self.readahead_max_bytes = parse_size(key, value)?,
+            "throttle_pause_ms_max" => self.throttle_pause_ms_max = parse_number(key, value)?,
+            "io" => {
+                self.io = match value {
+                    "uring" => IoKind::Uring,
+                    "threads" => IoKind::Threads,
+                    "sim" => IoKind::Sim,
+                    other => return Err(invalid(format!("io must be 'uring' or 'threads', not '{other}'"))),
+                }
+            }
+            other => return Err(invalid(format!("unknown option '{other}'"))),
+        }
+        Ok(())
+    }
+
+    /// Checks the invariants listed in the module docs.
+    pub fn validate(&self) -> io::Result<()> {
+        let block = BLOCK_SIZE as u64;
+        let pow2 = |name: &str, v: u64| {
+            if v < block || v > GIB || !v.is_power_of_two() {
+                Err(invalid(format!("{name} must be a power of two between 4K and 1G, not {v}")))
+            } else {
+                Ok(())
+            }
+        };
+        pow2("folio_max", self.folio_max_bytes)?;
+        pow2("io_max", self.io_max_bytes)?;
+        if self.capacity_bytes < 4 * self.folio_max_bytes {
+            return Err(invalid(format!(
+                "capacity ({}) must hold at least four folio_max folios ({})",
+                self.capacity_bytes, self.folio_max_bytes
+            )));
+        }
+        if self.dirty_limit_bytes == 0 || self.dirty_limit_bytes > self.capacity_bytes {
+            return Err(invalid(format!(
+                "dirty_limit ({}) must be positive and at most capacity ({})",
+                self.dirty_limit_bytes, self.capacity_bytes
+            )));
+        }
+        if self.dirty_limit_bytes < 2 * self.folio_max_bytes {
+            return Err(invalid(format!(
+                "dirty_limit ({}) must hold at least two folio_max folios ({})",
+                self.dirty_limit_bytes, self.folio_max_bytes
+            )));
+        }
+        if self.dirty_background_bytes >= self.dirty_limit_bytes {
+            return Err(invalid(format!(
+                "dirty_background ({}) must be below dirty_limit ({})",
+                self.dirty_background_bytes, self.dirty_limit_bytes
+            )));
+        }
+        if self.expire_ms == 0 {
+            return Err(invalid("expire_ms must be positive".into()));
+        }
+        if self.io_depth == 0 || self.io_depth > 4096 {
+            return Err(invalid(format!("io_depth must be 1..=4096, not {}", self.io_depth)));
+        }
+        if self.readahead_max_bytes < block {
+            return Err(invalid("readahead_max must be at least 4K".into()));
+        }
+        if self.throttle_pause_ms_max == 0 {
+            return Err(invalid("throttle_pause_ms_max must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}
+
+fn parse_number(key: &str, value: &str) -> io::Result<u64> {
+    value
+        .parse::<u64>()
+        .map_err(|_| invalid(format!("option {key}: '{value}' is not a non-negative integer")))
+}
+
+/// Parses `123`, `4K`, `64M`, `1G` (also lower case, optional `B`/`iB`).
+pub fn parse_size(key: &str, value: &str) -> io::Result<u64> {
+    let bad = || invalid(format!("option {key}: '{value}' is not a size (e.g. 4096, 64K, 256M, 1G)"));
+    let v = value.trim();
+    let v = v.strip_suffix("iB").or_else(|| v.strip_suffix('B')).unwrap_or(v);
+    let (digits, shift) = match v.chars().last() {
+        Some('k' | 'K') => (&v[..v.len() - 1], 10),
+        Some('m' | 'M') => (&v[..v.len() - 1], 20),
+        Some('g' | 'G') => (&v[..v.len() - 1], 30),
+        Some('t' | 'T') => (&v[..v.len() - 1], 40),
+        _ => (v, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_consistent() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.capacity_bytes, GIB);
+        assert_eq!(c.dirty_limit_bytes, GIB / 4);
+        assert_eq!(c.dirty_background_bytes, GIB / 10);
+        assert_eq!(c.folio_max_bytes, 2 * MIB);
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let c = Config::from_options("capacity=256M,dirty_limit=64M,io=threads").unwrap();
+        assert_eq!(c.capacity_bytes, 256 * MIB);
+        assert_eq!(c.dirty_limit_bytes, 64 * MIB);
+        assert_eq!(c.dirty_background_bytes, 256 * MIB / 10);
+        assert_eq!(c.io, IoKind::Threads);
+    }
+
+    #[test]
+    fn empty_options_are_defaults() {
+        let c = Config::from_options("").unwrap();
+        assert_eq!(c.capacity_bytes, Config::default().capacity_bytes);
+    }
+
+    #[test]
+    fn rejects_bad_input_with_the_key_named() {
+        for (opts, needle) in [
+            ("capacity=abc", "capacity"),
+            ("bogus=1", "bogus"),
+            ("io=spdk", "io must be"),
+            ("folio_max=3000", "folio_max"),
+            ("capacity=1G,dirty_limit=2G", "dirty_limit"),
+            ("capacity=64M,dirty_background=32M,dirty_limit=16M", "dirty_background"),
+            ("expire_ms=0", "expire_ms"),
+            ("io_depth=0", "io_depth"),
+            ("capacity", "key=value"),
+            ("capacity=99999999999T", "capacity"),
+        ] {
+            let err = Config::from_options(opts).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{opts}");
+            assert!(err.to_string().contains(needle), "{opts}: {err}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_suffixes() {
+        assert_eq!(parse_size("x", "4k").unwrap(), 4096);
+        assert_eq!(parse_size("x", "2MiB").unwrap(), 2 * MIB);
+        assert_eq!(parse_size("x", "1G").unwrap(), GIB);
+        assert_eq!(parse_size("x", "512").unwrap(), 512);
+        assert!(parse_size("x", "").is_err());
+        assert!(parse_size("x", "-1").is_err());
+    }
+}

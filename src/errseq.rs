@@ -1,0 +1,85 @@
+//! Writeback error reporting with the kernel's errseq semantics: every
+//! failed writeback bumps a sequence; each open handle keeps a cursor and its
+//! next fsync reports the newest error once if the sequence moved past the
+//! cursor. A handle opened after an error that nobody has seen yet still sees
+//! it; once seen, new handles start clean.
+
+use std::io;
+use std::sync::Mutex;
+
+#[derive(Default)]
+struct ErrState {
+    /// Number of errors recorded so far; 0 = none ever.
+    seq: u64,
+    errno: i32,
+    /// Some handle has reported the newest error.
+    seen: bool,
+}
+
+/// One inode's error sequence.
+#[derive(Default)]
+pub struct ErrSeq {
+    state: Mutex<ErrState>,
+}
+
+impl ErrSeq {
+    /// Records a failed writeback (or store sync) with its errno.
+    pub fn record(&self, errno: i32) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.seq += 1;
+        st.errno = errno;
+        st.seen = false;
+    }
+
+    /// The cursor a new handle starts from: behind an unseen error so that it
+    /// reports it, at the newest error otherwise.
+    pub fn open_cursor(&self) -> u64 {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.seq > 0 && !st.seen {
+            st.seq - 1
+        } else {
+            st.seq
+        }
+    }
+
+    /// Reports the newest error if the sequence moved past `cursor`, and
+    /// advances the cursor so the same error is reported once per handle.
+    pub fn check_and_advance(&self, cursor: &mut u64) -> io::Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.seq > *cursor {
+            *cursor = st.seq;
+            st.seen = true;
+            return Err(io::Error::from_raw_os_error(st.errno));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_handle_sees_an_error_once() {
+        let e = ErrSeq::default();
+        let mut a = e.open_cursor();
+        let mut b = e.open_cursor();
+        assert!(e.check_and_advance(&mut a).is_ok());
+        e.record(libc::EIO);
+        assert_eq!(e.check_and_advance(&mut a).unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert!(e.check_and_advance(&mut a).is_ok(), "reported once");
+        assert_eq!(e.check_and_advance(&mut b).unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert!(e.check_and_advance(&mut b).is_ok());
+        // Seen already: a new handle starts clean.
+        let mut c = e.open_cursor();
+        assert!(e.check_and_advance(&mut c).is_ok());
+    }
+
+    #[test]
+    fn a_handle_opened_after_an_unseen_error_sees_it() {
+        let e = ErrSeq::default();
+        e.record(libc::ENOSPC);
+        let mut late = e.open_cursor();
+        assert_eq!(e.check_and_advance(&mut late).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+    }
+}

@@ -1,0 +1,179 @@
+//! Eviction of clean folios with S3-FIFO: new folios enter a small FIFO
+//! (about 10% of cached bytes); those touched again while there move to the
+//! main FIFO, the rest are evicted and remembered in a ghost set, and a folio
+//! whose ghost is found on insertion goes straight to main. Main is a CLOCK:
+//! a referenced folio loses one reference and goes round again. A one-pass
+//! scan therefore flows through the small queue and never displaces a hot
+//! set living in main.
+//!
+//! Folios that are dirty, under writeback or being filled are skipped (they
+//! go round again); the dirty limit guarantees clean folios exist. The queue
+//! lock is never held while taking a mapping lock: eviction picks a victim
+//! under the queue lock, releases it, then removes the victim through its
+//! inode, which re-checks the folio under the mapping and folio locks.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::folio::Folio;
+use crate::inode::Inode;
+use crate::stats::Counters;
+
+struct Entry {
+    folio: Arc<Folio>,
+    inode: Weak<Inode>,
+    ghost_key: u64,
+}
+
+#[derive(Default)]
+struct Queues {
+    small: VecDeque<Entry>,
+    main: VecDeque<Entry>,
+    small_bytes: u64,
+    main_bytes: u64,
+    ghost_fifo: VecDeque<u64>,
+    ghost: HashSet<u64>,
+}
+
+impl Queues {
+    fn remember_ghost(&mut self, key: u64) {
+        if self.ghost.insert(key) {
+            self.ghost_fifo.push_back(key);
+        }
+        // The ghost remembers about as many folios as the cache holds.
+        let limit = (self.small.len() + self.main.len()).max(64);
+        while self.ghost_fifo.len() > limit {
+            if let Some(old) = self.ghost_fifo.pop_front() {
+                self.ghost.remove(&old);
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Evictor {
+    queues: Mutex<Queues>,
+}
+
+fn ghost_key(inode_id: u64, index: u64) -> u64 {
+    (inode_id.wrapping_mul(0x9E37_79B9_7F4A_7C15)) ^ index.rotate_left(17)
+}
+
+/// Where a popped victim came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    Small,
+    Main,
+}
+
+impl Evictor {
+    /// Registers a newly cached folio.
+    pub fn insert(&self, inode: &Arc<Inode>, folio: &Arc<Folio>) {
+        let key = ghost_key(inode.id, folio.index);
+        let entry = Entry { folio: folio.clone(), inode: Arc::downgrade(inode), ghost_key: key };
+        let bytes = folio.size_bytes() as u64;
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if q.ghost.remove(&key) {
+            q.main_bytes += bytes;
+            q.main.push_back(entry);
+        } else {
+            q.small_bytes += bytes;
+            q.small.push_back(entry);
+        }
+    }
+
+    /// Evicts clean folios until about `want_bytes` are freed or a full
+    /// round finds nothing evictable. Returns the bytes freed.
+    pub fn evict(&self, counters: &Counters, want_bytes: u64) -> u64 {
+        let mut freed = 0u64;
+        let mut budget = {
+            let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+            2 * (q.small.len() + q.main.len()) + 8
+        };
+        while freed < want_bytes && budget > 0 {
+            budget -= 1;
+            let Some((entry, from)) = self.pick_victim() else { break };
+            let bytes = entry.folio.size_bytes() as u64;
+            let removed = match entry.inode.upgrade() {
+                Some(inode) => inode.try_remove_clean(&entry.folio),
+                None => false,
+            };
+            if removed {
+                freed += bytes;
+                Counters::add(&counters.evictions, 1);
+                let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+                if from == Queue::Small {
+                    q.remember_ghost(entry.ghost_key);
+                }
+            } else if entry.inode.strong_count() > 0 && !entry.folio.lock().removed {
+                // Raced with a writer or a fill: keep it for another round.
+                let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+                q.main_bytes += bytes;
+                q.main.push_back(entry);
+            }
+        }
+        freed
+    }
+
+    /// Pops entries until one is an eviction candidate (removing dead ones,
+    /// promoting or rotating referenced and busy ones). The candidate is
+    /// returned out of the queues.
+    fn pick_victim(&self) -> Option<(Entry, Queue)> {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut scans = 2 * (q.small.len() + q.main.len()) + 1;
+        while scans > 0 {
+            scans -= 1;
+            let total = q.small_bytes + q.main_bytes;
+            let from_small = !q.small.is_empty() && (q.main.is_empty() || q.small_bytes * 10 >= total);
+            let (entry, from) = if from_small {
+                let e = q.small.pop_front()?;
+                q.small_bytes -= e.folio.size_bytes() as u64;
+                (e, Queue::Small)
+            } else {
+                let e = q.main.pop_front()?;
+                q.main_bytes -= e.folio.size_bytes() as u64;
+                (e, Queue::Main)
+            };
+            let bytes = entry.folio.size_bytes() as u64;
+            // Busy or pinned folios go round again; removed ones drop out.
+            let busy = match entry.folio.state.try_lock() {
+                Ok(st) if st.removed => continue,
+                Ok(st) => st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight,
+                Err(_) => true,
+            };
+            if entry.inode.strong_count() == 0 {
+                continue;
+            }
+            let referenced = entry.folio.referenced.load(Ordering::Relaxed);
+            if busy || (from == Queue::Main && referenced > 0) {
+                if from == Queue::Main && referenced > 0 {
+                    entry.folio.referenced.store(referenced - 1, Ordering::Relaxed);
+                }
+                q.main_bytes += bytes;
+                q.main.push_back(entry);
+                continue;
+            }
+            if from == Queue::Small && referenced > 0 {
+                entry.folio.referenced.store(0, Ordering::Relaxed);
+                q.main_bytes += bytes;
+                q.main.push_back(entry);
+                continue;
+            }
+            return Some((entry, from));
+        }
+        None
+    }
+
+    /// Folios currently tracked (including removed ones not yet dropped).
+    pub fn tracked(&self) -> usize {
+        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        q.small.len() + q.main.len()
+    }
+
+    /// Forgets everything (cache close).
+    pub fn clear(&self) {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        *q = Queues::default();
+    }
+}

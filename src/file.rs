@@ -1,0 +1,325 @@
+//! Open handles: [`File`] (positional I/O, sync, size), its
+//! [`OpenOptions`], [`WriteFlags`], and [`FileCursor`], the
+//! `std::io::{Read, Write, Seek}` adapter.
+//!
+//! A handle owns its access mode, its errseq cursor (each handle's next
+//! fsync reports a writeback error once) and its readahead state. Dropping
+//! a handle does not write back (as `close(2)`): dirty data stays cached
+//! and the flusher writes it.
+
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use crate::cache::Shared;
+use crate::inode::Inode;
+use crate::io::{IoPriority, BLOCK_SIZE};
+use crate::readahead::Readahead;
+
+const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// How to open a file, as `std::fs::OpenOptions`.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub read: bool,
+    pub write: bool,
+    pub create: bool,
+    pub create_new: bool,
+    pub truncate: bool,
+    /// Permission bits for a created file (default 0o644).
+    pub mode: u32,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { read: true, write: false, create: false, create_new: false, truncate: false, mode: 0o644 }
+    }
+}
+
+impl OpenOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Read and write, creating the file if missing.
+    pub fn read_write_create() -> Self {
+        OpenOptions { write: true, create: true, ..Self::default() }
+    }
+    pub fn read(mut self, v: bool) -> Self {
+        self.read = v;
+        self
+    }
+    pub fn write(mut self, v: bool) -> Self {
+        self.write = v;
+        self
+    }
+    pub fn create(mut self, v: bool) -> Self {
+        self.create = v;
+        self
+    }
+    pub fn create_new(mut self, v: bool) -> Self {
+        self.create_new = v;
+        self
+    }
+    pub fn truncate(mut self, v: bool) -> Self {
+        self.truncate = v;
+        self
+    }
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> io::Result<()> {
+        if !self.read && !self.write {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "open for neither reading nor writing"));
+        }
+        if (self.create || self.create_new || self.truncate) && !self.write {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "create and truncate need write access"));
+        }
+        Ok(())
+    }
+}
+
+/// Flags for [`File::write_at_with`] and [`File::read_at_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteFlags(u32);
+
+impl WriteFlags {
+    pub const NONE: WriteFlags = WriteFlags(0);
+    /// Uncached I/O (`RWF_DONTCACHE`): the data is written back by the
+    /// flusher off the writer's path and dropped from the cache once clean;
+    /// an uncached read of data not already cached drops it after the copy.
+    pub const DONTCACHE: WriteFlags = WriteFlags(1);
+
+    pub fn from_bits(bits: u32) -> io::Result<WriteFlags> {
+        if bits & !1 != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("unknown I/O flags {bits:#x}")));
+        }
+        Ok(WriteFlags(bits))
+    }
+    pub fn contains(self, other: WriteFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+/// An open file or block device in a [`Cache`](crate::Cache). `Send + Sync`:
+/// share it between threads with an `Arc` or references.
+pub struct File {
+    inode: Arc<Inode>,
+    shared: Arc<Shared>,
+    readable: bool,
+    writable: bool,
+    err_cursor: Mutex<u64>,
+    readahead: Mutex<Readahead>,
+}
+
+impl File {
+    pub(crate) fn new(inode: Arc<Inode>, shared: Arc<Shared>, options: &OpenOptions) -> File {
+        let cursor = inode.errseq.open_cursor();
+        File {
+            inode,
+            shared,
+            readable: options.read,
+            writable: options.write,
+            err_cursor: Mutex::new(cursor),
+            readahead: Mutex::new(Readahead::default()),
+        }
+    }
+
+    fn check(&self, need_write: bool) -> io::Result<()> {
+        self.shared.check_open()?;
+        if (need_write && !self.writable) || (!need_write && !self.readable) {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        Ok(())
+    }
+
+    /// Reads up to `buf.len()` bytes at `off`; fewer only at end of file.
+    pub fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        self.read_at_with(buf, off, WriteFlags::NONE)
+    }
+
+    /// [`File::read_at`] with flags (`DONTCACHE`: drop folios this read
+    /// brought in once it has copied them).
+    pub fn read_at_with(&self, buf: &mut [u8], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.check(false)?;
+        let size = self.inode.size();
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(size - off);
+        let start = off / BLOCK;
+        let end = (off + len).div_ceil(BLOCK);
+        let missing = self.inode.find(start).is_none();
+        let dontcache = flags.contains(WriteFlags::DONTCACHE);
+        if !dontcache {
+            let max_blocks = self.shared.config.readahead_max_bytes / BLOCK;
+            let decision = self.readahead.lock().unwrap_or_else(|e| e.into_inner()).on_read(
+                start,
+                end,
+                size.div_ceil(BLOCK),
+                max_blocks,
+                missing,
+            );
+            if let Some((s, e)) = decision.sync {
+                // An error here is retried and reported by the read below.
+                let _ = self.inode.fill_range(s, e, IoPriority::Sync);
+            }
+            if let Some((s, e)) = decision.async_ {
+                self.shared.readahead_async(&self.inode, s, e);
+            }
+        }
+        self.inode.read_at(&mut buf[..len as usize], off, dontcache)
+    }
+
+    /// Writes all of `buf` at `off` into the cache (write-back). On a block
+    /// device a write starting at or past the end fails with `ENOSPC` and one
+    /// crossing it is short.
+    pub fn write_at(&self, buf: &[u8], off: u64) -> io::Result<usize> {
+        self.write_at_with(buf, off, WriteFlags::NONE)
+    }
+
+    /// [`File::write_at`] with flags; `DONTCACHE` makes it an uncached write.
+    pub fn write_at_with(&self, buf: &[u8], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.check(true)?;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut data = buf;
+        if self.inode.info.is_block_device {
+            let dev_size = self.inode.size();
+            if off >= dev_size {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            data = &buf[..(buf.len() as u64).min(dev_size - off) as usize];
+        } else if off.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        let dontcache = flags.contains(WriteFlags::DONTCACHE);
+        let (copied, newly_dirty) = self.inode.write_at(data, off, dontcache)?;
+        if newly_dirty > 0 {
+            let domain = &self.inode.domain;
+            if dontcache {
+                domain.kick(crate::writeback::domain::WORK_START_DONTCACHE);
+            }
+            self.shared.balance_dirty(domain, newly_dirty);
+        }
+        Ok(copied)
+    }
+
+    /// Writes back and syncs data and metadata (`fsync`). Reports a
+    /// writeback error since this handle's last report once.
+    pub fn sync_all(&self) -> io::Result<()> {
+        self.sync(false)
+    }
+
+    /// As [`File::sync_all`] but `fdatasync` (metadata only if the size
+    /// changed).
+    pub fn sync_data(&self) -> io::Result<()> {
+        self.sync(true)
+    }
+
+    fn sync(&self, data_only: bool) -> io::Result<()> {
+        self.shared.check_open()?;
+        let mut cursor = self.err_cursor.lock().unwrap_or_else(|e| e.into_inner());
+        self.inode.sync(data_only, &mut cursor)
+    }
+
+    /// Logical size in bytes.
+    pub fn len(&self) -> io::Result<u64> {
+        self.shared.check_open()?;
+        Ok(self.inode.size())
+    }
+
+    pub fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Truncates or extends (with zeros). Block devices: `EINVAL` unless the
+    /// size is unchanged.
+    pub fn set_len(&self, size: u64) -> io::Result<()> {
+        self.check(true)?;
+        if size > i64::MAX as u64 {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        self.inode.set_len(size)?;
+        self.inode.domain.queue_dirty_inode(&self.inode);
+        Ok(())
+    }
+
+    /// Whether the backing store is a raw block device.
+    pub fn is_block_device(&self) -> bool {
+        self.inode.info.is_block_device
+    }
+
+    /// A `Read + Write + Seek` cursor at offset 0.
+    pub fn cursor(&self) -> FileCursor<'_> {
+        FileCursor { file: self, pos: 0 }
+    }
+
+    /// Closes the handle. Dirty data stays cached and is written back later.
+    pub fn close(self) {}
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        let before = self.inode.handles.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "handle count underflow");
+        if before == 1 && !self.shared.is_closed() {
+            self.shared.forget_inode_if_idle(&self.inode);
+        }
+    }
+}
+
+/// A position over a [`File`] for `std::io::{Read, Write, Seek}`.
+pub struct FileCursor<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl FileCursor<'_> {
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+}
+
+impl Read for FileCursor<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Write for FileCursor<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+    /// Buffered data lives in the cache; `flush` is a no-op like
+    /// `std::fs::File` (use `sync_all` for durability).
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for FileCursor<'_> {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let new = match pos {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.file.len()?.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        match new {
+            Some(p) => {
+                self.pos = p;
+                Ok(p)
+            }
+            None => Err(io::Error::new(io::ErrorKind::InvalidInput, "seek to a negative or overflowing position")),
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! Folios: a naturally aligned power-of-two run of blocks with one buffer and
+//! per-block uptodate / dirty / writeback bitmaps.
+//!
+//! Ownership: the mapping owns folios (`Arc<Folio>`); all mutable state lives
+//! in [`FolioState`] behind the folio's mutex. The buffer is an
+//! `Arc<AlignedBuf>`: writeback takes a clone of that `Arc` and writes from
+//! it without holding the lock, so a writer that finds the buffer shared
+//! copies it first (`Arc::make_mut`) and never waits for I/O on a folio under
+//! writeback. A folio being filled from the backing store has
+//! `read_in_flight` set; others wait on `filled` instead of issuing their own
+//! read (one I/O per missing folio).
+//!
+//! Invariants (asserted in `check`): `nr_dirty` and `nr_writeback` equal the
+//! bit counts of their bitmaps, dirty blocks are uptodate, `all_uptodate` is
+//! true exactly when every block is uptodate, and a removed folio has no
+//! dirty blocks.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::io::BLOCK_SIZE;
+
+/// A zero-initialised, `BLOCK_SIZE`-aligned heap buffer, as O_DIRECT needs.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out `&[u8]`; mutation needs `&mut self`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// Allocates `len` zeroed bytes (a multiple of `BLOCK_SIZE`, or 0).
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        assert_eq!(len % BLOCK_SIZE, 0, "folio buffers are whole blocks");
+        if len == 0 {
+            return AlignedBuf { ptr: NonNull::dangling(), len: 0 };
+        }
+        let layout = Layout::from_size_align(len, BLOCK_SIZE).expect("valid layout");
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialised bytes (or dangling with len 0).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref, and `&mut self` guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Clone for AlignedBuf {
+    fn clone(&self) -> Self {
+        let mut copy = AlignedBuf::zeroed(self.len);
+        copy.copy_from_slice(self);
+        copy
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            let layout = Layout::from_size_align(self.len, BLOCK_SIZE).expect("valid layout");
+            // SAFETY: allocated in `zeroed` with this exact layout.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+/// A fixed-size bitmap; one bit per block. Folios of up to 64 blocks (256
+/// KiB) keep it inline, larger ones on the heap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bitmap {
+    Inline(u64),
+    Heap(Box<[u64]>),
+}
+
+impl Bitmap {
+    pub fn new(nbits: usize) -> Bitmap {
+        if nbits <= 64 {
+            Bitmap::Inline(0)
+        } else {
+            Bitmap::Heap(vec![0u64; nbits.div_ceil(64)].into_boxed_slice())
+        }
+    }
+
+    fn words(&self) -> &[u64] {
+        match self {
+            Bitmap::Inline(w) => std::slice::from_ref(w),
+            Bitmap::Heap(ws) => ws,
+        }
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        match self {
+            Bitmap::Inline(w) => std::slice::from_mut(w),
+            Bitmap::Heap(ws) => ws,
+        }
+    }
+
+    pub fn get(&self, bit: usize) -> bool {
+        self.words()[bit / 64] & (1 << (bit % 64)) != 0
+    }
+
+    /// Applies `f(word, mask)` to each word overlapping `[start, end)`; cost
+    /// is O(words touched), i.e. O(bytes of the range).
+    fn for_range(&mut self, start: usize, end: usize, mut f: impl FnMut(&mut u64, u64)) {
+        let words = self.words_mut();
+        let mut bit = start;
+        while bit < end {
+            let word = bit / 64;
+            let lo = bit % 64;
+            let hi = (end - word * 64).min(64);
+            let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+            f(&mut words[word], mask);
+            bit = word * 64 + hi;
+        }
+    }
+
+    /// Sets `[start, end)`; returns how many bits were newly set.
+    pub fn set_range(&mut self, start: usize, end: usize) -> usize {
+        let mut newly = 0;
+        self.for_range(start, end, |w, m| {
+            newly += (m & !*w).count_ones() as usize;
+            *w |= m;
+        });
+        newly
+    }
+
+    /// Clears `[start, end)`; returns how many bits were set before.
+    pub fn clear_range(&mut self, start: usize, end: usize) -> usize {
+        let mut cleared = 0;
+        self.for_range(start, end, |w, m| {
+            cleared += (m & *w).count_ones() as usize;
+            *w &= !m;
+        });
+        cleared
+    }
+
+    /// Number of set bits in `[start, end)`.
+    pub fn count_range(&mut self, start: usize, end: usize) -> usize {
+        let mut n = 0;
+        self.for_range(start, end, |w, m| n += (m & *w).count_ones() as usize);
+        n
+    }
+
+    pub fn count(&self) -> usize {
+        self.words().iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// First bit at or after `from` (below `nbits`) whose value is `value`.
+    pub fn next(&self, from: usize, nbits: usize, value: bool) -> Option<usize> {
+        let words = self.words();
+        let mut bit = from;
+        while bit < nbits {
+            let word = words[bit / 64];
+            let word = if value { word } else { !word };
+            let masked = word & (u64::MAX << (bit % 64));
+            if masked != 0 {
+                let found = (bit / 64) * 64 + masked.trailing_zeros() as usize;
+                return (found < nbits).then_some(found);
+            }
+            bit = (bit / 64 + 1) * 64;
+        }
+        None
+    }
+
+    /// Maximal runs of set bits within `[0, nbits)`, as `(start, end)`.
+    pub fn runs(&self, nbits: usize) -> Vec<(usize, usize)> {
+        let mut runs = Vec::new();
+        let mut at = 0;
+        while let Some(start) = self.next(at, nbits, true) {
+            let end = self.next(start, nbits, false).unwrap_or(nbits);
+            runs.push((start, end));
+            at = end;
+        }
+        runs
+    }
+}
+
+/// Mutable state of a folio, guarded by [`Folio::state`].
+pub struct FolioState {
+    /// The data. Shared with in-flight writeback I/O; see the module docs.
+    pub buf: Arc<AlignedBuf>,
+    pub uptodate: Bitmap,
+    /// Fast path: every block is uptodate, so writes skip the per-block walk.
+    pub all_uptodate: bool,
+    pub dirty: Bitmap,
+    pub nr_dirty: usize,
+    pub writeback: Bitmap,
+    pub nr_writeback: usize,
+    /// Dirty blocks dirtied by uncached writes (accounted in the domain's
+    /// `dontcache_dirty`), taken by the next writeback.
+    pub dontcache_dirty: usize,
+    /// The folio is being filled from the backing store; wait on `filled`.
+    pub read_in_flight: bool,
+    /// Removed from its mapping (evicted or truncated): callers that looked it
+    /// up must look again.
+    pub removed: bool,
+}
+
+/// A cached folio. `index` is the first block (offset / `BLOCK_SIZE`); the
+/// folio covers `1 << order` blocks and `index` is a multiple of that.
+pub struct Folio {
+    pub index: u64,
+    pub order: u8,
+    pub state: Mutex<FolioState>,
+    /// Signalled when `read_in_flight` clears.
+    pub filled: Condvar,
+    /// Eviction frequency (0..=3), bumped on access without the lock.
+    pub referenced: AtomicU8,
+    /// Drop after writeback when clean (uncached writes and reads).
+    pub dropbehind: AtomicBool,
+}
+
+/// Bytes of metadata one folio costs beyond its buffer (for the metadata
+/// bound in stats): the struct, its bitmaps on the heap, and the mapping and
+/// eviction-queue entries that point at it.
+pub fn metadata_bytes_for(nr_blocks: usize) -> usize {
+    let heap_bitmaps = if nr_blocks > 64 { 3 * nr_blocks.div_ceil(64) * 8 } else { 0 };
+    std::mem::size_of::<Folio>() + 2 * std::mem::size_of::<usize>() // Arc counts
+        + std::mem::size_of::<AlignedBuf>() + 2 * std::mem::size_of::<usize>()
+        + heap_bitmaps
+        + 48 // BTreeMap entry share + eviction queue entry
+}
+
+impl Folio {
+    /// A new folio of `1 << order` blocks at block `index`, nothing uptodate.
+    pub fn new(index: u64, order: u8, read_in_flight: bool) -> Folio {
+        let nr_blocks = 1usize << order;
+        assert_eq!(index % nr_blocks as u64, 0, "folios are naturally aligned");
+        Folio {
+            index,
+            order,
+            state: Mutex::new(FolioState {
+                buf: Arc::new(AlignedBuf::zeroed(nr_blocks * BLOCK_SIZE)),
+                uptodate: Bitmap::new(nr_blocks),
+                all_uptodate: false,
+                dirty: Bitmap::new(nr_blocks),
+                nr_dirty: 0,
+                writeback: Bitmap::new(nr_blocks),
+                nr_writeback: 0,
+                dontcache_dirty: 0,
+                read_in_flight,
+                removed: false,
+            }),
+            filled: Condvar::new(),
+            referenced: AtomicU8::new(0),
+            dropbehind: AtomicBool::new(false),
+        }
+    }
+
+    pub fn nr_blocks(&self) -> usize {
+        1 << self.order
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.nr_blocks() * BLOCK_SIZE
+    }
+
+    /// Byte offset of the folio in its file.
+    pub fn offset(&self) -> u64 {
+        self.index * BLOCK_SIZE as u64
+    }
+
+    pub fn end_index(&self) -> u64 {
+        self.index + self.nr_blocks() as u64
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, FolioState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks and waits until no read is in flight. `None` when the folio was
+    /// removed from its mapping meanwhile (look it up again).
+    pub fn lock_filled(&self) -> Option<MutexGuard<'_, FolioState>> {
+        let mut st = self.lock();
+        while st.read_in_flight {
+            st = self.filled.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        if st.removed {
+            None
+        } else {
+            Some(st)
+        }
+    }
+
+    /// Marks an access for the eviction policy (saturating at 3).
+    pub fn mark_accessed(&self) {
+        let r = self.referenced.load(Ordering::Relaxed);
+        if r < 3 {
+            self.referenced.store(r + 1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl FolioState {
+    /// Marks blocks `[start, end)` uptodate.
+    pub fn set_uptodate(&mut self, nr_blocks: usize, start: usize, end: usize) {
+        if self.all_uptodate {
+            return;
+        }
+        self.uptodate.set_range(start, end);
+        self.all_uptodate = self.uptodate.count() == nr_blocks;
+    }
+
+    pub fn is_uptodate(&mut self, start: usize, end: usize) -> bool {
+        self.all_uptodate || self.uptodate.count_range(start, end) == end - start
+    }
+
+    /// Marks `[start, end)` dirty; returns the number of newly dirty blocks.
+    pub fn set_dirty(&mut self, start: usize, end: usize) -> usize {
+        let newly = self.dirty.set_range(start, end);
+        self.nr_dirty += newly;
+        newly
+    }
+
+    /// Checks the invariants in the module docs (debug builds and tests).
+    pub fn check(&self, nr_blocks: usize) {
+        if cfg!(debug_assertions) {
+            assert_eq!(self.nr_dirty, self.dirty.count(), "nr_dirty matches dirty bitmap");
+            assert_eq!(self.nr_writeback, self.writeback.count(), "nr_writeback matches bitmap");
+            assert_eq!(self.all_uptodate, self.uptodate.count() == nr_blocks, "all_uptodate matches bitmap");
+            if let Some(b) = self.dirty.next(0, nr_blocks, true) {
+                assert!(self.all_uptodate || self.uptodate.get(b), "dirty block {b} is uptodate");
+                assert!(!self.removed, "a removed folio has no dirty blocks");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_buf_is_aligned_and_zeroed() {
+        let b = AlignedBuf::zeroed(8 * BLOCK_SIZE);
+        assert_eq!(b.as_ptr() as usize % BLOCK_SIZE, 0);
+        assert!(b.iter().all(|&x| x == 0));
+        let mut c = b.clone();
+        c[5] = 9;
+        assert_eq!(b[5], 0);
+        assert_eq!(c[5], 9);
+        assert!(AlignedBuf::zeroed(0).is_empty());
+    }
+
+    #[test]
+    fn bitmap_ranges_count_and_runs() {
+        for nbits in [1usize, 7, 64, 65, 130, 512] {
+            let mut bm = Bitmap::new(nbits);
+            let mut reference = vec![false; nbits];
+            let mut seed = nbits as u64 * 7919;
+            for _ in 0..200 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let a = (seed >> 33) as usize % nbits;
+                let b = (seed >> 13) as usize % nbits;
+                let (s, e) = (a.min(b), a.max(b) + 1);
+                let before = reference[s..e].iter().filter(|&&x| x).count();
+                if seed & 1 == 0 {
+                    assert_eq!(bm.set_range(s, e), (e - s) - before, "nbits {nbits}");
+                    reference[s..e].iter_mut().for_each(|x| *x = true);
+                } else {
+                    assert_eq!(bm.clear_range(s, e), before, "nbits {nbits}");
+                    reference[s..e].iter_mut().for_each(|x| *x = false);
+                }
+                assert_eq!(bm.count(), reference.iter().filter(|&&x| x).count());
+                let runs = bm.runs(nbits);
+                let mut rebuilt = vec![false; nbits];
+                for (s, e) in runs {
+                    rebuilt[s..e].iter_mut().for_each(|x| *x = true);
+                }
+                assert_eq!(rebuilt, reference);
+            }
+        }
+    }
+
+    #[test]
+    fn dirty_marking_counts_new_blocks_only() {
+        let f = Folio::new(0, 3, false);
+        let mut st = f.lock();
+        st.set_uptodate(8, 0, 8);
+        assert!(st.all_uptodate);
+        assert_eq!(st.set_dirty(0, 4), 4);
+        assert_eq!(st.set_dirty(2, 6), 2);
+        assert_eq!(st.nr_dirty, 6);
+        st.check(8);
+    }
+
+    #[test]
+    #[should_panic(expected = "naturally aligned")]
+    fn misaligned_folio_is_rejected() {
+        let _ = Folio::new(3, 2, false);
+    }
+}

@@ -1,0 +1,904 @@
+//! An inode: wbcache's state for one backing store, shared by every open
+//! handle of it. It owns the mapping (folio index → folio), the dirty index,
+//! the logical size, the error sequence and the writeback tickets, and
+//! implements the data paths on them: read, write, writeback collection and
+//! completion, truncate.
+//!
+//! Lock order (outer first): `mapping` → folio state → `dirty_index`.
+//! `size_lock` is taken before `mapping` and only by size changes. No lock
+//! is held across a call into eviction or throttling, and only a folio's own
+//! lock is held across the (single-block or folio-fill) I/O that makes that
+//! folio uptodate.
+//!
+//! Invariants:
+//! - Folios in `mapping` do not overlap; each is naturally aligned.
+//! - A folio index is in `dirty_index` exactly when the folio has dirty
+//!   blocks (checked on every transition).
+//! - `on_disk_len_max` is an upper bound on the backing store's length, so a
+//!   block at or beyond it reads as zeros without I/O.
+//! - Writeback tickets are handed out before dirty bits are taken, so a
+//!   waiter that samples the newest ticket after its own pass has covered
+//!   every writeback that took a block dirty at its call.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::time::Instant;
+
+use crate::cache::Shared;
+use crate::errseq::ErrSeq;
+use crate::folio::{metadata_bytes_for, AlignedBuf, Folio, FolioState};
+use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
+use crate::stats::Counters;
+use crate::writeback::domain::Domain;
+use crate::writeback::Reason;
+
+const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// In-flight writeback tickets of an inode.
+#[derive(Default)]
+struct Tickets {
+    last_issued: u64,
+    in_flight: BTreeSet<u64>,
+}
+
+/// A contiguous run of blocks taken from one folio for writeback.
+struct WbChunk {
+    folio: Arc<Folio>,
+    buf: Arc<AlignedBuf>,
+    /// Block range within the folio.
+    start: usize,
+    end: usize,
+    result: Option<io::Result<()>>,
+}
+
+impl WbChunk {
+    fn offset(&self) -> u64 {
+        self.folio.offset() + (self.start * BLOCK_SIZE) as u64
+    }
+    fn len_bytes(&self) -> usize {
+        (self.end - self.start) * BLOCK_SIZE
+    }
+}
+
+/// What one writeback pass did.
+#[derive(Debug, Default)]
+pub struct WritebackOutcome {
+    pub written_bytes: u64,
+    pub failed_bytes: u64,
+    pub first_error: Option<i32>,
+}
+
+pub struct Inode {
+    /// Unique within the cache (for eviction ghosts and debugging).
+    pub id: u64,
+    pub path: PathBuf,
+    pub info: BackingInfo,
+    store: Mutex<Arc<dyn BackingStore>>,
+    store_writable: AtomicBool,
+    pub shared: Arc<Shared>,
+    pub domain: Arc<Domain>,
+    mapping: RwLock<BTreeMap<u64, Arc<Folio>>>,
+    dirty_index: Mutex<BTreeSet<u64>>,
+    /// Logical file size in bytes.
+    size: AtomicU64,
+    on_disk_len_max: AtomicU64,
+    /// Serializes size changes against each other and backing-size fixes.
+    size_lock: Mutex<()>,
+    /// Size changed since the last successful store sync: use fsync, not
+    /// fdatasync.
+    size_changed: AtomicBool,
+    pub errseq: ErrSeq,
+    tickets: Mutex<Tickets>,
+    tickets_done: Condvar,
+    /// Queued on the domain's dirty list.
+    pub on_dirty_list: AtomicBool,
+    /// When the inode went from clean to dirty (ns since the cache epoch).
+    pub dirtied_when_ns: AtomicU64,
+    /// Open handles.
+    pub handles: AtomicUsize,
+    /// Where the next cyclic writeback pass starts (folio index).
+    writeback_cursor: AtomicU64,
+}
+
+impl Inode {
+    pub fn new(
+        id: u64,
+        path: PathBuf,
+        store: Arc<dyn BackingStore>,
+        writable: bool,
+        shared: Arc<Shared>,
+        domain: Arc<Domain>,
+    ) -> Inode {
+        let info = store.info().clone();
+        let len = info.len_at_open;
+        Inode {
+            id,
+            path,
+            info,
+            store: Mutex::new(store),
+            store_writable: AtomicBool::new(writable),
+            shared,
+            domain,
+            mapping: RwLock::new(BTreeMap::new()),
+            dirty_index: Mutex::new(BTreeSet::new()),
+            size: AtomicU64::new(len),
+            on_disk_len_max: AtomicU64::new(len.div_ceil(BLOCK) * BLOCK),
+            size_lock: Mutex::new(()),
+            size_changed: AtomicBool::new(false),
+            errseq: ErrSeq::default(),
+            tickets: Mutex::new(Tickets::default()),
+            tickets_done: Condvar::new(),
+            on_dirty_list: AtomicBool::new(false),
+            dirtied_when_ns: AtomicU64::new(0),
+            handles: AtomicUsize::new(0),
+            writeback_cursor: AtomicU64::new(0),
+        }
+    }
+
+    pub fn store(&self) -> Arc<dyn BackingStore> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces a read-only store with a writable one opened by a later
+    /// handle, so writeback can write.
+    pub fn upgrade_store(&self, store: Arc<dyn BackingStore>) {
+        if !self.store_writable.swap(true, Ordering::AcqRel) {
+            *self.store.lock().unwrap_or_else(|e| e.into_inner()) = store;
+        }
+    }
+
+    pub fn is_store_writable(&self) -> bool {
+        self.store_writable.load(Ordering::Acquire)
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    fn mapping_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u64, Arc<Folio>>> {
+        self.mapping.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mapping_write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, Arc<Folio>>> {
+        self.mapping.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dirty_index(&self) -> MutexGuard<'_, BTreeSet<u64>> {
+        self.dirty_index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn has_dirty(&self) -> bool {
+        !self.dirty_index().is_empty()
+    }
+
+    pub fn nr_folios(&self) -> usize {
+        self.mapping_read().len()
+    }
+
+    /// The folio covering `block`, if cached.
+    pub fn find(&self, block: u64) -> Option<Arc<Folio>> {
+        find_in(&self.mapping_read(), block).cloned()
+    }
+
+    /// Finds the folio covering `block` or inserts a new one. A new folio is
+    /// the largest naturally aligned power of two that starts at `block`, ends
+    /// at or before `limit_block` and overlaps no cached folio; it is empty
+    /// (nothing uptodate) and marked `read_in_flight` when `for_fill`.
+    /// Returns the folio and whether it was created here.
+    pub fn find_or_create(self: &Arc<Self>, block: u64, limit_block: u64, for_fill: bool) -> io::Result<(Arc<Folio>, bool)> {
+        debug_assert!(limit_block > block);
+        if let Some(f) = self.find(block) {
+            return Ok((f, false));
+        }
+        let max_order = (self.shared.config.folio_max_bytes / BLOCK).trailing_zeros() as u8;
+        let order = choose_order(&self.mapping_read(), block, limit_block, max_order);
+        let reserved = (BLOCK_SIZE << order) as u64;
+        // Reserve memory (may evict) before taking the mapping lock: eviction
+        // takes mapping locks itself.
+        self.shared.reserve_folio_memory(reserved)?;
+        let mut map = self.mapping_write();
+        if let Some(f) = find_in(&map, block) {
+            let f = f.clone();
+            drop(map);
+            self.shared.unreserve_folio_memory(reserved);
+            return Ok((f, false));
+        }
+        // The mapping may have gained neighbours meanwhile: never larger.
+        let order = choose_order(&map, block, limit_block, order);
+        let size = (BLOCK_SIZE << order) as u64;
+        let folio = Arc::new(Folio::new(block, order, for_fill));
+        map.insert(block, folio.clone());
+        drop(map);
+        if size < reserved {
+            self.shared.unreserve_folio_memory(reserved - size);
+        }
+        Counters::add(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
+        self.shared.evictor.insert(self, &folio);
+        Ok((folio, true))
+    }
+
+    /// Removes `folio` from the mapping if it is still there, clean, not
+    /// under writeback and not being filled; frees its memory. Returns
+    /// whether it was removed. Used by eviction and drop-behind.
+    pub fn try_remove_clean(&self, folio: &Arc<Folio>) -> bool {
+        let mut map = self.mapping_write();
+        match map.get(&folio.index) {
+            Some(f) if Arc::ptr_eq(f, folio) => {}
+            _ => return false,
+        }
+        let mut st = folio.lock();
+        if st.removed || st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight {
+            return false;
+        }
+        map.remove(&folio.index);
+        self.release_removed(folio, &mut st);
+        true
+    }
+
+    /// Bookkeeping for a folio just taken out of the mapping (folio locked).
+    fn release_removed(&self, folio: &Folio, st: &mut FolioState) {
+        assert!(!st.removed, "a folio is removed once");
+        assert_eq!(st.nr_dirty, 0, "removed folios are clean");
+        st.removed = true;
+        // Free the memory now; an eviction queue may still hold the Arc.
+        st.buf = Arc::new(AlignedBuf::zeroed(0));
+        let c = &self.shared.counters;
+        Counters::sub(&c.cached_bytes, folio.size_bytes() as u64);
+        Counters::sub(&c.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
+        self.shared.memory_freed();
+    }
+
+    /// Makes blocks `[start, end)` of a locked folio uptodate: blocks at or
+    /// beyond the on-disk length become zeros, the rest are read (one I/O
+    /// per contiguous run). Only the named blocks are read, never the folio.
+    fn fill_blocks(&self, folio: &Folio, st: &mut FolioState, start: usize, end: usize) -> io::Result<()> {
+        let disk_blocks = self.on_disk_len_max.load(Ordering::Acquire).div_ceil(BLOCK);
+        let mut b = start;
+        while b < end {
+            if st.all_uptodate || st.uptodate.get(b) {
+                b += 1;
+                continue;
+            }
+            let mut e = b + 1;
+            while e < end && !st.uptodate.get(e) {
+                e += 1;
+            }
+            let abs = folio.index + b as u64;
+            let read_end = (folio.index + e as u64).min(disk_blocks.max(abs));
+            if st.buf.len() > 0 && Arc::strong_count(&st.buf) > 1 {
+                Counters::add(&self.shared.counters.cow_copies, 1);
+            }
+            let buf = Arc::make_mut(&mut st.buf);
+            let bytes = &mut buf[b * BLOCK_SIZE..e * BLOCK_SIZE];
+            bytes.fill(0);
+            if read_end > abs {
+                let n = ((read_end - abs) * BLOCK) as usize;
+                let store = self.store();
+                crate::io::read_full(&*store, &mut bytes[..n], abs * BLOCK, IoPriority::Sync)?;
+                // A short read is a hole or end of file: the zeros stand.
+            }
+            st.set_uptodate(folio.nr_blocks(), b, e);
+            b = e;
+        }
+        Ok(())
+    }
+
+    /// Fills every missing folio in blocks `[start, end)` with one batch of
+    /// reads. Folios inserted here are `read_in_flight` until their read
+    /// completes, so concurrent readers wait for this I/O instead of issuing
+    /// their own. Errors leave the folio out of the mapping.
+    pub fn fill_range(self: &Arc<Self>, start: u64, end: u64, priority: IoPriority) -> io::Result<()> {
+        self.fill_range_marked(start, end, priority, false)
+    }
+
+    /// [`Inode::fill_range`]; `dropbehind` marks the folios it creates for
+    /// dropping after use (uncached reads).
+    fn fill_range_marked(self: &Arc<Self>, start: u64, end: u64, priority: IoPriority, dropbehind: bool) -> io::Result<()> {
+        let mut created = Vec::new();
+        let mut b = start;
+        while b < end {
+            match self.find_or_create(b, end, true) {
+                Ok((f, new)) => {
+                    b = f.end_index();
+                    if new {
+                        if dropbehind {
+                            f.dropbehind.store(true, Ordering::Relaxed);
+                        }
+                        created.push(f);
+                    }
+                }
+                Err(e) => {
+                    if created.is_empty() {
+                        return Err(e);
+                    }
+                    break;
+                }
+            }
+        }
+        if created.is_empty() {
+            return Ok(());
+        }
+        // Take the buffers out so the I/O can write them without the lock;
+        // nobody else touches a read_in_flight folio's buffer.
+        let mut bufs: Vec<Arc<AlignedBuf>> = created
+            .iter()
+            .map(|f| std::mem::replace(&mut f.lock().buf, Arc::new(AlignedBuf::zeroed(0))))
+            .collect();
+        let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
+        let store = self.store();
+        let mut results: Vec<io::Result<()>> = Vec::with_capacity(created.len());
+        {
+            let mut ops = Vec::new();
+            let mut op_folio = Vec::new();
+            for (i, (f, buf)) in created.iter().zip(bufs.iter_mut()).enumerate() {
+                let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
+                let want = disk_len.saturating_sub(f.offset()).min(buf.len() as u64) as usize;
+                if want > 0 {
+                    ops.push(IoOp::read(f.offset(), &mut buf[..want], priority));
+                    op_folio.push(i);
+                }
+                results.push(Ok(()));
+            }
+            run_batch(&*store, &mut ops);
+            for (op, i) in ops.iter_mut().zip(op_folio) {
+                if let Some(Err(e)) = op.result.take() {
+                    results[i] = Err(e);
+                }
+            }
+        }
+        let mut first_err = None;
+        let mut read_bytes = 0u64;
+        for ((f, buf), result) in created.iter().zip(bufs).zip(results) {
+            let mut st = f.lock();
+            st.buf = buf;
+            st.read_in_flight = false;
+            match result {
+                Ok(()) => {
+                    st.set_uptodate(f.nr_blocks(), 0, f.nr_blocks());
+                    read_bytes += f.size_bytes() as u64;
+                    st.check(f.nr_blocks());
+                    drop(st);
+                }
+                Err(e) => {
+                    drop(st);
+                    self.remove_failed_fill(f);
+                    first_err.get_or_insert(e);
+                }
+            }
+            f.filled.notify_all();
+        }
+        if priority == IoPriority::Async {
+            Counters::add(&self.shared.counters.readahead_bytes, read_bytes);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn remove_failed_fill(&self, folio: &Arc<Folio>) {
+        let mut map = self.mapping_write();
+        if matches!(map.get(&folio.index), Some(f) if Arc::ptr_eq(f, folio)) {
+            map.remove(&folio.index);
+            let mut st = folio.lock();
+            self.release_removed(folio, &mut st);
+        }
+    }
+
+    /// Copies file bytes `[off, off + buf.len())` (clipped to the size) into
+    /// `buf`, filling missing folios with one I/O each. Returns bytes read.
+    /// With `dontcache`, folios this read brought in are dropped once the
+    /// read has copied up to their end; a cached read clears drop-behind.
+    pub fn read_at(self: &Arc<Self>, buf: &mut [u8], off: u64, dontcache: bool) -> io::Result<usize> {
+        let size = self.size();
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(size - off) as usize;
+        let end_block = (off + len as u64).div_ceil(BLOCK);
+        let mut done = 0usize;
+        let mut missed = false;
+        while done < len {
+            let pos = off + done as u64;
+            let block = pos / BLOCK;
+            let Some(folio) = self.find(block) else {
+                missed = true;
+                self.fill_range_marked(block, end_block, IoPriority::Sync, dontcache)?;
+                continue;
+            };
+            let Some(mut st) = folio.lock_filled() else { continue };
+            let folio_off = (pos - folio.offset()) as usize;
+            let n = (folio.size_bytes() - folio_off).min(len - done);
+            let first = folio_off / BLOCK_SIZE;
+            let last = (folio_off + n).div_ceil(BLOCK_SIZE);
+            if !st.is_uptodate(first, last) {
+                missed = true;
+                self.fill_blocks(&folio, &mut st, first, last)?;
+            }
+            buf[done..done + n].copy_from_slice(&st.buf[folio_off..folio_off + n]);
+            let clean = st.nr_dirty == 0 && st.nr_writeback == 0;
+            drop(st);
+            if !dontcache {
+                folio.dropbehind.store(false, Ordering::Relaxed);
+                folio.mark_accessed();
+            } else if clean && folio_off + n == folio.size_bytes() && folio.dropbehind.load(Ordering::Relaxed) {
+                self.try_remove_clean(&folio);
+            }
+            done += n;
+        }
+        let counter = if missed { &self.shared.counters.misses } else { &self.shared.counters.hits };
+        Counters::add(counter, 1);
+        Ok(len)
+    }
+
+    /// Copies `data` into the cache at `off` and marks it dirty. Each folio's
+    /// part is copied under that folio's lock (atomic per folio). Returns the
+    /// `(bytes copied, bytes newly dirtied)`; fewer bytes copied than asked
+    /// only when an error stopped the write part-way (a short write).
+    pub fn write_at(self: &Arc<Self>, data: &[u8], off: u64, dontcache: bool) -> io::Result<(usize, u64)> {
+        let end = off + data.len() as u64;
+        let end_block = end.div_ceil(BLOCK);
+        let mut done = 0usize;
+        let mut newly_dirty_blocks = 0u64;
+        let mut newly_dontcache_blocks = 0u64;
+        let mut result = Ok(());
+        while done < data.len() {
+            let pos = off + done as u64;
+            let block = pos / BLOCK;
+            let folio = match self.find_or_create(block, end_block, false) {
+                Ok((f, _)) => f,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            let Some(mut st) = folio.lock_filled() else { continue };
+            let folio_off = (pos - folio.offset()) as usize;
+            let n = (folio.size_bytes() - folio_off).min(data.len() - done);
+            let first = folio_off / BLOCK_SIZE;
+            let last = (folio_off + n).div_ceil(BLOCK_SIZE);
+            if !st.all_uptodate {
+                // Only a partly covered edge block needs its old contents.
+                if folio_off % BLOCK_SIZE != 0 {
+                    if let Err(e) = self.fill_blocks(&folio, &mut st, first, first + 1) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                if (folio_off + n) % BLOCK_SIZE != 0 {
+                    if let Err(e) = self.fill_blocks(&folio, &mut st, last - 1, last) {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            if Arc::strong_count(&st.buf) > 1 {
+                // Writeback holds the old buffer: copy instead of waiting.
+                Counters::add(&self.shared.counters.cow_copies, 1);
+            }
+            Arc::make_mut(&mut st.buf)[folio_off..folio_off + n].copy_from_slice(&data[done..done + n]);
+            st.set_uptodate(folio.nr_blocks(), first, last);
+            let was_clean = st.nr_dirty == 0;
+            let newly = st.set_dirty(first, last);
+            if newly > 0 {
+                if dontcache {
+                    st.dontcache_dirty += newly;
+                    newly_dontcache_blocks += newly as u64;
+                }
+                if was_clean {
+                    self.dirty_index().insert(folio.index);
+                }
+            }
+            if dontcache {
+                folio.dropbehind.store(true, Ordering::Relaxed);
+            } else {
+                folio.dropbehind.store(false, Ordering::Relaxed);
+                folio.mark_accessed();
+            }
+            st.check(folio.nr_blocks());
+            drop(st);
+            newly_dirty_blocks += newly as u64;
+            done += n;
+        }
+        if done > 0 && self.size.fetch_max(off + done as u64, Ordering::AcqRel) < off + done as u64 {
+            self.size_changed.store(true, Ordering::Release);
+        }
+        let newly_bytes = newly_dirty_blocks * BLOCK;
+        if newly_bytes > 0 {
+            self.domain.account_dirtied(self, newly_bytes, newly_dontcache_blocks * BLOCK);
+        }
+        match result {
+            // Bytes copied before an error stay written, as a short write.
+            Err(e) if done == 0 => Err(e),
+            _ => Ok((done, newly_bytes)),
+        }
+    }
+
+    fn ticket_begin(&self) -> u64 {
+        let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        t.last_issued += 1;
+        let ticket = t.last_issued;
+        t.in_flight.insert(ticket);
+        ticket
+    }
+
+    fn ticket_end(&self, ticket: u64) {
+        let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(t.in_flight.remove(&ticket), "ticket {ticket} ends once");
+        drop(t);
+        self.tickets_done.notify_all();
+    }
+
+    /// Waits until every writeback that began before this call has ended.
+    pub fn wait_writeback_before_now(&self) {
+        let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        let sample = t.last_issued;
+        while t.in_flight.first().is_some_and(|&first| first <= sample) {
+            t = self.tickets_done.wait(t).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Takes dirty blocks (whole folios, in file order from the cyclic
+    /// cursor, or from the start when `from_start`) until about `max_bytes`,
+    /// marks them under writeback and returns them as chunks.
+    fn collect_dirty(&self, max_bytes: u64, from_start: bool) -> Vec<WbChunk> {
+        let cursor = if from_start { 0 } else { self.writeback_cursor.load(Ordering::Relaxed) };
+        let keys: Vec<u64> = {
+            let idx = self.dirty_index();
+            idx.range(cursor..).chain(idx.range(..cursor)).copied().collect()
+        };
+        let mut chunks = Vec::new();
+        let mut taken = 0u64;
+        let mut taken_dontcache = 0u64;
+        for key in keys {
+            if taken >= max_bytes {
+                break;
+            }
+            let Some(folio) = self.find(key) else { continue };
+            let mut st = folio.lock();
+            if st.removed || st.nr_dirty == 0 {
+                continue;
+            }
+            let nr_blocks = folio.nr_blocks();
+            for (start, end) in st.dirty.runs(nr_blocks) {
+                st.dirty.clear_range(start, end);
+                st.writeback.set_range(start, end);
+                chunks.push(WbChunk { folio: folio.clone(), buf: st.buf.clone(), start, end, result: None });
+            }
+            taken += st.nr_dirty as u64 * BLOCK;
+            st.nr_writeback += st.nr_dirty;
+            st.nr_dirty = 0;
+            taken_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64 * BLOCK;
+            assert!(self.dirty_index().remove(&folio.index), "dirty folio was indexed");
+            st.check(nr_blocks);
+            self.writeback_cursor.store(folio.end_index(), Ordering::Relaxed);
+        }
+        self.domain.account_writeback_started(taken, taken_dontcache);
+        chunks
+    }
+
+    /// One writeback pass: takes up to `max_bytes` of dirty data, writes it
+    /// with I/Os of up to `io_max` merged across folios, and completes it.
+    /// Failed blocks become dirty again and the error is recorded in the
+    /// errseq. Clean drop-behind folios are dropped afterwards.
+    pub fn writeback(self: &Arc<Self>, reason: Reason, max_bytes: u64, priority: IoPriority) -> WritebackOutcome {
+        let ticket = self.ticket_begin();
+        let mut chunks = self.collect_dirty(max_bytes, reason == Reason::Fsync || reason == Reason::Close);
+        let mut outcome = WritebackOutcome::default();
+        if !chunks.is_empty() {
+            chunks.sort_by_key(|c| c.offset());
+            let started = Instant::now();
+            self.submit_chunks(&mut chunks, priority);
+            let elapsed = started.elapsed();
+            self.complete_chunks(chunks, reason, &mut outcome);
+            self.domain.update_bandwidth(outcome.written_bytes, elapsed);
+        }
+        self.ticket_end(ticket);
+        if outcome.written_bytes > 0 {
+            if let Err(e) = self.fix_backing_size() {
+                self.record_error(&e, &mut outcome);
+            }
+        }
+        outcome
+    }
+
+    /// Splits chunks to at most `io_max`, merges neighbours into vectored
+    /// I/Os of at most `io_max`, and runs them as one batch.
+    fn submit_chunks(&self, chunks: &mut Vec<WbChunk>, priority: IoPriority) {
+        let io_max_blocks = (self.shared.config.io_max_bytes / BLOCK) as usize;
+        let mut split = Vec::with_capacity(chunks.len());
+        for c in chunks.drain(..) {
+            let mut s = c.start;
+            while s < c.end {
+                let e = (s + io_max_blocks).min(c.end);
+                split.push(WbChunk { folio: c.folio.clone(), buf: c.buf.clone(), start: s, end: e, result: None });
+                s = e;
+            }
+        }
+        *chunks = split;
+        let max_end = chunks.iter().map(|c| c.offset() + c.len_bytes() as u64).max().unwrap_or(0);
+        self.on_disk_len_max.fetch_max(max_end, Ordering::AcqRel);
+        // Group consecutive chunks into ops.
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        let mut i = 0;
+        while i < chunks.len() {
+            let mut j = i + 1;
+            let mut bytes = chunks[i].len_bytes();
+            while j < chunks.len()
+                && chunks[j].offset() == chunks[j - 1].offset() + chunks[j - 1].len_bytes() as u64
+                && bytes + chunks[j].len_bytes() <= self.shared.config.io_max_bytes as usize
+            {
+                bytes += chunks[j].len_bytes();
+                j += 1;
+            }
+            groups.push((i, j));
+            i = j;
+        }
+        let store = self.store();
+        let results: Vec<io::Result<usize>> = {
+            let mut ops: Vec<IoOp<'_>> = groups
+                .iter()
+                .map(|&(i, j)| {
+                    let bufs = chunks[i..j]
+                        .iter()
+                        .map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE])
+                        .collect();
+                    IoOp::write(chunks[i].offset(), bufs, priority)
+                })
+                .collect();
+            run_batch(&*store, &mut ops);
+            ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect()
+        };
+        for (&(i, j), result) in groups.iter().zip(results) {
+            for c in &mut chunks[i..j] {
+                c.result = Some(match &result {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))),
+                });
+            }
+        }
+    }
+
+    fn record_error(&self, e: &io::Error, outcome: &mut WritebackOutcome) {
+        let errno = e.raw_os_error().unwrap_or(libc::EIO);
+        self.errseq.record(errno);
+        Counters::add(&self.shared.counters.writeback_errors, 1);
+        outcome.first_error.get_or_insert(errno);
+    }
+
+    fn complete_chunks(self: &Arc<Self>, chunks: Vec<WbChunk>, reason: Reason, outcome: &mut WritebackOutcome) {
+        let mut redirtied_bytes = 0u64;
+        let mut done_bytes = 0u64;
+        let mut drop_candidates: Vec<Arc<Folio>> = Vec::new();
+        for c in chunks {
+            let bytes = c.len_bytes() as u64;
+            done_bytes += bytes;
+            let mut st = c.folio.lock();
+            let cleared = st.writeback.clear_range(c.start, c.end);
+            assert_eq!(cleared, c.end - c.start, "blocks under writeback complete once");
+            st.nr_writeback -= cleared;
+            match c.result.expect("every chunk has a result") {
+                Ok(()) => outcome.written_bytes += bytes,
+                Err(e) => {
+                    outcome.failed_bytes += bytes;
+                    self.record_error(&e, outcome);
+                    if !st.removed {
+                        // fsyncgate: the data stays dirty so a later fsync
+                        // retries it; never report it clean.
+                        let was_clean = st.nr_dirty == 0;
+                        let newly = st.set_dirty(c.start, c.end);
+                        redirtied_bytes += newly as u64 * BLOCK;
+                        if was_clean && newly > 0 {
+                            self.dirty_index().insert(c.folio.index);
+                        }
+                    }
+                }
+            }
+            st.check(c.folio.nr_blocks());
+            let droppable = !st.removed && st.nr_dirty == 0 && st.nr_writeback == 0;
+            drop(st);
+            if droppable && c.folio.dropbehind.load(Ordering::Relaxed) {
+                drop_candidates.push(c.folio);
+            }
+        }
+        self.domain.account_writeback_done(done_bytes, outcome.written_bytes, reason);
+        if redirtied_bytes > 0 {
+            self.domain.account_dirtied(self, redirtied_bytes, 0);
+        }
+        drop_candidates.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        for f in drop_candidates {
+            self.try_remove_clean(&f);
+        }
+    }
+
+    /// Sets the backing store's length to the logical size if they differ
+    /// (O_DIRECT writes whole tail blocks; truncation happens here).
+    pub fn fix_backing_size(&self) -> io::Result<()> {
+        if self.info.is_block_device || !self.is_store_writable() {
+            return Ok(());
+        }
+        let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let size = self.size();
+        let store = self.store();
+        if store.len()? != size {
+            store.set_len(size)?;
+            self.size_changed.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// fsync/fdatasync for one handle: write every block dirty now, wait for
+    /// writeback that began earlier, fix the size, sync the store, then
+    /// report any error since the handle's cursor.
+    pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
+        let outcome = self.writeback(Reason::Fsync, u64::MAX, IoPriority::Sync);
+        self.wait_writeback_before_now();
+        let mut sync_result = Ok(());
+        if outcome.first_error.is_none() && self.is_store_writable() {
+            sync_result = self.fix_backing_size().and_then(|_| {
+                let size_changed = self.size_changed.swap(false, Ordering::AcqRel);
+                let r = self.store().sync(data_only && !size_changed);
+                if r.is_err() && size_changed {
+                    self.size_changed.store(true, Ordering::Release);
+                }
+                r
+            });
+            if let Err(e) = &sync_result {
+                let mut ignored = WritebackOutcome::default();
+                self.record_error(e, &mut ignored);
+            }
+        }
+        self.errseq.check_and_advance(cursor)?;
+        sync_result
+    }
+
+    /// Changes the logical size. Shrinking drops cached data beyond the new
+    /// size (dirty or not), zeroes the tail of the last folio, waits for
+    /// writeback in flight and truncates the store at once, so no stale
+    /// bytes can reappear when the file grows again.
+    pub fn set_len(&self, new_size: u64) -> io::Result<()> {
+        if self.info.is_block_device {
+            if new_size == self.size() {
+                return Ok(());
+            }
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a block device's size cannot change"));
+        }
+        let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.size();
+        if new_size < old {
+            let first_gone_block = new_size.div_ceil(BLOCK);
+            let mut unaccount_blocks = 0u64;
+            let mut unaccount_dontcache = 0u64;
+            {
+                let mut map = self.mapping_write();
+                // Zero the tail of a folio straddling the new size.
+                if let Some(f) = find_in(&map, new_size / BLOCK).cloned() {
+                    let mut st = f.lock();
+                    while st.read_in_flight {
+                        st = f.filled.wait(st).unwrap_or_else(|e| e.into_inner());
+                    }
+                    let from = (new_size - f.offset()) as usize;
+                    if f.offset() < new_size {
+                        Arc::make_mut(&mut st.buf)[from..].fill(0);
+                        let first_clear = from.div_ceil(BLOCK_SIZE);
+                        let cleared = st.dirty.clear_range(first_clear, f.nr_blocks());
+                        st.nr_dirty -= cleared;
+                        unaccount_blocks += cleared as u64;
+                        if st.nr_dirty == 0 {
+                            self.dirty_index().remove(&f.index);
+                            unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
+                        }
+                        st.check(f.nr_blocks());
+                    }
+                }
+                let doomed: Vec<u64> = map.range(first_gone_block..).map(|(&k, _)| k).collect();
+                for key in doomed {
+                    let f = map.get(&key).expect("key just listed").clone();
+                    if f.offset() < new_size {
+                        continue; // the straddling folio, handled above
+                    }
+                    let mut st = f.lock();
+                    while st.read_in_flight {
+                        st = f.filled.wait(st).unwrap_or_else(|e| e.into_inner());
+                    }
+                    unaccount_blocks += st.nr_dirty as u64;
+                    unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
+                    st.dirty.clear_range(0, f.nr_blocks());
+                    st.nr_dirty = 0;
+                    self.dirty_index().remove(&f.index);
+                    map.remove(&key);
+                    self.release_removed(&f, &mut st);
+                }
+            }
+            self.size.store(new_size, Ordering::Release);
+            self.domain.account_discarded(unaccount_blocks * BLOCK, unaccount_dontcache * BLOCK);
+            self.wait_writeback_before_now();
+        } else {
+            self.size.store(new_size, Ordering::Release);
+        }
+        self.size_changed.store(true, Ordering::Release);
+        let store = self.store();
+        store.set_len(new_size)?;
+        let disk = new_size.div_ceil(BLOCK) * BLOCK;
+        if new_size < old {
+            self.on_disk_len_max.store(disk, Ordering::Release);
+        } else {
+            self.on_disk_len_max.fetch_max(disk, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Drops every clean folio (used when the cache closes).
+    pub fn drop_all_clean(&self) {
+        let folios: Vec<Arc<Folio>> = self.mapping_read().values().cloned().collect();
+        for f in folios {
+            self.try_remove_clean(&f);
+        }
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.shared.epoch.elapsed().as_nanos() as u64
+    }
+
+    pub fn dirtied_at(&self) -> Instant {
+        self.shared.epoch + std::time::Duration::from_nanos(self.dirtied_when_ns.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for Inode {
+    /// An inode goes away at cache close or when idle; folios still mapped
+    /// (busy at that moment) give their memory back here.
+    fn drop(&mut self) {
+        let map = std::mem::take(self.mapping.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for folio in map.into_values() {
+            let mut st = folio.lock();
+            if !st.removed {
+                st.dirty.clear_range(0, folio.nr_blocks());
+                st.nr_dirty = 0;
+                self.release_removed(&folio, &mut st);
+            }
+        }
+    }
+}
+
+fn find_in(map: &BTreeMap<u64, Arc<Folio>>, block: u64) -> Option<&Arc<Folio>> {
+    map.range(..=block).next_back().map(|(_, f)| f).filter(|f| f.end_index() > block)
+}
+
+/// The order of a new folio at `block`: the largest order not above
+/// `max_order` whose folio is naturally aligned at `block`, ends at or
+/// before `limit_block` (so it follows the request's size and alignment)
+/// and overlaps no folio already in `map`.
+pub fn choose_order(map: &BTreeMap<u64, Arc<Folio>>, block: u64, limit_block: u64, max_order: u8) -> u8 {
+    let next_start = map.range(block + 1..).next().map(|(&k, _)| k).unwrap_or(u64::MAX);
+    let limit = limit_block.min(next_start);
+    let mut order = max_order;
+    while order > 0 {
+        let n = 1u64 << order;
+        if block % n == 0 && block + n <= limit {
+            break;
+        }
+        order -= 1;
+    }
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_follows_size_alignment_and_neighbours() {
+        let mut map = BTreeMap::new();
+        assert_eq!(choose_order(&map, 0, 1, 9), 0, "a 1 KiB write gets one block");
+        assert_eq!(choose_order(&map, 0, 512, 9), 9, "2 MiB aligned write");
+        assert_eq!(choose_order(&map, 0, 10_000, 9), 9, "capped at folio_max");
+        assert_eq!(choose_order(&map, 256, 1024, 9), 8, "alignment limits the order");
+        assert_eq!(choose_order(&map, 3, 1024, 9), 0, "odd block");
+        map.insert(8, Arc::new(Folio::new(8, 0, false)));
+        assert_eq!(choose_order(&map, 0, 512, 9), 3, "a neighbour limits the order");
+    }
+}

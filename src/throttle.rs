@@ -1,0 +1,146 @@
+//! Dirty throttling policy: pure functions from counters to a pause, modelled
+//! on the kernel's `balance_dirty_pages` (position control with bounded
+//! pauses). No state and no clock here, so it is tested exhaustively.
+//!
+//! Below the *freerun* point, the midpoint between `dirty_background` and
+//! `dirty_limit`, writers never pause. Between freerun and the limit a writer
+//! may dirty at `write_bw * pos_ratio`, where `pos_ratio` falls smoothly
+//! (cubically) from 2 at freerun to 0 at the limit, and its pause is the time
+//! its newly dirtied bytes take at that rate, capped at `pause_max`. At or
+//! over the limit every check pauses `pause_max` (the caller re-checks), so
+//! dirty memory stays bounded while the pause curve has no cliff before it.
+
+use std::time::Duration;
+
+/// Counters the policy decides from.
+#[derive(Clone, Copy, Debug)]
+pub struct ThrottleInput {
+    /// Dirty bytes now (cache-wide).
+    pub nr_dirty_bytes: u64,
+    pub dirty_background_bytes: u64,
+    pub dirty_limit_bytes: u64,
+    /// Measured writeback bandwidth, bytes per second.
+    pub write_bw_bytes_per_s: u64,
+    /// Bytes this writer dirtied since its last check.
+    pub dirtied_bytes: u64,
+    pub pause_max: Duration,
+}
+
+/// The point below which writers run free.
+pub fn freerun_bytes(dirty_background_bytes: u64, dirty_limit_bytes: u64) -> u64 {
+    dirty_background_bytes + (dirty_limit_bytes.saturating_sub(dirty_background_bytes)) / 2
+}
+
+/// Position ratio in [0, 2]: 2 at freerun, 1 near a quarter of the way to
+/// the limit, 0 at the limit. Monotonically non-increasing in dirty bytes.
+pub fn pos_ratio(input: &ThrottleInput) -> f64 {
+    let freerun = freerun_bytes(input.dirty_background_bytes, input.dirty_limit_bytes);
+    if input.nr_dirty_bytes <= freerun {
+        return 2.0;
+    }
+    if input.nr_dirty_bytes >= input.dirty_limit_bytes {
+        return 0.0;
+    }
+    let span = (input.dirty_limit_bytes - freerun) as f64;
+    let x = (input.nr_dirty_bytes - freerun) as f64 / span;
+    2.0 * (1.0 - x).powi(3)
+}
+
+/// How long the writer should pause now. Zero below freerun.
+pub fn throttle_pause(input: &ThrottleInput) -> Duration {
+    let freerun = freerun_bytes(input.dirty_background_bytes, input.dirty_limit_bytes);
+    if input.nr_dirty_bytes <= freerun {
+        return Duration::ZERO;
+    }
+    if input.nr_dirty_bytes >= input.dirty_limit_bytes {
+        return input.pause_max;
+    }
+    // A floor keeps the rate positive before the first bandwidth sample.
+    let bw = input.write_bw_bytes_per_s.max(1 << 20) as f64;
+    let rate = bw * pos_ratio(input);
+    if rate <= 0.0 {
+        return input.pause_max;
+    }
+    let pause_s = input.dirtied_bytes as f64 / rate;
+    Duration::from_secs_f64(pause_s).min(input.pause_max)
+}
+
+/// Bytes a writer may dirty between two checks (the kernel's
+/// `ratelimit_pages`): small enough that a writer cannot overshoot the limit
+/// by much, large enough that checks are rare on the hot path.
+pub fn ratelimit_bytes(dirty_limit_bytes: u64) -> u64 {
+    (dirty_limit_bytes / 256).clamp(16 << 10, 1 << 20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn input(dirty: u64) -> ThrottleInput {
+        ThrottleInput {
+            nr_dirty_bytes: dirty,
+            dirty_background_bytes: 100 * MIB,
+            dirty_limit_bytes: 250 * MIB,
+            write_bw_bytes_per_s: 500 * MIB,
+            dirtied_bytes: MIB,
+            pause_max: Duration::from_millis(200),
+        }
+    }
+
+    #[test]
+    fn no_pause_below_freerun() {
+        assert_eq!(freerun_bytes(100 * MIB, 250 * MIB), 175 * MIB);
+        for dirty in [0, 50 * MIB, 175 * MIB] {
+            assert_eq!(throttle_pause(&input(dirty)), Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn pause_grows_smoothly_with_excess_and_has_no_cliff() {
+        let mut prev = Duration::ZERO;
+        let step = MIB / 16;
+        let mut dirty = 175 * MIB;
+        while dirty < 250 * MIB {
+            let p = throttle_pause(&input(dirty));
+            assert!(p >= prev, "pause is monotonic at {dirty}");
+            // No cliff: one step of dirtying never adds more than a quarter
+            // of the maximum pause, except in the final approach where the
+            // pause saturates at pause_max.
+            if p < Duration::from_millis(200) {
+                assert!(p - prev <= Duration::from_millis(50), "jump at {dirty}: {prev:?} -> {p:?}");
+            }
+            prev = p;
+            dirty += step;
+        }
+        assert_eq!(throttle_pause(&input(250 * MIB)), Duration::from_millis(200));
+        assert_eq!(throttle_pause(&input(999 * MIB)), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn faster_writeback_means_shorter_pauses() {
+        let mut slow = input(200 * MIB);
+        slow.write_bw_bytes_per_s = 50 * MIB;
+        let fast = input(200 * MIB);
+        assert!(throttle_pause(&slow) > throttle_pause(&fast));
+    }
+
+    #[test]
+    fn pos_ratio_is_bounded_and_monotonic() {
+        let mut prev = 2.0;
+        for i in 0..=300 {
+            let r = pos_ratio(&input(i * MIB));
+            assert!((0.0..=2.0).contains(&r));
+            assert!(r <= prev + 1e-12);
+            prev = r;
+        }
+    }
+
+    #[test]
+    fn ratelimit_is_clamped() {
+        assert_eq!(ratelimit_bytes(0), 16 << 10);
+        assert_eq!(ratelimit_bytes(64 * MIB), 256 << 10);
+        assert_eq!(ratelimit_bytes(1 << 40), 1 << 20);
+    }
+}
