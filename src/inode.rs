@@ -355,20 +355,22 @@ impl Inode {
             let mut st = f.lock();
             st.buf = buf;
             st.read_in_flight = false;
-            match result {
-                Ok(()) => {
-                    st.set_uptodate(f.nr_blocks(), 0, f.nr_blocks());
-                    read_bytes += f.size_bytes() as u64;
-                    st.check(f.nr_blocks());
-                    drop(st);
-                }
-                Err(e) => {
-                    drop(st);
-                    self.remove_failed_fill(f);
-                    first_err.get_or_insert(e);
-                }
+            let ok = result.is_ok();
+            if ok {
+                st.set_uptodate(f.nr_blocks(), 0, f.nr_blocks());
+                read_bytes += f.size_bytes() as u64;
             }
+            st.check(f.nr_blocks());
+            drop(st);
+            // Wake waiters before taking the mapping lock: a truncate holding
+            // it may be one of them.
             f.filled.notify_all();
+            if let Err(e) = result {
+                // Unless a writer dirtied it meanwhile, forget the folio so
+                // the next reader retries the read.
+                self.try_remove_clean(f);
+                first_err.get_or_insert(e);
+            }
         }
         if priority == IoPriority::Async {
             Counters::add(&self.shared.counters.readahead_bytes, read_bytes);
@@ -376,15 +378,6 @@ impl Inode {
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
-        }
-    }
-
-    fn remove_failed_fill(&self, folio: &Arc<Folio>) {
-        let mut map = self.mapping_write();
-        if matches!(map.get(&folio.index), Some(f) if Arc::ptr_eq(f, folio)) {
-            map.remove(&folio.index);
-            let mut st = folio.lock();
-            self.release_removed(folio, &mut st);
         }
     }
 
