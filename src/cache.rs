@@ -194,6 +194,38 @@ impl Shared {
         }
     }
 
+    /// Called before a write of `len` bytes: while the write could push
+    /// dirty memory past `dirty_limit`, kick writeback and wait for it. This
+    /// keeps a writer's peak dirty at or under the limit (concurrent writers
+    /// can each overshoot by at most one write).
+    ///
+    /// When writeback keeps failing (the dirty data cannot leave the cache)
+    /// the writer gets `EIO` after a second instead of hanging; nothing of
+    /// its write was applied.
+    pub fn wait_for_dirty_room(&self, domain: &Domain, len: u64) -> io::Result<()> {
+        let limit = self.config.dirty_limit_bytes;
+        let room = len.min(limit / 4);
+        let started = Instant::now();
+        let errors_before = self.counters.writeback_errors.load(Ordering::Acquire);
+        let mut waited = false;
+        let mut result = Ok(());
+        while self.dirty_bytes() + room > limit && !self.is_closed() {
+            waited = true;
+            domain.kick(WORK_BACKGROUND);
+            self.wait_progress(Duration::from_millis(self.config.throttle_pause_ms_max.min(50)));
+            let failing = self.counters.writeback_errors.load(Ordering::Acquire) > errors_before;
+            if failing && started.elapsed() > Duration::from_secs(1) {
+                result = Err(io::Error::from_raw_os_error(libc::EIO));
+                break;
+            }
+        }
+        if waited {
+            Counters::add(&self.counters.throttle_events, 1);
+            Counters::add(&self.counters.throttle_us_total, started.elapsed().as_micros() as u64);
+        }
+        result
+    }
+
     /// Queues an asynchronous readahead of blocks `[start, end)`.
     pub fn readahead_async(&self, inode: &Arc<Inode>, start_block: u64, end_block: u64) {
         if let Some(tx) = self.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {

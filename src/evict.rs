@@ -13,7 +13,6 @@
 //! inode, which re-checks the folio under the mapping and folio locks.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::folio::Folio;
@@ -145,17 +144,17 @@ impl Evictor {
             if entry.inode.strong_count() == 0 {
                 continue;
             }
-            let referenced = entry.folio.referenced.load(Ordering::Relaxed);
+            let referenced = entry.folio.reference_count();
             if busy || (from == Queue::Main && referenced > 0) {
                 if from == Queue::Main && referenced > 0 {
-                    entry.folio.referenced.store(referenced - 1, Ordering::Relaxed);
+                    entry.folio.set_reference_count(referenced - 1);
                 }
                 q.main_bytes += bytes;
                 q.main.push_back(entry);
                 continue;
             }
             if from == Queue::Small && referenced > 0 {
-                entry.folio.referenced.store(0, Ordering::Relaxed);
+                entry.folio.set_reference_count(0);
                 q.main_bytes += bytes;
                 q.main.push_back(entry);
                 continue;

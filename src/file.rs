@@ -8,7 +8,7 @@
 //! and the flusher writes it.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cache::Shared;
@@ -114,6 +114,8 @@ pub struct File {
     writable: bool,
     err_cursor: Mutex<u64>,
     readahead: Mutex<Readahead>,
+    /// Where this handle's last read ended (for access accounting).
+    last_read_end: AtomicU64,
 }
 
 impl File {
@@ -126,6 +128,7 @@ impl File {
             writable: options.write,
             err_cursor: Mutex::new(cursor),
             readahead: Mutex::new(Readahead::default()),
+            last_read_end: AtomicU64::new(0),
         }
     }
 
@@ -172,7 +175,8 @@ impl File {
                 self.shared.readahead_async(&self.inode, s, e);
             }
         }
-        self.inode.read_at(&mut buf[..len as usize], off, dontcache)
+        let prev_end = self.last_read_end.swap(off + len, Ordering::Relaxed);
+        self.inode.read_at(&mut buf[..len as usize], off, dontcache, prev_end)
     }
 
     /// Writes all of `buf` at `off` into the cache (write-back). On a block
@@ -198,15 +202,7 @@ impl File {
         } else if off.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         }
-        let dontcache = flags.contains(WriteFlags::DONTCACHE);
-        let (copied, newly_dirty) = self.inode.write_at(data, off, dontcache)?;
-        if newly_dirty > 0 {
-            let domain = &self.inode.domain;
-            if dontcache {
-                domain.kick(crate::writeback::domain::WORK_START_DONTCACHE);
-            }
-            self.shared.balance_dirty(domain, newly_dirty);
-        }
+        let (copied, _newly_dirty) = self.inode.write_at(data, off, flags.contains(WriteFlags::DONTCACHE))?;
         Ok(copied)
     }
 

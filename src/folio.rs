@@ -221,6 +221,9 @@ pub struct FolioState {
     pub removed: bool,
 }
 
+/// Bit of `Folio::referenced` set by the first access.
+const TOUCHED: u8 = 0x80;
+
 /// A cached folio. `index` is the first block (offset / `BLOCK_SIZE`); the
 /// folio covers `1 << order` blocks and `index` is a multiple of that.
 pub struct Folio {
@@ -229,7 +232,8 @@ pub struct Folio {
     pub state: Mutex<FolioState>,
     /// Signalled when `read_in_flight` clears.
     pub filled: Condvar,
-    /// Eviction frequency (0..=3), bumped on access without the lock.
+    /// Eviction frequency: a touched bit plus a count 0..=3, updated on
+    /// access without the lock (see `mark_accessed`).
     pub referenced: AtomicU8,
     /// Drop after writeback when clean (uncached writes and reads).
     pub dropbehind: AtomicBool,
@@ -307,12 +311,28 @@ impl Folio {
         }
     }
 
-    /// Marks an access for the eviction policy (saturating at 3).
+    /// Marks an access for the eviction policy. The first access after the
+    /// folio was cached only sets the "touched" bit (like the kernel's
+    /// referenced → active two-step), so data used once — a scan, a stream —
+    /// never counts as hot; later accesses count up to 3.
     pub fn mark_accessed(&self) {
         let r = self.referenced.load(Ordering::Relaxed);
-        if r < 3 {
-            self.referenced.store(r + 1, Ordering::Relaxed);
+        let next = if r & TOUCHED == 0 { TOUCHED } else { TOUCHED | ((r & !TOUCHED) + 1).min(3) };
+        if next != r {
+            self.referenced.store(next, Ordering::Relaxed);
         }
+    }
+
+    /// Accesses counted beyond the first (0..=3).
+    pub fn reference_count(&self) -> u8 {
+        self.referenced.load(Ordering::Relaxed) & !TOUCHED
+    }
+
+    /// Sets the counted accesses, keeping the touched bit.
+    pub fn set_reference_count(&self, count: u8) {
+        debug_assert!(count <= 3);
+        let touched = self.referenced.load(Ordering::Relaxed) & TOUCHED;
+        self.referenced.store(touched | count, Ordering::Relaxed);
     }
 }
 

@@ -32,7 +32,7 @@ use crate::errseq::ErrSeq;
 use crate::folio::{metadata_bytes_for, AlignedBuf, Folio, FolioState};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::stats::Counters;
-use crate::writeback::domain::Domain;
+use crate::writeback::domain::{Domain, WORK_START_DONTCACHE};
 use crate::writeback::Reason;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -87,6 +87,10 @@ pub struct Inode {
     on_disk_len_max: AtomicU64,
     /// Serializes size changes against each other and backing-size fixes.
     size_lock: Mutex<()>,
+    /// Writeback I/O holds it shared; changing the backing store's length
+    /// holds it exclusively, so a truncation never races an in-flight write
+    /// beyond the old length.
+    store_len_lock: RwLock<()>,
     /// Size changed since the last successful store sync: use fsync, not
     /// fdatasync.
     size_changed: AtomicBool,
@@ -127,6 +131,7 @@ impl Inode {
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len.div_ceil(BLOCK) * BLOCK),
             size_lock: Mutex::new(()),
+            store_len_lock: RwLock::new(()),
             size_changed: AtomicBool::new(false),
             errseq: ErrSeq::default(),
             tickets: Mutex::new(Tickets::default()),
@@ -385,7 +390,10 @@ impl Inode {
     /// `buf`, filling missing folios with one I/O each. Returns bytes read.
     /// With `dontcache`, folios this read brought in are dropped once the
     /// read has copied up to their end; a cached read clears drop-behind.
-    pub fn read_at(self: &Arc<Self>, buf: &mut [u8], off: u64, dontcache: bool) -> io::Result<usize> {
+    /// `prev_end` is where this handle's previous read ended: a folio that
+    /// read already touched is not counted as accessed again (sequential
+    /// small reads of one large folio are one use, not many).
+    pub fn read_at(self: &Arc<Self>, buf: &mut [u8], off: u64, dontcache: bool, prev_end: u64) -> io::Result<usize> {
         let size = self.size();
         if off >= size || buf.is_empty() {
             return Ok(0);
@@ -416,7 +424,10 @@ impl Inode {
             drop(st);
             if !dontcache {
                 folio.dropbehind.store(false, Ordering::Relaxed);
-                folio.mark_accessed();
+                let touched_by_prev = prev_end > folio.offset() && prev_end <= folio.offset() + folio.size_bytes() as u64;
+                if !touched_by_prev {
+                    folio.mark_accessed();
+                }
             } else if clean && folio_off + n == folio.size_bytes() && folio.dropbehind.load(Ordering::Relaxed) {
                 self.try_remove_clean(&folio);
             }
@@ -435,10 +446,17 @@ impl Inode {
         let end = off + data.len() as u64;
         let end_block = end.div_ceil(BLOCK);
         let mut done = 0usize;
-        let mut newly_dirty_blocks = 0u64;
-        let mut newly_dontcache_blocks = 0u64;
+        let mut newly_dirty_bytes_total = 0u64;
         let mut result = Ok(());
+        let folio_max = self.shared.config.folio_max_bytes;
         while done < data.len() {
+            // Throttle between folios, with no lock held, so one huge write
+            // cannot run past the dirty limit or starve reclaim.
+            let remaining = (data.len() - done) as u64;
+            if let Err(e) = self.shared.wait_for_dirty_room(&self.domain, remaining.min(folio_max)) {
+                result = Err(e);
+                break;
+            }
             let pos = off + done as u64;
             let block = pos / BLOCK;
             let folio = match self.find_or_create(block, end_block, false) {
@@ -474,12 +492,17 @@ impl Inode {
             }
             Arc::make_mut(&mut st.buf)[folio_off..folio_off + n].copy_from_slice(&data[done..done + n]);
             st.set_uptodate(folio.nr_blocks(), first, last);
+            // The size covers these bytes before they can be written back,
+            // so a backing-size fix never cuts them off.
+            let new_end = pos + n as u64;
+            if self.size.fetch_max(new_end, Ordering::AcqRel) < new_end {
+                self.size_changed.store(true, Ordering::Release);
+            }
             let was_clean = st.nr_dirty == 0;
             let newly = st.set_dirty(first, last);
             if newly > 0 {
                 if dontcache {
                     st.dontcache_dirty += newly;
-                    newly_dontcache_blocks += newly as u64;
                 }
                 if was_clean {
                     self.dirty_index().insert(folio.index);
@@ -493,20 +516,22 @@ impl Inode {
             }
             st.check(folio.nr_blocks());
             drop(st);
-            newly_dirty_blocks += newly as u64;
             done += n;
-        }
-        if done > 0 && self.size.fetch_max(off + done as u64, Ordering::AcqRel) < off + done as u64 {
-            self.size_changed.store(true, Ordering::Release);
-        }
-        let newly_bytes = newly_dirty_blocks * BLOCK;
-        if newly_bytes > 0 {
-            self.domain.account_dirtied(self, newly_bytes, newly_dontcache_blocks * BLOCK);
+            if newly > 0 {
+                let newly_bytes = newly as u64 * BLOCK;
+                newly_dirty_bytes_total += newly_bytes;
+                self.domain.account_dirtied(self, newly_bytes, if dontcache { newly_bytes } else { 0 });
+                if dontcache {
+                    // Kick the flusher; never write back inline.
+                    self.domain.kick(WORK_START_DONTCACHE);
+                }
+                self.shared.balance_dirty(&self.domain, newly_bytes);
+            }
         }
         match result {
             // Bytes copied before an error stay written, as a short write.
             Err(e) if done == 0 => Err(e),
-            _ => Ok((done, newly_bytes)),
+            _ => Ok((done, newly_dirty_bytes_total)),
         }
     }
 
@@ -631,6 +656,7 @@ impl Inode {
             i = j;
         }
         let store = self.store();
+        let _io_guard = self.store_len_lock.read().unwrap_or_else(|e| e.into_inner());
         let results: Vec<io::Result<usize>> = {
             let mut ops: Vec<IoOp<'_>> = groups
                 .iter()
@@ -714,6 +740,7 @@ impl Inode {
             return Ok(());
         }
         let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _no_io = self.store_len_lock.write().unwrap_or_else(|e| e.into_inner());
         let size = self.size();
         let store = self.store();
         if store.len()? != size {
@@ -814,7 +841,10 @@ impl Inode {
         }
         self.size_changed.store(true, Ordering::Release);
         let store = self.store();
-        store.set_len(new_size)?;
+        {
+            let _no_io = self.store_len_lock.write().unwrap_or_else(|e| e.into_inner());
+            store.set_len(new_size)?;
+        }
         let disk = new_size.div_ceil(BLOCK) * BLOCK;
         if new_size < old {
             self.on_disk_len_max.store(disk, Ordering::Release);

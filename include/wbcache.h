@@ -1,0 +1,183 @@
+/*
+ * wbcache.h - C ABI of wbcache, a userspace page cache and writeback engine.
+ *
+ * wbcache gives buffered I/O (cached reads, write-back writes, fsync) on
+ * files and raw block devices without the kernel page cache; underneath it
+ * does O_DIRECT I/O through io_uring or a thread pool.
+ *
+ * Link with libwbcache.a (plus -lpthread -ldl -lm) or libwbcache.so.
+ *
+ * Conventions
+ * - Every function returns a non-negative value on success and a negative
+ *   errno (e.g. -EINVAL, -ENOENT, -EBADF) on failure; errno itself is not
+ *   set. wbc_last_error() gives a message for the last failure.
+ * - A NULL handle, path, buffer or output pointer is -EINVAL.
+ * - Failures inside the library never unwind into the caller; an internal
+ *   error is reported as -EIO.
+ *
+ * Handles and ownership
+ * - wbc_cache: created by wbc_cache_open, freed by wbc_cache_close.
+ * - wbc_file: created by wbc_open, freed by wbc_close. A file keeps the
+ *   cache's internal state alive on its own, so caches and files may be
+ *   closed in any order: after wbc_cache_close every operation on a file of
+ *   that cache fails with -EBADF, and wbc_close still frees it.
+ * - Close each handle exactly once. Handles may be used from several
+ *   threads at once, but a close must not run concurrently with any other
+ *   call on the handle it frees; finish I/O before wbc_cache_close, or data
+ *   written concurrently with it may miss the final writeback.
+ */
+#ifndef WBCACHE_H
+#define WBCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A page cache: configuration, memory budget, I/O backend, flusher threads. */
+typedef struct wbc_cache wbc_cache;
+
+/** An open file or block device in a cache, with its own access mode. */
+typedef struct wbc_file wbc_file;
+
+/**
+ * wbc_pread/wbc_pwrite flag: uncached I/O (as Linux RWF_DONTCACHE). A write
+ * is written back soon, off the writer's path, and dropped from the cache
+ * once clean; a read of data not already cached drops it after the copy.
+ */
+#define WBC_DONTCACHE 0x1u
+
+/**
+ * Creates a cache.
+ *
+ * options: NULL for all defaults, or "key=value,..." with sizes taking
+ * K/M/G suffixes (powers of 1024), e.g. "capacity=256M,dirty_limit=64M,
+ * io=threads". Keys: capacity, dirty_limit, dirty_background, expire_ms,
+ * folio_max, io_max, io (uring or threads), io_depth, readahead_max,
+ * throttle_pause_ms_max.
+ *
+ * On success stores the new handle in *out and returns 0. Otherwise stores
+ * NULL in *out (if out is not NULL) and returns -errno: -EINVAL for an
+ * unknown key, a bad value or an inconsistent combination (wbc_last_error
+ * names it).
+ */
+int wbc_cache_open(const char *options, wbc_cache **out);
+
+/**
+ * Writes back and syncs every file, stops the cache's threads and frees the
+ * handle (also when it fails). Files still open fail with -EBADF afterwards
+ * and must still be passed to wbc_close.
+ *
+ * Returns 0, or the first writeback/sync error as -errno (that data is lost).
+ */
+int wbc_cache_close(wbc_cache *c);
+
+/**
+ * Writes back and syncs every file of the cache (as syncfs). Returns 0 or
+ * the first error as -errno; data that failed stays dirty.
+ */
+int wbc_cache_sync(wbc_cache *c);
+
+/**
+ * Opens (or creates) the file or block device at path through the cache.
+ *
+ * oflags, from <fcntl.h>: exactly one of O_RDONLY, O_WRONLY, O_RDWR, plus
+ * any of O_CREAT, O_EXCL (with O_CREAT: -EEXIST if path exists), O_TRUNC.
+ * O_CLOEXEC, O_DIRECT and O_LARGEFILE are accepted and ignored (the cache
+ * owns the backing descriptors and always uses 64-bit offsets). Any other
+ * bit (O_APPEND, O_NONBLOCK, O_SYNC, ...) is -EINVAL. O_CREAT and O_TRUNC
+ * need O_WRONLY or O_RDWR (-EINVAL otherwise).
+ *
+ * mode: permission bits for a created file (the umask applies).
+ *
+ * On success stores the new handle in *out and returns 0. Otherwise stores
+ * NULL in *out (if out is not NULL) and returns -errno (-ENOENT, -EEXIST,
+ * -EACCES, -EINVAL, -EBADF after the cache was closed, ...).
+ */
+int wbc_open(wbc_cache *c, const char *path, int oflags, unsigned mode, wbc_file **out);
+
+/**
+ * Frees a file handle. Like close(2) it does not write back: dirty data
+ * stays in the cache for the flusher; call wbc_fsync first for durability.
+ * Valid after wbc_cache_close. Returns 0, or -EINVAL for NULL.
+ */
+int wbc_close(wbc_file *f);
+
+/**
+ * Reads up to len bytes at offset off into buf; fewer only at end of file.
+ * flags: 0 or WBC_DONTCACHE (any other bit is -EINVAL). buf need not be
+ * initialized.
+ *
+ * Returns the number of bytes read (0 at or past end of file) or -errno:
+ * -EBADF on a write-only handle or after wbc_cache_close, -EINVAL for a
+ * NULL buf (even with len 0) or len > SSIZE_MAX, -EIO (etc.) when the
+ * backing store fails.
+ */
+int64_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off, uint32_t flags);
+
+/**
+ * Writes len bytes from buf at offset off into the cache (write-back: the
+ * data is durable only after wbc_fsync/wbc_fdatasync or wbc_cache_close).
+ * flags: 0 or WBC_DONTCACHE (any other bit is -EINVAL). Writers may be
+ * paused while the cache holds more than dirty_limit bytes of dirty data.
+ *
+ * Returns the number of bytes written (all of them, except at the end of a
+ * block device) or -errno: -EBADF on a read-only handle or after
+ * wbc_cache_close, -EFBIG past INT64_MAX, -ENOSPC at the end of a block
+ * device, -EINVAL for a NULL buf or len > SSIZE_MAX.
+ */
+int64_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off, uint32_t flags);
+
+/**
+ * Writes back and syncs the file's data and metadata (fsync): on return 0,
+ * every byte written to the file before the call is on the backing store.
+ * A writeback error that happened since this handle's last sync is
+ * reported once (-EIO etc.); a later call retries the data.
+ */
+int wbc_fsync(wbc_file *f);
+
+/** As wbc_fsync, but fdatasync: metadata only when the size changed. */
+int wbc_fdatasync(wbc_file *f);
+
+/**
+ * The file's logical size in bytes, including data not yet written back,
+ * or -errno (-EBADF after wbc_cache_close).
+ */
+int64_t wbc_size(wbc_file *f);
+
+/**
+ * Truncates or extends (with zeros) the file to size bytes (ftruncate).
+ * Returns 0 or -errno: -EBADF on a read-only handle or after
+ * wbc_cache_close, -EFBIG above INT64_MAX, -EINVAL for a size change of a
+ * block device.
+ */
+int wbc_truncate(wbc_file *f, uint64_t size);
+
+/**
+ * The cache's statistics as one JSON object, e.g.
+ * {"capacity_bytes":...,"cached_bytes":...,"dirty_bytes":...,
+ *  "written_bytes_by_reason":{...},"io_backend":"uring","direct_io":true}.
+ *
+ * If buf is not NULL and len is larger than the JSON's length, copies the
+ * JSON and a terminating NUL into buf; otherwise writes nothing to buf.
+ * Returns the JSON's length without the NUL either way, so a result >= len
+ * means "call again with a buffer of result + 1 bytes"; wbc_stats_json(c,
+ * NULL, 0) asks for the length. -EINVAL for a NULL cache.
+ */
+int64_t wbc_stats_json(wbc_cache *c, char *buf, size_t len);
+
+/**
+ * The message of the last failed wbc_* call on the calling thread ("" if
+ * none; successful calls do not clear it), e.g. "wbc_cache_open: unknown
+ * option 'bogus' ...". Same buffer contract and return value as
+ * wbc_stats_json.
+ */
+int64_t wbc_last_error(char *buf, size_t len);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* WBCACHE_H */

@@ -1,0 +1,226 @@
+//! The C ABI from C: builds `tests/c/abi_test.c` against `include/wbcache.h`
+//! and the static library, runs it on a temporary directory, and checks that
+//! the header declares exactly the functions `src/capi.rs` exports.
+//!
+//! Finding the library: `cargo test` compiles the lib target with all its
+//! crate types, leaving the staticlib in `target/<profile>/deps/` (only
+//! `cargo build` copies it up to `target/<profile>/`). The test uses the
+//! newest of those two that is newer than every source file, and otherwise
+//! runs `cargo build --lib` for the same profile first.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>`: the test executable lives in `target/<profile>/deps`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test executable has a directory");
+    assert_eq!(deps.file_name().and_then(|n| n.to_str()), Some("deps"), "unexpected test location {exe:?}");
+    deps.parent().expect("deps has a parent").to_path_buf()
+}
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The newest modification time of the library's sources.
+fn newest_source() -> SystemTime {
+    fn walk(dir: &Path, newest: &mut SystemTime) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, newest);
+            } else if let Some(t) = mtime(&path) {
+                *newest = (*newest).max(t);
+            }
+        }
+    }
+    let root = manifest_dir();
+    let mut newest = SystemTime::UNIX_EPOCH;
+    walk(&root.join("src"), &mut newest);
+    for file in ["Cargo.toml", "Cargo.lock"] {
+        if let Some(t) = mtime(&root.join(file)) {
+            newest = newest.max(t);
+        }
+    }
+    newest
+}
+
+/// A `libwbcache.a` built from the current sources.
+fn static_library() -> PathBuf {
+    let profile_dir = profile_dir();
+    let sources = newest_source();
+    let fresh = |p: &Path| mtime(p).filter(|t| *t >= sources).map(|t| (t, p.to_path_buf()));
+    let candidates = [profile_dir.join("deps/libwbcache.a"), profile_dir.join("libwbcache.a")];
+    if std::env::var_os("WBCACHE_CAPI_FORCE_BUILD").is_none() {
+        if let Some((_, lib)) = candidates.iter().filter_map(|p| fresh(p)).max() {
+            return lib;
+        }
+    }
+    // Not built (or stale): build the lib target for this profile.
+    let profile = profile_dir.file_name().and_then(|n| n.to_str()).expect("profile directory name").to_string();
+    let target_dir = profile_dir.parent().expect("target directory");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(manifest_dir()).env("CARGO_TARGET_DIR", target_dir).args(["build", "--lib"]);
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let status = cmd.status().expect("run cargo build --lib");
+    assert!(status.success(), "cargo build --lib failed: {status}");
+    let lib = profile_dir.join("libwbcache.a");
+    assert!(lib.exists(), "{} missing after cargo build --lib", lib.display());
+    lib
+}
+
+/// A fresh, empty directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("wbcache-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn c_compiler() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "cc".to_string())
+}
+
+fn run(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} failed ({}):\n{stdout}\n{stderr}", out.status);
+    stdout
+}
+
+#[test]
+fn c_abi_test_passes() {
+    let root = manifest_dir();
+    let lib = static_library();
+    let work = TempDir::new("capi-build");
+    let exe = work.0.join("abi_test");
+    run(
+        Command::new(c_compiler())
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
+            .arg(root.join("tests/c/abi_test.c"))
+            .arg("-I")
+            .arg(root.join("include"))
+            .arg(&lib)
+            .args(["-lpthread", "-ldl", "-lm", "-lrt", "-o"])
+            .arg(&exe),
+        "compiling tests/c/abi_test.c",
+    );
+    let data = TempDir::new("capi-data");
+    let out = run(Command::new(&exe).arg(&data.0), "tests/c/abi_test");
+    print!("{out}");
+    let summary = out.lines().last().unwrap_or_default();
+    assert!(summary.ends_with(" passed, 0 failed"), "unexpected summary: {summary:?}");
+}
+
+/// The header is valid C++ too (the `extern "C"` block and guards).
+#[test]
+fn header_compiles_as_cpp() {
+    let Ok(cxx) = which_cxx() else {
+        eprintln!("no C++ compiler found; skipping");
+        return;
+    };
+    let work = TempDir::new("capi-cpp");
+    let src = work.0.join("header.cpp");
+    std::fs::write(
+        &src,
+        "#include \"wbcache.h\"\n#include \"wbcache.h\"\n\
+         static_assert(WBC_DONTCACHE == 1u, \"flag\");\n\
+         int main() { wbc_cache *c = nullptr; return wbc_cache_open(nullptr, &c) == 0 ? wbc_cache_close(c) : 1; }\n",
+    )
+    .unwrap();
+    run(
+        Command::new(cxx)
+            .args(["-std=c++11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I"])
+            .arg(manifest_dir().join("include"))
+            .arg(&src),
+        "compiling the header as C++",
+    );
+}
+
+fn which_cxx() -> Result<String, ()> {
+    for cxx in [std::env::var("CXX").unwrap_or_default(), "c++".into(), "g++".into()] {
+        if !cxx.is_empty() && Command::new(&cxx).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return Ok(cxx);
+        }
+    }
+    Err(())
+}
+
+/// Names of the functions `src/capi.rs` exports (`extern "C" fn wbc_*`).
+fn exported_functions() -> Vec<String> {
+    let src = std::fs::read_to_string(manifest_dir().join("src/capi.rs")).unwrap();
+    let mut names: Vec<String> = src
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("pub unsafe extern \"C\" fn "))
+        .map(|rest| rest.split('(').next().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Names of the functions the header declares (`... wbc_name(` at the start
+/// of a declaration line).
+fn declared_functions() -> Vec<String> {
+    let header = std::fs::read_to_string(manifest_dir().join("include/wbcache.h")).unwrap();
+    let mut names: Vec<String> = header
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('*') && !l.trim_start().starts_with("/*") && l.contains('('))
+        .filter_map(|l| {
+            let before_paren = l.split('(').next()?;
+            let name = before_paren.rsplit(|c: char| c == ' ' || c == '*').next()?;
+            name.starts_with("wbc_").then(|| name.to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn header_declares_exactly_the_exported_functions() {
+    let exported = exported_functions();
+    for required in [
+        "wbc_cache_open",
+        "wbc_cache_close",
+        "wbc_open",
+        "wbc_close",
+        "wbc_pread",
+        "wbc_pwrite",
+        "wbc_fsync",
+        "wbc_fdatasync",
+        "wbc_size",
+        "wbc_truncate",
+        "wbc_stats_json",
+    ] {
+        assert!(exported.iter().any(|e| e == required), "{required} is not exported by src/capi.rs");
+    }
+    assert_eq!(declared_functions(), exported, "include/wbcache.h and src/capi.rs disagree");
+    let header = std::fs::read_to_string(manifest_dir().join("include/wbcache.h")).unwrap();
+    assert!(header.contains("#define WBC_DONTCACHE 0x1u"));
+    assert_eq!(wbcache::capi::WBC_DONTCACHE, wbcache::WriteFlags::DONTCACHE.bits());
+}
