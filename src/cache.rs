@@ -423,11 +423,11 @@ fn sync_everything(shared: &Shared, reason: Reason) -> io::Result<()> {
 }
 
 fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
-    if shared.closed.load(Ordering::Acquire) {
+    // Refuse new I/O first, so no write can land after the final sync.
+    if shared.closed.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
     let result = sync_everything(shared, Reason::Close);
-    shared.closed.store(true, Ordering::Release);
     shared.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(h) = shared.readahead_thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let _ = h.join();

@@ -761,7 +761,10 @@ mod tests {
         assert_eq!(open_file(c, missing, libc::O_RDWR).unwrap_err(), -i64::from(libc::ENOENT));
         assert!(last_error().contains("wbc_open"), "{}", last_error());
         let f = open_file(c, path, libc::O_CREAT | libc::O_RDWR | libc::O_CLOEXEC).unwrap();
-        assert_eq!(open_file(c, path, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR).unwrap_err(), -(libc::EEXIST as i64));
+        assert_eq!(
+            open_file(c, path, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR).unwrap_err(),
+            -(libc::EEXIST as i64)
+        );
         assert_eq!(open_file(c, path, libc::O_RDWR | libc::O_APPEND).unwrap_err(), EINVAL);
 
         let data = pattern(100_000, 7);
@@ -861,6 +864,14 @@ mod tests {
         let on_disk = std::fs::read(dir.0.join("data.bin")).unwrap();
         assert_eq!(on_disk.len(), expected.len());
         assert!(on_disk == expected, "file content differs from what was written");
+    }
+
+    #[test]
+    fn handles_on_real_files_with_uring() {
+        // Falls back to threads where io_uring cannot be set up.
+        let dir = TempDir::new();
+        exercise("capacity=64M,dirty_limit=16M,io=uring", &dir.path("u.bin"), &dir.path("missing"));
+        assert_eq!(std::fs::metadata(dir.0.join("u.bin")).unwrap().len(), 150_000);
     }
 
     #[test]

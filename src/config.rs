@@ -90,9 +90,8 @@ impl Config {
     pub fn from_options(options: &str) -> io::Result<Config> {
         let mut pairs = Vec::new();
         for item in options.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (key, value) = item
-                .split_once('=')
-                .ok_or_else(|| invalid(format!("option '{item}' is not key=value")))?;
+            let (key, value) =
+                item.split_once('=').ok_or_else(|| invalid(format!("option '{item}' is not key=value")))?;
             let key = key.trim();
             if !OPTION_KEYS.contains(&key) {
                 return Err(invalid(format!("unknown option '{key}' (known: {})", OPTION_KEYS.join(", "))));
@@ -196,9 +195,7 @@ fn invalid(message: String) -> io::Error {
 }
 
 fn parse_number(key: &str, value: &str) -> io::Result<u64> {
-    value
-        .parse::<u64>()
-        .map_err(|_| invalid(format!("option {key}: '{value}' is not a non-negative integer")))
+    value.parse::<u64>().map_err(|_| invalid(format!("option {key}: '{value}' is not a non-negative integer")))
 }
 
 /// Parses `123`, `4K`, `64M`, `1G` (also lower case, optional `B`/`iB`).

@@ -193,7 +193,12 @@ impl Inode {
     /// at or before `limit_block` and overlaps no cached folio; it is empty
     /// (nothing uptodate) and marked `read_in_flight` when `for_fill`.
     /// Returns the folio and whether it was created here.
-    pub fn find_or_create(self: &Arc<Self>, block: u64, limit_block: u64, for_fill: bool) -> io::Result<(Arc<Folio>, bool)> {
+    pub fn find_or_create(
+        self: &Arc<Self>,
+        block: u64,
+        limit_block: u64,
+        for_fill: bool,
+    ) -> io::Result<(Arc<Folio>, bool)> {
         debug_assert!(limit_block > block);
         if let Some(f) = self.find(block) {
             return Ok((f, false));
@@ -273,7 +278,7 @@ impl Inode {
             }
             let abs = folio.index + b as u64;
             let read_end = (folio.index + e as u64).min(disk_blocks.max(abs));
-            if st.buf.len() > 0 && Arc::strong_count(&st.buf) > 1 {
+            if !st.buf.is_empty() && Arc::strong_count(&st.buf) > 1 {
                 Counters::add(&self.shared.counters.cow_copies, 1);
             }
             let buf = Arc::make_mut(&mut st.buf);
@@ -301,7 +306,13 @@ impl Inode {
 
     /// [`Inode::fill_range`]; `dropbehind` marks the folios it creates for
     /// dropping after use (uncached reads).
-    fn fill_range_marked(self: &Arc<Self>, start: u64, end: u64, priority: IoPriority, dropbehind: bool) -> io::Result<()> {
+    fn fill_range_marked(
+        self: &Arc<Self>,
+        start: u64,
+        end: u64,
+        priority: IoPriority,
+        dropbehind: bool,
+    ) -> io::Result<()> {
         let mut created = Vec::new();
         let mut b = start;
         while b < end {
@@ -328,10 +339,8 @@ impl Inode {
         }
         // Take the buffers out so the I/O can write them without the lock;
         // nobody else touches a read_in_flight folio's buffer.
-        let mut bufs: Vec<Arc<AlignedBuf>> = created
-            .iter()
-            .map(|f| std::mem::replace(&mut f.lock().buf, Arc::new(AlignedBuf::zeroed(0))))
-            .collect();
+        let mut bufs: Vec<Arc<AlignedBuf>> =
+            created.iter().map(|f| std::mem::replace(&mut f.lock().buf, Arc::new(AlignedBuf::zeroed(0)))).collect();
         let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
         let store = self.store();
         let mut results: Vec<io::Result<()>> = Vec::with_capacity(created.len());
@@ -424,7 +433,8 @@ impl Inode {
             drop(st);
             if !dontcache {
                 folio.dropbehind.store(false, Ordering::Relaxed);
-                let touched_by_prev = prev_end > folio.offset() && prev_end <= folio.offset() + folio.size_bytes() as u64;
+                let touched_by_prev =
+                    prev_end > folio.offset() && prev_end <= folio.offset() + folio.size_bytes() as u64;
                 if !touched_by_prev {
                     folio.mark_accessed();
                 }
@@ -661,10 +671,7 @@ impl Inode {
             let mut ops: Vec<IoOp<'_>> = groups
                 .iter()
                 .map(|&(i, j)| {
-                    let bufs = chunks[i..j]
-                        .iter()
-                        .map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE])
-                        .collect();
+                    let bufs = chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
                     IoOp::write(chunks[i].offset(), bufs, priority)
                 })
                 .collect();

@@ -51,11 +51,7 @@ impl Readahead {
         }
         self.prev_end_block = end;
         if missing && self.window_end_block <= start {
-            let size = if self.window_blocks == 0 {
-                initial_window(start, end)
-            } else {
-                2 * self.window_blocks
-            };
+            let size = if self.window_blocks == 0 { initial_window(start, end) } else { 2 * self.window_blocks };
             self.open_window(start, end, eof_block, size.min(max_blocks), &mut d);
         } else if self.window_end_block > 0 && end > self.trigger_block && self.window_end_block < eof_block {
             let size = (2 * self.window_blocks).min(max_blocks).max(1);

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::SystemTime;
 
 fn manifest_dir() -> PathBuf {
@@ -89,7 +90,9 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("wbcache-{tag}-{}", std::process::id()));
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("wbcache-{tag}-{}-{unique}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create temp dir");
         TempDir(dir)
@@ -114,28 +117,79 @@ fn run(cmd: &mut Command, what: &str) -> String {
     stdout
 }
 
-#[test]
-fn c_abi_test_passes() {
+/// Compiles `tests/c/abi_test.c` with `cflags`, statically linked against
+/// the library; `None` if `allow_compile_failure` and the compiler refused
+/// (e.g. no sanitizer runtime installed).
+fn build_abi_test(work: &Path, cflags: &[&str], allow_compile_failure: bool) -> Option<PathBuf> {
     let root = manifest_dir();
     let lib = static_library();
-    let work = TempDir::new("capi-build");
-    let exe = work.0.join("abi_test");
-    run(
-        Command::new(c_compiler())
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
-            .arg(root.join("tests/c/abi_test.c"))
-            .arg("-I")
-            .arg(root.join("include"))
-            .arg(&lib)
-            .args(["-lpthread", "-ldl", "-lm", "-lrt", "-o"])
-            .arg(&exe),
-        "compiling tests/c/abi_test.c",
-    );
+    let exe = work.join("abi_test");
+    let mut cmd = Command::new(c_compiler());
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
+        .args(cflags)
+        .arg(root.join("tests/c/abi_test.c"))
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg(&lib)
+        .args(["-lpthread", "-ldl", "-lm", "-lrt", "-o"])
+        .arg(&exe);
+    if allow_compile_failure {
+        let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+        if !out.status.success() {
+            eprintln!("compiler refused {cflags:?}; skipping:\n{}", String::from_utf8_lossy(&out.stderr));
+            return None;
+        }
+    } else {
+        run(&mut cmd, "compiling tests/c/abi_test.c");
+    }
+    Some(exe)
+}
+
+/// Runs the C test on a fresh directory and checks its summary line.
+fn run_abi_test(exe: &Path, env: &[(&str, &str)]) -> std::process::Output {
     let data = TempDir::new("capi-data");
-    let out = run(Command::new(&exe).arg(&data.0), "tests/c/abi_test");
-    print!("{out}");
-    let summary = out.lines().last().unwrap_or_default();
-    assert!(summary.ends_with(" passed, 0 failed"), "unexpected summary: {summary:?}");
+    let mut cmd = Command::new(exe);
+    cmd.arg(&data.0).envs(env.iter().copied());
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {exe:?}: {e}"))
+}
+
+fn assert_abi_test_passed(out: &std::process::Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{stdout}");
+    assert!(out.status.success(), "tests/c/abi_test failed ({}):\n{stdout}\n{stderr}", out.status);
+    let summary = stdout.lines().last().unwrap_or_default();
+    assert!(summary.ends_with(" passed, 0 failed"), "unexpected summary: {summary:?}\n{stderr}");
+}
+
+#[test]
+fn c_abi_test_passes() {
+    let work = TempDir::new("capi-build");
+    let exe = build_abi_test(&work.0, &["-O1"], false).expect("compiled");
+    assert_abi_test_passed(&run_abi_test(&exe, &[]));
+}
+
+/// The same program with AddressSanitizer (the C side: buffer use, handle
+/// use after free) and LeakSanitizer (every handle the test opens is freed
+/// by its close; the Rust side's allocations go through the intercepted
+/// malloc). Skipped where the compiler has no ASan runtime.
+#[test]
+fn c_abi_test_passes_under_asan() {
+    let work = TempDir::new("capi-asan-build");
+    let Some(exe) = build_abi_test(&work.0, &["-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"], true)
+    else {
+        return;
+    };
+    let strict = "detect_leaks=1:halt_on_error=1:abort_on_error=0";
+    let mut out = run_abi_test(&exe, &[("ASAN_OPTIONS", strict), ("UBSAN_OPTIONS", "halt_on_error=1")]);
+    if !out.status.success()
+        && String::from_utf8_lossy(&out.stderr).contains("LeakSanitizer has encountered a fatal error")
+    {
+        // LSan cannot run here (ptrace, restricted /proc): check the rest.
+        eprintln!("LeakSanitizer unavailable here; running without leak detection");
+        out = run_abi_test(&exe, &[("ASAN_OPTIONS", "detect_leaks=0:halt_on_error=1")]);
+    }
+    assert_abi_test_passed(&out);
 }
 
 /// The header is valid C++ too (the `extern "C"` block and guards).
@@ -193,7 +247,7 @@ fn declared_functions() -> Vec<String> {
         .filter(|l| !l.trim_start().starts_with('*') && !l.trim_start().starts_with("/*") && l.contains('('))
         .filter_map(|l| {
             let before_paren = l.split('(').next()?;
-            let name = before_paren.rsplit(|c: char| c == ' ' || c == '*').next()?;
+            let name = before_paren.rsplit([' ', '*']).next()?;
             name.starts_with("wbc_").then(|| name.to_string())
         })
         .collect();

@@ -224,7 +224,9 @@ pub fn run_batch(store: &dyn BackingStore, ops: &mut [IoOp<'_>]) {
             }
             match outcome {
                 Ok(0) if !op.is_write() => op.result = Some(Ok(op.done)),
-                Ok(0) => op.result = Some(Err(io::Error::new(io::ErrorKind::WriteZero, "backing store accepted no bytes"))),
+                Ok(0) => {
+                    op.result = Some(Err(io::Error::new(io::ErrorKind::WriteZero, "backing store accepted no bytes")))
+                }
                 Ok(n) => {
                     assert!(op.done + n <= op.len(), "backend reported more bytes than asked");
                     op.done += n;

@@ -80,13 +80,7 @@ pub struct SimConfig {
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig {
-            seed: 0,
-            latency_us_max: 0,
-            short_transfer_percent: 0,
-            retryable_error_percent: 0,
-            direct_io: true,
-        }
+        SimConfig { seed: 0, latency_us_max: 0, short_transfer_percent: 0, retryable_error_percent: 0, direct_io: true }
     }
 }
 
@@ -234,9 +228,7 @@ pub struct SimIo {
 
 impl fmt::Debug for SimIo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SimIo")
-            .field("config", &self.shared.config)
-            .finish_non_exhaustive()
+        f.debug_struct("SimIo").field("config", &self.shared.config).finish_non_exhaustive()
     }
 }
 
@@ -256,12 +248,7 @@ impl SimIo {
             crash_epoch: 0,
             stats: SimStats::default(),
         };
-        SimIo {
-            shared: Arc::new(Shared {
-                config,
-                state: Mutex::new(state),
-            }),
-        }
+        SimIo { shared: Arc::new(Shared { config, state: Mutex::new(state) }) }
     }
 
     pub fn config(&self) -> &SimConfig {
@@ -278,15 +265,8 @@ impl SimIo {
         let mut st = self.shared.lock();
         let ino = st.next_ino;
         st.next_ino += 1;
-        st.inodes.insert(
-            ino,
-            Inode {
-                written: vec![0; len],
-                durable: vec![0; len],
-                is_block_device: true,
-                open_stores: 0,
-            },
-        );
+        st.inodes
+            .insert(ino, Inode { written: vec![0; len], durable: vec![0; len], is_block_device: true, open_stores: 0 });
         if let Some(old) = st.names.insert(path.to_path_buf(), ino) {
             free_if_orphan(&mut st, old);
         }
@@ -304,12 +284,7 @@ impl SimIo {
             return;
         }
         let mut st = self.shared.lock();
-        st.faults.push(FaultRule {
-            path: path.to_path_buf(),
-            block_index,
-            fault,
-            remaining: times,
-        });
+        st.faults.push(FaultRule { path: path.to_path_buf(), block_index, fault, remaining: times });
     }
 
     /// Removes every injected fault (not the [`SimIo::set_write_error_all`]
@@ -406,11 +381,7 @@ fn crash_image(durable: &[u8], written: &[u8], rng: &mut Rng) -> Vec<u8> {
         // Bytes past the chosen version's end stay zero: a hole.
         image[start..start + chosen.len()].copy_from_slice(chosen);
     }
-    let len = if durable.len() != written.len() && rng.coin() {
-        written.len()
-    } else {
-        durable.len()
-    };
+    let len = if durable.len() != written.len() && rng.coin() { written.len() } else { durable.len() };
     image.truncate(len);
     image
 }
@@ -437,12 +408,7 @@ impl Io for SimIo {
             None => {
                 let ino = st.next_ino;
                 st.next_ino += 1;
-                let inode = Inode {
-                    written: Vec::new(),
-                    durable: Vec::new(),
-                    is_block_device: false,
-                    open_stores: 0,
-                };
+                let inode = Inode { written: Vec::new(), durable: Vec::new(), is_block_device: false, open_stores: 0 };
                 st.inodes.insert(ino, inode);
                 st.names.insert(path.to_path_buf(), ino);
                 ino
@@ -457,11 +423,7 @@ impl Io for SimIo {
         inode.open_stores += 1;
         let info = BackingInfo {
             len_at_open: inode.written.len() as u64,
-            logical_block_size: if direct_io {
-                BLOCK_SIZE as u32
-            } else {
-                BUFFERED_LOGICAL_BLOCK_SIZE
-            },
+            logical_block_size: if direct_io { BLOCK_SIZE as u32 } else { BUFFERED_LOGICAL_BLOCK_SIZE },
             is_block_device: inode.is_block_device,
             direct_io,
             device_id: SIM_DEVICE_ID,
@@ -523,10 +485,7 @@ impl SimStore {
         }
         let sleep_us = {
             let mut st = self.shared.lock();
-            (0..attempts)
-                .map(|_| st.rng.below(u64::from(max_us) + 1))
-                .max()
-                .unwrap_or(0)
+            (0..attempts).map(|_| st.rng.below(u64::from(max_us) + 1)).max().unwrap_or(0)
         };
         if sleep_us > 0 {
             std::thread::sleep(Duration::from_micros(sleep_us));
@@ -561,9 +520,7 @@ impl SimStore {
         if !is_write && offset >= size {
             return Ok(0);
         }
-        if config.direct_io
-            && (offset % BLOCK_SIZE_U64 != 0 || iovecs.iter().any(|v| v.iov_len % BLOCK_SIZE != 0))
-        {
+        if config.direct_io && (offset % BLOCK_SIZE_U64 != 0 || iovecs.iter().any(|v| v.iov_len % BLOCK_SIZE != 0)) {
             return Err(errno(libc::EINVAL));
         }
         if is_write {
@@ -577,19 +534,13 @@ impl SimStore {
                 // Only writes get here: a block device has no room past its end.
                 return Err(errno(libc::ENOSPC));
             }
-            usize::try_from(size - offset)
-                .unwrap_or(usize::MAX)
-                .min(asked)
+            usize::try_from(size - offset).unwrap_or(usize::MAX).min(asked)
         } else {
             asked
         };
         if st.rng.chance(config.retryable_error_percent) {
             st.stats.retryable_errors += 1;
-            let code = if st.rng.coin() {
-                libc::EINTR
-            } else {
-                libc::EAGAIN
-            };
+            let code = if st.rng.coin() { libc::EINTR } else { libc::EAGAIN };
             return Err(errno(code));
         }
         let mut len = room;
@@ -623,13 +574,7 @@ impl SimStore {
 
     /// Finds, consumes and applies the injected fault, if any, for an
     /// attempt moving `len` (> 0) bytes at `offset`.
-    fn fire_fault(
-        &self,
-        st: &mut State,
-        is_write: bool,
-        offset: u64,
-        len: usize,
-    ) -> Option<FaultEffect> {
+    fn fire_fault(&self, st: &mut State, is_write: bool, offset: u64, len: usize) -> Option<FaultEffect> {
         let first_block = offset / BLOCK_SIZE_U64;
         let last_block = (offset + len as u64 - 1) / BLOCK_SIZE_U64;
         let applies = |r: &FaultRule| {
@@ -641,11 +586,7 @@ impl SimStore {
         // Where a short fault on `block` cuts this attempt, if it can.
         let cut = |block: u64| -> Option<usize> {
             let block_start = block * BLOCK_SIZE_U64;
-            let n = if block_start > offset {
-                block_start - offset
-            } else {
-                block_start + BLOCK_SIZE_U64 - offset
-            };
+            let n = if block_start > offset { block_start - offset } else { block_start + BLOCK_SIZE_U64 - offset };
             (n < len as u64).then_some(n as usize)
         };
         // min_by_key keeps the first of equal keys: the earliest injected.
@@ -660,9 +601,7 @@ impl SimStore {
         let effect = match rule.fault {
             Fault::ReadEio | Fault::WriteEio => FaultEffect::Fail(libc::EIO),
             Fault::Enospc => FaultEffect::Fail(libc::ENOSPC),
-            Fault::ShortRead | Fault::ShortWrite => {
-                FaultEffect::Shorten(cut(rule.block_index).expect("filtered"))
-            }
+            Fault::ShortRead | Fault::ShortWrite => FaultEffect::Shorten(cut(rule.block_index).expect("filtered")),
         };
         if rule.remaining != u32::MAX {
             rule.remaining -= 1;
@@ -700,9 +639,7 @@ fn scatter(src: &[u8], iovecs: &[libc::iovec]) {
         // so it points into a `&mut [u8]` the caller lent for the whole
         // synchronous `run_batch`/`submit_once` call, valid for `iov_len >= n`
         // bytes and not aliased by `src` (which lives in the sim's own Vec).
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr().add(copied), v.iov_base.cast::<u8>(), n)
-        };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(copied), v.iov_base.cast::<u8>(), n) };
         copied += n;
     }
 }
@@ -719,13 +656,7 @@ fn gather(iovecs: &[libc::iovec], dst: &mut [u8]) {
         // so it points into a `&[u8]` the caller lent for the whole
         // synchronous call, valid for reads of `iov_len >= n` bytes; `dst` is
         // the sim's own Vec, so the two cannot overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                v.iov_base.cast::<u8>().cast_const(),
-                dst.as_mut_ptr().add(copied),
-                n,
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(v.iov_base.cast::<u8>().cast_const(), dst.as_mut_ptr().add(copied), n) };
         copied += n;
     }
 }
@@ -753,16 +684,9 @@ impl BackingStore for SimStore {
         if !self.writable {
             return Err(errno(libc::EINVAL));
         }
-        let inode = st
-            .inodes
-            .get_mut(&self.ino)
-            .ok_or_else(|| errno(libc::EIO))?;
+        let inode = st.inodes.get_mut(&self.ino).ok_or_else(|| errno(libc::EIO))?;
         if inode.is_block_device {
-            return if len == inode.written.len() as u64 {
-                Ok(())
-            } else {
-                Err(errno(libc::EINVAL))
-            };
+            return if len == inode.written.len() as u64 { Ok(()) } else { Err(errno(libc::EINVAL)) };
         }
         let len = usize::try_from(len).map_err(|_| errno(libc::EFBIG))?;
         inode.written.resize(len, 0);
@@ -779,10 +703,7 @@ impl BackingStore for SimStore {
         if let Some(code) = st.write_error_all {
             return Err(errno(code));
         }
-        let inode = st
-            .inodes
-            .get_mut(&self.ino)
-            .ok_or_else(|| errno(libc::EIO))?;
+        let inode = st.inodes.get_mut(&self.ino).ok_or_else(|| errno(libc::EIO))?;
         inode.durable.clone_from(&inode.written);
         Ok(())
     }
@@ -790,15 +711,7 @@ impl BackingStore for SimStore {
     fn submit_once(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
         self.simulate_latency(ops.iter().filter(|op| op.result.is_none()).count());
         let mut st = self.shared.lock();
-        ops.iter_mut()
-            .map(|op| {
-                if op.result.is_some() {
-                    Ok(0)
-                } else {
-                    self.attempt(&mut st, op)
-                }
-            })
-            .collect()
+        ops.iter_mut().map(|op| if op.result.is_some() { Ok(0) } else { self.attempt(&mut st, op) }).collect()
     }
 }
 
@@ -811,28 +724,16 @@ mod tests {
     const P: IoPriority = IoPriority::Async;
 
     fn rw_create() -> OpenHow {
-        OpenHow {
-            read: true,
-            write: true,
-            create: true,
-            mode: 0o644,
-            ..OpenHow::default()
-        }
+        OpenHow { read: true, write: true, create: true, mode: 0o644, ..OpenHow::default() }
     }
 
     fn rw() -> OpenHow {
-        OpenHow {
-            read: true,
-            write: true,
-            ..OpenHow::default()
-        }
+        OpenHow { read: true, write: true, ..OpenHow::default() }
     }
 
     /// Recognisable, position-dependent bytes so misplaced data shows.
     fn pattern(len: usize, tag: u8) -> Vec<u8> {
-        (0..len)
-            .map(|i| (i as u8).wrapping_mul(31) ^ tag ^ (i >> 12) as u8)
-            .collect()
+        (0..len).map(|i| (i as u8).wrapping_mul(31) ^ tag ^ (i >> 12) as u8).collect()
     }
 
     fn raw(e: &io::Error) -> Option<i32> {
@@ -859,12 +760,7 @@ mod tests {
 
     #[test]
     fn round_trip_survives_short_transfers_and_retryable_errors() {
-        let cfg = SimConfig {
-            seed: 42,
-            short_transfer_percent: 50,
-            retryable_error_percent: 30,
-            ..Default::default()
-        };
+        let cfg = SimConfig { seed: 42, short_transfer_percent: 50, retryable_error_percent: 30, ..Default::default() };
         let sim = SimIo::new(cfg);
         let store = sim.open(Path::new("/f"), &rw_create()).unwrap();
         let a = pattern(64 * BS, 1);
@@ -897,20 +793,14 @@ mod tests {
             IoOp::read((112 * BS) as u64, &mut r3, P),
         ];
         run_batch(&*store, &mut ops);
-        let results: Vec<usize> = ops
-            .iter_mut()
-            .map(|op| op.result.take().unwrap().unwrap())
-            .collect();
+        let results: Vec<usize> = ops.iter_mut().map(|op| op.result.take().unwrap().unwrap()).collect();
         assert_eq!(results, [70 * BS, 46 * BS, 4 * BS]);
         assert_eq!(r1, expected[..70 * BS]);
         assert_eq!(r2, expected[70 * BS..116 * BS]);
         assert_eq!(r3[..4 * BS], expected[112 * BS..]);
 
         let stats = sim.stats();
-        assert!(
-            stats.short_transfers > 0 && stats.retryable_errors > 0,
-            "{stats:?}"
-        );
+        assert!(stats.short_transfers > 0 && stats.retryable_errors > 0, "{stats:?}");
         assert_eq!(stats.written_bytes, expected.len() as u64 - 28 * BS as u64);
         assert_eq!(stats.read_bytes, expected.len() as u64 + 4 * BS as u64);
         assert!(stats.writes > 3 && stats.reads > 3);
@@ -952,19 +842,8 @@ mod tests {
             IoOp::write(0, vec![&buf[..]], P),
         ];
         let out = store.submit_once(&mut ops);
-        let codes: Vec<_> = out
-            .iter()
-            .map(|r| r.as_ref().map_err(raw).copied())
-            .collect();
-        assert_eq!(
-            codes,
-            [
-                Err(Some(libc::EINVAL)),
-                Err(Some(libc::EINVAL)),
-                Err(Some(libc::EINVAL)),
-                Ok(BS)
-            ]
-        );
+        let codes: Vec<_> = out.iter().map(|r| r.as_ref().map_err(raw).copied()).collect();
+        assert_eq!(codes, [Err(Some(libc::EINVAL)), Err(Some(libc::EINVAL)), Err(Some(libc::EINVAL)), Ok(BS)]);
     }
 
     #[test]
@@ -987,17 +866,11 @@ mod tests {
 
         sim.inject(path, 3, Fault::ReadEio, 1);
         let (mut a, mut b, mut c) = (vec![0u8; 3 * BS], vec![0u8; 2 * BS], vec![0u8; 3 * BS]);
-        let mut ops = [
-            IoOp::read(0, &mut a, P),
-            IoOp::read(3 * BS as u64, &mut b, P),
-            IoOp::read(5 * BS as u64, &mut c, P),
-        ];
+        let mut ops =
+            [IoOp::read(0, &mut a, P), IoOp::read(3 * BS as u64, &mut b, P), IoOp::read(5 * BS as u64, &mut c, P)];
         run_batch(&*store, &mut ops);
         assert_eq!(ops[0].result.take().unwrap().unwrap(), 3 * BS);
-        assert_eq!(
-            raw(&ops[1].result.take().unwrap().unwrap_err()),
-            Some(libc::EIO)
-        );
+        assert_eq!(raw(&ops[1].result.take().unwrap().unwrap_err()), Some(libc::EIO));
         assert_eq!(ops[2].result.take().unwrap().unwrap(), 3 * BS);
         assert_eq!(a, data[..3 * BS]);
         assert_eq!(c, data[5 * BS..]);
@@ -1023,14 +896,8 @@ mod tests {
         let store = sim.open(path, &rw_create()).unwrap();
         sim.inject(path, 2, Fault::Enospc, u32::MAX);
         let data = pattern(4 * BS, 1);
-        assert_eq!(
-            raw(&write_at(&*store, 0, &data).unwrap_err()),
-            Some(libc::ENOSPC)
-        );
-        assert_eq!(
-            raw(&write_at(&*store, 2 * BS, &data[..BS]).unwrap_err()),
-            Some(libc::ENOSPC)
-        );
+        assert_eq!(raw(&write_at(&*store, 0, &data).unwrap_err()), Some(libc::ENOSPC));
+        assert_eq!(raw(&write_at(&*store, 2 * BS, &data[..BS]).unwrap_err()), Some(libc::ENOSPC));
         write_at(&*store, 0, &data[..2 * BS]).unwrap();
         write_at(&*store, 3 * BS, &data[..BS]).unwrap();
         sim.clear_faults();
@@ -1038,19 +905,12 @@ mod tests {
         store.sync(true).unwrap();
 
         sim.set_write_error_all(Some(libc::EIO));
-        assert_eq!(
-            raw(&write_at(&*store, 0, &pattern(BS, 2)).unwrap_err()),
-            Some(libc::EIO)
-        );
+        assert_eq!(raw(&write_at(&*store, 0, &pattern(BS, 2)).unwrap_err()), Some(libc::EIO));
         // Reads still work; set_len is not a write.
         assert_eq!(read_at(&*store, 0, 4 * BS).unwrap(), data);
         store.set_len(8 * BS as u64).unwrap();
         assert_eq!(raw(&store.sync(false).unwrap_err()), Some(libc::EIO));
-        assert_eq!(
-            sim.durable_image(path).unwrap(),
-            data,
-            "failed sync made nothing durable"
-        );
+        assert_eq!(sim.durable_image(path).unwrap(), data, "failed sync made nothing durable");
         sim.set_write_error_all(None);
         store.sync(false).unwrap();
         assert_eq!(sim.durable_image(path).unwrap().len(), 8 * BS);
@@ -1077,11 +937,7 @@ mod tests {
         ops[0].done = 2 * BS;
         assert_eq!(store.submit_once(&mut ops)[0].as_ref().unwrap(), &BS);
         ops[0].done = 3 * BS;
-        assert_eq!(
-            store.submit_once(&mut ops)[0].as_ref().unwrap(),
-            &(5 * BS),
-            "fault used up"
-        );
+        assert_eq!(store.submit_once(&mut ops)[0].as_ref().unwrap(), &(5 * BS), "fault used up");
         assert_eq!(sim.stats().faults_fired, 4);
         assert_eq!(sim.written_image(path).unwrap(), data);
 
@@ -1108,10 +964,7 @@ mod tests {
         let mut saw_old = false;
         let mut saw_new = false;
         for seed in 0..64 {
-            let sim = SimIo::new(SimConfig {
-                direct_io: false,
-                ..Default::default()
-            });
+            let sim = SimIo::new(SimConfig { direct_io: false, ..Default::default() });
             let store = sim.open(path, &rw_create()).unwrap();
             write_at(&*store, 0, &old).unwrap();
             store.sync(true).unwrap();
@@ -1128,8 +981,7 @@ mod tests {
             assert_eq!(after[2 * BS..4 * BS], old[2 * BS..4 * BS]);
             for (i, chunk) in after.chunks(BS).enumerate() {
                 let version = |img: &[u8]| -> Vec<u8> {
-                    let mut v: Vec<u8> =
-                        img.iter().copied().skip(i * BS).take(chunk.len()).collect();
+                    let mut v: Vec<u8> = img.iter().copied().skip(i * BS).take(chunk.len()).collect();
                     v.resize(chunk.len(), 0);
                     v
                 };
@@ -1139,10 +991,7 @@ mod tests {
                 saw_new |= o != n && chunk == n;
             }
         }
-        assert!(
-            saw_old && saw_new,
-            "the coin should land both ways over 64 seeds"
-        );
+        assert!(saw_old && saw_new, "the coin should land both ways over 64 seeds");
     }
 
     #[test]
@@ -1155,10 +1004,7 @@ mod tests {
         store.sync(false).unwrap();
         let id = store.info().store_id;
         sim.crash(1);
-        assert_eq!(
-            raw(&write_at(&*store, 0, &data).unwrap_err()),
-            Some(libc::EIO)
-        );
+        assert_eq!(raw(&write_at(&*store, 0, &data).unwrap_err()), Some(libc::EIO));
         assert_eq!(raw(&read_at(&*store, 0, BS).unwrap_err()), Some(libc::EIO));
         assert_eq!(raw(&store.sync(true).unwrap_err()), Some(libc::EIO));
         assert_eq!(raw(&store.len().unwrap_err()), Some(libc::EIO));
@@ -1177,123 +1023,54 @@ mod tests {
         let path = Path::new("/dev/sim0");
         sim.create_block_device(path, 4 * BS as u64);
         assert_eq!(sim.durable_image(path).unwrap(), vec![0u8; 4 * BS]);
-        let how = OpenHow {
-            truncate: true,
-            ..rw()
-        };
+        let how = OpenHow { truncate: true, ..rw() };
         let dev = sim.open(path, &how).unwrap();
         let info = dev.info();
         assert!(info.is_block_device);
         assert_eq!((info.len_at_open, info.device_id), (4 * BS as u64, 1));
-        assert_eq!(
-            raw(&dev.set_len(2 * BS as u64).unwrap_err()),
-            Some(libc::EINVAL)
-        );
+        assert_eq!(raw(&dev.set_len(2 * BS as u64).unwrap_err()), Some(libc::EINVAL));
         dev.set_len(4 * BS as u64).unwrap();
 
         let data = pattern(2 * BS, 1);
-        assert_eq!(
-            raw(&write_at(&*dev, 4 * BS, &data).unwrap_err()),
-            Some(libc::ENOSPC)
-        );
+        assert_eq!(raw(&write_at(&*dev, 4 * BS, &data).unwrap_err()), Some(libc::ENOSPC));
         // Crossing the end: the first attempt writes up to it, the driver's
         // follow-up at the end gets ENOSPC.
         let mut ops = [IoOp::write(3 * BS as u64, vec![&data[..]], P)];
         assert_eq!(dev.submit_once(&mut ops)[0].as_ref().unwrap(), &BS);
         ops[0].done = BS;
-        assert_eq!(
-            raw(dev.submit_once(&mut ops)[0].as_ref().unwrap_err()),
-            Some(libc::ENOSPC)
-        );
+        assert_eq!(raw(dev.submit_once(&mut ops)[0].as_ref().unwrap_err()), Some(libc::ENOSPC));
         assert_eq!(dev.len().unwrap(), 4 * BS as u64);
         assert_eq!(read_at(&*dev, 3 * BS, 2 * BS).unwrap(), data[..BS]);
         assert_eq!(read_at(&*dev, 4 * BS, BS).unwrap(), Vec::<u8>::new());
-        assert!(sim
-            .open(
-                path,
-                &OpenHow {
-                    create_new: true,
-                    ..rw()
-                }
-            )
-            .is_err());
+        assert!(sim.open(path, &OpenHow { create_new: true, ..rw() }).is_err());
     }
 
     #[test]
     fn access_modes_and_open_flags() {
         let sim = SimIo::new(SimConfig::default());
         let path = Path::new("/f");
-        assert_eq!(
-            raw(&sim.open(path, &rw()).err().unwrap()),
-            Some(libc::ENOENT)
-        );
+        assert_eq!(raw(&sim.open(path, &rw()).err().unwrap()), Some(libc::ENOENT));
         let store = sim.open(path, &rw_create()).unwrap();
         write_at(&*store, 0, &pattern(2 * BS, 1)).unwrap();
-        let new_how = OpenHow {
-            create_new: true,
-            ..rw()
-        };
-        assert_eq!(
-            raw(&sim.open(path, &new_how).err().unwrap()),
-            Some(libc::EEXIST)
-        );
-        assert_eq!(
-            sim.open(Path::new("/g"), &new_how)
-                .unwrap()
-                .info()
-                .len_at_open,
-            0
-        );
+        let new_how = OpenHow { create_new: true, ..rw() };
+        assert_eq!(raw(&sim.open(path, &new_how).err().unwrap()), Some(libc::EEXIST));
+        assert_eq!(sim.open(Path::new("/g"), &new_how).unwrap().info().len_at_open, 0);
 
-        let ro = sim
-            .open(
-                path,
-                &OpenHow {
-                    read: true,
-                    ..OpenHow::default()
-                },
-            )
-            .unwrap();
-        assert_eq!(
-            raw(&write_at(&*ro, 0, &pattern(BS, 2)).unwrap_err()),
-            Some(libc::EBADF)
-        );
+        let ro = sim.open(path, &OpenHow { read: true, ..OpenHow::default() }).unwrap();
+        assert_eq!(raw(&write_at(&*ro, 0, &pattern(BS, 2)).unwrap_err()), Some(libc::EBADF));
         assert_eq!(read_at(&*ro, 0, BS).unwrap(), pattern(BS, 1));
-        let wo = sim
-            .open(
-                path,
-                &OpenHow {
-                    write: true,
-                    ..OpenHow::default()
-                },
-            )
-            .unwrap();
+        let wo = sim.open(path, &OpenHow { write: true, ..OpenHow::default() }).unwrap();
         assert_eq!(raw(&read_at(&*wo, 0, BS).unwrap_err()), Some(libc::EBADF));
         write_at(&*wo, 0, &pattern(BS, 2)).unwrap();
 
         // Store ids: stable per path across reopen, distinct across paths.
         assert_eq!(ro.info().store_id, store.info().store_id);
-        assert_ne!(
-            sim.open(Path::new("/g"), &rw()).unwrap().info().store_id,
-            store.info().store_id
-        );
+        assert_ne!(sim.open(Path::new("/g"), &rw()).unwrap().info().store_id, store.info().store_id);
 
-        let trunc = sim
-            .open(
-                path,
-                &OpenHow {
-                    truncate: true,
-                    ..rw()
-                },
-            )
-            .unwrap();
+        let trunc = sim.open(path, &OpenHow { truncate: true, ..rw() }).unwrap();
         assert_eq!(trunc.info().len_at_open, 0);
         assert_eq!(store.len().unwrap(), 0);
-        assert_eq!(
-            sim.durable_image(path).unwrap(),
-            Vec::<u8>::new(),
-            "never synced"
-        );
+        assert_eq!(sim.durable_image(path).unwrap(), Vec::<u8>::new(), "never synced");
     }
 
     #[test]
@@ -1310,19 +1087,12 @@ mod tests {
         assert_ne!(again.info().store_id, store.info().store_id, "a new file");
         assert_eq!(again.len().unwrap(), 0);
         drop(store);
-        assert_eq!(
-            sim.shared.lock().inodes.len(),
-            1,
-            "unlinked inode freed with its last store"
-        );
+        assert_eq!(sim.shared.lock().inodes.len(), 1, "unlinked inode freed with its last store");
     }
 
     #[test]
     fn latency_is_applied_and_harmless() {
-        let sim = SimIo::new(SimConfig {
-            latency_us_max: 200,
-            ..Default::default()
-        });
+        let sim = SimIo::new(SimConfig { latency_us_max: 200, ..Default::default() });
         let store = sim.open(Path::new("/f"), &rw_create()).unwrap();
         let data = pattern(4 * BS, 1);
         write_at(&*store, 0, &data).unwrap();
@@ -1333,12 +1103,7 @@ mod tests {
     /// A scenario exercising every random decision; its outcome must depend
     /// on the seeds alone.
     fn scenario(seed: u64, crash_seed: u64) -> (Vec<u8>, SimStats) {
-        let cfg = SimConfig {
-            seed,
-            short_transfer_percent: 40,
-            retryable_error_percent: 20,
-            ..Default::default()
-        };
+        let cfg = SimConfig { seed, short_transfer_percent: 40, retryable_error_percent: 20, ..Default::default() };
         let sim = SimIo::new(cfg);
         let path = Path::new("/f");
         let store = sim.open(path, &rw_create()).unwrap();
@@ -1355,39 +1120,24 @@ mod tests {
     #[test]
     fn same_seed_same_outcome() {
         assert_eq!(scenario(3, 11), scenario(3, 11));
-        let outcomes: HashSet<Vec<u8>> =
-            (0..8).map(|crash_seed| scenario(3, crash_seed).0).collect();
+        let outcomes: HashSet<Vec<u8>> = (0..8).map(|crash_seed| scenario(3, crash_seed).0).collect();
         assert!(outcomes.len() > 1, "crash seeds should matter");
-        assert_ne!(
-            scenario(3, 11).1,
-            scenario(4, 11).1,
-            "attempt seeds should matter"
-        );
+        assert_ne!(scenario(3, 11).1, scenario(4, 11).1, "attempt seeds should matter");
     }
 
     #[test]
     fn concurrent_writers_on_disjoint_ranges() {
-        let cfg = SimConfig {
-            seed: 5,
-            short_transfer_percent: 30,
-            retryable_error_percent: 10,
-            ..Default::default()
-        };
+        let cfg = SimConfig { seed: 5, short_transfer_percent: 30, retryable_error_percent: 10, ..Default::default() };
         let sim = Arc::new(SimIo::new(cfg));
         let store = sim.open(Path::new("/f"), &rw_create()).unwrap();
         std::thread::scope(|s| {
             for t in 0..4u8 {
                 let store = Arc::clone(&store);
-                s.spawn(move || {
-                    write_at(&*store, usize::from(t) * 8 * BS, &pattern(8 * BS, t)).unwrap()
-                });
+                s.spawn(move || write_at(&*store, usize::from(t) * 8 * BS, &pattern(8 * BS, t)).unwrap());
             }
         });
         for t in 0..4u8 {
-            assert_eq!(
-                read_at(&*store, usize::from(t) * 8 * BS, 8 * BS).unwrap(),
-                pattern(8 * BS, t)
-            );
+            assert_eq!(read_at(&*store, usize::from(t) * 8 * BS, 8 * BS).unwrap(), pattern(8 * BS, t));
         }
     }
 
@@ -1423,11 +1173,7 @@ mod tests {
                     }
                     4..=7 => {
                         let want = &model[offset.min(model.len())..(offset + len).min(model.len())];
-                        assert_eq!(
-                            read_at(&*store, offset, len).unwrap(),
-                            want,
-                            "seed {seed} step {step}"
-                        );
+                        assert_eq!(read_at(&*store, offset, len).unwrap(), want, "seed {seed} step {step}");
                     }
                     8 => {
                         store.set_len(offset as u64).unwrap();

@@ -1,5 +1,407 @@
-//! stub
-use super::*;
-pub struct ThreadsIo;
-impl ThreadsIo { pub fn new(_d: u32) -> Self { ThreadsIo } }
-impl Io for ThreadsIo { fn kind(&self) -> IoKind { IoKind::Threads } fn open(&self, _p: &Path, _h: &OpenHow) -> io::Result<Arc<dyn BackingStore>> { Err(io::Error::from_raw_os_error(libc::ENOSYS)) } }
+//! The thread-pool backend: `preadv`/`pwritev` on a small pool of worker
+//! threads; the fallback where io_uring cannot be set up.
+//!
+//! Invariants:
+//! - [`FdEngine::submit_once`] hands every pending op but one to the pool as
+//!   a single `preadv`/`pwritev` attempt, runs the last one on the calling
+//!   thread, and returns only after every dispatched job has answered. Jobs
+//!   hold raw pointers into the caller's buffers; that wait (also done by a
+//!   drop guard while unwinding) is what keeps the buffers alive for them.
+//! - Workers share one FIFO job queue; a worker sets its own I/O priority to
+//!   the job's `ioprio` so the device scheduler still sees sync vs async (the
+//!   op the caller runs itself keeps the caller's priority).
+//! - The pool lives as long as the [`ThreadsIo`] or any store it opened;
+//!   when the last of them is dropped, the queue closes and the workers are
+//!   joined.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use super::fd::{ioprio_of, open_fd_store, rw_iovecs, rw_once, FdEngine};
+use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
+
+/// Most workers a pool runs: the pool only has to keep a device queue busy,
+/// not match io_uring's depth.
+const MAX_WORKERS: usize = 8;
+/// Fewest workers, so one slow request does not serialise a batch.
+const MIN_WORKERS: usize = 2;
+/// preadv/pwritev need little stack.
+const WORKER_STACK_BYTES: usize = 256 * 1024;
+
+/// The thread-pool backend.
+pub struct ThreadsIo {
+    pool: Arc<Pool>,
+}
+
+impl ThreadsIo {
+    /// A pool of `min(io_depth, 8)` workers, at least 2. If threads cannot be
+    /// spawned, I/O runs on the submitting thread instead.
+    pub fn new(io_depth: u32) -> Self {
+        ThreadsIo { pool: Arc::new(Pool::new((io_depth as usize).clamp(MIN_WORKERS, MAX_WORKERS))) }
+    }
+
+    /// Worker threads this pool spawned.
+    pub fn workers(&self) -> usize {
+        self.pool.handles.len()
+    }
+
+    /// Worker threads currently running (they start asynchronously).
+    pub fn workers_alive(&self) -> usize {
+        self.pool.stats.alive.load(Ordering::Acquire)
+    }
+
+    /// Attempts the workers have executed (single-op batches and the
+    /// submitter's own share run inline and are not counted).
+    pub fn worker_attempts(&self) -> u64 {
+        self.pool.stats.attempts.load(Ordering::Relaxed)
+    }
+}
+
+impl Io for ThreadsIo {
+    fn kind(&self) -> IoKind {
+        IoKind::Threads
+    }
+
+    fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>> {
+        open_fd_store(path, how, self.pool.clone())
+    }
+}
+
+/// One attempt at one op, executed by a worker.
+struct Job {
+    fd: RawFd,
+    offset: u64,
+    iovecs: Vec<libc::iovec>,
+    write: bool,
+    ioprio: u16,
+    /// Index of the op in its batch.
+    index: usize,
+    reply: mpsc::Sender<(usize, Attempt)>,
+}
+
+/// A [`Job`] that may cross to a worker thread.
+struct SendJob(Job);
+
+// SAFETY: the only non-Send part of a Job is the raw pointers in its iovecs.
+// They point into buffers borrowed by the submitting `submit_once` call, which
+// does not return (nor unwind past its `Batch` guard) until this job has
+// answered or been dropped, so the memory outlives every use by the worker.
+unsafe impl Send for SendJob {}
+
+struct Pool {
+    /// `None` only while dropping: closing the queue stops the workers.
+    jobs: Option<mpsc::Sender<SendJob>>,
+    handles: Vec<JoinHandle<()>>,
+    stats: Arc<PoolStats>,
+}
+
+#[derive(Default)]
+struct PoolStats {
+    /// Workers running.
+    alive: AtomicUsize,
+    /// Attempts executed by workers.
+    attempts: AtomicU64,
+}
+
+impl Pool {
+    fn new(workers: usize) -> Pool {
+        let (tx, rx) = mpsc::channel::<SendJob>();
+        let rx = Arc::new(Mutex::new(rx));
+        let stats = Arc::new(PoolStats::default());
+        let handles: Vec<JoinHandle<()>> = (0..workers)
+            .filter_map(|i| {
+                let rx = rx.clone();
+                let stats = stats.clone();
+                std::thread::Builder::new()
+                    .name(format!("wbcache-io-{i}"))
+                    .stack_size(WORKER_STACK_BYTES)
+                    .spawn(move || worker_loop(&rx, &stats))
+                    .ok()
+            })
+            .collect();
+        // With no worker the receiver dies here, every send fails and
+        // submit_once runs the ops inline.
+        Pool { jobs: Some(tx), handles, stats }
+    }
+
+    /// Queues `job`, or gives it back when no worker can take it.
+    fn dispatch(&self, job: Job) -> Result<(), Job> {
+        match &self.jobs {
+            Some(tx) => tx.send(SendJob(job)).map_err(|mpsc::SendError(SendJob(job))| job),
+            None => Err(job),
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // No batch can be in flight: every submitter holds an Arc to the pool.
+        self.jobs = None;
+        for handle in self.handles.drain(..) {
+            // A worker that panicked has nothing left to clean up.
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Decrements the live-worker count however the worker exits.
+struct AliveGuard<'a>(&'a AtomicUsize);
+
+impl Drop for AliveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn worker_loop(jobs: &Mutex<mpsc::Receiver<SendJob>>, stats: &PoolStats) {
+    stats.alive.fetch_add(1, Ordering::AcqRel);
+    let _alive = AliveGuard(&stats.alive);
+    let mut current_ioprio: Option<u16> = None;
+    loop {
+        // Only one idle worker waits in recv; the others wait for the lock.
+        let next = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        let Ok(SendJob(job)) = next else {
+            return; // queue closed: the pool is being dropped
+        };
+        if current_ioprio != Some(job.ioprio) {
+            set_thread_ioprio(job.ioprio);
+            current_ioprio = Some(job.ioprio);
+        }
+        // SAFETY: the iovecs point into buffers the submitter keeps borrowed
+        // until this job answers (see SendJob); nobody else touches them.
+        let attempt = unsafe { rw_iovecs(job.fd, job.offset, &job.iovecs, job.write) };
+        stats.attempts.fetch_add(1, Ordering::Relaxed);
+        // The submitter only stops listening once every job has answered, so
+        // a failed send means it is gone; nothing to do.
+        let _ = job.reply.send((job.index, attempt));
+    }
+}
+
+/// Sets this thread's I/O priority (`ioprio_set(IOPRIO_WHO_PROCESS, 0, ..)`
+/// targets the calling thread). Best effort: a refused priority must not
+/// fail the I/O.
+fn set_thread_ioprio(ioprio: u16) {
+    const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+    // SAFETY: ioprio_set takes only integers.
+    unsafe {
+        libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, libc::c_int::from(ioprio));
+    }
+}
+
+/// Collects the answers of one batch's dispatched jobs. Dropping it waits
+/// for the jobs still out, so not even a panic lets the caller's buffers go
+/// while a worker uses them.
+struct Batch {
+    reply: Option<mpsc::Sender<(usize, Attempt)>>,
+    answers: mpsc::Receiver<(usize, Attempt)>,
+    outstanding: usize,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        let (reply, answers) = mpsc::channel();
+        Batch { reply: Some(reply), answers, outstanding: 0 }
+    }
+
+    fn reply_to(&self) -> mpsc::Sender<(usize, Attempt)> {
+        self.reply.as_ref().expect("batch still dispatching").clone()
+    }
+
+    /// Blocks until every dispatched job answered, storing the answers.
+    fn wait(&mut self, results: &mut [Option<Attempt>]) {
+        // Drop our own sender so that, should a job be dropped unanswered,
+        // recv fails instead of blocking forever.
+        self.reply = None;
+        while self.outstanding > 0 {
+            match self.answers.recv() {
+                Ok((index, attempt)) => {
+                    self.outstanding -= 1;
+                    results[index] = Some(attempt);
+                }
+                // Every job is gone (answered or dropped unrun): none can
+                // still touch the buffers.
+                Err(_) => self.outstanding = 0,
+            }
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.reply = None;
+        while self.outstanding > 0 && self.answers.recv().is_ok() {
+            self.outstanding -= 1;
+        }
+    }
+}
+
+impl FdEngine for Pool {
+    fn submit_once(&self, fd: RawFd, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
+        let mut results: Vec<Option<Attempt>> = ops.iter().map(|op| op.result.is_some().then_some(Ok(0))).collect();
+        let pending: Vec<usize> = (0..ops.len()).filter(|&i| results[i].is_none()).collect();
+        if let Some((&inline, dispatched)) = pending.split_last() {
+            let mut batch = Batch::new();
+            for &index in dispatched {
+                let op = &mut ops[index];
+                let write = op.is_write();
+                let ioprio = ioprio_of(op.priority);
+                let (offset, iovecs) = op.remaining_iovecs();
+                let job = Job { fd, offset, iovecs, write, ioprio, index, reply: batch.reply_to() };
+                match self.dispatch(job) {
+                    Ok(()) => batch.outstanding += 1,
+                    // No worker: the job never ran, do it here.
+                    Err(_) => results[index] = Some(rw_once(fd, op)),
+                }
+            }
+            // The calling thread would only wait; let it do one op meanwhile.
+            // A single-op batch thus never leaves the thread.
+            results[inline] = Some(rw_once(fd, &mut ops[inline]));
+            batch.wait(&mut results);
+        }
+        results.into_iter().map(|r| r.unwrap_or_else(|| Err(io::Error::from_raw_os_error(libc::EIO)))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::io::fd::testutil::*;
+    use crate::io::{read_full, write_full, IoPriority, BLOCK_SIZE};
+
+    fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn worker_counts() {
+        assert_eq!(ThreadsIo::new(0).workers(), 2);
+        assert_eq!(ThreadsIo::new(1).workers(), 2);
+        assert_eq!(ThreadsIo::new(5).workers(), 5);
+        assert_eq!(ThreadsIo::new(128).workers(), 8);
+    }
+
+    #[test]
+    fn suite_on_two_workers() {
+        let io = ThreadsIo::new(2);
+        assert_eq!(io.kind(), IoKind::Threads);
+        suite(&|p, h| io.open(p, h));
+    }
+
+    #[test]
+    fn suite_on_eight_workers() {
+        let io = ThreadsIo::new(64);
+        suite(&|p, h| io.open(p, h));
+    }
+
+    #[test]
+    fn concurrent_submitters_share_the_pool() {
+        let io = ThreadsIo::new(4);
+        concurrent_submitters(&|p, h| io.open(p, h));
+    }
+
+    /// A multi-op batch runs all ops but one on the workers; a single-op
+    /// batch stays on the calling thread.
+    #[test]
+    fn batches_use_the_workers() {
+        let io = ThreadsIo::new(4);
+        wait_for("workers to start", || io.workers_alive() == 4);
+        let path = TempPath::new("pool-used");
+        let store = io.open(&path.0, &rw_create()).unwrap();
+        let data = AlignedBuf::pattern(BLOCK_SIZE, 1);
+        let mut ops: Vec<IoOp<'_>> =
+            (0..16).map(|i| IoOp::write(i * BLOCK_SIZE as u64, vec![&data[..]], IoPriority::Async)).collect();
+        let attempts = store.submit_once(&mut ops);
+        assert_eq!(attempts.len(), 16);
+        assert!(attempts.iter().all(|a| matches!(a, Ok(n) if *n == BLOCK_SIZE)));
+        assert_eq!(io.worker_attempts(), 15);
+        assert_eq!(store.len().unwrap(), 16 * BLOCK_SIZE as u64);
+
+        let mut back = AlignedBuf::zeroed(BLOCK_SIZE);
+        assert_eq!(read_full(&*store, &mut back, 15 * BLOCK_SIZE as u64, IoPriority::Sync).unwrap(), BLOCK_SIZE);
+        assert!(back[..] == data[..]);
+        assert_eq!(io.worker_attempts(), 15, "a single-op batch runs inline");
+    }
+
+    /// With no workers (spawning failed), everything runs inline.
+    #[test]
+    fn pool_without_workers_runs_inline() {
+        let mut pool = Pool::new(0);
+        assert!(pool.handles.is_empty());
+        let path = TempPath::new("no-workers");
+        let store = open_fd_store(&path.0, &rw_create(), Arc::new(Pool::new(0))).unwrap();
+        let data = AlignedBuf::pattern(3 * BLOCK_SIZE, 2);
+        let mut ops: Vec<IoOp<'_>> = (0..3)
+            .map(|i| {
+                IoOp::write(
+                    i * BLOCK_SIZE as u64,
+                    vec![&data[i as usize * BLOCK_SIZE..][..BLOCK_SIZE]],
+                    IoPriority::Sync,
+                )
+            })
+            .collect();
+        crate::io::run_batch(&*store, &mut ops);
+        assert!(ops.iter_mut().all(|op| op.result.take().unwrap().is_ok()));
+        drop(ops);
+        let mut back = AlignedBuf::zeroed(3 * BLOCK_SIZE);
+        assert_eq!(read_full(&*store, &mut back, 0, IoPriority::Sync).unwrap(), 3 * BLOCK_SIZE);
+        assert!(back[..] == data[..]);
+        pool.jobs = None; // a closed queue refuses jobs too
+        assert!(pool.dispatch(dummy_job()).is_err());
+    }
+
+    fn dummy_job() -> Job {
+        let (reply, _) = mpsc::channel();
+        Job { fd: -1, offset: 0, iovecs: Vec::new(), write: false, ioprio: 0, index: 0, reply }
+    }
+
+    /// Workers outlive the ThreadsIo while a store still uses them, and are
+    /// all joined when the last user goes.
+    #[test]
+    fn workers_exit_when_last_user_drops() {
+        let io = ThreadsIo::new(3);
+        wait_for("workers to start", || io.workers_alive() == 3);
+        let stats = io.pool.stats.clone();
+        let path = TempPath::new("exit");
+        let store = io.open(&path.0, &rw_create()).unwrap();
+        drop(io);
+        assert_eq!(stats.alive.load(Ordering::Acquire), 3, "a store still needs the pool");
+        let data = AlignedBuf::pattern(2 * BLOCK_SIZE, 3);
+        write_full(&*store, vec![&data[..BLOCK_SIZE], &data[BLOCK_SIZE..]], 0, IoPriority::Sync).unwrap();
+        drop(store);
+        // Pool::drop joins the workers, so they are gone by now.
+        assert_eq!(stats.alive.load(Ordering::Acquire), 0);
+    }
+
+    /// A dropped-unanswered job (its reply sender gone) cannot hang the
+    /// batch: the op gets EIO.
+    #[test]
+    fn unanswered_job_is_eio() {
+        let mut batch = Batch::new();
+        let reply = batch.reply_to();
+        batch.outstanding = 1;
+        drop(reply);
+        let mut results = vec![None];
+        batch.wait(&mut results);
+        assert!(results[0].is_none());
+        assert_eq!(batch.outstanding, 0);
+    }
+
+    /// See `fd::testutil::block_device_writes`; destroys the device's data.
+    #[test]
+    #[ignore = "needs WBCACHE_TEST_BLOCK_DEVICE naming a scratch block device"]
+    fn block_device_write_round_trip() {
+        let io = ThreadsIo::new(4);
+        block_device_writes(&|p, h| io.open(p, h));
+    }
+}

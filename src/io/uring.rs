@@ -1,5 +1,568 @@
-//! stub
-use super::*;
-pub struct UringIo;
-impl UringIo { pub fn new(_d: u32) -> io::Result<Self> { Err(io::Error::from_raw_os_error(libc::ENOSYS)) } }
-impl Io for UringIo { fn kind(&self) -> IoKind { IoKind::Uring } fn open(&self, _p: &Path, _h: &OpenHow) -> io::Result<Arc<dyn BackingStore>> { Err(io::Error::from_raw_os_error(libc::ENOSYS)) } }
+//! The io_uring backend: every attempt of a batch is one or more waves of
+//! `IORING_OP_READV`/`IORING_OP_WRITEV` on a ring owned by the submitting
+//! thread.
+//!
+//! Invariants:
+//! - One ring per submitting thread (thread-local, created on first use), so
+//!   submitters never contend on a ring lock and a ring is never shared.
+//! - At most `sq_entries` requests are pushed but not yet reaped at any time;
+//!   the completion queue holds twice that, so it can never overflow.
+//! - [`FdEngine::submit_once`] returns only after every request it pushed has
+//!   been reaped (or, if the ring failed, after every request the kernel had
+//!   accepted has completed and the ring with any unsubmitted entries has
+//!   been dropped). The iovec arrays and the buffers they point into are
+//!   borrowed for the whole call, so no I/O ever outlives its buffers.
+//! - A thread that cannot create a ring at run time does its attempts with
+//!   plain `preadv`/`pwritev` instead of failing the I/O.
+
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
+
+use super::fd::{ioprio_of, open_fd_store, FdEngine, SyncEngine};
+use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
+
+/// The kernel's limit on ring entries (`IORING_MAX_ENTRIES`).
+const MAX_RING_ENTRIES: u32 = 32_768;
+/// Smallest ring we create: a tiny ring only adds submit round trips.
+const MIN_RING_ENTRIES: u32 = 8;
+/// How many times in a row `io_uring_enter` may report `EAGAIN`/`EBUSY`
+/// without any completion arriving before the ring is declared broken.
+const MAX_BUSY_RETRIES: u32 = 10_000;
+const BUSY_BACKOFF: Duration = Duration::from_micros(100);
+
+/// Ring size for `io_depth`: rounded up to a power of two (the kernel rounds
+/// anyway), at least [`MIN_RING_ENTRIES`], at most the kernel maximum.
+fn ring_entries_for(io_depth: u32) -> u32 {
+    io_depth.clamp(MIN_RING_ENTRIES, MAX_RING_ENTRIES).next_power_of_two()
+}
+
+/// The io_uring backend.
+pub struct UringIo {
+    engine: Arc<UringEngine>,
+}
+
+impl UringIo {
+    /// Checks that an io_uring can be created and used on this machine (it
+    /// may be disabled by seccomp, `kernel.io_uring_disabled` or an old
+    /// kernel), so the caller can fall back to the thread pool.
+    pub fn new(io_depth: u32) -> io::Result<Self> {
+        let entries = ring_entries_for(io_depth);
+        probe(entries)?;
+        Ok(UringIo { engine: Arc::new(UringEngine { entries, fallback_attempts: AtomicU64::new(0) }) })
+    }
+
+    /// Entries of each per-thread ring.
+    pub fn ring_entries(&self) -> u32 {
+        self.engine.entries
+    }
+
+    /// How many attempts ran with `preadv`/`pwritev` because a thread could
+    /// not get a working ring.
+    pub fn fallback_attempts(&self) -> u64 {
+        self.engine.fallback_attempts.load(Ordering::Relaxed)
+    }
+}
+
+impl Io for UringIo {
+    fn kind(&self) -> IoKind {
+        IoKind::Uring
+    }
+
+    fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>> {
+        open_fd_store(path, how, self.engine.clone())
+    }
+}
+
+/// Creates a ring, checks that READV/WRITEV are supported (when the kernel
+/// can say) and runs one NOP through it: some sandboxes allow
+/// `io_uring_setup` but block `io_uring_enter`.
+fn probe(entries: u32) -> io::Result<()> {
+    let mut ring = IoUring::new(entries)?;
+    let mut probe = io_uring::Probe::new();
+    // IORING_REGISTER_PROBE needs Linux 5.6; READV/WRITEV exist since 5.1, so
+    // a kernel that cannot answer has them.
+    if ring.submitter().register_probe(&mut probe).is_ok()
+        && !(probe.is_supported(opcode::Readv::CODE) && probe.is_supported(opcode::Writev::CODE))
+    {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, "io_uring lacks READV/WRITEV"));
+    }
+    let nop = opcode::Nop::new().build().user_data(0);
+    // SAFETY: a NOP references no memory.
+    unsafe { ring.submission().push(&nop) }
+        .map_err(|_| io::Error::other("fresh io_uring has a full submission queue"))?;
+    loop {
+        match ring.submitter().submit_and_wait(1) {
+            Ok(_) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let cqe = ring.completion().next().ok_or_else(|| io::Error::other("io_uring NOP did not complete"))?;
+    if cqe.result() < 0 {
+        return Err(io::Error::from_raw_os_error(-cqe.result()));
+    }
+    Ok(())
+}
+
+/// Creates the ring of one submitting thread. SINGLE_ISSUER|DEFER_TASKRUN
+/// (Linux 6.1) suit a ring that only its owner thread touches and that is
+/// always waited on with GETEVENTS: completion work runs inside our own
+/// `io_uring_enter` instead of interrupting the thread. Older kernels refuse
+/// those flags; then COOP_TASKRUN (5.19), then a plain ring.
+fn new_thread_ring(entries: u32) -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries)
+        .or_else(|_| IoUring::builder().setup_coop_taskrun().build(entries))
+        .or_else(|_| IoUring::new(entries))
+}
+
+/// The engine shared by every store a [`UringIo`] opened.
+struct UringEngine {
+    entries: u32,
+    fallback_attempts: AtomicU64,
+}
+
+/// This thread's rings, one per ring size in use (normally exactly one);
+/// `None` records that creating that size failed here, so we do not retry
+/// `io_uring_setup` on every attempt.
+#[derive(Default)]
+struct ThreadRings {
+    /// The process the rings belong to. A child forked by this thread
+    /// inherits them, but its submissions would land in the parent's rings
+    /// (shared mappings), so a child starts over with rings of its own.
+    pid: u32,
+    rings: Vec<(u32, Option<IoUring>)>,
+}
+
+thread_local! {
+    static RINGS: RefCell<ThreadRings> = RefCell::new(ThreadRings::default());
+}
+
+impl FdEngine for UringEngine {
+    fn submit_once(&self, fd: RawFd, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
+        let on_ring = RINGS.try_with(|rings| {
+            // Busy only if re-entered, which cannot happen; stay safe anyway.
+            let mut rings = rings.try_borrow_mut().ok()?;
+            let pid = std::process::id();
+            if rings.pid != pid {
+                // Closing our copies leaves the parent's rings alone.
+                rings.rings.clear();
+                rings.pid = pid;
+            }
+            let slot = match rings.rings.iter().position(|(entries, _)| *entries == self.entries) {
+                Some(i) => i,
+                None => {
+                    rings.rings.push((self.entries, new_thread_ring(self.entries).ok()));
+                    rings.rings.len() - 1
+                }
+            };
+            let ring = rings.rings[slot].1.as_mut()?;
+            let (attempts, ring_ok) = submit_on_ring(ring, fd, ops);
+            if !ring_ok {
+                // Dropping the ring discards entries the kernel never
+                // consumed; the next attempt on this thread gets a new one.
+                rings.rings.remove(slot);
+            }
+            Some(attempts)
+        });
+        match on_ring {
+            Ok(Some(attempts)) => attempts,
+            // No ring on this thread (creation failed, or thread-local storage
+            // is being torn down): do the attempt synchronously.
+            _ => {
+                self.fallback_attempts.fetch_add(1, Ordering::Relaxed);
+                SyncEngine.submit_once(fd, ops)
+            }
+        }
+    }
+}
+
+/// One pending op of the attempt, with the iovec array its SQE points to.
+struct Request {
+    index: usize,
+    offset: u64,
+    iovecs: Vec<libc::iovec>,
+    write: bool,
+    ioprio: u16,
+}
+
+fn is_busy(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY))
+}
+
+/// Runs one attempt of every pending op of `ops` on `ring`. Returns the
+/// attempts and whether the ring is still usable.
+fn submit_on_ring(ring: &mut IoUring, fd: RawFd, ops: &mut [IoOp<'_>]) -> (Vec<Attempt>, bool) {
+    let mut results: Vec<Option<Attempt>> =
+        ops.iter().map(|op| if op.result.is_some() { Some(Ok(0)) } else { None }).collect();
+    // `requests` owns every iovec array until this function returns, and the
+    // arrays are never resized after being built, so the pointers in the SQEs
+    // stay valid while the kernel may read them.
+    let requests: Vec<Request> = ops
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, op)| op.result.is_none())
+        .map(|(index, op)| {
+            let write = op.is_write();
+            let ioprio = ioprio_of(op.priority);
+            let (offset, iovecs) = op.remaining_iovecs();
+            Request { index, offset, iovecs, write, ioprio }
+        })
+        .collect();
+
+    let capacity = ring.params().sq_entries() as usize;
+    let mut next = 0; // first request not yet pushed
+    let mut outstanding = 0usize; // pushed, completion not yet reaped
+    let mut busy_retries = 0u32;
+    let mut fatal: Option<io::Error> = None;
+
+    while next < requests.len() || outstanding > 0 {
+        // Refill: keep at most `capacity` requests outstanding, which also
+        // bounds the completion queue (2 * capacity) so it cannot overflow.
+        {
+            let mut sq = ring.submission();
+            while next < requests.len() && outstanding < capacity {
+                let req = &requests[next];
+                let Ok(iov_count) = u32::try_from(req.iovecs.len()) else {
+                    results[req.index] = Some(Err(io::Error::from_raw_os_error(libc::EINVAL)));
+                    next += 1;
+                    continue;
+                };
+                let entry = build_entry(fd, req, iov_count);
+                // SAFETY: the SQE points to `req.iovecs` (owned by `requests`)
+                // and through it into the op's buffers, which the caller
+                // borrows for this whole synchronous call. Every pushed entry
+                // is reaped, or the ring dropped without the kernel having
+                // seen it, before this function returns.
+                if unsafe { sq.push(&entry) }.is_err() {
+                    break; // full: submit what we have, then refill
+                }
+                next += 1;
+                outstanding += 1;
+            }
+        }
+        if outstanding == 0 {
+            if next < requests.len() {
+                // Nothing outstanding yet the queue took nothing: it is not
+                // ours to fill (cannot happen), so stop rather than spin.
+                fatal = Some(io::Error::from_raw_os_error(libc::EBUSY));
+                break;
+            }
+            continue; // only unsubmittable requests remained; the loop ends
+        }
+
+        match ring.submitter().submit_and_wait(1) {
+            Ok(_) => busy_retries = 0,
+            // A signal interrupted the wait; entries the kernel already took
+            // stay taken (its SQ head moved), the rest go with the next call.
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            // Out of kernel resources or completions backed up: reap what is
+            // there, back off briefly and try again.
+            Err(e) if is_busy(&e) => {
+                let reaped = reap(ring, &mut results);
+                outstanding = outstanding.saturating_sub(reaped);
+                if reaped == 0 {
+                    busy_retries += 1;
+                    if busy_retries >= MAX_BUSY_RETRIES {
+                        fatal = Some(e);
+                        break;
+                    }
+                    std::thread::sleep(BUSY_BACKOFF);
+                }
+                continue;
+            }
+            Err(e) => {
+                fatal = Some(e);
+                break;
+            }
+        }
+        outstanding = outstanding.saturating_sub(reap(ring, &mut results));
+    }
+
+    let ring_ok = match fatal {
+        None => true,
+        Some(err) => {
+            drain_after_failure(ring, outstanding, &mut results);
+            let errno = err.raw_os_error().unwrap_or(libc::EIO);
+            for slot in results.iter_mut().filter(|r| r.is_none()) {
+                *slot = Some(Err(io::Error::from_raw_os_error(errno)));
+            }
+            false
+        }
+    };
+    drop(requests); // only now may the iovec arrays go
+    let attempts =
+        results.into_iter().map(|r| r.unwrap_or_else(|| Err(io::Error::from_raw_os_error(libc::EIO)))).collect();
+    (attempts, ring_ok)
+}
+
+fn build_entry(fd: RawFd, req: &Request, iov_count: u32) -> squeue::Entry {
+    let target = types::Fd(fd);
+    let entry = if req.write {
+        opcode::Writev::new(target, req.iovecs.as_ptr(), iov_count).offset(req.offset).ioprio(req.ioprio).build()
+    } else {
+        opcode::Readv::new(target, req.iovecs.as_ptr(), iov_count).offset(req.offset).ioprio(req.ioprio).build()
+    };
+    entry.user_data(req.index as u64)
+}
+
+/// Moves every available completion into `results`; returns how many.
+fn reap(ring: &mut IoUring, results: &mut [Option<Attempt>]) -> usize {
+    let mut reaped = 0;
+    for cqe in ring.completion() {
+        reaped += 1;
+        let res = cqe.result();
+        let attempt = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };
+        if let Some(slot) = results.get_mut(cqe.user_data() as usize) {
+            *slot = Some(attempt);
+        }
+    }
+    reaped
+}
+
+/// After `io_uring_enter` failed for good: waits for every request the
+/// kernel already accepted (their buffers must stay borrowed until they
+/// complete) without submitting the ones it did not; the caller then drops
+/// the ring, discarding those. If even waiting fails, aborts: returning
+/// would let the kernel write into freed memory.
+fn drain_after_failure(ring: &mut IoUring, mut outstanding: usize, results: &mut [Option<Attempt>]) {
+    loop {
+        outstanding = outstanding.saturating_sub(reap(ring, results));
+        let in_kernel = outstanding.saturating_sub(ring.submission().len());
+        if in_kernel == 0 {
+            return;
+        }
+        // SAFETY: to_submit = 0 submits nothing; GETEVENTS only waits for
+        // completions, with no argument structure.
+        let waited = unsafe { ring.submitter().enter::<libc::sigset_t>(0, 1, EnterFlags::GETEVENTS.bits(), None) };
+        match waited {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) || is_busy(&e) => std::thread::sleep(BUSY_BACKOFF),
+            Err(e) => {
+                eprintln!("wbcache: io_uring cannot reap {in_kernel} in-flight requests ({e}); aborting");
+                std::process::abort();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::fd::testutil::*;
+    use crate::io::{read_full, run_batch, write_full, IoPriority, BLOCK_SIZE};
+
+    /// The backend under test, or None (with a note) where io_uring is
+    /// unavailable, e.g. in a sandbox; the fallback is tested separately.
+    fn uring(io_depth: u32) -> Option<UringIo> {
+        match UringIo::new(io_depth) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                eprintln!("skipping: io_uring unavailable here: {e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn ring_sizes() {
+        assert_eq!(ring_entries_for(0), 8);
+        assert_eq!(ring_entries_for(1), 8);
+        assert_eq!(ring_entries_for(9), 16);
+        assert_eq!(ring_entries_for(64), 64);
+        assert_eq!(ring_entries_for(100), 128);
+        assert_eq!(ring_entries_for(u32::MAX), MAX_RING_ENTRIES);
+    }
+
+    /// Thread rings use SINGLE_ISSUER where the kernel has it (6.0+).
+    #[test]
+    fn thread_ring_flags() {
+        let Some(_) = uring(8) else { return };
+        let ring = new_thread_ring(8).unwrap();
+        assert_eq!(ring.params().sq_entries(), 8);
+        eprintln!("thread ring single issuer: {}", ring.params().is_setup_single_issuer());
+    }
+
+    #[test]
+    fn suite_on_small_ring() {
+        let Some(io) = uring(8) else { return };
+        assert_eq!(io.kind(), IoKind::Uring);
+        assert_eq!(io.ring_entries(), 8);
+        suite(&|p, h| io.open(p, h));
+        assert_eq!(io.fallback_attempts(), 0, "the ring must have been used");
+    }
+
+    #[test]
+    fn suite_on_large_ring() {
+        let Some(io) = uring(128) else { return };
+        suite(&|p, h| io.open(p, h));
+        assert_eq!(io.fallback_attempts(), 0);
+    }
+
+    #[test]
+    fn concurrent_threads_each_use_a_ring() {
+        let Some(io) = uring(16) else { return };
+        concurrent_submitters(&|p, h| io.open(p, h));
+        assert_eq!(io.fallback_attempts(), 0);
+    }
+
+    /// Two backends with different depths on one thread keep separate rings.
+    #[test]
+    fn two_depths_on_one_thread() {
+        let (Some(small), Some(big)) = (uring(8), uring(64)) else {
+            return;
+        };
+        let path = TempPath::new("two-depths");
+        let a = small.open(&path.0, &rw_create()).unwrap();
+        let b = big.open(&path.0, &rw_create()).unwrap();
+        let data = AlignedBuf::pattern(BLOCK_SIZE, 5);
+        write_full(&*a, vec![&data], 0, IoPriority::Sync).unwrap();
+        let mut back = AlignedBuf::zeroed(BLOCK_SIZE);
+        read_full(&*b, &mut back, 0, IoPriority::Sync).unwrap();
+        assert!(back[..] == data[..]);
+        let count = RINGS.with(|r| r.borrow().rings.iter().filter(|(_, ring)| ring.is_some()).count());
+        assert_eq!(count, 2);
+    }
+
+    /// The engine's run-time fallback: a thread whose ring creation failed
+    /// still completes I/O with preadv/pwritev.
+    #[test]
+    fn falls_back_when_thread_has_no_ring() {
+        let Some(io) = uring(8) else { return };
+        let path = TempPath::new("no-ring");
+        let store = io.open(&path.0, &rw_create()).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Pretend io_uring_setup failed on this thread.
+                RINGS.with(|r| {
+                    let mut r = r.borrow_mut();
+                    r.pid = std::process::id();
+                    r.rings.push((io.ring_entries(), None));
+                });
+                let data = AlignedBuf::pattern(2 * BLOCK_SIZE, 7);
+                write_full(&*store, vec![&data], 0, IoPriority::Async).unwrap();
+                let mut back = AlignedBuf::zeroed(2 * BLOCK_SIZE);
+                assert_eq!(read_full(&*store, &mut back, 0, IoPriority::Sync).unwrap(), 2 * BLOCK_SIZE);
+                assert!(back[..] == data[..]);
+            });
+        });
+        assert_eq!(io.fallback_attempts(), 2);
+    }
+
+    /// The SQE carries what the kernel needs: opcode, fd, offset, iovec
+    /// array and count, the op's ioprio and its index as user_data.
+    #[test]
+    fn sqe_fields() {
+        let mut buf = AlignedBuf::zeroed(2 * BLOCK_SIZE);
+        let mut op = IoOp::read(3 * BLOCK_SIZE as u64, &mut buf, IoPriority::Async);
+        op.done = BLOCK_SIZE;
+        let (offset, iovecs) = op.remaining_iovecs();
+        for (write, priority) in [(false, IoPriority::Async), (true, IoPriority::Sync)] {
+            let req = Request { index: 17, offset, iovecs: iovecs.clone(), write, ioprio: ioprio_of(priority) };
+            let entry = build_entry(42, &req, 1);
+            assert_eq!(std::mem::size_of::<squeue::Entry>(), 64);
+            // SAFETY: squeue::Entry is a #[repr(C)] wrapper of the kernel's
+            // 64-byte io_uring_sqe; reading it as bytes is always valid.
+            let raw: [u8; 64] = unsafe { std::mem::transmute(entry) };
+            let u16_at = |o: usize| u16::from_ne_bytes(raw[o..o + 2].try_into().unwrap());
+            let u32_at = |o: usize| u32::from_ne_bytes(raw[o..o + 4].try_into().unwrap());
+            let u64_at = |o: usize| u64::from_ne_bytes(raw[o..o + 8].try_into().unwrap());
+            let opcode = if write { opcode::Writev::CODE } else { opcode::Readv::CODE };
+            assert_eq!(raw[0], opcode);
+            assert_eq!(u16_at(2), ioprio_of(priority), "ioprio");
+            assert_eq!(u32_at(4), 42, "fd");
+            assert_eq!(u64_at(8), 4 * BLOCK_SIZE as u64, "offset includes done");
+            assert_eq!(u64_at(16), req.iovecs.as_ptr() as u64, "iovec array");
+            assert_eq!(u32_at(24), 1, "iovec count");
+            assert_eq!(u64_at(32), 17, "user_data");
+        }
+    }
+
+    /// Rings inherited across fork (recorded pid differs) are replaced, not
+    /// used: a child's submissions would land in the parent's shared rings.
+    #[test]
+    fn inherited_rings_are_replaced() {
+        let Some(io) = uring(8) else { return };
+        let path = TempPath::new("fork");
+        let store = io.open(&path.0, &rw_create()).unwrap();
+        let data = AlignedBuf::pattern(BLOCK_SIZE, 8);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                write_full(&*store, vec![&data], 0, IoPriority::Sync).unwrap();
+                // Pretend this thread's ring came from a parent process; mark
+                // it so we can tell whether it survives.
+                RINGS.with(|r| {
+                    let mut r = r.borrow_mut();
+                    r.pid = r.pid.wrapping_add(1);
+                    r.rings.push((1, None));
+                });
+                write_full(&*store, vec![&data], BLOCK_SIZE as u64, IoPriority::Sync).unwrap();
+                RINGS.with(|r| {
+                    let r = r.borrow();
+                    assert_eq!(r.pid, std::process::id());
+                    assert_eq!(r.rings.len(), 1, "inherited rings must be dropped");
+                    assert!(r.rings[0].1.is_some());
+                });
+            });
+        });
+        assert_eq!(io.fallback_attempts(), 0);
+    }
+
+    /// Errors from the CQE are negative errnos and land on their own op.
+    #[test]
+    fn cqe_errors_map_to_errno() {
+        let Some(io) = uring(8) else { return };
+        let path = TempPath::new("cqe-errors");
+        let store = io.open(&path.0, &rw_create()).unwrap();
+        let mut good = AlignedBuf::zeroed(BLOCK_SIZE);
+        let mut bad = AlignedBuf::zeroed(BLOCK_SIZE);
+        let mut ops = [
+            IoOp::read(0, &mut good, IoPriority::Sync),
+            // Offset beyond off_t: the kernel answers -EINVAL.
+            IoOp::read(1 << 63, &mut bad, IoPriority::Async),
+        ];
+        run_batch(&*store, &mut ops);
+        assert_eq!(ops[0].result.take().unwrap().unwrap(), 0);
+        assert_eq!(ops[1].result.take().unwrap().unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    }
+
+    /// submit_once answers completed ops with Ok(0) and does not touch them.
+    #[test]
+    fn completed_ops_are_skipped() {
+        let Some(io) = uring(8) else { return };
+        let path = TempPath::new("skip");
+        let store = io.open(&path.0, &rw_create()).unwrap();
+        let data = AlignedBuf::pattern(BLOCK_SIZE, 3);
+        let mut ops = [
+            IoOp::write(0, vec![&data[..]], IoPriority::Sync),
+            IoOp::write(BLOCK_SIZE as u64, vec![&data[..]], IoPriority::Sync),
+        ];
+        ops[0].result = Some(Ok(BLOCK_SIZE));
+        let attempts = store.submit_once(&mut ops);
+        assert_eq!(attempts.len(), 2);
+        assert_eq!(*attempts[0].as_ref().unwrap(), 0);
+        assert_eq!(*attempts[1].as_ref().unwrap(), BLOCK_SIZE);
+        // Only the second op was written: the first block is a hole.
+        let mut back = AlignedBuf::pattern(BLOCK_SIZE, 4);
+        assert_eq!(read_full(&*store, &mut back, 0, IoPriority::Sync).unwrap(), BLOCK_SIZE);
+        assert!(back.iter().all(|&b| b == 0));
+    }
+
+    /// See `fd::testutil::block_device_writes`; destroys the device's data.
+    #[test]
+    #[ignore = "needs WBCACHE_TEST_BLOCK_DEVICE naming a scratch block device"]
+    fn block_device_write_round_trip() {
+        let Some(io) = uring(8) else { return };
+        block_device_writes(&|p, h| io.open(p, h));
+        assert_eq!(io.fallback_attempts(), 0);
+    }
+}

@@ -40,11 +40,17 @@ static int passed, failed;
         CHECK(got_ == want_, "%s: got %lld, want %lld", what, got_, want_);           \
     } while (0)
 
-/* Unrecoverable setup failure: report and stop. */
+/* CHECK for an unrecoverable setup step: on failure, report and stop.
+ * Evaluates cond exactly once (it is often a call that allocates). */
 #define REQUIRE(cond, ...)                                                 \
     do {                                                                   \
-        CHECK(cond, __VA_ARGS__);                                          \
-        if (!(cond)) {                                                     \
+        if (cond) {                                                        \
+            passed++;                                                      \
+        } else {                                                           \
+            failed++;                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
             printf("%d passed, %d failed (aborted)\n", passed, failed);    \
             exit(1);                                                       \
         }                                                                  \

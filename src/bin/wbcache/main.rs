@@ -1,1 +1,35 @@
-fn main() {}
+//! `wbcache`: command line tools for the wbcache page cache.
+//!
+//! `wbcache bench` runs the seeds' workloads against the kernel's buffered,
+//! `RWF_DONTCACHE` and O_DIRECT paths and against wbcache, in the same run on
+//! the same disk, and prints a Markdown table per workload (optionally JSON
+//! and SVG charts). See `wbcache bench --help` and `wbcache bench --list`.
+//!
+//! Layout: [`cli`] (options, suites), [`workloads`] (catalog, job specs),
+//! [`engines`] (the five engines behind one trait), [`worker`] (one
+//! measurement in a child process), [`runner`] (the parent: places, cgroups,
+//! caches, workers), [`cgroup`], [`measure`] (histograms, series),
+//! [`report`] (tables, JSON, targets), [`svg`], [`progress`], [`sys`].
+
+mod cgroup;
+mod cli;
+mod engines;
+mod measure;
+mod progress;
+mod report;
+mod runner;
+mod svg;
+mod sys;
+mod worker;
+mod workloads;
+
+use clap::Parser;
+
+fn main() {
+    let cli = cli::Cli::parse();
+    let code = match cli.command {
+        cli::Command::Bench(args) => runner::run(*args),
+        cli::Command::BenchWorker => worker::main(),
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,340 @@
+//! Command line: `wbcache bench [options]`, and the resolution of options
+//! and suites into a [`Plan`].
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use wbcache::config::parse_size;
+use wbcache::Config;
+
+use crate::engines::EngineKind;
+use crate::sys::fmt_size;
+use crate::workloads::{groups_for, overwrite_variants, Group, Params, WORKLOADS};
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "wbcache",
+    version,
+    about = "wbcache: a userspace page cache and writeback engine — command line tools"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the seeds' workloads against the kernel's buffered, RWF_DONTCACHE
+    /// and O_DIRECT paths and against wbcache, side by side.
+    #[command(after_long_help = long_help())]
+    Bench(Box<BenchArgs>),
+    /// Internal: runs one measurement described on stdin (used by `bench`).
+    #[command(hide = true, name = "bench-worker")]
+    BenchWorker,
+}
+
+#[derive(Args, Debug, Default)]
+pub struct BenchArgs {
+    /// Workloads to run, comma separated: names from --list, small-overwrite
+    /// variants (e.g. pwrite-1k-2m-file), `all`, or `default`. Without it, the
+    /// default suite runs (about 3-4 minutes).
+    #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
+    pub workloads: Vec<String>,
+    /// Engines to run, comma separated (default: all five).
+    #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
+    pub engines: Vec<String>,
+    /// Memory for both sides: wbcache's capacity and the kernel engines'
+    /// memory cgroup limit. Default 1G (256M for the default suite, 128M
+    /// with --quick).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// File size of the streaming and random workloads (default 2 × --memory).
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<String>,
+    /// Duration of the time-based workloads, e.g. 10, 5s, 500ms (default 10 s;
+    /// 5 s for the default suite, 1 s with --quick). Size-based workloads stop
+    /// at 6 × this; per-call workloads at a quarter of it (0.25-2 s).
+    #[arg(long, value_name = "TIME")]
+    pub runtime: Option<String>,
+    /// A wbcache option (same keys as the C ABI), repeatable:
+    /// --set dirty_limit=64M --set io=threads.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Directory for the test files; a fresh subdirectory is made in it and
+    /// removed afterwards (default: under /var/tmp or the current directory,
+    /// never a tmpfs).
+    #[arg(long, value_name = "DIR", conflicts_with = "device")]
+    pub dir: Option<PathBuf>,
+    /// Run on a raw block device instead of files. DESTROYS ITS CONTENTS;
+    /// refused without --yes-destroy.
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<PathBuf>,
+    /// Confirms that --device may be overwritten.
+    #[arg(long)]
+    pub yes_destroy: bool,
+    /// Write all results as JSON (schema version 1) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write SVG charts (throughput per second, latency percentiles, dirty
+    /// bytes over time) and an index.html into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub svg: Option<PathBuf>,
+    /// A one-minute smoke subset with tiny sizes (what CI runs).
+    #[arg(long)]
+    pub quick: bool,
+    /// List the workloads and engines, then exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Kill a measurement that runs longer than this many seconds (default:
+    /// twice its time cap plus 60 s).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Do not put kernel engines into a memory cgroup.
+    #[arg(long)]
+    pub no_cgroup: bool,
+    /// Do not drop the kernel's caches between runs.
+    #[arg(long)]
+    pub no_drop_caches: bool,
+    /// Print wbcache's stats after each wbcache run (stderr).
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+fn long_help() -> String {
+    let mut s = String::from("Workloads (each says which seed table it reproduces):\n");
+    for w in WORKLOADS {
+        let slot = if w.slot { " [slot: every engine reports unsupported; not in the suites]" } else { "" };
+        s.push_str(&format!("  {:<19} {}{slot}\n  {:<19} reproduces: {}\n", w.name, w.about, "", w.reproduces));
+    }
+    s.push_str("\nEngines:\n");
+    for e in EngineKind::ALL {
+        s.push_str(&format!("  {:<19} {}\n", e.name(), e.describe()));
+    }
+    s.push_str(
+        "  (small-overwrite call shapes: kernel-buffered/-dontcache use lseek (untimed) + write(2) or writev(2), or \
+         pwrite(2)/pwritev2; kernel-direct uses positioned io_uring writes for all three; wbcache engines map write \
+         and pwrite to one write_at and writev to one write_at per iovec)\n",
+    );
+    s.push_str(&format!(
+        "\nDefault suite (no --workloads): every workload except the slots, small-overwrite variants {}, \
+         --memory 256M, --runtime 5s.\n--quick: the same with small-overwrite {}, --memory 128M, --runtime 1s.\n",
+        DEFAULT_OVERWRITES.join(", "),
+        QUICK_OVERWRITES.join(", ")
+    ));
+    s
+}
+
+pub const DEFAULT_WORKLOADS: &[&str] =
+    &["seq-write", "rand-write", "multi-writer", "files-32", "competing", "seq-read", "rand-read", "small-overwrite"];
+pub const DEFAULT_OVERWRITES: &[&str] =
+    &["pwrite-1k-4k-file", "pwrite-1k-2m-file", "pwrite-10k-2m-file", "write-1k-2m-file", "writev-1k-2m-file"];
+pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"];
+
+pub fn list_text() -> String {
+    let mut s = long_help();
+    s.push_str("\nsmall-overwrite variants: ");
+    s.push_str(&overwrite_variants().join(", "));
+    s.push('\n');
+    s
+}
+
+/// Everything `bench` will do.
+pub struct Plan {
+    pub suite: &'static str,
+    pub groups: Vec<Group>,
+    pub engines: Vec<EngineKind>,
+    pub params: Params,
+    pub dirty_limit: u64,
+    pub args: BenchArgs,
+}
+
+/// A size in the option syntax, exact: `256M`, `1G`, or plain bytes.
+pub fn exact_size(bytes: u64) -> String {
+    for (unit, n) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if bytes >= n && bytes % n == 0 {
+            return format!("{}{unit}", bytes / n);
+        }
+    }
+    bytes.to_string()
+}
+
+/// Parses `10`, `5s`, `500ms`, `2m`, `1.5` (seconds).
+pub fn parse_duration(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("'{s}' is not a duration (e.g. 10, 5s, 500ms)"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(format!("duration '{s}' must be positive"));
+    }
+    Ok(v * mult)
+}
+
+impl Plan {
+    pub fn from_args(args: BenchArgs) -> Result<Plan, String> {
+        let explicit = !args.workloads.is_empty() && !args.workloads.iter().all(|w| w == "default");
+        let suite = if args.quick {
+            "quick"
+        } else if explicit {
+            "custom"
+        } else {
+            "default"
+        };
+        let overwrite_subset: Option<&[&str]> = match suite {
+            "quick" if !explicit => Some(QUICK_OVERWRITES),
+            "default" => Some(DEFAULT_OVERWRITES),
+            _ => None,
+        };
+        let names: Vec<String> = if explicit {
+            args.workloads.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+        } else {
+            DEFAULT_WORKLOADS.iter().map(|s| s.to_string()).collect()
+        };
+        let mut groups: Vec<Group> = Vec::new();
+        for name in &names {
+            let expanded: Vec<Group> = if name == "all" {
+                WORKLOADS.iter().flat_map(|w| groups_for(w.name, None).expect("catalog names expand")).collect()
+            } else if name == "default" {
+                DEFAULT_WORKLOADS.iter().flat_map(|w| groups_for(w, Some(DEFAULT_OVERWRITES)).expect("known")).collect()
+            } else {
+                groups_for(name, overwrite_subset).ok_or_else(|| {
+                    format!(
+                        "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file)"
+                    )
+                })?
+            };
+            for g in expanded {
+                if !groups.iter().any(|h| h.slug() == g.slug()) {
+                    groups.push(g);
+                }
+            }
+        }
+        // Keep each workload's groups together, in catalog order.
+        let rank = |g: &Group| WORKLOADS.iter().position(|w| w.name == g.workload).unwrap_or(usize::MAX);
+        groups.sort_by_key(rank);
+
+        let mut engines = Vec::new();
+        for e in &args.engines {
+            let e = e.trim();
+            if e == "all" {
+                engines.extend(EngineKind::ALL);
+                continue;
+            }
+            let kind = EngineKind::parse(e).ok_or_else(|| {
+                format!(
+                    "unknown engine '{e}' (known: {})",
+                    EngineKind::ALL.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
+                )
+            })?;
+            engines.push(kind);
+        }
+        if engines.is_empty() {
+            engines.extend(EngineKind::ALL);
+        }
+        engines.sort();
+        engines.dedup();
+
+        let (default_memory, default_runtime) = match suite {
+            "quick" => (128 * MIB, 1.0),
+            "default" => (256 * MIB, 5.0),
+            _ => (1024 * MIB, 10.0),
+        };
+        let memory = match &args.memory {
+            Some(m) => parse_size("--memory", m).map_err(|e| e.to_string())?,
+            None => default_memory,
+        };
+        if memory < 16 * MIB {
+            return Err(format!("--memory {} is too small (at least 16M)", fmt_size(memory)));
+        }
+        let size = match &args.size {
+            Some(s) => parse_size("--size", s).map_err(|e| e.to_string())?,
+            None => 2 * memory,
+        };
+        let size = (size / MIB) * MIB;
+        if size < 4 * MIB {
+            return Err("--size must be at least 4M".into());
+        }
+        let runtime_s = match &args.runtime {
+            Some(r) => parse_duration(r)?,
+            None => default_runtime,
+        };
+        let mut options = format!("capacity={}", exact_size(memory));
+        for s in &args.set {
+            let s = s.trim();
+            if !s.contains('=') {
+                return Err(format!("--set {s}: expected KEY=VALUE"));
+            }
+            options.push(',');
+            options.push_str(s);
+        }
+        let config = Config::from_options(&options).map_err(|e| format!("wbcache options '{options}': {e}"))?;
+        let quick = suite == "quick";
+        let params = Params {
+            memory,
+            size,
+            runtime_s,
+            stream_cap_s: 6.0 * runtime_s,
+            call_cap_s: (runtime_s / 4.0).clamp(0.25, 2.0),
+            iterations_1k: if quick { 20_000 } else { 200_000 },
+            iterations_10k: if quick { 5_000 } else { 50_000 },
+            warmup: if quick { 200 } else { 1_000 },
+            wbcache_options: options,
+        };
+        if let (Some(dev), false) = (&args.device, args.yes_destroy) {
+            return Err(format!(
+                "--device {} would destroy the data on it; add --yes-destroy if that is what you want",
+                dev.display()
+            ));
+        }
+        Ok(Plan { suite, groups, engines, params, dirty_limit: config.dirty_limit_bytes, args })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_suite_resolves() {
+        let p = Plan::from_args(BenchArgs::default()).unwrap();
+        assert_eq!(p.suite, "default");
+        assert_eq!(p.params.memory, 256 * MIB);
+        assert_eq!(p.params.size, 512 * MIB);
+        assert_eq!(p.engines.len(), 5);
+        assert!(p.groups.iter().all(|g| g.kind != crate::workloads::Kind::Slot));
+        assert_eq!(p.groups.iter().filter(|g| g.workload == "small-overwrite").count(), DEFAULT_OVERWRITES.len());
+    }
+
+    #[test]
+    fn selections_and_errors() {
+        let args = BenchArgs {
+            workloads: vec!["pwrite-1k-2m-file".into(), "seq-write".into(), "fsync-under-load".into()],
+            engines: vec!["wbcache".into(), "kernel-buffered".into()],
+            set: vec!["dirty_limit=512M".into()],
+            ..BenchArgs::default()
+        };
+        let p = Plan::from_args(args).unwrap();
+        assert_eq!(p.suite, "custom");
+        assert_eq!(p.params.memory, 1024 * MIB);
+        assert_eq!(p.groups[0].workload, "seq-write");
+        assert_eq!(p.groups.len(), 3);
+        assert_eq!(p.engines, vec![EngineKind::KernelBuffered, EngineKind::Wbcache]);
+        assert_eq!(p.dirty_limit, 512 * MIB);
+        assert!(Plan::from_args(BenchArgs { workloads: vec!["nope".into()], ..BenchArgs::default() }).is_err());
+        assert!(Plan::from_args(BenchArgs { engines: vec!["nope".into()], ..BenchArgs::default() }).is_err());
+        assert!(Plan::from_args(BenchArgs { set: vec!["bogus=1".into()], ..BenchArgs::default() }).is_err());
+        assert!(Plan::from_args(BenchArgs { device: Some("/dev/null".into()), ..BenchArgs::default() }).is_err());
+        assert_eq!(parse_duration("500ms").unwrap(), 0.5);
+        assert_eq!(parse_duration("5s").unwrap(), 5.0);
+        assert!(parse_duration("-1").is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! Progress on stderr: a one-line bar redrawn in place when stderr is a
+//! terminal, plain lines (one per finished measurement) otherwise, as CI
+//! logs want.
+
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+pub struct Progress {
+    tty: bool,
+    total: usize,
+    done: usize,
+    started: Instant,
+    label: String,
+    detail: String,
+    drawn: bool,
+}
+
+fn clock(secs: u64) -> String {
+    format!("{}:{:02}", secs / 60, secs % 60)
+}
+
+impl Progress {
+    pub fn new(total: usize) -> Progress {
+        Progress {
+            tty: std::io::stderr().is_terminal(),
+            total,
+            done: 0,
+            started: Instant::now(),
+            label: String::new(),
+            detail: String::new(),
+            drawn: false,
+        }
+    }
+
+    pub fn elapsed_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Starts a measurement.
+    pub fn begin(&mut self, label: &str) {
+        self.label = label.to_string();
+        self.detail.clear();
+        self.draw();
+    }
+
+    /// Live detail of the running measurement (e.g. `3 s  812 MB/s`).
+    pub fn update(&mut self, detail: String) {
+        self.detail = detail;
+        self.draw();
+    }
+
+    /// Ends a measurement with a one-line summary.
+    pub fn finish(&mut self, summary: &str) {
+        self.done += 1;
+        self.clear();
+        if !self.tty {
+            eprintln!(
+                "bench [{}/{}] {} {}: {summary}",
+                self.done,
+                self.total,
+                clock(self.started.elapsed().as_secs()),
+                self.label
+            );
+        }
+        self.draw();
+    }
+
+    /// A message line (notes, warnings), never interleaved with the bar.
+    pub fn note(&mut self, msg: &str) {
+        self.clear();
+        eprintln!("{msg}");
+        self.draw();
+    }
+
+    /// Removes the bar before stdout output on the same terminal.
+    pub fn clear(&mut self) {
+        if self.tty && self.drawn {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+            self.drawn = false;
+        }
+    }
+
+    fn draw(&mut self) {
+        if !self.tty || self.label.is_empty() || self.done >= self.total {
+            return;
+        }
+        const WIDTH: usize = 24;
+        let filled = WIDTH * self.done / self.total.max(1);
+        let bar: String = "#".repeat(filled) + &".".repeat(WIDTH - filled);
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r\x1b[2K[{bar}] {}/{} {}  {}  {}",
+            self.done + 1,
+            self.total,
+            clock(self.started.elapsed().as_secs()),
+            self.label,
+            self.detail
+        );
+        let _ = err.flush();
+        self.drawn = true;
+    }
+}

@@ -1,0 +1,581 @@
+//! The parent side of `wbcache bench`: prepares the place (a fresh directory
+//! or a raw device), the memory cgroups and the data file, then runs every
+//! (workload, engine) measurement in a fresh worker process, dropping the
+//! kernel's caches before each, and prints a table per workload as it
+//! completes, then the targets, the JSON and the charts.
+
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::cgroup::MemCgroups;
+use crate::cli::{list_text, BenchArgs, Plan};
+use crate::engines::DIRECT_DEPTH;
+use crate::progress::Progress;
+use crate::report::{failed_row, markdown_table, rows_from, slot_rows, targets, to_json, ResultRow};
+use crate::sys::{self, fmt_size, AlignedBuf, Machine};
+use crate::worker::{Outcome, Status};
+use crate::workloads::{build_spec, data_len, describe, info, Group, Kind, Place, Spec};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_sig: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    let handler = on_signal as extern "C" fn(libc::c_int);
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
+    }
+}
+
+/// Where the run happens, and what to remove afterwards.
+struct Site {
+    place: Place,
+    /// The fresh directory we created (removed at the end).
+    created_dir: Option<PathBuf>,
+    fs: String,
+    device: String,
+}
+
+fn pick_default_parent() -> Result<PathBuf, String> {
+    let cwd = std::env::current_dir().ok();
+    let mut candidates = vec![PathBuf::from("/var/tmp")];
+    candidates.extend(cwd);
+    candidates.push(PathBuf::from("/tmp"));
+    for c in candidates {
+        if c.is_dir() && !sys::is_memory_fs(&c) {
+            let probe = c.join(format!(".wbcache-bench-probe-{}", std::process::id()));
+            if fs::create_dir(&probe).is_ok() {
+                let _ = fs::remove_dir(&probe);
+                return Ok(c);
+            }
+        }
+    }
+    Err("no writable directory on a disk file system (tried /var/tmp, the current directory, /tmp); pass --dir".into())
+}
+
+fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String> {
+    if let Some(dev) = plan.args.device.clone() {
+        if !sys::is_block_device(&dev) {
+            return Err(format!("{} is not a block device", dev.display()));
+        }
+        if let Some(why) = sys::device_in_use(&dev) {
+            return Err(format!("refusing to overwrite {}: {why}", dev.display()));
+        }
+        let dev_size = sys::block_device_size(&dev).map_err(|e| format!("{}: {e}", dev.display()))?;
+        let mib = 1u64 << 20;
+        if dev_size < 8 * mib {
+            return Err(format!("{} is too small ({} bytes)", dev.display(), dev_size));
+        }
+        if plan.params.size > dev_size {
+            plan.params.size = (dev_size / mib) * mib;
+            notes.push(format!("--size reduced to the device size, {}", fmt_size(plan.params.size)));
+        }
+        return Ok(Site {
+            place: Place { dir: None, device: Some(dev.clone()), device_size: dev_size, free_bytes: dev_size },
+            created_dir: None,
+            fs: "raw block device".into(),
+            device: dev.display().to_string(),
+        });
+    }
+    let parent = match &plan.args.dir {
+        Some(d) => {
+            fs::create_dir_all(d).map_err(|e| format!("--dir {}: {e}", d.display()))?;
+            d.clone()
+        }
+        None => pick_default_parent()?,
+    };
+    let dir = parent.join(format!("wbcache-bench-{}", std::process::id()));
+    fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let dir = fs::canonicalize(&dir).unwrap_or(dir);
+    if sys::is_memory_fs(&dir) {
+        notes.push(format!("{} is a memory file system: O_DIRECT engines will fail there", dir.display()));
+    }
+    let (fs_type, source) = sys::mount_of(&dir).map(|(t, s, _)| (t, s)).unwrap_or(("unknown".into(), "unknown".into()));
+    let free = sys::free_bytes(&dir).unwrap_or(u64::MAX);
+    let need = 2 * plan.params.size + (256 << 20);
+    if free < need {
+        let _ = fs::remove_dir(&dir);
+        return Err(format!(
+            "{} has {} free; this run needs about {} (lower --size or --memory)",
+            dir.display(),
+            fmt_size(free),
+            fmt_size(need)
+        ));
+    }
+    Ok(Site {
+        place: Place { dir: Some(dir.clone()), device: None, device_size: 0, free_bytes: free },
+        created_dir: Some(dir),
+        fs: fs_type,
+        device: source,
+    })
+}
+
+/// Writes `len` bytes of real data at the start of the data file or device
+/// (O_DIRECT where possible, so the parent does not fill the page cache).
+fn lay_out(place: &Place, len: u64) -> io::Result<()> {
+    let path = place.data_path();
+    let open = |direct: bool| {
+        let mut o = fs::OpenOptions::new();
+        o.write(true);
+        if place.device.is_none() {
+            o.create(true).truncate(true);
+        }
+        if direct {
+            o.custom_flags(libc::O_DIRECT);
+        }
+        o.open(&path)
+    };
+    let file = match open(true) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(false)?,
+        Err(e) => return Err(e),
+    };
+    let chunk = 1usize << 20;
+    let buf = AlignedBuf::filled(chunk, 0x5eed);
+    let mut off = 0u64;
+    while off < len {
+        let n = (chunk as u64).min(len - off) as usize;
+        std::os::unix::fs::FileExt::write_all_at(&file, &buf[..n], off)?;
+        off += n as u64;
+    }
+    file.sync_all()
+}
+
+fn timer_overhead_ns() -> u64 {
+    let mut best = u64::MAX;
+    for _ in 0..10_000 {
+        let t = Instant::now();
+        let d = t.elapsed().as_nanos() as u64;
+        best = best.min(d);
+    }
+    best
+}
+
+/// Runs one spec in a fresh worker process; kernel engines inside a fresh
+/// memory cgroup.
+fn run_worker(
+    spec: &Spec,
+    cgroups: Option<&mut MemCgroups>,
+    timeout: Duration,
+    progress: &mut Progress,
+    stderr_lines: &mut Vec<String>,
+) -> Outcome {
+    let fail = |msg: String| Outcome::failed(&io::Error::other(msg));
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return fail(format!("cannot find the wbcache binary: {e}")),
+    };
+    let mut child = match Command::new(exe)
+        .arg("bench-worker")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return fail(format!("cannot start a worker: {e}")),
+    };
+    let mut cgroup = None;
+    if spec.engine.is_kernel() {
+        if let Some(cg) = cgroups {
+            match cg.create().and_then(|h| h.add_pid(child.id()).map(|()| h)) {
+                Ok(h) => cgroup = Some(h),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return fail(format!("cannot put the worker into a memory cgroup: {e}"));
+                }
+            }
+        }
+    }
+    // The worker reads the spec only now, after it was moved into the cgroup.
+    let spec_json = serde_json::to_string(spec).expect("spec serializes");
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(spec_json.as_bytes());
+    }
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let out_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel::<(f64, u64)>();
+    let other_lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let err_lines = other_lines.clone();
+    let err_thread = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("@progress ") {
+                let mut f = rest.split_whitespace();
+                if let (Some(Ok(t)), Some(Ok(b))) = (f.next().map(str::parse), f.next().map(str::parse)) {
+                    let _ = tx.send((t, b));
+                }
+            } else {
+                let mut v = err_lines.lock().unwrap_or_else(|e| e.into_inner());
+                v.push(line);
+                if v.len() > 40 {
+                    v.remove(0);
+                }
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut last: Option<(f64, u64)> = None;
+    let mut killed: Option<String> = None;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(e) => {
+                killed = Some(format!("waiting for the worker: {e}"));
+                break None;
+            }
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            let _ = child.kill();
+            killed = Some("interrupted".into());
+        } else if started.elapsed() > timeout {
+            let _ = child.kill();
+            killed = Some(format!("timed out after {:.0} s (killed)", timeout.as_secs_f64()));
+        }
+        if killed.is_some() {
+            break child.wait().ok();
+        }
+        if let Ok((t, b)) = rx.recv_timeout(Duration::from_millis(100)) {
+            let rate = match last {
+                Some((t0, b0)) if t > t0 => (b.saturating_sub(b0)) as f64 / (t - t0) / 1e6,
+                _ => b as f64 / t.max(0.001) / 1e6,
+            };
+            last = Some((t, b));
+            progress.update(format!("{t:.0} s  {rate:.0} MB/s"));
+        }
+    };
+    let out = out_thread.join().unwrap_or_default();
+    let _ = err_thread.join();
+    let mut oom_kills = 0;
+    if let Some(h) = cgroup {
+        oom_kills = h.oom_kills();
+        h.remove();
+    }
+    let lines = other_lines.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    stderr_lines.extend(lines.iter().cloned());
+    if let Some(msg) = killed {
+        return fail(msg);
+    }
+    let parsed = out.lines().rev().find(|l| !l.trim().is_empty()).and_then(|l| serde_json::from_str::<Outcome>(l).ok());
+    match parsed {
+        Some(o) => o,
+        None => {
+            let how = match status {
+                Some(st) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    match st.signal() {
+                        Some(9) if oom_kills > 0 => {
+                            format!(
+                                "worker killed by the OOM killer of its {} memory cgroup",
+                                fmt_size(spec_memory(spec))
+                            )
+                        }
+                        Some(sig) => format!("worker killed by signal {sig}"),
+                        None => format!("worker exited with {st}"),
+                    }
+                }
+                None => "worker vanished".into(),
+            };
+            let tail: Vec<&String> = lines.iter().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect();
+            let tail: Vec<&str> = tail.iter().map(|s| s.as_str()).collect();
+            fail(if tail.is_empty() { how } else { format!("{how}: {}", tail.join(" / ")) })
+        }
+    }
+}
+
+fn spec_memory(spec: &Spec) -> u64 {
+    wbcache::Config::from_options(&spec.wbcache_options).map(|c| c.capacity_bytes).unwrap_or(0)
+}
+
+fn summary(rows: &[ResultRow]) -> String {
+    let Some(r) = rows.last() else { return "no result".into() };
+    if !r.ok() {
+        return format!("{}: {}", r.status, r.error.clone().unwrap_or_default());
+    }
+    let mut s = String::new();
+    if let Some(c) = r.us_per_call {
+        s.push_str(&format!("{c:.3} µs/call, "));
+    }
+    if let Some(t) = r.throughput_mb_s {
+        s.push_str(&format!("{t:.1} MB/s"));
+    }
+    if let Some(l) = &r.lat_us {
+        s.push_str(&format!(", p99.9 {:.1} µs", l.p999));
+    }
+    if let Some(p) = r.peak_dirty_bytes {
+        s.push_str(&format!(", peak dirty {:.1} MiB", p as f64 / (1u64 << 20) as f64));
+    }
+    if let Some(t) = r.total_s {
+        s.push_str(&format!(" ({t:.1} s)"));
+    }
+    s
+}
+
+fn print_stdout(progress: &mut Progress, text: &str) {
+    progress.clear();
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+pub fn run(args: BenchArgs) -> i32 {
+    if args.list {
+        print!("{}", list_text());
+        return 0;
+    }
+    let mut plan = match Plan::from_args(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("wbcache bench: {e}");
+            return 2;
+        }
+    };
+    install_signal_handlers();
+    let mut notes: Vec<String> = Vec::new();
+    let site = match prepare_site(&mut plan, &mut notes) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("wbcache bench: {e}");
+            return 2;
+        }
+    };
+    let p = plan.params.clone();
+    let machine = Machine {
+        kernel: sys::kernel_release(),
+        cpus: sys::cpus(),
+        mem_bytes: sys::meminfo_bytes("MemTotal").unwrap_or(0),
+        fs: site.fs.clone(),
+        device: site.device.clone(),
+    };
+    let any_kernel = plan.engines.iter().any(|e| e.is_kernel());
+    let mut cgroups = None;
+    if any_kernel && !plan.args.no_cgroup {
+        match MemCgroups::setup(p.memory) {
+            Ok(cg) => {
+                let mut n = format!(
+                    "kernel engines run in a memory cgroup limited to {} ({})",
+                    fmt_size(p.memory),
+                    cg.describe()
+                );
+                if cg.version() == "v1" {
+                    n.push_str(
+                        "; cgroup v1 has no per-cgroup dirty throttling, the kernel's global dirty limits apply",
+                    );
+                }
+                notes.push(n);
+                cgroups = Some(cg);
+            }
+            Err(why) => {
+                notes.push(format!("memory cgroup unavailable ({why}): kernel engines run without a memory limit"))
+            }
+        }
+    } else if any_kernel {
+        notes.push("--no-cgroup: kernel engines run without a memory limit".into());
+    }
+    let can_drop = !plan.args.no_drop_caches
+        && match sys::drop_caches() {
+            Ok(()) => true,
+            Err(e) => {
+                notes.push(format!("caches are not dropped between runs ({e})"));
+                false
+            }
+        };
+    notes.push(format!(
+        "each timed call includes about {} ns of clock overhead; MB/s = 10^6 bytes/s, write throughput includes the final fsync",
+        timer_overhead_ns()
+    ));
+
+    let total = plan.groups.len() * plan.engines.len();
+    let mut progress = Progress::new(total);
+    let where_ = match &site.place.device {
+        Some(d) => format!("raw device {}", d.display()),
+        None => format!("{} ({} on {})", site.place.dir.as_ref().expect("dir").display(), site.fs, site.device),
+    };
+    let header = format!(
+        "## wbcache bench ({} suite)\n\n- machine: Linux {}, {} CPUs, {} RAM; files in {}\n- memory {} (wbcache `{}`; kernel engines: {}), size {}, runtime {} s\n\
+         - ratio column: MB/s ÷ kernel-buffered's MB/s; for per-call rows (µs/call), µs/call ÷ kernel-buffered's (lower is better)\n",
+        plan.suite,
+        machine.kernel,
+        machine.cpus,
+        fmt_size(machine.mem_bytes),
+        where_,
+        fmt_size(p.memory),
+        p.wbcache_options,
+        match &cgroups {
+            Some(cg) => format!("memory cgroup {} limited to {}", cg.version(), fmt_size(p.memory)),
+            None => "no memory cgroup".into(),
+        },
+        fmt_size(p.size),
+        p.runtime_s
+    );
+    for n in &notes {
+        progress.note(&format!("note: {n}"));
+    }
+    print_stdout(&mut progress, &header);
+
+    let mut rows: Vec<ResultRow> = Vec::new();
+    let mut data_ready = false;
+    let mut io_backend: Option<String> = None;
+    let mut worker_stderr: Vec<String> = Vec::new();
+    let groups = plan.groups.clone();
+    for (gi, group) in groups.iter().enumerate() {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break;
+        }
+        let mut layout_error = None;
+        if group.needs_data() && !data_ready {
+            progress.note(&format!("laying out the {} data file", fmt_size(data_len(&p))));
+            match lay_out(&site.place, data_len(&p)) {
+                Ok(()) => data_ready = true,
+                Err(e) => layout_error = Some(format!("laying out the data file: {e}")),
+            }
+        }
+        for &engine in &plan.engines {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                break;
+            }
+            progress.begin(&format!("{} · {}", group.label(), engine.name()));
+            let new_rows = if group.kind == Kind::Slot {
+                vec![slot_rows(group, engine)]
+            } else if let Some(e) = &layout_error {
+                vec![failed_row(group, engine, Status::Error, e.clone())]
+            } else {
+                let spec = build_spec(group, engine, &p, &site.place, true).expect("not a slot");
+                if can_drop {
+                    let _ = sys::drop_caches();
+                }
+                let timeout = plan.args.timeout.unwrap_or(2.0 * spec.deadline_s + 60.0);
+                let outcome = run_worker(
+                    &spec,
+                    cgroups.as_mut(),
+                    Duration::from_secs_f64(timeout),
+                    &mut progress,
+                    &mut worker_stderr,
+                );
+                if site.place.device.is_none() {
+                    for j in &spec.jobs {
+                        if j.target.create {
+                            let _ = fs::remove_file(&j.target.path);
+                        }
+                    }
+                }
+                if io_backend.is_none() {
+                    io_backend = outcome.io_backend.clone();
+                }
+                if plan.args.verbose {
+                    if let Some(st) = &outcome.wbcache_stats {
+                        progress.note(&format!("  wbcache stats: {st}"));
+                    }
+                    for l in worker_stderr.drain(..) {
+                        progress.note(&format!("  worker: {l}"));
+                    }
+                }
+                worker_stderr.clear();
+                rows_from(group, engine, &outcome)
+            };
+            progress.finish(&summary(&new_rows));
+            rows.extend(new_rows);
+        }
+        let last_of_workload = !matches!(groups.get(gi + 1), Some(g) if g.workload == group.workload);
+        if last_of_workload {
+            print_stdout(&mut progress, &workload_table(group, &groups, &rows, &p));
+        }
+    }
+    progress.clear();
+    if let Some(b) = &io_backend {
+        print_stdout(&mut progress, &format!("wbcache ran on its `{b}` I/O backend.\n"));
+    }
+    if let Some(t) = targets(&rows, plan.dirty_limit) {
+        print_stdout(&mut progress, &t);
+    }
+
+    let config = json!({
+        "suite": plan.suite,
+        "memory_bytes": p.memory,
+        "size_bytes": p.size,
+        "runtime_s": p.runtime_s,
+        "stream_cap_s": p.stream_cap_s,
+        "call_cap_s": p.call_cap_s,
+        "engines": plan.engines.iter().map(|e| e.name()).collect::<Vec<_>>(),
+        "workloads": groups.iter().map(Group::slug).collect::<Vec<_>>(),
+        "wbcache_options": p.wbcache_options,
+        "wbcache_dirty_limit_bytes": plan.dirty_limit,
+        "wbcache_io_backend": io_backend,
+        "kernel_direct_queue_depth": DIRECT_DEPTH,
+        "dir": site.place.dir.as_ref().map(|d| d.display().to_string()),
+        "device": site.place.device.as_ref().map(|d| d.display().to_string()),
+        "memory_cgroup": cgroups.as_ref().map(|c| c.version()),
+        "drop_caches": can_drop,
+        "notes": notes,
+    });
+    // Rows that failed are results too (status error/unsupported): the
+    // exit code only reports that the bench itself could not finish.
+    let mut code = 0;
+    if let Some(path) = &plan.args.json {
+        if let Err(e) = fs::write(path, to_json(&machine, &config, &rows) + "\n") {
+            eprintln!("wbcache bench: writing {}: {e}", path.display());
+            code = 1;
+        }
+    }
+    if let Some(dir) = &plan.args.svg {
+        let subtitle = format!(
+            "Linux {}, {} CPUs, {} on {}, memory {}, size {}",
+            machine.kernel,
+            machine.cpus,
+            machine.fs,
+            machine.device,
+            fmt_size(p.memory),
+            fmt_size(p.size)
+        );
+        match crate::svg::write_all(dir, &rows, &subtitle) {
+            Ok(files) => eprintln!("bench: {} charts in {}", files.len(), dir.display()),
+            Err(e) => {
+                eprintln!("wbcache bench: writing charts to {}: {e}", dir.display());
+                code = 1;
+            }
+        }
+    }
+    if let Some(d) = &site.created_dir {
+        if let Err(e) = fs::remove_dir_all(d) {
+            eprintln!("note: could not remove {}: {e}", d.display());
+        }
+    }
+    eprintln!("bench: {} results from {} measurements in {:.0} s", rows.len(), total, progress.elapsed_s());
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        eprintln!("bench: interrupted");
+        return 130;
+    }
+    code
+}
+
+fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate::workloads::Params) -> String {
+    let w = info(group.workload).expect("catalog workload");
+    let mine: Vec<&Group> = groups.iter().filter(|g| g.workload == group.workload).collect();
+    let about = if mine.len() == 1 {
+        format!("{}. Reproduces {}.", describe(mine[0], p), w.reproduces)
+    } else {
+        let parts: Vec<String> =
+            mine.iter().map(|g| format!("{}: {}", g.variant.as_deref().unwrap_or("main"), describe(g, p))).collect();
+        format!("{}. Reproduces {}.", parts.join("; "), w.reproduces)
+    };
+    let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == group.workload).collect();
+    markdown_table(group.workload, &about, &table_rows)
+}

@@ -1,0 +1,439 @@
+//! Hand-written SVG charts, one file per workload (and variant) and kind:
+//! throughput per second per engine (lines), latency percentiles per engine
+//! (bars, log scale), dirty bytes over time (lines). Plus an `index.html`
+//! that shows them all.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use crate::report::ResultRow;
+
+const W: f64 = 900.0;
+const H: f64 = 460.0;
+const LEFT: f64 = 80.0;
+const RIGHT: f64 = 265.0;
+const TOP: f64 = 48.0;
+const BOTTOM: f64 = 58.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+pub fn engine_color(engine: &str) -> &'static str {
+    match engine {
+        "kernel-buffered" => "#1f77b4",
+        "kernel-dontcache" => "#ff7f0e",
+        "kernel-direct" => "#7f7f7f",
+        "wbcache" => "#2ca02c",
+        "wbcache-dontcache" => "#9467bd",
+        _ => "#d62728",
+    }
+}
+
+fn dash_for(variant: Option<&str>) -> &'static str {
+    match variant {
+        Some("buffered-peer") => "7 4",
+        Some("aggregate") => "2 3",
+        _ => "",
+    }
+}
+
+/// A step (1, 2, 5 × 10^k) that splits `max` into about five intervals.
+fn nice_step(max: f64) -> f64 {
+    if max <= 0.0 || !max.is_finite() {
+        return 1.0;
+    }
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let norm = raw / mag;
+    let m = if norm <= 1.0 {
+        1.0
+    } else if norm <= 2.0 {
+        2.0
+    } else if norm <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    m * mag
+}
+
+fn tick_label(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 1e6 {
+        format!("{}M", trim(v / 1e6))
+    } else if v.abs() >= 1e4 {
+        format!("{}k", trim(v / 1e3))
+    } else {
+        trim(v)
+    }
+}
+
+/// A measured value, three significant digits or so: `7635`, `23.2k`, `0.31`.
+fn value_label(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn header(out: &mut String, title: &str, subtitle: &str) {
+    let _ = write!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
+         font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{LEFT}\" y=\"22\" font-size=\"16\" font-weight=\"bold\">{}</text>\n\
+         <text x=\"{LEFT}\" y=\"38\" fill=\"#555\">{}</text>\n",
+        esc(title),
+        esc(subtitle)
+    );
+}
+
+fn axes(out: &mut String, x_label: &str, y_label: &str) {
+    let (x0, y0, x1, y1) = (LEFT, H - BOTTOM, W - RIGHT, TOP);
+    let _ = write!(
+        out,
+        "<line x1=\"{x0}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\" stroke=\"black\"/>\n\
+         <line x1=\"{x0}\" y1=\"{y0}\" x2=\"{x0}\" y2=\"{y1}\" stroke=\"black\"/>\n\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n\
+         <text transform=\"translate(18,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+        (x0 + x1) / 2.0,
+        H - 14.0,
+        esc(x_label),
+        (y0 + y1) / 2.0,
+        esc(y_label)
+    );
+}
+
+fn legend(out: &mut String, entries: &[(String, &str, &str, bool)]) {
+    let x = W - RIGHT + 18.0;
+    for (i, (label, color, dash, bar)) in entries.iter().enumerate() {
+        let y = TOP + 10.0 + i as f64 * 20.0;
+        if *bar {
+            let _ = writeln!(out, "<rect x=\"{x}\" y=\"{}\" width=\"22\" height=\"10\" fill=\"{color}\"/>", y - 5.0);
+        } else {
+            let _ = writeln!(
+                out,
+                "<line x1=\"{x}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"{color}\" stroke-width=\"2.5\" stroke-dasharray=\"{dash}\"/>",
+                x + 22.0
+            );
+        }
+        let _ = writeln!(out, "<text x=\"{}\" y=\"{}\">{}</text>", x + 28.0, y + 4.0, esc(label));
+    }
+}
+
+pub struct Line {
+    pub label: String,
+    pub color: &'static str,
+    pub dash: &'static str,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart with linear axes from zero.
+pub fn line_chart(title: &str, subtitle: &str, x_label: &str, y_label: &str, lines: &[Line]) -> String {
+    let max_x = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)).fold(0.0, f64::max).max(1.0);
+    let max_y = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
+    let (xs, ys) = (nice_step(max_x), nice_step(max_y));
+    let (top_x, top_y) = ((max_x / xs).ceil() * xs, (max_y / ys).ceil() * ys);
+    let px = |x: f64| LEFT + x / top_x * (W - RIGHT - LEFT);
+    let py = |y: f64| H - BOTTOM - y / top_y * (H - BOTTOM - TOP);
+    let mut out = String::new();
+    header(&mut out, title, subtitle);
+    let mut v = 0.0;
+    while v <= top_y + ys * 0.01 {
+        let y = py(v);
+        let _ = writeln!(
+            out,
+            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>\n<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            W - RIGHT,
+            LEFT - 6.0,
+            y + 4.0,
+            tick_label(v)
+        );
+        v += ys;
+    }
+    let mut v = 0.0;
+    while v <= top_x + xs * 0.01 {
+        let x = px(v);
+        let _ = writeln!(
+            out,
+            "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"black\"/>\n<text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            H - BOTTOM,
+            H - BOTTOM + 5.0,
+            H - BOTTOM + 19.0,
+            tick_label(v)
+        );
+        v += xs;
+    }
+    axes(&mut out, x_label, y_label);
+    for l in lines {
+        if l.points.is_empty() {
+            continue;
+        }
+        let pts: Vec<String> = l.points.iter().map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y))).collect();
+        let _ = writeln!(
+            out,
+            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-dasharray=\"{}\" points=\"{}\"/>",
+            l.color,
+            l.dash,
+            pts.join(" ")
+        );
+        if l.points.len() <= 40 {
+            for (x, y) in &l.points {
+                let _ =
+                    writeln!(out, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{}\"/>", px(*x), py(*y), l.color);
+            }
+        }
+    }
+    let entries: Vec<(String, &str, &str, bool)> =
+        lines.iter().map(|l| (l.label.clone(), l.color, l.dash, false)).collect();
+    legend(&mut out, &entries);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Horizontal grouped bars on a log scale: one group per category (an
+/// engine), one bar per series (a percentile), each labelled with its value.
+/// The height grows with the number of categories, so labels never collide.
+pub fn log_bar_chart(
+    title: &str,
+    subtitle: &str,
+    x_label: &str,
+    categories: &[String],
+    series: &[(&str, &'static str)],
+    values: &[Vec<Option<f64>>],
+) -> String {
+    const LABEL_W: f64 = 230.0;
+    const BAR_H: f64 = 11.0;
+    const GAP: f64 = 12.0;
+    let width = W;
+    let group_h = BAR_H * series.len() as f64 + GAP;
+    let plot_h = group_h * categories.len().max(1) as f64;
+    let height = TOP + 24.0 + plot_h + BOTTOM;
+    let (x0, x1) = (LABEL_W, width - 150.0);
+    let y_top = TOP + 24.0;
+    let y_bottom = y_top + plot_h;
+    let all: Vec<f64> = values.iter().flatten().flatten().copied().filter(|v| *v > 0.0).collect();
+    let lo = all.iter().copied().fold(f64::INFINITY, f64::min).max(1e-3);
+    let hi = all.iter().copied().fold(0.0, f64::max).max(lo * 10.0);
+    let (d0, d1) = (lo.log10().floor(), hi.log10().ceil());
+    let px = |v: f64| x0 + (v.max(10f64.powf(d0)).log10() - d0) / (d1 - d0) * (x1 - x0);
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" \
+         font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"20\" y=\"22\" font-size=\"16\" font-weight=\"bold\">{}</text>\n\
+         <text x=\"20\" y=\"38\" fill=\"#555\">{}</text>\n",
+        esc(title),
+        esc(subtitle)
+    );
+    // Legend in one row above the plot.
+    let mut lx = x0;
+    for (label, color) in series {
+        let _ = writeln!(
+            out,
+            "<rect x=\"{lx}\" y=\"{}\" width=\"14\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{}</text>",
+            TOP + 2.0,
+            lx + 18.0,
+            TOP + 11.0,
+            esc(label)
+        );
+        lx += 28.0 + 7.5 * label.len() as f64;
+    }
+    let mut d = d0;
+    while d <= d1 + 0.01 {
+        let x = px(10f64.powf(d));
+        let _ = writeln!(
+            out,
+            "<line x1=\"{x:.1}\" y1=\"{y_top}\" x2=\"{x:.1}\" y2=\"{y_bottom}\" stroke=\"#e5e5e5\"/>\n\
+             <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            y_bottom + 18.0,
+            tick_label(10f64.powf(d))
+        );
+        d += 1.0;
+    }
+    let _ = writeln!(
+        out,
+        "<line x1=\"{x0}\" y1=\"{y_bottom}\" x2=\"{x1}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
+         <line x1=\"{x0}\" y1=\"{y_top}\" x2=\"{x0}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
+         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+        (x0 + x1) / 2.0,
+        y_bottom + 38.0,
+        esc(x_label)
+    );
+    for (ci, cat) in categories.iter().enumerate() {
+        let gy = y_top + ci as f64 * group_h + GAP / 2.0;
+        let _ = writeln!(
+            out,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            x0 - 8.0,
+            gy + BAR_H * series.len() as f64 / 2.0 + 4.0,
+            esc(cat)
+        );
+        for (si, (name, color)) in series.iter().enumerate() {
+            let Some(Some(v)) = values.get(ci).and_then(|row| row.get(si)) else { continue };
+            let y = gy + si as f64 * BAR_H;
+            let x = px(*v);
+            let _ = writeln!(
+                out,
+                "<rect x=\"{x0}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\"><title>{} {}: {} µs</title></rect>\n\
+                 <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\">{}</text>",
+                (x - x0).max(1.0),
+                BAR_H - 1.0,
+                esc(cat),
+                name,
+                value_label(*v),
+                x + 3.0,
+                y + BAR_H - 2.0,
+                value_label(*v)
+            );
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Writes every chart for `rows` into `dir`; returns the files written.
+pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<Vec<String>> {
+    fs::create_dir_all(dir)?;
+    let mut groups: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for r in rows.iter().filter(|r| r.ok()) {
+        if !groups.contains_key(&r.group) {
+            order.push(r.group.clone());
+        }
+        groups.entry(r.group.clone()).or_default().push(r);
+    }
+    let mut files = Vec::new();
+    for g in &order {
+        let rows = &groups[g];
+        let lines: Vec<Line> = rows
+            .iter()
+            .filter_map(|r| {
+                let ps = r.per_second_mb_s.as_ref()?;
+                (ps.len() >= 2).then(|| Line {
+                    label: r.series_label(),
+                    color: engine_color(&r.engine),
+                    dash: dash_for(r.variant.as_deref()),
+                    points: ps.iter().enumerate().map(|(i, v)| (i as f64 + 1.0, *v)).collect(),
+                })
+            })
+            .collect();
+        if !lines.is_empty() {
+            let name = format!("{g}-throughput.svg");
+            fs::write(
+                dir.join(&name),
+                line_chart(&format!("{g}: throughput per second"), subtitle, "seconds", "MB/s", &lines),
+            )?;
+            files.push(name);
+        }
+        let with_lat: Vec<&&ResultRow> = rows.iter().filter(|r| r.lat_us.is_some()).collect();
+        if !with_lat.is_empty() {
+            let cats: Vec<String> = with_lat.iter().map(|r| r.series_label()).collect();
+            let vals: Vec<Vec<Option<f64>>> = with_lat
+                .iter()
+                .map(|r| {
+                    let p = r.lat_us.expect("filtered");
+                    vec![Some(p.p50), Some(p.p99), Some(p.p999), Some(p.max)]
+                })
+                .collect();
+            let series = [("p50", "#9ecae1"), ("p99", "#4292c6"), ("p99.9", "#08519c"), ("max", "#08306b")];
+            let name = format!("{g}-latency.svg");
+            fs::write(
+                dir.join(&name),
+                log_bar_chart(
+                    &format!("{g}: latency per call (percentiles)"),
+                    subtitle,
+                    "µs per call (log scale)",
+                    &cats,
+                    &series,
+                    &vals,
+                ),
+            )?;
+            files.push(name);
+        }
+        let mut seen = Vec::new();
+        let dirty: Vec<Line> = rows
+            .iter()
+            .filter(|r| r.dirty.len() >= 2)
+            .filter(|r| {
+                let new = !seen.contains(&r.engine);
+                seen.push(r.engine.clone());
+                new
+            })
+            .map(|r| Line {
+                label: r.engine.clone(),
+                color: engine_color(&r.engine),
+                dash: "",
+                points: r.dirty.iter().map(|(t, b)| (*t, *b as f64 / (1u64 << 20) as f64)).collect(),
+            })
+            .collect();
+        if !dirty.is_empty() {
+            let name = format!("{g}-dirty.svg");
+            fs::write(
+                dir.join(&name),
+                line_chart(
+                    &format!("{g}: dirty + writeback over time"),
+                    &format!("{subtitle} (kernel: /proc/meminfo, wbcache: its stats)"),
+                    "seconds",
+                    "MiB",
+                    &dirty,
+                ),
+            )?;
+            files.push(name);
+        }
+    }
+    let mut html = String::from(
+        "<!doctype html><meta charset=\"utf-8\"><title>wbcache bench</title>\n<body style=\"font-family:sans-serif\">\n<h1>wbcache bench</h1>\n",
+    );
+    let _ = writeln!(html, "<p>{}</p>", esc(subtitle));
+    for f in &files {
+        let _ = writeln!(html, "<div><img src=\"{f}\" alt=\"{f}\"></div>");
+    }
+    html.push_str("</body>\n");
+    fs::write(dir.join("index.html"), html)?;
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_nice() {
+        assert_eq!(nice_step(10.0), 2.0);
+        assert_eq!(nice_step(812.0), 200.0);
+        assert_eq!(nice_step(0.9), 0.2);
+        assert_eq!(tick_label(25000.0), "25k");
+        assert_eq!(tick_label(0.5), "0.5");
+    }
+
+    #[test]
+    fn charts_are_well_formed() {
+        let l = Line { label: "a <b>".into(), color: "#000", dash: "", points: vec![(1.0, 2.0), (2.0, 3.0)] };
+        let svg = line_chart("t", "s", "x", "y", &[l]);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert!(svg.contains("a &lt;b&gt;"));
+        let b = log_bar_chart("t", "s", "y", &["e".into()], &[("p50", "#111")], &[vec![Some(3.0)]]);
+        assert!(b.contains("<rect x="));
+    }
+}

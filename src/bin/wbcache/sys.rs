@@ -1,0 +1,252 @@
+//! Small system helpers: aligned buffers for O_DIRECT, a PRNG, the machine
+//! description, file-system and block-device facts, dropping caches.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// Alignment of every I/O buffer: enough for O_DIRECT on any device.
+pub const ALIGN: usize = 4096;
+
+/// A heap buffer aligned to [`ALIGN`], zeroed at allocation.
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: the buffer is plain owned memory; `AlignedBuf` is its only owner.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out `&[u8]`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    pub fn new(len: usize) -> AlignedBuf {
+        let cap = len.max(1).div_ceil(ALIGN) * ALIGN;
+        let layout = Layout::from_size_align(cap, ALIGN).expect("buffer layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        AlignedBuf { ptr, len, layout }
+    }
+
+    /// A buffer filled with pseudo-random bytes (so no layer can treat the
+    /// data as zeroes).
+    pub fn filled(len: usize, seed: u64) -> AlignedBuf {
+        let mut b = AlignedBuf::new(len);
+        let mut rng = Rng::new(seed);
+        for chunk in b.chunks_mut(8) {
+            let v = rng.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+        b
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid for `len` initialised (zeroed) bytes while self lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this exact layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// xorshift64*: fast, seedable, good enough for offsets.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// The JSON `machine` object.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub kernel: String,
+    pub cpus: usize,
+    pub mem_bytes: u64,
+    pub fs: String,
+    pub device: String,
+}
+
+pub fn kernel_release() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+}
+
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// A `/proc/meminfo` field in bytes.
+pub fn meminfo_bytes(field: &str) -> Option<u64> {
+    let text = fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_field(&text, field)
+}
+
+pub fn meminfo_field(text: &str, field: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+        let kb: u64 = rest.split_whitespace().next()?.parse().ok()?;
+        Some(kb * 1024)
+    })
+}
+
+/// Dirty + Writeback from `/proc/meminfo`, in bytes (system-wide).
+pub fn kernel_dirty_bytes() -> u64 {
+    match fs::read_to_string("/proc/meminfo") {
+        Ok(text) => meminfo_field(&text, "Dirty").unwrap_or(0) + meminfo_field(&text, "Writeback").unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+/// The mount holding `path`: (file-system type, source device, mount point).
+pub fn mount_of(path: &Path) -> Option<(String, String, PathBuf)> {
+    let path = fs::canonicalize(path).ok()?;
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    let mut best: Option<(String, String, PathBuf)> = None;
+    for line in mounts.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(src), Some(mnt), Some(fstype)) = (f.next(), f.next(), f.next()) else { continue };
+        let mnt = PathBuf::from(unescape_mount(mnt));
+        let longer = match &best {
+            Some(b) => mnt.as_os_str().len() >= b.2.as_os_str().len(),
+            None => true,
+        };
+        if path.starts_with(&mnt) && longer {
+            best = Some((fstype.to_string(), unescape_mount(src), mnt));
+        }
+    }
+    best
+}
+
+fn unescape_mount(s: &str) -> String {
+    s.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+}
+
+/// True for memory-backed file systems, where O_DIRECT and writeback mean
+/// nothing.
+pub fn is_memory_fs(path: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `st` is a plain C struct filled by statfs; `c` is a valid C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    let t = st.f_type as i64;
+    t == TMPFS_MAGIC || t == RAMFS_MAGIC
+}
+
+/// Bytes available to this process on the file system of `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: as in `is_memory_fs`.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Size of a block device in bytes.
+pub fn block_device_size(path: &Path) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+    let f = fs::File::open(path)?;
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), BLKGETSIZE64 as _, &mut size as *mut u64) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(size)
+}
+
+pub fn is_block_device(path: &Path) -> bool {
+    fs::metadata(path).map(|m| m.file_type().is_block_device()).unwrap_or(false)
+}
+
+/// Whether `dev` (or a partition of it) is mounted or used as swap.
+pub fn device_in_use(dev: &Path) -> Option<String> {
+    let dev = fs::canonicalize(dev).ok()?;
+    let dev_s = dev.to_string_lossy().to_string();
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    for line in mounts.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(src), Some(mnt)) = (f.next(), f.next()) else { continue };
+        let src_c = fs::canonicalize(src).map(|p| p.to_string_lossy().to_string()).unwrap_or_else(|_| src.into());
+        if src_c == dev_s
+            || (src_c.starts_with(&dev_s) && src_c[dev_s.len()..].trim_start_matches('p').parse::<u32>().is_ok())
+        {
+            return Some(format!("{src_c} is mounted on {mnt}"));
+        }
+    }
+    let swaps = fs::read_to_string("/proc/swaps").unwrap_or_default();
+    for line in swaps.lines().skip(1) {
+        if let Some(src) = line.split_whitespace().next() {
+            if src == dev_s {
+                return Some(format!("{src} is used as swap"));
+            }
+        }
+    }
+    None
+}
+
+/// `sync; echo 3 > /proc/sys/vm/drop_caches`.
+pub fn drop_caches() -> io::Result<()> {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", "3\n")
+}
+
+/// Human size: `512M`, `1G`, `4K`, `1.5G`.
+pub fn fmt_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    for (u, n) in UNITS {
+        if bytes >= n {
+            return if bytes % n == 0 {
+                format!("{}{u}", bytes / n)
+            } else {
+                format!("{:.1}{u}", bytes as f64 / n as f64)
+            };
+        }
+    }
+    format!("{bytes}")
+}

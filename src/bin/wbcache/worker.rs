@@ -1,0 +1,521 @@
+//! The measuring side: `wbcache bench-worker` reads one [`Spec`] as JSON on
+//! stdin, runs its jobs (one thread each) against the engine, samples dirty
+//! bytes and per-second progress every 100 ms, and prints one [`Outcome`]
+//! as JSON on stdout. The parent starts a fresh worker per measurement, so
+//! every run begins with a fresh process (and, for kernel engines, inside
+//! the memory cgroup the parent put it in before sending the spec).
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engines::{EngineFile, EngineKind, System, DIRECT_DEPTH};
+use crate::measure::{HistData, Histogram, Series};
+use crate::sys::{AlignedBuf, Rng};
+use crate::workloads::{JobSpec, Pattern, Setup, Spec};
+
+const MIB: u64 = 1 << 20;
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Unsupported,
+    Error,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Unsupported => "unsupported",
+            Status::Error => "error",
+        }
+    }
+}
+
+/// What one job did.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct JobResult {
+    pub role: Option<String>,
+    pub engine: Option<EngineKind>,
+    pub bytes: u64,
+    pub ops: u64,
+    /// Seconds from the common start to the end of the I/O loop.
+    pub io_end_s: f64,
+    /// Seconds from the common start to the end of the job (final fsync included).
+    pub end_s: f64,
+    pub lat: HistData,
+    pub fsync: Option<HistData>,
+    /// Mean cost of one call in microseconds (per-call workloads).
+    pub us_per_call: Option<f64>,
+    pub series: Series,
+}
+
+/// What a worker prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Outcome {
+    pub status: Status,
+    pub error: Option<String>,
+    pub jobs: Vec<JobResult>,
+    /// `(seconds, dirty + writeback bytes)` every 100 ms.
+    pub dirty: Vec<(f64, u64)>,
+    pub peak_dirty_bytes: u64,
+    pub wbcache_stats: Option<String>,
+    pub io_backend: Option<String>,
+}
+
+impl Outcome {
+    pub fn failed(e: &io::Error) -> Outcome {
+        let status = if crate::engines::is_unsupported(e) { Status::Unsupported } else { Status::Error };
+        Outcome {
+            status,
+            error: Some(e.to_string()),
+            jobs: Vec::new(),
+            dirty: Vec::new(),
+            peak_dirty_bytes: 0,
+            wbcache_stats: None,
+            io_backend: None,
+        }
+    }
+}
+
+/// Entry point of `wbcache bench-worker`.
+pub fn main() -> i32 {
+    // Die with the parent: a killed `bench` must not leave a writer behind.
+    // SAFETY: prctl with these arguments only sets a process attribute.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    let mut input = String::new();
+    if let Err(e) = io::stdin().read_to_string(&mut input) {
+        eprintln!("bench-worker: reading the spec: {e}");
+        return 2;
+    }
+    let spec: Spec = match serde_json::from_str(&input) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bench-worker: bad spec: {e}");
+            return 2;
+        }
+    };
+    let outcome = run(&spec);
+    let json = serde_json::to_string(&outcome).expect("outcome serializes");
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{json}");
+    let _ = out.flush();
+    0
+}
+
+struct JobRaw {
+    bytes: u64,
+    ops: u64,
+    /// Times relative to the job's own start (right after the barrier).
+    io_end_s: f64,
+    end_s: f64,
+    hist: Histogram,
+    fsync: Option<Histogram>,
+    us_per_call: Option<f64>,
+}
+
+/// Per-job series bookkeeping for the sampler.
+struct SeriesState {
+    series: Series,
+    last_bytes: u64,
+    last_t: f64,
+}
+
+pub fn run(spec: &Spec) -> Outcome {
+    let sys = match System::new(spec.engine, &spec.wbcache_options) {
+        Ok(s) => s,
+        Err(e) => return Outcome::failed(&e),
+    };
+    let n = spec.jobs.len();
+    let barrier = Barrier::new(n + 1);
+    let cancel = AtomicBool::new(false);
+    let finished = AtomicUsize::new(0);
+    let counters: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+    let running: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(true)).collect();
+    let mut dirty = Vec::new();
+    let mut peak_sampled = 0u64;
+    let mut states: Vec<SeriesState> =
+        (0..n).map(|_| SeriesState { series: Series::default(), last_bytes: 0, last_t: 0.0 }).collect();
+
+    let (raws, peak_before) = std::thread::scope(|s| {
+        let handles: Vec<_> = spec
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, job)| {
+                let (sys, barrier, cancel, finished) = (&sys, &barrier, &cancel, &finished);
+                let (counter, running) = (&counters[i], &running[i]);
+                std::thread::Builder::new()
+                    .name(format!("job-{i}"))
+                    .spawn_scoped(s, move || {
+                        let r = run_job(sys, spec, job, barrier, cancel, counter);
+                        if r.is_err() {
+                            cancel.store(true, Relaxed);
+                        }
+                        running.store(false, Relaxed);
+                        finished.fetch_add(1, Relaxed);
+                        r
+                    })
+                    .expect("spawn a job thread")
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        let peak_before = sys.peak_dirty_bytes();
+        let mut next_progress = 1.0;
+        loop {
+            let all_done = finished.load(Relaxed) == n;
+            let t = t0.elapsed().as_secs_f64();
+            let d = sys.dirty_bytes();
+            peak_sampled = peak_sampled.max(d);
+            dirty.push((crate::measure::round3(t), d));
+            let whole_second = t.floor();
+            for (i, st) in states.iter_mut().enumerate() {
+                if running[i].load(Relaxed) && whole_second > st.last_t + 0.5 && whole_second >= 1.0 {
+                    let b = counters[i].load(Relaxed);
+                    st.series.intervals.push((b - st.last_bytes, t - st.last_t));
+                    st.last_bytes = b;
+                    st.last_t = t;
+                }
+            }
+            if spec.progress && t >= next_progress {
+                let total: u64 = counters.iter().map(|c| c.load(Relaxed)).sum();
+                eprintln!("@progress {t:.1} {total}");
+                next_progress = t.floor() + 1.0;
+            }
+            if all_done {
+                break;
+            }
+            std::thread::sleep(SAMPLE_EVERY);
+        }
+        let raws: Vec<io::Result<JobRaw>> =
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("job panicked")))).collect();
+        (raws, peak_before)
+    });
+
+    let mut first_err: Option<io::Error> = None;
+    let mut jobs = Vec::new();
+    for ((raw, job), st) in raws.into_iter().zip(&spec.jobs).zip(states.iter_mut()) {
+        match raw {
+            Ok(r) => {
+                let end_s = r.end_s;
+                let tail = end_s - st.last_t;
+                if tail > 0.0 {
+                    st.series.intervals.push((r.bytes - st.last_bytes.min(r.bytes), tail));
+                }
+                jobs.push(JobResult {
+                    role: job.role.clone(),
+                    engine: Some(job.engine),
+                    bytes: r.bytes,
+                    ops: r.ops,
+                    io_end_s: r.io_end_s,
+                    end_s,
+                    lat: r.hist.to_data(),
+                    fsync: r.fsync.map(|h| h.to_data()),
+                    us_per_call: r.us_per_call,
+                    series: std::mem::take(&mut st.series),
+                });
+            }
+            Err(e) => {
+                let is_cancel = e.to_string() == CANCELLED;
+                if first_err.is_none() || (!is_cancel && first_err.as_ref().is_some_and(|f| f.to_string() == CANCELLED))
+                {
+                    first_err = Some(e);
+                }
+            }
+        }
+    }
+    // The cache's own peak also sees bursts between samples, but it counts
+    // from the cache's creation: use it only if it grew during the timed
+    // phase (not during the setup's prefill).
+    let peak = match (peak_before, sys.peak_dirty_bytes()) {
+        (Some(before), Some(after)) if after > before => peak_sampled.max(after),
+        _ => peak_sampled,
+    };
+    let wbcache_stats = sys.stats_json();
+    let io_backend = sys.io_backend();
+    let close = sys.close();
+    if let Some(e) = first_err {
+        let mut o = Outcome::failed(&e);
+        o.wbcache_stats = wbcache_stats;
+        return o;
+    }
+    let (status, error) = match close {
+        Ok(()) => (Status::Ok, None),
+        Err(e) => (Status::Error, Some(format!("closing the cache: {e}"))),
+    };
+    Outcome { status, error, jobs, dirty, peak_dirty_bytes: peak, wbcache_stats, io_backend }
+}
+
+const CANCELLED: &str = "cancelled: another job failed";
+
+/// The engine a job's setup goes through: uncached engines fill and warm
+/// through their buffered peer, so the data starts out cached.
+fn setup_engine(engine: EngineKind) -> EngineKind {
+    if engine.is_dontcache() {
+        engine.buffered_peer()
+    } else {
+        engine
+    }
+}
+
+fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
+    let base = job.target.offset;
+    // The setup handle stays open until the measured handle is open: wbcache
+    // forgets an inode's clean folios when its last handle closes.
+    let _setup_handle = match job.setup {
+        Setup::None => return sys.open(job.engine, &job.target),
+        Setup::Prefill { bytes } => {
+            let mut f = sys.open(setup_engine(job.engine), &job.target)?;
+            let chunk = if bytes <= 2 * MIB { bytes } else { MIB };
+            let buf = AlignedBuf::filled(chunk as usize, job.seed ^ 0xfeed);
+            let mut off = 0;
+            while off < bytes {
+                let n = chunk.min(bytes - off) as usize;
+                f.write_at(&buf[..n], base + off)?;
+                off += n as u64;
+            }
+            f.fsync()?;
+            f
+        }
+        Setup::Warm { bytes } => {
+            let mut f = sys.open(setup_engine(job.engine), &job.target)?;
+            let mut buf = AlignedBuf::new(MIB as usize);
+            let mut off = 0;
+            while off < bytes {
+                let n = MIB.min(bytes - off) as usize;
+                if f.read_at(&mut buf[..n], base + off)? == 0 {
+                    break;
+                }
+                off += n as u64;
+            }
+            f
+        }
+    };
+    let target = crate::engines::Target { create: false, ..job.target.clone() };
+    sys.open(job.engine, &target)
+}
+
+fn run_job(
+    sys: &System,
+    spec: &Spec,
+    job: &JobSpec,
+    barrier: &Barrier,
+    cancel: &AtomicBool,
+    counter: &AtomicU64,
+) -> io::Result<JobRaw> {
+    let prepared = prepare(sys, job);
+    if prepared.is_err() {
+        cancel.store(true, Relaxed);
+    }
+    barrier.wait();
+    let started = Instant::now();
+    let mut file = prepared?;
+    if cancel.load(Relaxed) {
+        return Err(io::Error::other(CANCELLED));
+    }
+    let base = job.target.offset;
+    let mut hist = Histogram::default();
+    let mut bytes = 0u64;
+    let mut ops = 0u64;
+    let mut us_per_call = None;
+    let mut fsync_hist = None;
+    let deadline_after = Duration::from_secs_f64(spec.deadline_s.max(0.01));
+    match &job.pattern {
+        Pattern::Seq { write, bs, .. } | Pattern::Rand { write, bs, .. } => {
+            let (write, bs) = (*write, *bs as usize);
+            let mut gen = OpGen::new(&job.pattern, job.target.len, job.seed);
+            let wbuf = AlignedBuf::filled(if write { bs } else { 0 }, job.seed);
+            let deadline = Instant::now() + deadline_after;
+            let pipelined = spec.pipelined && file.pipeline().is_some();
+            if pipelined {
+                let mut rbufs: Vec<AlignedBuf> =
+                    if write { Vec::new() } else { (0..DIRECT_DEPTH).map(|_| AlignedBuf::new(bs)).collect() };
+                let p = file.pipeline().expect("checked above");
+                p.run(
+                    write,
+                    &wbuf,
+                    &mut rbufs,
+                    &mut || {
+                        if cancel.load(Relaxed) || Instant::now() >= deadline {
+                            return None;
+                        }
+                        gen.next().map(|o| (base + o, bs))
+                    },
+                    &mut |n, lat| {
+                        hist.record(lat.as_nanos() as u64);
+                        bytes += n as u64;
+                        ops += 1;
+                        counter.fetch_add(n as u64, Relaxed);
+                    },
+                )?;
+            } else {
+                let mut rbuf = AlignedBuf::new(if write { 0 } else { bs });
+                while !cancel.load(Relaxed) {
+                    let Some(off) = gen.next() else { break };
+                    let t = Instant::now();
+                    if t >= deadline {
+                        break;
+                    }
+                    let n = if write {
+                        file.write_at(&wbuf, base + off)?;
+                        bs
+                    } else {
+                        let n = file.read_at(&mut rbuf, base + off)?;
+                        if n == 0 {
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                format!("read at {off} hit end of file"),
+                            ));
+                        }
+                        n
+                    };
+                    hist.record(t.elapsed().as_nanos() as u64);
+                    bytes += n as u64;
+                    ops += 1;
+                    counter.fetch_add(n as u64, Relaxed);
+                }
+            }
+        }
+        Pattern::Calls { call, bs, iovecs, iterations, warmup } => {
+            let bufs: Vec<AlignedBuf> =
+                (0..*iovecs).map(|i| AlignedBuf::filled(*bs as usize, job.seed.wrapping_add(i))).collect();
+            let slices: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+            let per_call = bs * iovecs;
+            for _ in 0..*warmup {
+                file.prepare_call(*call, base)?;
+                file.write_call(*call, &slices, base)?;
+            }
+            let deadline = Instant::now() + deadline_after;
+            for _ in 0..*iterations {
+                if cancel.load(Relaxed) {
+                    break;
+                }
+                file.prepare_call(*call, base)?;
+                let t = Instant::now();
+                if t >= deadline {
+                    break;
+                }
+                file.write_call(*call, &slices, base)?;
+                hist.record(t.elapsed().as_nanos() as u64);
+                bytes += per_call;
+                ops += 1;
+                counter.fetch_add(per_call, Relaxed);
+            }
+            us_per_call = Some(hist.mean_ns() / 1000.0);
+        }
+        Pattern::CachedReads { bs, span, iterations, warmup } => {
+            let bs = *bs;
+            let blocks = (span / bs).max(1);
+            let mut rng = Rng::new(job.seed);
+            let mut buf = AlignedBuf::new(bs as usize);
+            for _ in 0..*warmup {
+                file.read_at(&mut buf, base + rng.below(blocks) * bs)?;
+            }
+            let deadline = Instant::now() + deadline_after;
+            for _ in 0..*iterations {
+                if cancel.load(Relaxed) {
+                    break;
+                }
+                let off = base + rng.below(blocks) * bs;
+                let t = Instant::now();
+                if t >= deadline {
+                    break;
+                }
+                let n = file.read_at(&mut buf, off)?;
+                hist.record(t.elapsed().as_nanos() as u64);
+                bytes += n as u64;
+                ops += 1;
+                counter.fetch_add(n as u64, Relaxed);
+            }
+            us_per_call = Some(hist.mean_ns() / 1000.0);
+        }
+    }
+    let io_end_s = started.elapsed().as_secs_f64();
+    if job.fsync_at_end && !cancel.load(Relaxed) {
+        let t = Instant::now();
+        file.fsync()?;
+        let mut h = Histogram::default();
+        h.record(t.elapsed().as_nanos() as u64);
+        fsync_hist = Some(h);
+    }
+    let end_s = started.elapsed().as_secs_f64();
+    drop(file);
+    Ok(JobRaw { bytes, ops, io_end_s, end_s, hist, fsync: fsync_hist, us_per_call })
+}
+
+/// Offsets (relative to the target) of a streaming or random pattern.
+enum OpGen {
+    Seq { next: u64, bs: u64, len: u64, remaining: Option<u64> },
+    Perm { perm: Vec<u32>, i: usize, bs: u64, remaining: Option<u64> },
+    Random { rng: Rng, blocks: u64, bs: u64, remaining: Option<u64> },
+}
+
+impl OpGen {
+    fn new(pattern: &Pattern, len: u64, seed: u64) -> OpGen {
+        match *pattern {
+            Pattern::Seq { bs, total, .. } => OpGen::Seq { next: 0, bs, len: len.max(bs), remaining: total },
+            Pattern::Rand { bs, ops, .. } => {
+                let blocks = (len / bs).max(1);
+                let mut rng = Rng::new(seed);
+                if blocks <= 1 << 24 {
+                    let mut perm: Vec<u32> = (0..blocks as u32).collect();
+                    for i in (1..perm.len()).rev() {
+                        let j = rng.below(i as u64 + 1) as usize;
+                        perm.swap(i, j);
+                    }
+                    OpGen::Perm { perm, i: 0, bs, remaining: ops }
+                } else {
+                    OpGen::Random { rng, blocks, bs, remaining: ops }
+                }
+            }
+            _ => unreachable!("not a streaming pattern"),
+        }
+    }
+
+    fn next(&mut self) -> Option<u64> {
+        match self {
+            OpGen::Seq { next, bs, len, remaining } => {
+                if *remaining == Some(0) {
+                    return None;
+                }
+                let off = *next;
+                let n = (*bs).min(remaining.unwrap_or(u64::MAX));
+                *next += *bs;
+                if *next + *bs > *len {
+                    *next = 0;
+                }
+                if let Some(r) = remaining {
+                    *r -= n;
+                }
+                Some(off)
+            }
+            OpGen::Perm { perm, i, bs, remaining } => {
+                if *remaining == Some(0) {
+                    return None;
+                }
+                if let Some(r) = remaining {
+                    *r -= 1;
+                }
+                let off = u64::from(perm[*i % perm.len()]) * *bs;
+                *i += 1;
+                Some(off)
+            }
+            OpGen::Random { rng, blocks, bs, remaining } => {
+                if *remaining == Some(0) {
+                    return None;
+                }
+                if let Some(r) = remaining {
+                    *r -= 1;
+                }
+                Some(rng.below(*blocks) * *bs)
+            }
+        }
+    }
+}

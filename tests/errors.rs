@@ -1,0 +1,528 @@
+//! Error paths through the `sim` backend, one scenario per test: writeback
+//! errors and errseq reporting, ENOSPC, read-only handles, block-device
+//! bounds, bad options, use after close, open flags, uncached writes, and
+//! what closing a file versus closing the cache writes back.
+//!
+//! Unless a test says otherwise the cache is "quiet": periodic writeback is a
+//! minute away and every test stays below `dirty_background`, so only the
+//! test's own calls write back and every outcome is deterministic.
+
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use wbcache::io::sim::{Fault, SimConfig, SimIo};
+use wbcache::{Cache, Config, File, OpenOptions, WriteFlags};
+
+const KIB: usize = 1024;
+const BLOCK: usize = 4096;
+const QUIET: &str = "capacity=16M,dirty_limit=4M,dirty_background=2M,folio_max=256K,expire_ms=60000";
+
+fn sim() -> Arc<SimIo> {
+    Arc::new(SimIo::new(SimConfig { seed: 1, ..SimConfig::default() }))
+}
+
+fn new_cache(sim: &Arc<SimIo>, options: &str) -> Cache {
+    Cache::with_sim(Config::from_options(options).unwrap(), sim.clone()).unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8).collect()
+}
+
+fn errno(e: &std::io::Error) -> Option<i32> {
+    e.raw_os_error()
+}
+
+fn read_all(f: &File, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    let n = f.read_at(&mut buf, 0).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+fn durable(sim: &SimIo, path: &str) -> Vec<u8> {
+    sim.durable_image(Path::new(path)).expect("file exists")
+}
+
+fn written(sim: &SimIo, path: &str) -> Vec<u8> {
+    sim.written_image(Path::new(path)).expect("file exists")
+}
+
+/// `assert_eq!` for byte vectors without dumping them.
+#[track_caller]
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let detail = match got.iter().zip(want).position(|(a, b)| a != b) {
+            Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
+            None => String::new(),
+        };
+        panic!("{what}: got {} bytes, want {} bytes; {detail}", got.len(), want.len());
+    }
+}
+
+fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    cond()
+}
+
+/// Runs `body` on its own thread and fails if it does not finish in time
+/// (an engine thread that panicked can leave writeback waiters hanging).
+fn with_timeout(timeout: Duration, body: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        body();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(()) => handle.join().unwrap(),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {timeout:?} (hang)"),
+    }
+}
+
+#[test]
+fn eio_at_writeback_keeps_data_dirty_until_a_retry_succeeds() {
+    let sim = sim();
+    let cache = new_cache(&sim, QUIET);
+    let f = cache.open("/e", &OpenOptions::read_write_create()).unwrap();
+    let data = pattern(100 * KIB + 17, 1);
+    f.write_at(&data, 0).unwrap();
+    sim.inject(Path::new("/e"), 7, Fault::WriteEio, u32::MAX);
+
+    let e = f.sync_all().unwrap_err();
+    assert_eq!(errno(&e), Some(libc::EIO));
+    let st = cache.stats();
+    assert!(st.dirty_bytes > 0, "failed data stays dirty: {st:?}");
+    assert!(st.writeback_errors > 0);
+    assert!(durable(&sim, "/e").is_empty(), "nothing durable after a failed sync");
+    assert_same(&read_all(&f, data.len() + 10), &data, "the cache still serves the data");
+
+    // Every retry that fails is a new error, reported again.
+    assert_eq!(errno(&f.sync_data().unwrap_err()), Some(libc::EIO));
+    assert!(cache.stats().dirty_bytes > 0);
+
+    sim.clear_faults();
+    f.sync_all().unwrap();
+    assert_same(&durable(&sim, "/e"), &data, "durable image");
+    assert_eq!(cache.stats().dirty_bytes, 0);
+    f.sync_all().unwrap();
+    drop(f);
+    cache.close().unwrap();
+    assert_same(&durable(&sim, "/e"), &data, "durable image");
+}
+
+#[test]
+fn error_is_reported_once_to_every_open_handle() {
+    let sim = sim();
+    let cache = new_cache(&sim, QUIET);
+    let h1 = cache.open("/e", &OpenOptions::read_write_create()).unwrap();
+    let h2 = cache.open("/e", &OpenOptions::read_write_create()).unwrap();
+    let data = pattern(40 * KIB, 2);
+    h1.write_at(&data, 0).unwrap();
+    sim.inject(Path::new("/e"), 3, Fault::WriteEio, u32::MAX);
+
+    assert_eq!(errno(&h1.sync_all().unwrap_err()), Some(libc::EIO), "h1 sees its failure");
+    assert!(cache.stats().dirty_bytes > 0);
+    sim.clear_faults();
+    // h2 did not sync yet: its next sync reports the error once, although
+    // its own writeback (the retry) now succeeds.
+    assert_eq!(errno(&h2.sync_all().unwrap_err()), Some(libc::EIO), "h2 sees it too");
+    assert_same(&durable(&sim, "/e"), &data, "the retry made the data durable");
+    h2.sync_all().expect("reported once to h2");
+    h1.sync_all().expect("reported once to h1");
+    h1.sync_data().unwrap();
+    let h3 = cache.open("/e", &OpenOptions::new()).unwrap();
+    h3.sync_all().expect("a handle opened after the error was seen starts clean");
+}
+
+#[test]
+fn unseen_error_is_reported_to_a_handle_opened_later() {
+    let sim = sim();
+    let cache = new_cache(&sim, QUIET);
+    let h1 = cache.open("/e", &OpenOptions::read_write_create()).unwrap();
+    let h2 = cache.open("/e", &OpenOptions::read_write_create()).unwrap();
+    let data = pattern(40 * KIB, 3);
+    h2.write_at(&data, 0).unwrap();
+    sim.inject(Path::new("/e"), 0, Fault::WriteEio, u32::MAX);
+    // Cache::sync_all hits the error; no handle has seen it.
+    assert_eq!(errno(&cache.sync_all().unwrap_err()), Some(libc::EIO));
+    sim.clear_faults();
+
+    let h3 = cache.open("/e", &OpenOptions::read_write_create()).unwrap();
+    assert_eq!(errno(&h3.sync_all().unwrap_err()), Some(libc::EIO), "opened before anyone saw it");
+    h3.sync_all().unwrap();
+    assert_eq!(errno(&h1.sync_all().unwrap_err()), Some(libc::EIO));
+    h1.sync_all().unwrap();
+    assert_eq!(errno(&h2.sync_data().unwrap_err()), Some(libc::EIO));
+    h2.sync_data().unwrap();
+    let h4 = cache.open("/e", &OpenOptions::read_write_create()).unwrap();
+    h4.sync_all().expect("opened after the error was seen");
+    assert_same(&durable(&sim, "/e"), &data, "durable image");
+}
+
+#[test]
+fn enospc_surfaces_from_sync_and_loses_nothing() {
+    let sim = sim();
+    let cache = new_cache(&sim, QUIET);
+    let f = cache.open("/full", &OpenOptions::read_write_create()).unwrap();
+    let mut reference = pattern(200 * KIB, 4);
+    f.write_at(&reference, 0).unwrap();
+    f.sync_all().unwrap();
+
+    sim.set_write_error_all(Some(libc::ENOSPC));
+    let more = pattern(120 * KIB + 5, 5);
+    assert_eq!(f.write_at(&more, 150 * KIB as u64).unwrap(), more.len(), "writes into the cache still work");
+    reference.resize(150 * KIB + more.len(), 0);
+    reference[150 * KIB..].copy_from_slice(&more);
+    let e = f.sync_all().unwrap_err();
+    assert_eq!(errno(&e), Some(libc::ENOSPC), "{e}");
+    assert_eq!(errno(&f.sync_data().unwrap_err()), Some(libc::ENOSPC), "still full: a new error");
+    assert!(cache.stats().dirty_bytes > 0);
+    assert_same(&durable(&sim, "/full"), &pattern(200 * KIB, 4), "the old synced data is intact");
+    assert_eq!(errno(&cache.sync_all().unwrap_err()), Some(libc::ENOSPC));
+    assert_same(&read_all(&f, reference.len() + 1), &reference, "content");
+
+    sim.set_write_error_all(None);
+    // Cache::sync_all's failure is still unseen by the handle: reported once.
+    assert_eq!(errno(&f.sync_all().unwrap_err()), Some(libc::ENOSPC));
+    f.sync_all().unwrap();
+    assert_same(&durable(&sim, "/full"), &reference, "nothing lost");
+    assert_eq!(cache.stats().dirty_bytes, 0);
+}
+
+#[test]
+fn read_only_and_write_only_handles_reject_the_other_direction() {
+    let sim = sim();
+    let cache = new_cache(&sim, QUIET);
+    let rw = cache.open("/ro", &OpenOptions::read_write_create()).unwrap();
+    let data = pattern(10 * KIB, 6);
+    rw.write_at(&data, 0).unwrap();
+
+    let ro = cache.open("/ro", &OpenOptions::new()).unwrap();
+    assert_eq!(errno(&ro.write_at(b"x", 0).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&ro.write_at_with(b"x", 5, WriteFlags::DONTCACHE).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&ro.set_len(0).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&ro.set_len(1 << 20).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&ro.cursor().write(b"abc").unwrap_err()), Some(libc::EBADF));
+    assert_eq!(ro.len().unwrap(), data.len() as u64);
+    assert_same(&read_all(&ro, 20 * KIB), &data, "content");
+    ro.sync_all().unwrap();
+    assert_same(&durable(&sim, "/ro"), &data, "fsync through a read-only handle syncs the file");
+
+    let wo = cache.open("/ro", &OpenOptions::new().read(false).write(true)).unwrap();
+    let mut buf = [0u8; 10];
+    assert_eq!(errno(&wo.read_at(&mut buf, 0).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&wo.read_at_with(&mut buf, 0, WriteFlags::DONTCACHE).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&wo.cursor().read(&mut buf).unwrap_err()), Some(libc::EBADF));
+    wo.write_at(b"hello", 0).unwrap();
+    assert_same(&read_all(&rw, 5), b"hello", "read back");
+}
+
+#[test]
+fn block_device_bounds() {
+    let sim = sim();
+    let dev_len = 64 * KIB;
+    sim.create_block_device(Path::new("/dev/sim0"), dev_len as u64);
+    let cache = new_cache(&sim, QUIET);
+    let dev = cache.open("/dev/sim0", &OpenOptions::new().write(true)).unwrap();
+    assert!(dev.is_block_device());
+    assert_eq!(dev.len().unwrap(), dev_len as u64);
+    let end = dev_len as u64;
+
+    // At or past the end: ENOSPC, nothing written.
+    for off in [end, end + 1, end + 100 * KIB as u64, i64::MAX as u64] {
+        assert_eq!(errno(&dev.write_at(b"data", off).unwrap_err()), Some(libc::ENOSPC), "write at {off}");
+    }
+    let mut c = dev.cursor();
+    c.seek(SeekFrom::End(0)).unwrap();
+    assert_eq!(errno(&c.write(b"x").unwrap_err()), Some(libc::ENOSPC));
+    // Crossing the end: short.
+    let block = pattern(2 * BLOCK, 7);
+    assert_eq!(dev.write_at(&block, end - BLOCK as u64).unwrap(), BLOCK);
+    assert_eq!(dev.write_at(&block[..100], end - 10).unwrap(), 10);
+    assert_eq!(dev.write_at_with(&block, end - 3000, WriteFlags::DONTCACHE).unwrap(), 3000);
+    assert_eq!(dev.len().unwrap(), end, "a block device never grows");
+    // Reads: 0 at or past the end, short across it.
+    let mut buf = vec![0u8; 2 * BLOCK];
+    assert_eq!(dev.read_at(&mut buf, end).unwrap(), 0);
+    assert_eq!(dev.read_at(&mut buf, end + 12345).unwrap(), 0);
+    assert_eq!(dev.read_at(&mut buf, end - BLOCK as u64).unwrap(), BLOCK);
+    let mut expect = block[..BLOCK].to_vec();
+    expect[BLOCK - 10..].copy_from_slice(&block[..10]);
+    expect[BLOCK - 3000..].copy_from_slice(&block[..3000]);
+    assert_same(&buf[..BLOCK], &expect, "last block");
+    // The size cannot change.
+    for size in [0, 32 * KIB as u64, end + BLOCK as u64] {
+        let e = dev.set_len(size).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "set_len({size}): {e}");
+    }
+    dev.set_len(end).expect("an unchanged size is fine");
+    dev.sync_all().unwrap();
+    let image = durable(&sim, "/dev/sim0");
+    assert_eq!(image.len(), dev_len);
+    assert_same(&image[dev_len - BLOCK..], &expect, "durable last block");
+    assert!(image[..dev_len - BLOCK].iter().all(|&b| b == 0));
+
+    // A device whose size is not a whole number of blocks is refused.
+    sim.create_block_device(Path::new("/dev/odd"), 5000);
+    let e = cache.open("/dev/odd", &OpenOptions::new().write(true)).err().expect("odd-sized device");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+}
+
+#[test]
+fn bad_options_are_invalid_input() {
+    for opts in [
+        "capacity=abc",
+        "capacity=-1",
+        "capacity=",
+        "capacity",
+        "capacity=99999999999T",
+        "bogus=1",
+        "io=spdk",
+        "folio_max=3000",
+        "folio_max=2G",
+        "io_max=0",
+        "capacity=1M",
+        "capacity=1G,dirty_limit=2G",
+        "capacity=64M,dirty_background=32M,dirty_limit=16M",
+        "dirty_limit=0",
+        "expire_ms=0",
+        "expire_ms=1.5",
+        "io_depth=0",
+        "io_depth=99999999999",
+        "readahead_max=1K",
+        "throttle_pause_ms_max=0",
+    ] {
+        let e = Config::from_options(opts).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{opts}: {e}");
+    }
+    // A Config built by hand is validated by the cache too.
+    let bad = Config { dirty_background_bytes: 1 << 30, ..Config::default() };
+    let e = Cache::with_sim(bad, sim()).err().expect("invalid config");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(WriteFlags::from_bits(2).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(WriteFlags::from_bits(1).unwrap(), WriteFlags::DONTCACHE);
+}
+
+fn assert_closed(f: &File) {
+    let mut buf = [0u8; 8];
+    assert_eq!(errno(&f.read_at(&mut buf, 0).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&f.read_at_with(&mut buf, 0, WriteFlags::DONTCACHE).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&f.write_at(b"late", 0).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&f.write_at_with(b"late", 0, WriteFlags::DONTCACHE).unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&f.sync_all().unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&f.sync_data().unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&f.len().unwrap_err()), Some(libc::EBADF));
+    assert_eq!(errno(&f.set_len(0).unwrap_err()), Some(libc::EBADF));
+}
+
+#[test]
+fn use_after_cache_close_is_ebadf() {
+    let sim = sim();
+    let data = pattern(30 * KIB, 8);
+    // Cache::close.
+    let cache = new_cache(&sim, QUIET);
+    let f = cache.open("/a", &OpenOptions::read_write_create()).unwrap();
+    f.write_at(&data, 0).unwrap();
+    cache.close().unwrap();
+    assert_same(&durable(&sim, "/a"), &data, "close wrote back and synced");
+    assert_closed(&f);
+    drop(f);
+    // Dropping the cache closes it the same way.
+    let cache2 = new_cache(&sim, QUIET);
+    let g = cache2.open("/b", &OpenOptions::read_write_create()).unwrap();
+    g.write_at(&data[..1000], 0).unwrap();
+    drop(cache2);
+    assert_same(&durable(&sim, "/b"), &data[..1000], "durable image");
+    assert_closed(&g);
+}
+
+#[test]
+fn open_flag_errors() {
+    let sim = sim();
+    let cache = new_cache(&sim, QUIET);
+    let e = cache.open("/missing", &OpenOptions::new()).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let e = cache.open("/missing", &OpenOptions::new().write(true)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let f = cache.open("/exists", &OpenOptions::new().write(true).create_new(true)).unwrap();
+    f.write_at(b"keep me", 0).unwrap();
+    let e = cache.open("/exists", &OpenOptions::new().write(true).create_new(true)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists);
+    for bad in [
+        OpenOptions::new().write(false).create(true),
+        OpenOptions::new().write(false).create_new(true),
+        OpenOptions::new().write(false).truncate(true),
+        OpenOptions::new().read(false).write(false),
+    ] {
+        let e = cache.open("/exists", &bad).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");
+    }
+    assert_same(&read_all(&f, 100), b"keep me", "failed opens changed nothing");
+    // Truncating through the cache drops cached (dirty) data too.
+    let t = cache.open("/exists", &OpenOptions::new().write(true).truncate(true)).unwrap();
+    assert_eq!(t.len().unwrap(), 0);
+    assert_eq!(f.len().unwrap(), 0);
+    t.sync_all().unwrap();
+    assert!(durable(&sim, "/exists").is_empty());
+}
+
+#[test]
+fn out_of_range_arguments_are_errors() {
+    let sim = sim();
+    let cache = new_cache(&sim, QUIET);
+    let f = cache.open("/r", &OpenOptions::read_write_create()).unwrap();
+    assert_eq!(errno(&f.write_at(b"x", i64::MAX as u64).unwrap_err()), Some(libc::EFBIG));
+    assert_eq!(errno(&f.write_at(b"x", u64::MAX).unwrap_err()), Some(libc::EFBIG));
+    assert_eq!(errno(&f.set_len(u64::MAX).unwrap_err()), Some(libc::EFBIG));
+    let mut buf = [7u8; 4];
+    assert_eq!(f.read_at(&mut buf, u64::MAX).unwrap(), 0);
+    assert_eq!(f.write_at(b"", 5).unwrap(), 0);
+    assert_eq!(f.len().unwrap(), 0, "an empty write does not extend");
+    let mut c = f.cursor();
+    assert_eq!(c.seek(SeekFrom::Current(-1)).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(c.seek(SeekFrom::End(-1)).unwrap_err().kind(), ErrorKind::InvalidInput);
+    f.sync_all().unwrap();
+}
+
+#[test]
+fn dontcache_writes_are_dropped_once_written_back() {
+    let sim = sim();
+    let cache = new_cache(&sim, "capacity=64M,dirty_limit=16M,dirty_background=8M,folio_max=256K,expire_ms=60000");
+    let f = cache.open("/u", &OpenOptions::read_write_create()).unwrap();
+    let data = pattern(2 << 20, 9);
+    f.write_at_with(&data, 0, WriteFlags::DONTCACHE).unwrap();
+    // (A normal read here would clear drop-behind, as in the kernel.)
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(f.read_at_with(&mut back, 0, WriteFlags::DONTCACHE).unwrap(), data.len());
+    assert_same(&back, &data, "readable while dirty");
+    f.sync_all().unwrap();
+    assert_same(&durable(&sim, "/u"), &data, "durable image");
+    assert!(
+        wait_until(Duration::from_secs(2), || cache.stats().cached_bytes == 0),
+        "clean drop-behind folios are dropped: {:?}",
+        cache.stats()
+    );
+    // An uncached read of uncached data leaves nothing behind either.
+    back.fill(0);
+    assert_eq!(f.read_at_with(&mut back, 0, WriteFlags::DONTCACHE).unwrap(), data.len());
+    assert_same(&back, &data, "content");
+    assert_eq!(cache.stats().cached_bytes, 0);
+    // A normal read caches it.
+    assert_same(&read_all(&f, data.len()), &data, "content");
+    assert!(cache.stats().cached_bytes >= data.len() as u64);
+
+    // Contrast: cached writes stay cached after writeback.
+    let g = cache.open("/c", &OpenOptions::read_write_create()).unwrap();
+    let before = cache.stats().cached_bytes;
+    g.write_at(&data, 0).unwrap();
+    g.sync_all().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(cache.stats().cached_bytes >= before + data.len() as u64);
+}
+
+#[test]
+fn closing_a_file_does_not_write_back_but_closing_the_cache_does() {
+    let sim = sim();
+    let cache = new_cache(&sim, QUIET);
+    let f = cache.open("/lazy", &OpenOptions::read_write_create()).unwrap();
+    let data = pattern(64 * KIB + 3, 10);
+    f.write_at(&data, 0).unwrap();
+    f.close();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(written(&sim, "/lazy").is_empty(), "closing a file wrote nothing back");
+    assert!(durable(&sim, "/lazy").is_empty());
+    assert!(cache.stats().dirty_bytes >= data.len() as u64);
+    // The dirty data is still the file's content for a new handle.
+    let g = cache.open("/lazy", &OpenOptions::new()).unwrap();
+    assert_same(&read_all(&g, data.len() + 1), &data, "content");
+    drop(g);
+    cache.close().unwrap();
+    assert_same(&durable(&sim, "/lazy"), &data, "durable image");
+}
+
+/// Writes 64 KiB uncached (which kicks the flusher at once) onto a device
+/// whose first write fails, waits until the flusher's write is in flight,
+/// then runs `Cache::sync_all` or `Cache::close`: if that reports success,
+/// the data must be durable.
+fn sync_or_close_during_failing_flusher_write(close: bool) {
+    with_timeout(Duration::from_secs(30), move || {
+        // Slow I/O so the flusher's write is still in flight.
+        let sim = Arc::new(SimIo::new(SimConfig { seed: 5, latency_us_max: 300_000, ..SimConfig::default() }));
+        let cache = new_cache(&sim, QUIET);
+        let f = cache.open("/race", &OpenOptions::read_write_create()).unwrap();
+        let data = pattern(64 * KIB, 11);
+        sim.inject(Path::new("/race"), 0, Fault::WriteEio, 1);
+        f.write_at_with(&data, 0, WriteFlags::DONTCACHE).unwrap();
+        assert!(
+            wait_until(Duration::from_secs(2), || cache.stats().writeback_bytes > 0),
+            "the flusher should be writing"
+        );
+        let (what, result) =
+            if close { ("Cache::close", cache.close()) } else { ("Cache::sync_all", cache.sync_all()) };
+        if result.is_ok() {
+            assert_same(&durable(&sim, "/race"), &data, &format!("{what} returned Ok, so the data must be durable"));
+        }
+    });
+}
+
+/// Engine bug: `sync_everything` (src/cache.rs), used by `Cache::sync_all`
+/// and `Cache::close`, only looks at the outcome of its own writeback pass.
+/// Blocks a flusher pass has already taken are not dirty when it collects,
+/// so it waits for that pass (`wait_writeback_before_now`), then fixes the
+/// size, syncs the store and returns Ok even though that pass failed and the
+/// data is dirty again: the durable image is 64 KiB of zeros.
+#[test]
+#[ignore = "engine bug: Cache::sync_all returns Ok while the flusher writeback it waited for failed (sync_everything ignores it)"]
+fn cache_sync_all_reports_failed_concurrent_writeback() {
+    sync_or_close_during_failing_flusher_write(false);
+}
+
+/// The same bug through `Cache::close`: it returns Ok, then drops the
+/// re-dirtied data with the cache.
+#[test]
+#[ignore = "engine bug: Cache::close returns Ok and drops data whose concurrent flusher writeback failed (sync_everything ignores it)"]
+fn cache_close_reports_failed_concurrent_writeback() {
+    sync_or_close_during_failing_flusher_write(true);
+}
+
+/// Engine bug: an inode whose last handle is gone is forgotten as soon as
+/// the flusher has written its data back (`Shared::forget_inode_if_idle`
+/// via `Domain::requeue`), but written back is not synced: nobody ever calls
+/// `sync` on its store. `Cache::close` ("writes back and syncs everything")
+/// then returns Ok with that data not durable.
+#[test]
+#[ignore = "engine bug: Cache::close does not sync files whose inode was forgotten after writeback (data written but never fsynced)"]
+fn cache_close_syncs_data_of_files_closed_earlier() {
+    let sim = sim();
+    let cache = new_cache(&sim, "capacity=16M,dirty_limit=4M,dirty_background=2M,folio_max=256K,expire_ms=20");
+    let f = cache.open("/closed-early", &OpenOptions::read_write_create()).unwrap();
+    let data = pattern(64 * KIB, 12);
+    f.write_at(&data, 0).unwrap();
+    drop(f);
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let st = cache.stats();
+            st.dirty_bytes == 0 && st.writeback_bytes == 0 && written(&sim, "/closed-early") == data
+        }),
+        "periodic writeback should clean the file: {:?}",
+        cache.stats()
+    );
+    // Time for the flusher to requeue the clean inode, which (today)
+    // forgets it because no handle is open.
+    std::thread::sleep(Duration::from_millis(100));
+    cache.close().unwrap();
+    assert_same(&durable(&sim, "/closed-early"), &data, "Cache::close returned Ok, so the data must be durable");
+}
