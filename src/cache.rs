@@ -36,6 +36,10 @@ use crate::writeback::Reason;
 /// it fails with `ENOMEM` (only a stuck device gets here).
 const RESERVE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Inodes kept in the table (each holds a descriptor); beyond this, idle
+/// ones are synced and forgotten.
+pub const MAX_CACHED_INODES: usize = 1024;
+
 struct ReadaheadJob {
     inode: Arc<Inode>,
     start_block: u64,
@@ -233,14 +237,24 @@ impl Shared {
         }
     }
 
-    /// Drops an inode that has no handles, no dirty data and no writeback
-    /// from the table, freeing its clean folios and its descriptor.
+    /// Called when an inode may have become idle (last handle closed, or
+    /// the flusher cleaned it). Idle inodes stay cached, like the kernel's
+    /// inode cache, so reopening a file finds its data; only past
+    /// [`MAX_CACHED_INODES`] is an idle inode forgotten, after its data was
+    /// made durable (an error keeps it, so the next open or the cache close
+    /// reports it).
     pub fn forget_inode_if_idle(&self, inode: &Arc<Inode>) {
+        let idle = |i: &Inode| {
+            i.handles.load(Ordering::Acquire) == 0 && !i.has_dirty() && !i.on_dirty_list.load(Ordering::Acquire)
+        };
+        if !idle(inode) || self.inodes.lock().unwrap_or_else(|e| e.into_inner()).len() <= MAX_CACHED_INODES {
+            return;
+        }
+        if inode.needs_store_sync() && inode.write_and_sync(false, Reason::Close).is_err() {
+            return;
+        }
         let mut table = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
-        if inode.handles.load(Ordering::Acquire) != 0
-            || inode.has_dirty()
-            || inode.on_dirty_list.load(Ordering::Acquire)
-        {
+        if !idle(inode) || inode.needs_store_sync() {
             return;
         }
         let key = inode.info.store_id;
@@ -403,16 +417,7 @@ fn sync_everything(shared: &Shared, reason: Reason) -> io::Result<()> {
     let inodes: Vec<Arc<Inode>> = shared.inodes.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
     let mut first_err = None;
     for inode in inodes {
-        let outcome = inode.writeback(reason, u64::MAX, IoPriority::Sync);
-        inode.wait_writeback_before_now();
-        let mut result = match outcome.first_error {
-            Some(errno) => Err(io::Error::from_raw_os_error(errno)),
-            None => Ok(()),
-        };
-        if result.is_ok() && inode.is_store_writable() {
-            result = inode.fix_backing_size().and_then(|_| inode.store().sync(false));
-        }
-        if let Err(e) = result {
+        if let Err(e) = inode.write_and_sync(false, reason) {
             first_err.get_or_insert(e);
         }
     }

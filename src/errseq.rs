@@ -42,6 +42,18 @@ impl ErrSeq {
         }
     }
 
+    /// The current sequence, for [`ErrSeq::error_since`].
+    pub fn sample(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).seq
+    }
+
+    /// The newest errno if an error was recorded after `sample`; does not
+    /// mark it seen (handles still report it through their cursors).
+    pub fn error_since(&self, sample: u64) -> Option<i32> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (st.seq > sample).then_some(st.errno)
+    }
+
     /// Reports the newest error if the sequence moved past `cursor`, and
     /// advances the cursor so the same error is reported once per handle.
     pub fn check_and_advance(&self, cursor: &mut u64) -> io::Result<()> {
@@ -73,6 +85,18 @@ mod tests {
         // Seen already: a new handle starts clean.
         let mut c = e.open_cursor();
         assert!(e.check_and_advance(&mut c).is_ok());
+    }
+
+    #[test]
+    fn error_since_a_sample_does_not_consume_it() {
+        let e = ErrSeq::default();
+        let s = e.sample();
+        assert_eq!(e.error_since(s), None);
+        e.record(libc::EIO);
+        assert_eq!(e.error_since(s), Some(libc::EIO));
+        assert_eq!(e.error_since(e.sample()), None);
+        let mut c = 0;
+        assert!(e.check_and_advance(&mut c).is_err(), "still reported to handles");
     }
 
     #[test]

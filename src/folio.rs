@@ -187,6 +187,14 @@ impl Bitmap {
         None
     }
 
+    /// Maximal runs of bits set here and clear in `exclude`, within
+    /// `[0, nbits)`: the dirty blocks not under writeback.
+    pub fn runs_excluding(&self, exclude: &Bitmap, nbits: usize) -> Vec<(usize, usize)> {
+        let words: Vec<u64> = self.words().iter().zip(exclude.words()).map(|(a, b)| a & !b).collect();
+        let combined = if words.len() == 1 { Bitmap::Inline(words[0]) } else { Bitmap::Heap(words.into_boxed_slice()) };
+        combined.runs(nbits)
+    }
+
     /// Maximal runs of set bits within `[0, nbits)`, as `(start, end)`.
     pub fn runs(&self, nbits: usize) -> Vec<(usize, usize)> {
         let mut runs = Vec::new();
@@ -414,6 +422,24 @@ mod tests {
                 }
                 assert_eq!(rebuilt, reference);
             }
+        }
+    }
+
+    #[test]
+    fn runs_excluding_skips_blocks_under_writeback() {
+        for nbits in [8usize, 130] {
+            let mut dirty = Bitmap::new(nbits);
+            let mut wb = Bitmap::new(nbits);
+            dirty.set_range(0, 6);
+            dirty.set_range(100.min(nbits - 2), nbits);
+            wb.set_range(2, 4);
+            let mut expected = vec![(0, 2), (4, 6)];
+            if nbits > 100 {
+                expected.push((100, nbits));
+            } else {
+                expected = vec![(0, 2), (4, 8)];
+            }
+            assert_eq!(dirty.runs_excluding(&wb, nbits), expected, "nbits {nbits}");
         }
     }
 

@@ -94,6 +94,8 @@ pub struct Inode {
     /// Size changed since the last successful store sync: use fsync, not
     /// fdatasync.
     size_changed: AtomicBool,
+    /// Writeback wrote data since the last successful store sync.
+    written_since_sync: AtomicBool,
     pub errseq: ErrSeq,
     tickets: Mutex<Tickets>,
     tickets_done: Condvar,
@@ -133,6 +135,7 @@ impl Inode {
             size_lock: Mutex::new(()),
             store_len_lock: RwLock::new(()),
             size_changed: AtomicBool::new(false),
+            written_since_sync: AtomicBool::new(false),
             errseq: ErrSeq::default(),
             tickets: Mutex::new(Tickets::default()),
             tickets_done: Condvar::new(),
@@ -511,6 +514,10 @@ impl Inode {
             let was_clean = st.nr_dirty == 0;
             let newly = st.set_dirty(first, last);
             if newly > 0 {
+                let newly_bytes = newly as u64 * BLOCK;
+                // Account before the lock drops, so writeback can never take
+                // (and subtract) bytes not yet added.
+                self.domain.account_dirty_bytes(newly_bytes, if dontcache { newly_bytes } else { 0 });
                 if dontcache {
                     st.dontcache_dirty += newly;
                 }
@@ -530,7 +537,7 @@ impl Inode {
             if newly > 0 {
                 let newly_bytes = newly as u64 * BLOCK;
                 newly_dirty_bytes_total += newly_bytes;
-                self.domain.account_dirtied(self, newly_bytes, if dontcache { newly_bytes } else { 0 });
+                self.domain.queue_dirty_inode(self);
                 if dontcache {
                     // Kick the flusher; never write back inline.
                     self.domain.kick(WORK_START_DONTCACHE);
@@ -591,16 +598,33 @@ impl Inode {
                 continue;
             }
             let nr_blocks = folio.nr_blocks();
-            for (start, end) in st.dirty.runs(nr_blocks) {
+            // A block rewritten while its old version is still in flight
+            // waits for that I/O: two versions of one block in flight could
+            // land in either order.
+            let mut taken_blocks = 0usize;
+            for (start, end) in st.dirty.runs_excluding(&st.writeback, nr_blocks) {
                 st.dirty.clear_range(start, end);
                 st.writeback.set_range(start, end);
+                taken_blocks += end - start;
                 chunks.push(WbChunk { folio: folio.clone(), buf: st.buf.clone(), start, end, result: None });
             }
-            taken += st.nr_dirty as u64 * BLOCK;
-            st.nr_writeback += st.nr_dirty;
-            st.nr_dirty = 0;
-            taken_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64 * BLOCK;
-            assert!(self.dirty_index().remove(&folio.index), "dirty folio was indexed");
+            if taken_blocks == 0 {
+                continue;
+            }
+            taken += taken_blocks as u64 * BLOCK;
+            st.nr_writeback += taken_blocks;
+            st.nr_dirty -= taken_blocks;
+            let dontcache_blocks = if st.nr_dirty == 0 {
+                std::mem::take(&mut st.dontcache_dirty)
+            } else {
+                let n = st.dontcache_dirty.min(taken_blocks);
+                st.dontcache_dirty -= n;
+                n
+            };
+            taken_dontcache += dontcache_blocks as u64 * BLOCK;
+            if st.nr_dirty == 0 {
+                assert!(self.dirty_index().remove(&folio.index), "dirty folio was indexed");
+            }
             st.check(nr_blocks);
             self.writeback_cursor.store(folio.end_index(), Ordering::Relaxed);
         }
@@ -623,6 +647,9 @@ impl Inode {
             let elapsed = started.elapsed();
             self.complete_chunks(chunks, reason, &mut outcome);
             self.domain.update_bandwidth(outcome.written_bytes, elapsed);
+        }
+        if outcome.written_bytes > 0 {
+            self.written_since_sync.store(true, Ordering::Release);
         }
         self.ticket_end(ticket);
         if outcome.written_bytes > 0 {
@@ -717,6 +744,7 @@ impl Inode {
                         let was_clean = st.nr_dirty == 0;
                         let newly = st.set_dirty(c.start, c.end);
                         redirtied_bytes += newly as u64 * BLOCK;
+                        self.domain.account_dirty_bytes(newly as u64 * BLOCK, 0);
                         if was_clean && newly > 0 {
                             self.dirty_index().insert(c.folio.index);
                         }
@@ -732,7 +760,7 @@ impl Inode {
         }
         self.domain.account_writeback_done(done_bytes, outcome.written_bytes, reason);
         if redirtied_bytes > 0 {
-            self.domain.account_dirtied(self, redirtied_bytes, 0);
+            self.domain.queue_dirty_inode(self);
         }
         drop_candidates.dedup_by(|a, b| Arc::ptr_eq(a, b));
         for f in drop_candidates {
@@ -757,29 +785,53 @@ impl Inode {
         Ok(())
     }
 
-    /// fsync/fdatasync for one handle: write every block dirty now, wait for
-    /// writeback that began earlier, fix the size, sync the store, then
-    /// report any error since the handle's cursor.
-    pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
-        let outcome = self.writeback(Reason::Fsync, u64::MAX, IoPriority::Sync);
-        self.wait_writeback_before_now();
-        let mut sync_result = Ok(());
-        if outcome.first_error.is_none() && self.is_store_writable() {
-            sync_result = self.fix_backing_size().and_then(|_| {
-                let size_changed = self.size_changed.swap(false, Ordering::AcqRel);
-                let r = self.store().sync(data_only && !size_changed);
-                if r.is_err() && size_changed {
-                    self.size_changed.store(true, Ordering::Release);
-                }
-                r
-            });
-            if let Err(e) = &sync_result {
-                let mut ignored = WritebackOutcome::default();
-                self.record_error(e, &mut ignored);
-            }
+    /// Writes back every block dirty now and makes it durable: a pass that
+    /// writes what is not already in flight, a wait for writeback that began
+    /// earlier, a second pass for blocks that were in flight with an older
+    /// version, a second wait, then the size fix and the store sync. Any
+    /// writeback error recorded meanwhile (by this pass or a flusher pass it
+    /// waited for) fails it, and then the store is not synced.
+    pub fn write_and_sync(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
+        let err_sample = self.errseq.sample();
+        for _pass in 0..2 {
+            self.writeback(reason, u64::MAX, IoPriority::Sync);
+            self.wait_writeback_before_now();
         }
+        if let Some(errno) = self.errseq.error_since(err_sample) {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        if !self.is_store_writable() {
+            return Ok(());
+        }
+        // Cleared before the sync: writeback completing later sets it again.
+        self.written_since_sync.store(false, Ordering::Release);
+        let result = self.fix_backing_size().and_then(|_| {
+            let size_changed = self.size_changed.swap(false, Ordering::AcqRel);
+            let r = self.store().sync(data_only && !size_changed);
+            if r.is_err() && size_changed {
+                self.size_changed.store(true, Ordering::Release);
+            }
+            r
+        });
+        if let Err(e) = &result {
+            self.written_since_sync.store(true, Ordering::Release);
+            let mut ignored = WritebackOutcome::default();
+            self.record_error(e, &mut ignored);
+        }
+        result
+    }
+
+    /// Data written back (or truncated) since the last successful store sync.
+    pub fn needs_store_sync(&self) -> bool {
+        self.written_since_sync.load(Ordering::Acquire) || self.size_changed.load(Ordering::Acquire)
+    }
+
+    /// fsync/fdatasync for one handle: [`Inode::write_and_sync`], then
+    /// report any error since the handle's cursor (once per handle).
+    pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
+        let result = self.write_and_sync(data_only, Reason::Fsync);
         self.errseq.check_and_advance(cursor)?;
-        sync_result
+        result
     }
 
     /// Changes the logical size. Shrinking drops cached data beyond the new

@@ -222,9 +222,6 @@ fn reader(r: usize, cache: &Cache, path: &Path, done: &AtomicBool, checked: &Ato
 }
 
 #[test]
-#[ignore = "blocked by engine bugs: collect_dirty re-collects blocks under writeback \
-            (rewrite_during_writeback_then_sync), dirty accounted after the folio lock is dropped \
-            (dirty_accounting_survives_writes_racing_syncs); un-ignore once fixed"]
 fn writers_and_readers_share_a_file() {
     with_timeout(Duration::from_secs(60), || {
         let sim = Arc::new(SimIo::new(SimConfig {
@@ -395,7 +392,6 @@ fn concurrent_readers_of_a_missing_folio_share_one_read() {
 /// Here: the flusher writes version A of block 0 (slow device), the test
 /// writes version B, then `sync_all` must leave B durable.
 #[test]
-#[ignore = "engine bug: Inode::collect_dirty re-collects blocks still under writeback (nr_writeback double count, overlapping writes of one block)"]
 fn rewrite_during_writeback_then_sync() {
     with_timeout(Duration::from_secs(20), || {
         let sim = Arc::new(SimIo::new(SimConfig { seed: 5, latency_us_max: 300_000, ..SimConfig::default() }));
@@ -440,7 +436,6 @@ fn rewrite_during_writeback_then_sync() {
 /// makes the flusher's write land between the read's attempts in about a
 /// third of the rounds.
 #[test]
-#[ignore = "engine bug: run_batch resubmits a short direct read at an unaligned offset; EINVAL when writeback extends the file meanwhile"]
 fn read_of_tail_block_races_with_extending_writeback() {
     const ROUNDS: usize = 24;
     with_timeout(Duration::from_secs(60), || {
@@ -500,7 +495,6 @@ fn read_of_tail_block_races_with_extending_writeback() {
 /// become visible). One thread appends 4 KiB blocks, another syncs in a
 /// loop, so almost nothing else is dirty when the race hits.
 #[test]
-#[ignore = "engine bug: Inode::write_at accounts dirty bytes after releasing the folio lock; a concurrent collect_dirty underflows dirty_bytes"]
 fn dirty_accounting_survives_writes_racing_syncs() {
     const WRITERS: u64 = 3;
     with_timeout(Duration::from_secs(40), || {

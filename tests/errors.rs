@@ -485,7 +485,6 @@ fn sync_or_close_during_failing_flusher_write(close: bool) {
 /// size, syncs the store and returns Ok even though that pass failed and the
 /// data is dirty again: the durable image is 64 KiB of zeros.
 #[test]
-#[ignore = "engine bug: Cache::sync_all returns Ok while the flusher writeback it waited for failed (sync_everything ignores it)"]
 fn cache_sync_all_reports_failed_concurrent_writeback() {
     sync_or_close_during_failing_flusher_write(false);
 }
@@ -493,7 +492,6 @@ fn cache_sync_all_reports_failed_concurrent_writeback() {
 /// The same bug through `Cache::close`: it returns Ok, then drops the
 /// re-dirtied data with the cache.
 #[test]
-#[ignore = "engine bug: Cache::close returns Ok and drops data whose concurrent flusher writeback failed (sync_everything ignores it)"]
 fn cache_close_reports_failed_concurrent_writeback() {
     sync_or_close_during_failing_flusher_write(true);
 }
@@ -504,7 +502,6 @@ fn cache_close_reports_failed_concurrent_writeback() {
 /// `sync` on its store. `Cache::close` ("writes back and syncs everything")
 /// then returns Ok with that data not durable.
 #[test]
-#[ignore = "engine bug: Cache::close does not sync files whose inode was forgotten after writeback (data written but never fsynced)"]
 fn cache_close_syncs_data_of_files_closed_earlier() {
     let sim = sim();
     let cache = new_cache(&sim, "capacity=16M,dirty_limit=4M,dirty_background=2M,folio_max=256K,expire_ms=20");

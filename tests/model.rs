@@ -792,10 +792,6 @@ impl<'p> Model<'p> {
 }
 
 #[test]
-#[ignore = "blocked by engine bugs: collect_dirty re-collects blocks under writeback \
-            (concurrency::rewrite_during_writeback_then_sync), unaligned retry of a short direct read \
-            (concurrency::read_of_tail_block_races_with_extending_writeback), Cache::sync_all skips forgotten \
-            inodes (errors::cache_close_syncs_data_of_files_closed_earlier); un-ignore once fixed"]
 fn model_random_ops_with_crashes() {
     run_seeds("model_random_ops_with_crashes", 8, |progress| {
         let ops = ops_per_seed(2000);
@@ -820,10 +816,6 @@ fn model_random_ops_with_crashes_quiet_flusher() {
 }
 
 #[test]
-#[ignore = "blocked by engine bugs: collect_dirty re-collects blocks under writeback \
-            (concurrency::rewrite_during_writeback_then_sync), Cache::sync_all ignores a failed concurrent \
-            writeback (errors::cache_sync_all_reports_failed_concurrent_writeback) and skips forgotten inodes \
-            (errors::cache_close_syncs_data_of_files_closed_earlier); un-ignore once fixed"]
 fn model_with_injected_faults() {
     run_seeds("model_with_injected_faults", 4, |progress| {
         let ops = ops_per_seed(1200);

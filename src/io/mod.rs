@@ -213,6 +213,7 @@ pub fn run_batch(store: &dyn BackingStore, ops: &mut [IoOp<'_>]) {
             op.result = Some(Ok(0));
         }
     }
+    let direct = store.info().direct_io;
     let mut attempts = 0u32;
     while ops.iter().any(|op| op.result.is_none()) {
         attempts += 1;
@@ -230,7 +231,11 @@ pub fn run_batch(store: &dyn BackingStore, ops: &mut [IoOp<'_>]) {
                 Ok(n) => {
                     assert!(op.done + n <= op.len(), "backend reported more bytes than asked");
                     op.done += n;
-                    if op.done == op.len() {
+                    // An O_DIRECT read that stops inside a block stopped at
+                    // end of file: resubmitting at that unaligned offset
+                    // would fail with EINVAL if the file grew meanwhile.
+                    let eof_inside_block = direct && !op.is_write() && op.done % BLOCK_SIZE != 0;
+                    if op.done == op.len() || eof_inside_block {
                         op.result = Some(Ok(op.done));
                     }
                 }

@@ -109,9 +109,13 @@ impl Domain {
     }
 
     /// Accounts newly dirtied bytes (`dontcache_bytes` of them by uncached
-    /// writes) and queues the inode on the dirty list if it is not there.
-    pub fn account_dirtied(&self, inode: &Arc<Inode>, bytes: u64, dontcache_bytes: u64) {
+    /// writes). Called under the folio lock that set the dirty bits; the
+    /// caller queues the inode with [`Domain::queue_dirty_inode`] after.
+    pub fn account_dirty_bytes(&self, bytes: u64, dontcache_bytes: u64) {
         debug_assert!(dontcache_bytes <= bytes);
+        if bytes == 0 {
+            return;
+        }
         let c = &self.shared.counters;
         self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
         let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
@@ -120,7 +124,6 @@ impl Domain {
             self.dontcache_dirty_bytes.fetch_add(dontcache_bytes, Ordering::AcqRel);
             Counters::add(&c.dontcache_dirty_bytes, dontcache_bytes);
         }
-        self.queue_dirty_inode(inode);
     }
 
     /// Queues `inode` at the tail of the dirty list with `dirtied_when = now`
