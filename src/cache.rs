@@ -10,8 +10,9 @@
 //!
 //! Memory invariant: `counters.cached_bytes` (folio buffers in mappings plus
 //! reservations being turned into folios) never exceeds `capacity`; a folio
-//! is allocated only after [`Shared::reserve_folio_memory`] succeeded, and
-//! that evicts clean folios or waits for writeback to make some clean.
+//! is allocated only through [`Shared::reserve_folio_buf`], which counts
+//! pooled buffers too and evicts clean folios or waits for writeback to make
+//! some clean.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -22,11 +23,13 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::bufpool::BufPool;
 use crate::config::Config;
 use crate::evict::Evictor;
 use crate::file::{File, OpenOptions};
+use crate::folio::AlignedBuf;
 use crate::inode::Inode;
-use crate::io::{open_backend, sim::SimIo, Io, IoKind, IoPriority, OpenHow};
+use crate::io::{open_backend, sim::SimIo, Io, IoKind, IoPriority, OpenHow, BLOCK_SIZE};
 use crate::stats::{Counters, Stats};
 use crate::throttle::{ratelimit_bytes, throttle_pause, ThrottleInput};
 use crate::writeback::domain::{Domain, WORK_BACKGROUND, WORK_RECLAIM};
@@ -40,6 +43,12 @@ const RESERVE_TIMEOUT: Duration = Duration::from_secs(30);
 /// ones are synced and forgotten.
 pub const MAX_CACHED_INODES: usize = 1024;
 
+/// Threads filling asynchronous readahead windows.
+const READAHEAD_WORKERS: usize = 2;
+
+/// Reads of `io_max` submitted together by a readahead worker.
+const READAHEAD_BATCH_IOS: u64 = 4;
+
 struct ReadaheadJob {
     inode: Arc<Inode>,
     start_block: u64,
@@ -51,6 +60,7 @@ pub struct Shared {
     pub config: Config,
     pub counters: Counters,
     pub evictor: Evictor,
+    pub buf_pool: BufPool,
     /// Time origin for dirtied-when stamps.
     pub epoch: Instant,
     pub io: Arc<dyn Io>,
@@ -60,7 +70,7 @@ pub struct Shared {
     progress: Mutex<u64>,
     progress_cond: Condvar,
     readahead_tx: Mutex<Option<mpsc::Sender<ReadaheadJob>>>,
-    readahead_thread: Mutex<Option<JoinHandle<()>>>,
+    readahead_threads: Mutex<Vec<JoinHandle<()>>>,
     next_inode_id: AtomicU64,
     all_direct_io: AtomicBool,
 }
@@ -73,6 +83,14 @@ thread_local! {
 impl Shared {
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// The largest readahead window in blocks: `readahead_max`, but at most
+    /// an eighth of the capacity, so windows in flight (which cannot be
+    /// evicted) never crowd out the cache.
+    pub fn readahead_max_blocks(&self) -> u64 {
+        let bytes = self.config.readahead_max_bytes.min(self.config.capacity_bytes / 8);
+        (bytes / crate::io::BLOCK_SIZE as u64).max(1)
     }
 
     pub fn check_open(&self) -> io::Result<()> {
@@ -106,30 +124,48 @@ impl Shared {
         self.domains.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
     }
 
-    /// Accounts `bytes` of folio memory, evicting clean folios (or waiting
-    /// for writeback to make some clean) while the cache is full.
-    pub fn reserve_folio_memory(&self, bytes: u64) -> io::Result<()> {
+    /// A buffer of `len` bytes for a new folio, accounted in
+    /// `cached_bytes`: a pooled one if there is one of that size, else a new
+    /// one if `cached + pooled + len <= capacity`, else after shrinking the
+    /// pool, evicting clean folios, or waiting for writeback to make some
+    /// clean.
+    ///
+    /// Without `may_wait` (asynchronous readahead, which is optional work)
+    /// it fails with `ENOMEM` at once instead of waiting for writeback.
+    pub fn reserve_folio_buf(&self, len: usize, may_wait: bool) -> io::Result<AlignedBuf> {
         let capacity = self.config.capacity_bytes;
+        let bytes = len as u64;
         let started = Instant::now();
         loop {
+            if let Some(buf) = self.buf_pool.take(len) {
+                Counters::add(&self.counters.cached_bytes, bytes);
+                return Ok(buf);
+            }
             let cur = self.counters.cached_bytes.load(Ordering::Acquire);
-            if cur + bytes <= capacity {
+            let pooled = self.buf_pool.pooled_bytes();
+            if cur + pooled + bytes <= capacity {
                 if self
                     .counters
                     .cached_bytes
                     .compare_exchange(cur, cur + bytes, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
-                    return Ok(());
+                    return Ok(AlignedBuf::zeroed(len));
                 }
                 continue;
             }
-            let want = (cur + bytes - capacity).max(bytes);
+            if pooled > 0 && self.buf_pool.shrink(cur + pooled + bytes - capacity) > 0 {
+                continue;
+            }
+            let want = (cur + bytes).saturating_sub(capacity).max(bytes);
             if self.evictor.evict(&self.counters, want) > 0 {
                 continue;
             }
             // Nothing clean to evict: everything is dirty, under writeback or
             // being filled. Make the flushers write and wait for them.
+            if !may_wait {
+                return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+            }
             for d in self.domains() {
                 d.kick(WORK_RECLAIM);
             }
@@ -143,8 +179,14 @@ impl Shared {
         }
     }
 
-    pub fn unreserve_folio_memory(&self, bytes: u64) {
-        Counters::sub(&self.counters.cached_bytes, bytes);
+    /// Gives back the buffer of a folio that left the cache (or of a
+    /// reservation that was not used): pooled for reuse when possible.
+    pub fn release_folio_buf(&self, buf: Option<AlignedBuf>, len: usize) {
+        if let Some(buf) = buf {
+            debug_assert_eq!(buf.len(), len);
+            self.buf_pool.put(buf, self.config.capacity_bytes / 4);
+        }
+        Counters::sub(&self.counters.cached_bytes, len as u64);
         self.progress_made();
     }
 
@@ -169,6 +211,10 @@ impl Shared {
         DIRTIED_SINCE_CHECK.with(|c| c.set(0));
         let started = Instant::now();
         let mut paused = false;
+        // The pause is re-evaluated whenever writeback completes: the writer
+        // owes `pause(dirty now)` of waiting for what it dirtied, and is let
+        // go as soon as the time waited covers it. Dirty falling releases it
+        // early; dirty staying high keeps it the full pause.
         loop {
             let input = ThrottleInput {
                 nr_dirty_bytes: self.dirty_bytes(),
@@ -179,18 +225,13 @@ impl Shared {
                 pause_max: Duration::from_millis(cfg.throttle_pause_ms_max),
             };
             let pause = throttle_pause(&input);
-            if pause.is_zero() || self.is_closed() {
+            let waited = started.elapsed();
+            if pause <= waited || self.is_closed() {
                 break;
             }
             paused = true;
             domain.kick(WORK_BACKGROUND);
-            if input.nr_dirty_bytes >= cfg.dirty_limit_bytes {
-                // Over the limit: wait for writeback to complete something.
-                self.wait_progress(pause);
-                continue;
-            }
-            std::thread::sleep(pause);
-            break;
+            self.wait_progress((pause - waited).min(Duration::from_millis(10)));
         }
         if paused {
             Counters::add(&self.counters.throttle_events, 1);
@@ -292,6 +333,7 @@ impl Cache {
             config,
             counters: Counters::default(),
             evictor: Evictor::default(),
+            buf_pool: BufPool::default(),
             epoch: Instant::now(),
             io,
             closed: AtomicBool::new(false),
@@ -300,19 +342,37 @@ impl Cache {
             progress: Mutex::new(0),
             progress_cond: Condvar::new(),
             readahead_tx: Mutex::new(Some(tx)),
-            readahead_thread: Mutex::new(None),
+            readahead_threads: Mutex::new(Vec::new()),
             next_inode_id: AtomicU64::new(1),
             all_direct_io: AtomicBool::new(true),
         });
-        let worker = std::thread::Builder::new().name("wbc-readahead".into()).spawn(move || {
-            for job in rx {
-                if !job.inode.shared.is_closed() {
-                    // Errors surface to the reader, which retries the read.
-                    let _ = job.inode.fill_range(job.start_block, job.end_block, IoPriority::Async);
+        // Two workers, so one window's I/O is in flight while the previous
+        // one completes.
+        let rx = Arc::new(Mutex::new(rx));
+        for n in 0..READAHEAD_WORKERS {
+            let rx = rx.clone();
+            let worker = std::thread::Builder::new().name(format!("wbc-readahead-{n}")).spawn(move || loop {
+                let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                };
+                // Sub-batches of a few io_max reads: the device's sweet spot,
+                // and each completes (becomes readable) on its own instead of
+                // with the whole window.
+                let step = (READAHEAD_BATCH_IOS * job.inode.shared.config.io_max_bytes / BLOCK_SIZE as u64).max(1);
+                let mut start = job.start_block;
+                while start < job.end_block && !job.inode.shared.is_closed() {
+                    let end = (start + step).min(job.end_block);
+                    // Errors surface to the reader, which retries the read;
+                    // no memory (ENOMEM) ends this optional work.
+                    if job.inode.fill_range(start, end, IoPriority::Async).is_err() {
+                        break;
+                    }
+                    start = end;
                 }
-            }
-        })?;
-        *shared.readahead_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(worker);
+            })?;
+            shared.readahead_threads.lock().unwrap_or_else(|e| e.into_inner()).push(worker);
+        }
         Ok(Cache { shared })
     }
 
@@ -434,7 +494,9 @@ fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
     }
     let result = sync_everything(shared, Reason::Close);
     shared.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(h) = shared.readahead_thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    let workers: Vec<JoinHandle<()>> =
+        shared.readahead_threads.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+    for h in workers {
         let _ = h.join();
     }
     let domains: Vec<Arc<Domain>> =

@@ -20,7 +20,8 @@ pub struct Config {
     /// Default 25% of `capacity_bytes`.
     pub dirty_limit_bytes: u64,
     /// Dirty bytes at which the flusher starts background writeback.
-    /// Default 10% of `capacity_bytes`.
+    /// Default 10% of `capacity_bytes` (40% of `dirty_limit` when only that
+    /// is lowered in an option string).
     pub dirty_background_bytes: u64,
     /// Dirty data older than this is written back by periodic writeback, in
     /// milliseconds. Bounds what a process crash can lose. Default 1000.
@@ -35,7 +36,7 @@ pub struct Config {
     pub io: IoKind,
     /// Requests kept in flight by one submitter. Default 32.
     pub io_depth: u32,
-    /// Largest readahead window, in bytes. Default 8 MiB.
+    /// Largest readahead window, in bytes. Default 16 MiB.
     pub readahead_max_bytes: u64,
     /// Longest single throttle pause, in milliseconds (the kernel's
     /// `MAX_PAUSE`). Default 200.
@@ -77,7 +78,7 @@ impl Config {
             io_max_bytes: MIB,
             io: IoKind::Uring,
             io_depth: 32,
-            readahead_max_bytes: 8 * MIB,
+            readahead_max_bytes: 16 * MIB,
             throttle_pause_ms_max: 200,
         }
     }
@@ -105,6 +106,12 @@ impl Config {
         let mut config = Config::with_capacity(capacity);
         for (key, value) in &pairs {
             config.set(key, value)?;
+        }
+        // A lowered dirty_limit takes the default background threshold down
+        // with it (keeping the default 10:25 ratio) unless that was given.
+        let given = |k: &str| pairs.iter().any(|(key, _)| key == k);
+        if given("dirty_limit") && !given("dirty_background") {
+            config.dirty_background_bytes = config.dirty_background_bytes.min(config.dirty_limit_bytes * 2 / 5);
         }
         config.validate()?;
         Ok(config)
@@ -235,6 +242,15 @@ mod tests {
         assert_eq!(c.dirty_limit_bytes, 64 * MIB);
         assert_eq!(c.dirty_background_bytes, 256 * MIB / 10);
         assert_eq!(c.io, IoKind::Threads);
+    }
+
+    #[test]
+    fn background_follows_a_lowered_dirty_limit() {
+        let c = Config::from_options("dirty_limit=64M").unwrap();
+        assert_eq!(c.capacity_bytes, GIB);
+        assert_eq!(c.dirty_background_bytes, 64 * MIB * 2 / 5);
+        let c = Config::from_options("dirty_limit=64M,dirty_background=8M").unwrap();
+        assert_eq!(c.dirty_background_bytes, 8 * MIB);
     }
 
     #[test]

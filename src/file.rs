@@ -159,7 +159,7 @@ impl File {
         let missing = self.inode.find(start).is_none();
         let dontcache = flags.contains(WriteFlags::DONTCACHE);
         if !dontcache {
-            let max_blocks = self.shared.config.readahead_max_bytes / BLOCK;
+            let max_blocks = self.shared.readahead_max_blocks();
             let decision = self.readahead.lock().unwrap_or_else(|e| e.into_inner()).on_read(
                 start,
                 end,

@@ -259,15 +259,23 @@ pub fn metadata_bytes_for(nr_blocks: usize) -> usize {
 }
 
 impl Folio {
-    /// A new folio of `1 << order` blocks at block `index`, nothing uptodate.
+    /// A new folio of `1 << order` blocks at block `index`, nothing uptodate,
+    /// with a zeroed buffer.
     pub fn new(index: u64, order: u8, read_in_flight: bool) -> Folio {
+        Folio::with_buf(index, order, read_in_flight, AlignedBuf::zeroed(BLOCK_SIZE << order))
+    }
+
+    /// As [`Folio::new`] with a given buffer (possibly holding stale bytes:
+    /// nothing is uptodate, so nothing of it is ever read).
+    pub fn with_buf(index: u64, order: u8, read_in_flight: bool, buf: AlignedBuf) -> Folio {
         let nr_blocks = 1usize << order;
         assert_eq!(index % nr_blocks as u64, 0, "folios are naturally aligned");
+        assert_eq!(buf.len(), nr_blocks * BLOCK_SIZE, "buffer matches the folio");
         Folio {
             index,
             order,
             state: Mutex::new(FolioState {
-                buf: Arc::new(AlignedBuf::zeroed(nr_blocks * BLOCK_SIZE)),
+                buf: Arc::new(buf),
                 uptodate: Bitmap::new(nr_blocks),
                 all_uptodate: false,
                 dirty: Bitmap::new(nr_blocks),

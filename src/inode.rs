@@ -201,36 +201,44 @@ impl Inode {
         block: u64,
         limit_block: u64,
         for_fill: bool,
+        may_wait: bool,
     ) -> io::Result<(Arc<Folio>, bool)> {
         debug_assert!(limit_block > block);
         if let Some(f) = self.find(block) {
             return Ok((f, false));
         }
         let max_order = (self.shared.config.folio_max_bytes / BLOCK).trailing_zeros() as u8;
-        let order = choose_order(&self.mapping_read(), block, limit_block, max_order);
-        let reserved = (BLOCK_SIZE << order) as u64;
-        // Reserve memory (may evict) before taking the mapping lock: eviction
-        // takes mapping locks itself.
-        self.shared.reserve_folio_memory(reserved)?;
-        let mut map = self.mapping_write();
-        if let Some(f) = find_in(&map, block) {
-            let f = f.clone();
+        loop {
+            let order = choose_order(&self.mapping_read(), block, limit_block, max_order);
+            let len = BLOCK_SIZE << order;
+            // Get the memory (may evict) before taking the mapping lock:
+            // eviction takes mapping locks itself.
+            let buf = self.shared.reserve_folio_buf(len, may_wait)?;
+            let mut map = self.mapping_write();
+            if let Some(f) = find_in(&map, block) {
+                let f = f.clone();
+                drop(map);
+                self.shared.release_folio_buf(Some(buf), len);
+                return Ok((f, false));
+            }
+            // The mapping may have gained a neighbour meanwhile: start over
+            // with a smaller folio.
+            if choose_order(&map, block, limit_block, order) != order {
+                drop(map);
+                self.shared.release_folio_buf(Some(buf), len);
+                continue;
+            }
+            let folio = Arc::new(Folio::with_buf(block, order, for_fill, buf));
+            map.insert(block, folio.clone());
             drop(map);
-            self.shared.unreserve_folio_memory(reserved);
-            return Ok((f, false));
+            return Ok((self.register_new_folio(folio), true));
         }
-        // The mapping may have gained neighbours meanwhile: never larger.
-        let order = choose_order(&map, block, limit_block, order);
-        let size = (BLOCK_SIZE << order) as u64;
-        let folio = Arc::new(Folio::new(block, order, for_fill));
-        map.insert(block, folio.clone());
-        drop(map);
-        if size < reserved {
-            self.shared.unreserve_folio_memory(reserved - size);
-        }
+    }
+
+    fn register_new_folio(self: &Arc<Self>, folio: Arc<Folio>) -> Arc<Folio> {
         Counters::add(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
         self.shared.evictor.insert(self, &folio);
-        Ok((folio, true))
+        folio
     }
 
     /// Removes `folio` from the mapping if it is still there, clean, not
@@ -256,12 +264,11 @@ impl Inode {
         assert!(!st.removed, "a folio is removed once");
         assert_eq!(st.nr_dirty, 0, "removed folios are clean");
         st.removed = true;
-        // Free the memory now; an eviction queue may still hold the Arc.
-        st.buf = Arc::new(AlignedBuf::zeroed(0));
-        let c = &self.shared.counters;
-        Counters::sub(&c.cached_bytes, folio.size_bytes() as u64);
-        Counters::sub(&c.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
-        self.shared.memory_freed();
+        // Give the memory back now (an eviction queue may still hold the
+        // Arc); in-flight writeback may still hold the buffer itself.
+        let buf = std::mem::replace(&mut st.buf, Arc::new(AlignedBuf::zeroed(0)));
+        Counters::sub(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
+        self.shared.release_folio_buf(Arc::try_unwrap(buf).ok(), folio.size_bytes());
     }
 
     /// Makes blocks `[start, end)` of a locked folio uptodate: blocks at or
@@ -319,7 +326,7 @@ impl Inode {
         let mut created = Vec::new();
         let mut b = start;
         while b < end {
-            match self.find_or_create(b, end, true) {
+            match self.find_or_create(b, end, true, priority == IoPriority::Sync) {
                 Ok((f, new)) => {
                     b = f.end_index();
                     if new {
@@ -347,24 +354,46 @@ impl Inode {
         let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
         let store = self.store();
         let mut results: Vec<io::Result<()>> = Vec::with_capacity(created.len());
+        // Bytes of each buffer the store supplied: the contiguous prefix up
+        // to the first short read (end of file); the rest is zeroed below.
+        let mut supplied: Vec<usize> = vec![0; created.len()];
         {
             let mut ops = Vec::new();
             let mut op_folio = Vec::new();
+            let io_max = self.shared.config.io_max_bytes as usize;
             for (i, (f, buf)) in created.iter().zip(bufs.iter_mut()).enumerate() {
                 let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
                 let want = disk_len.saturating_sub(f.offset()).min(buf.len() as u64) as usize;
-                if want > 0 {
-                    ops.push(IoOp::read(f.offset(), &mut buf[..want], priority));
-                    op_folio.push(i);
+                // io_max-sized reads keep several requests in flight on the
+                // device even for one large folio.
+                for (k, piece) in buf[..want].chunks_mut(io_max).enumerate() {
+                    ops.push(IoOp::read(f.offset() + (k * io_max) as u64, piece, priority));
+                    op_folio.push((i, k * io_max));
                 }
                 results.push(Ok(()));
             }
             run_batch(&*store, &mut ops);
-            for (op, i) in ops.iter_mut().zip(op_folio) {
-                if let Some(Err(e)) = op.result.take() {
-                    results[i] = Err(e);
+            let mut short = vec![false; created.len()];
+            for (op, (i, start)) in ops.iter_mut().zip(op_folio) {
+                match op.result.take().expect("run_batch completes every op") {
+                    Ok(n) if !short[i] => {
+                        supplied[i] = start + n;
+                        short[i] = n < op.len();
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        short[i] = true;
+                        if results[i].is_ok() {
+                            results[i] = Err(e);
+                        }
+                    }
                 }
             }
+        }
+        for (buf, &n) in bufs.iter_mut().zip(&supplied) {
+            let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
+            // Past end of file (or a hole the store did not return): zeros.
+            buf[n..].fill(0);
         }
         let mut first_err = None;
         let mut read_bytes = 0u64;
@@ -472,7 +501,7 @@ impl Inode {
             }
             let pos = off + done as u64;
             let block = pos / BLOCK;
-            let folio = match self.find_or_create(block, end_block, false) {
+            let folio = match self.find_or_create(block, end_block, false, true) {
                 Ok((f, _)) => f,
                 Err(e) => {
                     result = Err(e);

@@ -59,6 +59,9 @@ impl Readahead {
             let to = (from + size).min(eof_block);
             d.async_ = Some((from, to));
             self.window_blocks = size;
+            // Entering the window just issued issues the next one, so a
+            // reader that caught up with the device still has a whole window
+            // in flight behind the one it waits for.
             self.trigger_block = from;
             self.window_end_block = to;
         }
