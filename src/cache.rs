@@ -53,6 +53,11 @@ struct ReadaheadJob {
     inode: Arc<Inode>,
     start_block: u64,
     end_block: u64,
+    /// Filled for an uncached reader: drop behind it.
+    dropbehind: bool,
+    /// Where the reader's last read ended (bytes): a window the reader has
+    /// already passed (it read those blocks itself) is not filled again.
+    reader_pos: Arc<AtomicU64>,
 }
 
 /// State shared by the cache, its files, domains and threads.
@@ -272,9 +277,23 @@ impl Shared {
     }
 
     /// Queues an asynchronous readahead of blocks `[start, end)`.
-    pub fn readahead_async(&self, inode: &Arc<Inode>, start_block: u64, end_block: u64) {
+    pub fn readahead_async(
+        &self,
+        inode: &Arc<Inode>,
+        start_block: u64,
+        end_block: u64,
+        dropbehind: bool,
+        reader_pos: &Arc<AtomicU64>,
+    ) {
         if let Some(tx) = self.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            let _ = tx.send(ReadaheadJob { inode: inode.clone(), start_block, end_block });
+            let job = ReadaheadJob {
+                inode: inode.clone(),
+                start_block,
+                end_block,
+                dropbehind,
+                reader_pos: reader_pos.clone(),
+            };
+            let _ = tx.send(job);
         }
     }
 
@@ -356,19 +375,23 @@ impl Cache {
                     Ok(job) => job,
                     Err(_) => break,
                 };
-                // Sub-batches of a few io_max reads: the device's sweet spot,
-                // and each completes (becomes readable) on its own instead of
-                // with the whole window.
-                let step = (READAHEAD_BATCH_IOS * job.inode.shared.config.io_max_bytes / BLOCK_SIZE as u64).max(1);
-                let mut start = job.start_block;
-                while start < job.end_block && !job.inode.shared.is_closed() {
-                    let end = (start + step).min(job.end_block);
-                    // Errors surface to the reader, which retries the read;
-                    // no memory (ENOMEM) ends this optional work.
-                    if job.inode.fill_range(start, end, IoPriority::Async).is_err() {
-                        break;
+                if !job.inode.shared.is_closed() {
+                    // Batches of a few io_max reads: the device's sweet spot,
+                    // and each becomes readable on its own. Errors surface to
+                    // the reader, which retries; ENOMEM ends this optional work.
+                    let batch_bytes = READAHEAD_BATCH_IOS * job.inode.shared.config.io_max_bytes;
+                    let passed = job.reader_pos.load(Ordering::Acquire).div_ceil(BLOCK_SIZE as u64);
+                    let start = job.start_block.max(passed);
+                    if start >= job.end_block {
+                        continue;
                     }
-                    start = end;
+                    let _ = job.inode.fill_range_marked(
+                        start,
+                        job.end_block,
+                        IoPriority::Async,
+                        job.dropbehind,
+                        batch_bytes,
+                    );
                 }
             })?;
             shared.readahead_threads.lock().unwrap_or_else(|e| e.into_inner()).push(worker);

@@ -115,7 +115,7 @@ pub struct File {
     err_cursor: Mutex<u64>,
     readahead: Mutex<Readahead>,
     /// Where this handle's last read ended (for access accounting).
-    last_read_end: AtomicU64,
+    last_read_end: Arc<AtomicU64>,
 }
 
 impl File {
@@ -128,7 +128,7 @@ impl File {
             writable: options.write,
             err_cursor: Mutex::new(cursor),
             readahead: Mutex::new(Readahead::default()),
-            last_read_end: AtomicU64::new(0),
+            last_read_end: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -156,24 +156,23 @@ impl File {
         let len = (buf.len() as u64).min(size - off);
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
-        let missing = self.inode.find(start).is_none();
         let dontcache = flags.contains(WriteFlags::DONTCACHE);
-        if !dontcache {
-            let max_blocks = self.shared.readahead_max_blocks();
-            let decision = self.readahead.lock().unwrap_or_else(|e| e.into_inner()).on_read(
-                start,
-                end,
-                size.div_ceil(BLOCK),
-                max_blocks,
-                missing,
-            );
-            if let Some((s, e)) = decision.sync {
-                // An error here is retried and reported by the read below.
-                let _ = self.inode.fill_range(s, e, IoPriority::Sync);
-            }
-            if let Some((s, e)) = decision.async_ {
-                self.shared.readahead_async(&self.inode, s, e);
-            }
+        let max_blocks = self.shared.readahead_max_blocks();
+        let decision = self.readahead.lock().unwrap_or_else(|e| e.into_inner()).on_read(
+            start,
+            end,
+            size.div_ceil(BLOCK),
+            max_blocks,
+            || self.inode.find(start).is_none(),
+        );
+        // Uncached reads read ahead too; what they bring in is dropped
+        // behind the reader once copied.
+        if let Some((s, e)) = decision.sync {
+            // An error here is retried and reported by the read below.
+            let _ = self.inode.fill_range_marked(s, e, IoPriority::Sync, dontcache, u64::MAX);
+        }
+        if let Some((s, e)) = decision.async_ {
+            self.shared.readahead_async(&self.inode, s, e, dontcache, &self.last_read_end);
         }
         let prev_end = self.last_read_end.swap(off + len, Ordering::Relaxed);
         self.inode.read_at(&mut buf[..len as usize], off, dontcache, prev_end)

@@ -452,6 +452,18 @@ mod tests {
     }
 
     #[test]
+    fn metadata_is_under_one_percent_from_32k_folios() {
+        for order in 3..=9u8 {
+            let blocks = 1usize << order;
+            let meta = metadata_bytes_for(blocks);
+            assert!(meta * 100 <= blocks * BLOCK_SIZE, "order {order}: {meta} bytes of metadata");
+        }
+        // 4 KiB folios cost more (documented in the README).
+        assert!(metadata_bytes_for(1) * 100 > BLOCK_SIZE);
+        assert!(metadata_bytes_for(1) * 100 <= 8 * BLOCK_SIZE, "{}", metadata_bytes_for(1));
+    }
+
+    #[test]
     fn dirty_marking_counts_new_blocks_only() {
         let f = Folio::new(0, 3, false);
         let mut st = f.lock();

@@ -311,17 +311,19 @@ impl Inode {
     /// completes, so concurrent readers wait for this I/O instead of issuing
     /// their own. Errors leave the folio out of the mapping.
     pub fn fill_range(self: &Arc<Self>, start: u64, end: u64, priority: IoPriority) -> io::Result<()> {
-        self.fill_range_marked(start, end, priority, false)
+        self.fill_range_marked(start, end, priority, false, u64::MAX)
     }
 
     /// [`Inode::fill_range`]; `dropbehind` marks the folios it creates for
-    /// dropping after use (uncached reads).
-    fn fill_range_marked(
+    /// dropping after use (uncached reads); `batch_bytes` bounds the reads
+    /// submitted together.
+    pub fn fill_range_marked(
         self: &Arc<Self>,
         start: u64,
         end: u64,
         priority: IoPriority,
         dropbehind: bool,
+        batch_bytes: u64,
     ) -> io::Result<()> {
         let mut created = Vec::new();
         let mut b = start;
@@ -344,9 +346,32 @@ impl Inode {
                 }
             }
         }
-        if created.is_empty() {
-            return Ok(());
+        // All placeholders exist before any I/O, so a fast reader waits for
+        // this fill instead of overtaking it. The I/O then goes in batches
+        // of about `batch_bytes`, each readable as soon as it completes.
+        let mut first_err = None;
+        let mut rest: &[Arc<Folio>] = &created;
+        while !rest.is_empty() {
+            let mut n = 0;
+            let mut bytes = 0;
+            while n < rest.len() && (n == 0 || bytes + rest[n].size_bytes() as u64 <= batch_bytes) {
+                bytes += rest[n].size_bytes() as u64;
+                n += 1;
+            }
+            if let Err(e) = self.fill_folios(&rest[..n], priority) {
+                first_err.get_or_insert(e);
+            }
+            rest = &rest[n..];
         }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads placeholders (`read_in_flight` folios) from the store as one
+    /// batch of `io_max` reads and publishes them.
+    fn fill_folios(&self, created: &[Arc<Folio>], priority: IoPriority) -> io::Result<()> {
         // Take the buffers out so the I/O can write them without the lock;
         // nobody else touches a read_in_flight folio's buffer.
         let mut bufs: Vec<Arc<AlignedBuf>> =
@@ -448,7 +473,7 @@ impl Inode {
             let block = pos / BLOCK;
             let Some(folio) = self.find(block) else {
                 missed = true;
-                self.fill_range_marked(block, end_block, IoPriority::Sync, dontcache)?;
+                self.fill_range_marked(block, end_block, IoPriority::Sync, dontcache, u64::MAX)?;
                 continue;
             };
             let Some(mut st) = folio.lock_filled() else { continue };

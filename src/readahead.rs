@@ -36,21 +36,29 @@ pub struct Decision {
 
 impl Readahead {
     /// Called for every read of blocks `[start, end)`; `eof_block` is the
-    /// file's size in blocks (rounded up) and `missing` whether the first
-    /// block is not cached.
-    pub fn on_read(&mut self, start: u64, end: u64, eof_block: u64, max_blocks: u64, missing: bool) -> Decision {
+    /// file's size in blocks (rounded up) and `missing()` tells whether the
+    /// first block is not cached (asked only when it matters, so cached
+    /// random reads pay no lookup for it).
+    pub fn on_read(
+        &mut self,
+        start: u64,
+        end: u64,
+        eof_block: u64,
+        max_blocks: u64,
+        missing: impl FnOnce() -> bool,
+    ) -> Decision {
         let sequential = self.prev_end_block != 0 && start <= self.prev_end_block && start + 1 >= self.prev_end_block;
         let mut d = Decision::default();
         if !sequential {
             *self = Readahead { prev_end_block: end, ..Readahead::default() };
-            if start == 0 && missing {
+            if start == 0 && missing() {
                 // A read from the start of a file is likely a sequential scan.
                 self.open_window(start, end, eof_block, initial_window(start, end).min(max_blocks), &mut d);
             }
             return d;
         }
         self.prev_end_block = end;
-        if missing && self.window_end_block <= start {
+        if self.window_end_block <= start && missing() {
             let size = if self.window_blocks == 0 { initial_window(start, end) } else { 2 * self.window_blocks };
             self.open_window(start, end, eof_block, size.min(max_blocks), &mut d);
         } else if self.window_end_block > 0 && end > self.trigger_block && self.window_end_block < eof_block {
@@ -88,13 +96,13 @@ mod tests {
         let mut ra = Readahead::default();
         let eof = 1 << 20;
         let max = 2048;
-        let d = ra.on_read(0, 256, eof, max, true);
+        let d = ra.on_read(0, 256, eof, max, || true);
         assert_eq!(d.sync, Some((0, 1024)), "first window: 4x the request");
         assert_eq!(d.async_, None);
         let mut pos = 256;
         let mut async_windows = Vec::new();
         while pos < 20_000 {
-            let d = ra.on_read(pos, pos + 256, eof, max, false);
+            let d = ra.on_read(pos, pos + 256, eof, max, || false);
             assert_eq!(d.sync, None, "a reader ahead of it never waits at {pos}");
             if let Some(w) = d.async_ {
                 async_windows.push(w);
@@ -114,7 +122,7 @@ mod tests {
     fn random_reads_read_only_what_they_need() {
         let mut ra = Readahead::default();
         for start in [5000u64, 17, 90_000, 333] {
-            let d = ra.on_read(start, start + 1, 1 << 20, 2048, true);
+            let d = ra.on_read(start, start + 1, 1 << 20, 2048, || true);
             assert_eq!(d, Decision::default(), "random read at {start}");
         }
     }
@@ -122,9 +130,9 @@ mod tests {
     #[test]
     fn windows_stop_at_eof() {
         let mut ra = Readahead::default();
-        let d = ra.on_read(0, 1, 10, 2048, true);
+        let d = ra.on_read(0, 1, 10, 2048, || true);
         assert_eq!(d.sync, Some((0, 10)));
-        let d = ra.on_read(1, 2, 10, 2048, false);
+        let d = ra.on_read(1, 2, 10, 2048, || false);
         assert_eq!(d.async_, None);
     }
 }

@@ -88,3 +88,35 @@ fn metadata_is_under_one_percent_for_large_folios() {
     assert!(st.cached_bytes >= 32 << 20);
     assert!(st.metadata_bytes * 100 <= st.cached_bytes, "metadata {} of {}", st.metadata_bytes, st.cached_bytes);
 }
+
+#[test]
+fn uncached_reads_read_ahead_and_drop_behind() {
+    let (cache, sim) = cache("capacity=64M,folio_max=256K");
+    let data: Vec<u8> = (0..(48usize << 20)).map(|i| (i % 253) as u8).collect();
+    {
+        let f = cache.open("/u", &OpenOptions::read_write_create()).unwrap();
+        f.write_at(&data, 0).unwrap();
+        f.sync_all().unwrap();
+        f.set_len(data.len() as u64).unwrap();
+    }
+    // A fresh cache so nothing of the file is cached.
+    drop(cache);
+    let cache = Cache::with_sim(Config::from_options("capacity=64M,folio_max=256K").unwrap(), sim.clone()).unwrap();
+    let f = cache.open("/u", &OpenOptions::new()).unwrap();
+    let mut buf = vec![0u8; 128 << 10];
+    let mut peak_cached = 0;
+    for (i, off) in (0..data.len() as u64).step_by(buf.len()).enumerate() {
+        let n = f.read_at_with(&mut buf, off, wbcache::WriteFlags::DONTCACHE).unwrap();
+        assert_eq!(n, buf.len());
+        assert!(buf[..] == data[off as usize..off as usize + n], "chunk {i}");
+        peak_cached = peak_cached.max(cache.stats().cached_bytes);
+    }
+    let st = cache.stats();
+    assert!(st.readahead_bytes > 0, "uncached reads still read ahead");
+    // At most three readahead windows (capacity/8 each) hold data at once:
+    // the one being copied, the next, and the one being filled; never the
+    // whole file.
+    assert!(peak_cached <= (24 << 20) + (256 << 10), "peak cached {peak_cached} for a 48 MiB uncached read");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(cache.stats().cached_bytes <= 4 << 20, "left cached: {}", cache.stats().cached_bytes);
+}
