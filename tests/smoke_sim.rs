@@ -22,3 +22,11 @@ fn write_read_fsync_roundtrip() {
     drop(f);
     cache.close().unwrap();
 }
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Cache>();
+    check::<wbcache::File>();
+    check::<wbcache::Stats>();
+}

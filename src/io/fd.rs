@@ -486,11 +486,8 @@ impl BackingStore for FdStore {
 /// and `threads` tests.
 #[cfg(test)]
 pub(crate) mod testutil {
-    use std::alloc::{self, Layout};
     use std::io;
-    use std::ops::{Deref, DerefMut};
     use std::path::{Path, PathBuf};
-    use std::ptr::NonNull;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
@@ -500,31 +497,18 @@ pub(crate) mod testutil {
     /// Opens a backing store; the backend under test.
     pub type Opener<'a> = &'a dyn Fn(&Path, &OpenHow) -> io::Result<Arc<dyn BackingStore>>;
 
-    /// A zeroed heap buffer aligned to `BLOCK_SIZE`, as O_DIRECT demands.
-    pub struct AlignedBuf {
-        ptr: NonNull<u8>,
-        len: usize,
-    }
+    pub use crate::folio::AlignedBuf;
 
-    // SAFETY: AlignedBuf uniquely owns its allocation, like Vec<u8>.
-    unsafe impl Send for AlignedBuf {}
-    // SAFETY: shared access only hands out &[u8].
-    unsafe impl Sync for AlignedBuf {}
-
-    impl AlignedBuf {
-        pub fn zeroed(len: usize) -> Self {
-            assert!(len > 0 && len % BLOCK_SIZE == 0, "test buffers are whole blocks");
-            let layout = Layout::from_size_align(len, BLOCK_SIZE).expect("valid layout");
-            // SAFETY: the layout has a non-zero size.
-            let ptr = unsafe { alloc::alloc_zeroed(layout) };
-            let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-            AlignedBuf { ptr, len }
-        }
-
+    /// Test buffers filled with a pattern.
+    pub trait PatternBuf: Sized {
         /// A buffer filled with a pattern that differs per `seed` and per
         /// position, so misplaced or stale data is detected.
-        pub fn pattern(len: usize, seed: u32) -> Self {
-            let mut buf = Self::zeroed(len);
+        fn pattern(len: usize, seed: u32) -> Self;
+    }
+
+    impl PatternBuf for AlignedBuf {
+        fn pattern(len: usize, seed: u32) -> Self {
+            let mut buf = AlignedBuf::zeroed(len);
             for (i, b) in buf.iter_mut().enumerate() {
                 *b = pattern_byte(seed, i);
             }
@@ -535,29 +519,6 @@ pub(crate) mod testutil {
     pub fn pattern_byte(seed: u32, index: usize) -> u8 {
         let x = (index as u32).wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503).wrapping_add(seed >> 3);
         (x >> 13) as u8 ^ (index / BLOCK_SIZE) as u8
-    }
-
-    impl Drop for AlignedBuf {
-        fn drop(&mut self) {
-            let layout = Layout::from_size_align(self.len, BLOCK_SIZE).expect("valid layout");
-            // SAFETY: allocated in `zeroed` with this very layout.
-            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
-        }
-    }
-
-    impl Deref for AlignedBuf {
-        type Target = [u8];
-        fn deref(&self) -> &[u8] {
-            // SAFETY: `ptr` owns `len` initialised (zeroed) bytes.
-            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-        }
-    }
-
-    impl DerefMut for AlignedBuf {
-        fn deref_mut(&mut self) -> &mut [u8] {
-            // SAFETY: `ptr` owns `len` initialised bytes and `&mut self` is unique.
-            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-        }
     }
 
     /// A unique path under `dir`, removed (file or empty directory) on drop.
