@@ -18,9 +18,11 @@
 //! - `dirty_accounting_survives_writes_racing_syncs` (engine bug, ignored):
 //!   fresh dirty blocks collected before they were accounted.
 
+mod common;
+use common::{assert_same, wait_until, with_timeout, Rng};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use wbcache::io::sim::{SimConfig, SimIo};
@@ -28,72 +30,6 @@ use wbcache::{Cache, Config, File, OpenOptions, WriteFlags};
 
 const KIB: usize = 1024;
 const BLOCK: usize = 4096;
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0xA076_1D64_78BD_642F)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, bound: usize) -> usize {
-        ((u128::from(self.next_u64()) * bound as u128) >> 64) as usize
-    }
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-}
-
-/// Runs `body` on its own thread and fails if it does not finish in time: an
-/// engine thread that panicked can leave writeback waiters hanging forever.
-fn with_timeout(timeout: Duration, body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(()) => handle.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = handle.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {timeout:?} (hang)"),
-    }
-}
-
-fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    cond()
-}
-
-#[track_caller]
-fn assert_same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let detail = match got.iter().zip(want).position(|(a, b)| a != b) {
-            Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
-            None => String::new(),
-        };
-        panic!("{what}: got {} bytes, want {} bytes; {detail}", got.len(), want.len());
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Writers and readers on one file

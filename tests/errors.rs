@@ -7,10 +7,12 @@
 //! minute away and every test stays below `dirty_background`, so only the
 //! test's own calls write back and every outcome is deterministic.
 
+mod common;
+use common::{assert_same, wait_until, with_timeout};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use wbcache::io::sim::{Fault, SimConfig, SimIo};
 use wbcache::{Cache, Config, File, OpenOptions, WriteFlags};
@@ -48,48 +50,6 @@ fn durable(sim: &SimIo, path: &str) -> Vec<u8> {
 
 fn written(sim: &SimIo, path: &str) -> Vec<u8> {
     sim.written_image(Path::new(path)).expect("file exists")
-}
-
-/// `assert_eq!` for byte vectors without dumping them.
-#[track_caller]
-fn assert_same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let detail = match got.iter().zip(want).position(|(a, b)| a != b) {
-            Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
-            None => String::new(),
-        };
-        panic!("{what}: got {} bytes, want {} bytes; {detail}", got.len(), want.len());
-    }
-}
-
-fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    cond()
-}
-
-/// Runs `body` on its own thread and fails if it does not finish in time
-/// (an engine thread that panicked can leave writeback waiters hanging).
-fn with_timeout(timeout: Duration, body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(()) => handle.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = handle.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {timeout:?} (hang)"),
-    }
 }
 
 #[test]

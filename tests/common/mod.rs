@@ -1,0 +1,84 @@
+//! Helpers shared by the integration tests: a seeded generator, a watchdog
+//! for tests that could hang, polling, and byte comparisons that say where
+//! two buffers differ.
+// Each test crate uses a different subset.
+#![allow(dead_code)]
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// splitmix64: small, seeded, deterministic.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..bound` (`bound > 0`).
+    pub fn below(&mut self, bound: usize) -> usize {
+        ((u128::from(self.next_u64()) * bound as u128) >> 64) as usize
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn between(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+    pub fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// Runs `body` on its own thread and fails if it does not finish in time
+/// (an engine thread that panicked can leave writeback waiters hanging).
+pub fn with_timeout(timeout: Duration, body: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        body();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(()) => handle.join().unwrap(),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {timeout:?} (hang)"),
+    }
+}
+
+/// Polls `cond` until it holds or `timeout` passes; returns its last value.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    cond()
+}
+
+/// Asserts equal bytes, naming the first difference.
+#[track_caller]
+pub fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let detail = match got.iter().zip(want).position(|(a, b)| a != b) {
+            Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
+            None => String::new(),
+        };
+        panic!("{what}: got {} bytes, want {} bytes; {detail}", got.len(), want.len());
+    }
+}
