@@ -185,3 +185,67 @@ fn raw_loop_device() {
         cache.close().unwrap();
     }
 }
+
+const SECCOMP_CHILD_ENV: &str = "WBCACHE_SECCOMP_CHILD_DIR";
+
+/// Makes `io_uring_setup` fail with EPERM for this thread and the threads it
+/// starts afterwards, as a container's seccomp profile does.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn forbid_io_uring() {
+    const IO_URING_SETUP: u32 = 425; // same number on x86_64 and aarch64
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x15;
+    const BPF_RET_K: u16 = 0x06;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    let filter = [
+        // Load the syscall number (offset 0 of struct seccomp_data).
+        libc::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 0 },
+        libc::sock_filter { code: BPF_JMP_JEQ_K, jt: 0, jf: 1, k: IO_URING_SETUP },
+        libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ERRNO | libc::EPERM as u32 },
+        libc::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ALLOW },
+    ];
+    let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+    // SAFETY: prctl with a valid, live filter program; it only restricts this process.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(libc::prctl(libc::PR_SET_SECCOMP, 2 /* SECCOMP_MODE_FILTER */, &prog as *const _), 0);
+    }
+}
+
+/// Child side of `io_uring_forbidden_falls_back_to_threads`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[test]
+fn seccomp_child_process() {
+    let Ok(dir) = std::env::var(SECCOMP_CHILD_ENV) else { return };
+    forbid_io_uring();
+    let cache = Cache::new(Config::from_options("capacity=32M,io=uring").unwrap()).unwrap();
+    let path = Path::new(&dir).join("file");
+    let f = cache.open(&path, &OpenOptions::read_write_create()).unwrap();
+    let data = pattern(1 << 20, 5);
+    f.write_at(&data, 100).unwrap();
+    f.sync_all().unwrap();
+    let mut back = vec![0u8; data.len()];
+    f.read_at(&mut back, 100).unwrap();
+    assert!(back == data);
+    println!("io_backend={}", cache.stats().io_backend);
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[test]
+fn io_uring_forbidden_falls_back_to_threads() {
+    if std::env::var(SECCOMP_CHILD_ENV).is_ok() {
+        return;
+    }
+    let dir = temp_dir("seccomp");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "seccomp_child_process", "--nocapture", "--test-threads=1"])
+        .env(SECCOMP_CHILD_ENV, &dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("io_backend=threads"), "io_uring was forbidden, yet: {stdout}");
+    assert!(std::fs::read(dir.join("file")).unwrap()[100..100 + (1 << 20)] == pattern(1 << 20, 5)[..]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
