@@ -131,7 +131,7 @@ impl Inode {
             mapping: RwLock::new(BTreeMap::new()),
             dirty_index: Mutex::new(BTreeSet::new()),
             size: AtomicU64::new(len),
-            on_disk_len_max: AtomicU64::new(len.div_ceil(BLOCK) * BLOCK),
+            on_disk_len_max: AtomicU64::new(len),
             size_lock: Mutex::new(()),
             store_len_lock: RwLock::new(()),
             size_changed: AtomicBool::new(false),
@@ -299,6 +299,11 @@ impl Inode {
                 let store = self.store();
                 crate::io::read_full(&*store, &mut bytes[..n], abs * BLOCK, IoPriority::Sync)?;
                 // A short read is a hole or end of file: the zeros stand.
+                // Bytes past `on_disk_len_max` (a truncate not yet applied to
+                // the store) are zeros whatever the store still holds.
+                let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
+                let valid = disk_len.saturating_sub(abs * BLOCK).min(n as u64) as usize;
+                bytes[valid..].fill(0);
             }
             st.set_uptodate(folio.nr_blocks(), b, e);
             b = e;
@@ -328,7 +333,10 @@ impl Inode {
         let mut created = Vec::new();
         let mut b = start;
         while b < end {
-            match self.find_or_create(b, end, true, priority == IoPriority::Sync) {
+            // Once some placeholders exist, fill those rather than wait for
+            // memory they themselves may be holding.
+            let may_wait = priority == IoPriority::Sync && created.is_empty();
+            match self.find_or_create(b, end, true, may_wait) {
                 Ok((f, new)) => {
                     b = f.end_index();
                     if new {
@@ -388,7 +396,9 @@ impl Inode {
             let io_max = self.shared.config.io_max_bytes as usize;
             for (i, (f, buf)) in created.iter().zip(bufs.iter_mut()).enumerate() {
                 let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
-                let want = disk_len.saturating_sub(f.offset()).min(buf.len() as u64) as usize;
+                // Whole blocks (O_DIRECT) up to `on_disk_len_max`; what lies
+                // past it is zeroed below.
+                let want = disk_len.saturating_sub(f.offset()).next_multiple_of(BLOCK).min(buf.len() as u64) as usize;
                 // io_max-sized reads keep several requests in flight on the
                 // device even for one large folio.
                 for (k, piece) in buf[..want].chunks_mut(io_max).enumerate() {
@@ -415,10 +425,13 @@ impl Inode {
                 }
             }
         }
-        for (buf, &n) in bufs.iter_mut().zip(&supplied) {
+        let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
+        for ((buf, &n), f) in bufs.iter_mut().zip(&supplied).zip(created) {
             let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
-            // Past end of file (or a hole the store did not return): zeros.
-            buf[n..].fill(0);
+            // Past end of file (or a hole the store did not return), or past
+            // a truncate not yet applied to the store: zeros.
+            let valid = n.min(disk_len.saturating_sub(f.offset()) as usize);
+            buf[valid..].fill(0);
         }
         let mut first_err = None;
         let mut read_bytes = 0u64;
@@ -473,7 +486,10 @@ impl Inode {
             let block = pos / BLOCK;
             let Some(folio) = self.find(block) else {
                 missed = true;
-                self.fill_range_marked(block, end_block, IoPriority::Sync, dontcache, u64::MAX)?;
+                // At most a readahead window per fill, so one huge read
+                // cannot pin the whole cache in placeholders.
+                let fill_end = end_block.min(block + self.shared.readahead_max_blocks());
+                self.fill_range_marked(block, fill_end, IoPriority::Sync, dontcache, u64::MAX)?;
                 continue;
             };
             let Some(mut st) = folio.lock_filled() else { continue };
@@ -502,7 +518,9 @@ impl Inode {
         }
         let counter = if missed { &self.shared.counters.misses } else { &self.shared.counters.hits };
         Counters::add(counter, 1);
-        Ok(len)
+        // A truncate that raced this read: what lies past the new end was
+        // not there when the read finished, so it is not returned.
+        Ok(len.min(self.size().saturating_sub(off) as usize))
     }
 
     /// Copies `data` into the cache at `off` and marks it dirty. Each folio's
@@ -660,6 +678,10 @@ impl Inode {
                 st.dirty.clear_range(start, end);
                 st.writeback.set_range(start, end);
                 taken_blocks += end - start;
+                // Raised while the blocks are still ours (folio locked), so a
+                // truncate that removes them later lowers it for good.
+                let chunk_end = folio.offset() + (end * BLOCK_SIZE) as u64;
+                self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
                 chunks.push(WbChunk { folio: folio.clone(), buf: st.buf.clone(), start, end, result: None });
             }
             if taken_blocks == 0 {
@@ -728,8 +750,6 @@ impl Inode {
             }
         }
         *chunks = split;
-        let max_end = chunks.iter().map(|c| c.offset() + c.len_bytes() as u64).max().unwrap_or(0);
-        self.on_disk_len_max.fetch_max(max_end, Ordering::AcqRel);
         // Group consecutive chunks into ops.
         let mut groups: Vec<(usize, usize)> = Vec::new();
         let mut i = 0;
@@ -901,70 +921,79 @@ impl Inode {
         }
         let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.size();
-        if new_size < old {
-            let first_gone_block = new_size.div_ceil(BLOCK);
-            let mut unaccount_blocks = 0u64;
-            let mut unaccount_dontcache = 0u64;
-            {
-                let mut map = self.mapping_write();
-                // Zero the tail of a folio straddling the new size.
-                if let Some(f) = find_in(&map, new_size / BLOCK).cloned() {
-                    let mut st = f.lock();
-                    while st.read_in_flight {
-                        st = f.filled.wait(st).unwrap_or_else(|e| e.into_inner());
-                    }
-                    let from = (new_size - f.offset()) as usize;
-                    if f.offset() < new_size {
-                        Arc::make_mut(&mut st.buf)[from..].fill(0);
-                        let first_clear = from.div_ceil(BLOCK_SIZE);
-                        let cleared = st.dirty.clear_range(first_clear, f.nr_blocks());
-                        st.nr_dirty -= cleared;
-                        unaccount_blocks += cleared as u64;
-                        if st.nr_dirty == 0 {
-                            self.dirty_index().remove(&f.index);
-                            unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
-                        }
-                        st.check(f.nr_blocks());
-                    }
-                }
-                let doomed: Vec<u64> = map.range(first_gone_block..).map(|(&k, _)| k).collect();
-                for key in doomed {
-                    let f = map.get(&key).expect("key just listed").clone();
-                    if f.offset() < new_size {
-                        continue; // the straddling folio, handled above
-                    }
-                    let mut st = f.lock();
-                    while st.read_in_flight {
-                        st = f.filled.wait(st).unwrap_or_else(|e| e.into_inner());
-                    }
-                    unaccount_blocks += st.nr_dirty as u64;
-                    unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
-                    st.dirty.clear_range(0, f.nr_blocks());
-                    st.nr_dirty = 0;
-                    self.dirty_index().remove(&f.index);
-                    map.remove(&key);
-                    self.release_removed(&f, &mut st);
-                }
-            }
-            self.size.store(new_size, Ordering::Release);
-            self.domain.account_discarded(unaccount_blocks * BLOCK, unaccount_dontcache * BLOCK);
-            self.wait_writeback_before_now();
-        } else {
-            self.size.store(new_size, Ordering::Release);
-        }
-        self.size_changed.store(true, Ordering::Release);
-        let store = self.store();
-        {
+        if new_size >= old {
+            // Writers may have extended past `new_size` meanwhile: never
+            // shrink here. The store grows with zeros, which is what
+            // `on_disk_len_max` already says lies past the old end.
+            self.size.fetch_max(new_size, Ordering::AcqRel);
+            self.size_changed.store(true, Ordering::Release);
             let _no_io = self.store_len_lock.write().unwrap_or_else(|e| e.into_inner());
-            store.set_len(new_size)?;
+            return self.store().set_len(new_size);
         }
-        let disk = new_size.div_ceil(BLOCK) * BLOCK;
-        if new_size < old {
-            self.on_disk_len_max.store(disk, Ordering::Release);
-        } else {
-            self.on_disk_len_max.fetch_max(disk, Ordering::AcqRel);
+        let first_gone_block = new_size.div_ceil(BLOCK);
+        let mut unaccount_blocks = 0u64;
+        let mut unaccount_dontcache = 0u64;
+        {
+            let mut map = self.mapping_write();
+            // Fills in flight over the doomed range must finish first; wait
+            // for them without holding the mapping lock (a filler may need
+            // it to allocate its next folio), then look again.
+            loop {
+                let filling = map
+                    .range(..)
+                    .filter(|(_, f)| f.end_index() > new_size / BLOCK)
+                    .find(|(_, f)| f.lock().read_in_flight)
+                    .map(|(_, f)| f.clone());
+                let Some(f) = filling else { break };
+                drop(map);
+                drop(f.lock_filled());
+                map = self.mapping_write();
+            }
+            for key in map.range(first_gone_block..).map(|(&k, _)| k).collect::<Vec<_>>() {
+                let f = map.get(&key).expect("key just listed").clone();
+                let mut st = f.lock();
+                assert!(!st.read_in_flight, "no fill runs under the mapping lock");
+                unaccount_blocks += st.nr_dirty as u64;
+                unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
+                st.dirty.clear_range(0, f.nr_blocks());
+                st.nr_dirty = 0;
+                self.dirty_index().remove(&f.index);
+                map.remove(&key);
+                self.release_removed(&f, &mut st);
+            }
+            // Zero the tail of a folio straddling the new size, and publish
+            // the size under its lock: a writer of that folio either came
+            // before (its bytes past the end are cut) or after (its write
+            // extends the file again), never half of each.
+            let straddling = find_in(&map, new_size / BLOCK).filter(|f| f.offset() < new_size).cloned();
+            match straddling {
+                Some(f) => {
+                    let mut st = f.lock();
+                    let from = (new_size - f.offset()) as usize;
+                    Arc::make_mut(&mut st.buf)[from..].fill(0);
+                    let cleared = st.dirty.clear_range(from.div_ceil(BLOCK_SIZE), f.nr_blocks());
+                    st.nr_dirty -= cleared;
+                    unaccount_blocks += cleared as u64;
+                    if st.nr_dirty == 0 {
+                        self.dirty_index().remove(&f.index);
+                        unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
+                    }
+                    st.check(f.nr_blocks());
+                    self.size.store(new_size, Ordering::Release);
+                }
+                None => self.size.store(new_size, Ordering::Release),
+            }
+            // From now on fills treat bytes past the new size as zeros, even
+            // before the store is truncated below.
+            self.on_disk_len_max.fetch_min(new_size, Ordering::AcqRel);
         }
-        Ok(())
+        self.domain.account_discarded(unaccount_blocks * BLOCK, unaccount_dontcache * BLOCK);
+        // Writeback of removed blocks may still be in flight: let it land
+        // before truncating the store.
+        self.wait_writeback_before_now();
+        self.size_changed.store(true, Ordering::Release);
+        let _no_io = self.store_len_lock.write().unwrap_or_else(|e| e.into_inner());
+        self.store().set_len(new_size)
     }
 
     /// Drops every clean folio (used when the cache closes).
