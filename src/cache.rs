@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,9 @@ struct ReadaheadJob {
     reader_pos: Arc<AtomicU64>,
 }
 
+/// Held by a file operation while it runs (see `Shared::ops_gate`).
+pub type OpGuard<'a> = RwLockReadGuard<'a, ()>;
+
 /// State shared by the cache, its files, domains and threads.
 pub struct Shared {
     pub config: Config,
@@ -70,6 +73,10 @@ pub struct Shared {
     pub epoch: Instant,
     pub io: Arc<dyn Io>,
     closed: AtomicBool,
+    /// File operations hold it shared; closing takes it exclusively after
+    /// setting `closed`, so every operation that got in has finished before
+    /// the final sync.
+    ops_gate: RwLock<()>,
     inodes: Mutex<HashMap<(u64, u64), Arc<Inode>>>,
     domains: Mutex<HashMap<u64, Arc<Domain>>>,
     progress: Mutex<u64>,
@@ -96,6 +103,13 @@ impl Shared {
     pub fn readahead_max_blocks(&self) -> u64 {
         let bytes = self.config.readahead_max_bytes.min(self.config.capacity_bytes / 8);
         (bytes / crate::io::BLOCK_SIZE as u64).max(1)
+    }
+
+    /// Enters a file operation (see [`OpGuard`]); `EBADF` once closed.
+    pub fn enter_op(&self) -> io::Result<OpGuard<'_>> {
+        let guard = self.ops_gate.read().unwrap_or_else(|e| e.into_inner());
+        self.check_open()?;
+        Ok(guard)
     }
 
     pub fn check_open(&self) -> io::Result<()> {
@@ -356,6 +370,7 @@ impl Cache {
             epoch: Instant::now(),
             io,
             closed: AtomicBool::new(false),
+            ops_gate: RwLock::new(()),
             inodes: Mutex::new(HashMap::new()),
             domains: Mutex::new(HashMap::new()),
             progress: Mutex::new(0),
@@ -515,6 +530,9 @@ fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
     if shared.closed.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
+    // Wait for operations already inside (throttled writers see `closed`
+    // and stop waiting); new ones fail with EBADF.
+    drop(shared.ops_gate.write().unwrap_or_else(|e| e.into_inner()));
     let result = sync_everything(shared, Reason::Close);
     shared.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
     let workers: Vec<JoinHandle<()>> =

@@ -11,7 +11,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::cache::Shared;
+use crate::cache::{OpGuard, Shared};
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::readahead::Readahead;
@@ -132,12 +132,15 @@ impl File {
         }
     }
 
-    fn check(&self, need_write: bool) -> io::Result<()> {
-        self.shared.check_open()?;
+    /// Enters an operation: the returned guard keeps the cache from
+    /// closing until the operation is over, so nothing it writes can land
+    /// after the cache's final sync.
+    fn enter(&self, need_write: bool) -> io::Result<OpGuard<'_>> {
+        let guard = self.shared.enter_op()?;
         if (need_write && !self.writable) || (!need_write && !self.readable) {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        Ok(())
+        Ok(guard)
     }
 
     /// Reads up to `buf.len()` bytes at `off`; fewer only at end of file.
@@ -148,7 +151,7 @@ impl File {
     /// [`File::read_at`] with flags (`DONTCACHE`: drop folios this read
     /// brought in once it has copied them).
     pub fn read_at_with(&self, buf: &mut [u8], off: u64, flags: WriteFlags) -> io::Result<usize> {
-        self.check(false)?;
+        let _op = self.enter(false)?;
         let size = self.inode.size();
         if off >= size || buf.is_empty() {
             return Ok(0);
@@ -187,7 +190,7 @@ impl File {
 
     /// [`File::write_at`] with flags; `DONTCACHE` makes it an uncached write.
     pub fn write_at_with(&self, buf: &[u8], off: u64, flags: WriteFlags) -> io::Result<usize> {
-        self.check(true)?;
+        let _op = self.enter(true)?;
         if buf.is_empty() {
             return Ok(0);
         }
@@ -218,7 +221,7 @@ impl File {
     }
 
     fn sync(&self, data_only: bool) -> io::Result<()> {
-        self.shared.check_open()?;
+        let _op = self.shared.enter_op()?;
         let mut cursor = self.err_cursor.lock().unwrap_or_else(|e| e.into_inner());
         self.inode.sync(data_only, &mut cursor)
     }
@@ -236,7 +239,7 @@ impl File {
     /// Truncates or extends (with zeros). Block devices: `EINVAL` unless the
     /// size is unchanged.
     pub fn set_len(&self, size: u64) -> io::Result<()> {
-        self.check(true)?;
+        let _op = self.enter(true)?;
         if size > i64::MAX as u64 {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         }
