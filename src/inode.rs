@@ -265,10 +265,23 @@ impl Inode {
         assert_eq!(st.nr_dirty, 0, "removed folios are clean");
         st.removed = true;
         // Give the memory back now (an eviction queue may still hold the
-        // Arc); in-flight writeback may still hold the buffer itself.
+        // Arc). If in-flight writeback still holds the buffer, it stays
+        // counted and that writeback's completion gives it back.
         let buf = std::mem::replace(&mut st.buf, Arc::new(AlignedBuf::zeroed(0)));
         Counters::sub(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
-        self.shared.release_folio_buf(Arc::try_unwrap(buf).ok(), folio.size_bytes());
+        if let Ok(buf) = Arc::try_unwrap(buf) {
+            self.shared.release_folio_buf(Some(buf), folio.size_bytes());
+        }
+    }
+
+    /// Before `Arc::make_mut` on a buffer writeback may share: the copy is
+    /// counted at once (these paths hold the folio lock and cannot wait for
+    /// memory; the old buffer is given back when its writeback completes).
+    fn account_copy_if_shared(&self, st: &FolioState) {
+        if !st.buf.is_empty() && Arc::strong_count(&st.buf) > 1 {
+            Counters::add(&self.shared.counters.cow_copies, 1);
+            Counters::add(&self.shared.counters.cached_bytes, st.buf.len() as u64);
+        }
     }
 
     /// Makes blocks `[start, end)` of a locked folio uptodate: blocks at or
@@ -288,9 +301,7 @@ impl Inode {
             }
             let abs = folio.index + b as u64;
             let read_end = (folio.index + e as u64).min(disk_blocks.max(abs));
-            if !st.buf.is_empty() && Arc::strong_count(&st.buf) > 1 {
-                Counters::add(&self.shared.counters.cow_copies, 1);
-            }
+            self.account_copy_if_shared(st);
             let buf = Arc::make_mut(&mut st.buf);
             let bytes = &mut buf[b * BLOCK_SIZE..e * BLOCK_SIZE];
             bytes.fill(0);
@@ -552,6 +563,35 @@ impl Inode {
                 }
             };
             let Some(mut st) = folio.lock_filled() else { continue };
+            if Arc::strong_count(&st.buf) > 1 {
+                // Writeback holds the buffer: write into a copy instead of
+                // waiting for the I/O. The copy's memory is reserved like a
+                // new folio's (the old buffer stays counted until that
+                // writeback completes).
+                drop(st);
+                let len = folio.size_bytes();
+                let fresh = match self.shared.reserve_folio_buf(len, true) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                };
+                let Some(relocked) = folio.lock_filled() else {
+                    self.shared.release_folio_buf(Some(fresh), len);
+                    continue;
+                };
+                st = relocked;
+                if Arc::strong_count(&st.buf) > 1 {
+                    let mut fresh = fresh;
+                    fresh.copy_from_slice(&st.buf);
+                    st.buf = Arc::new(fresh);
+                    Counters::add(&self.shared.counters.cow_copies, 1);
+                } else {
+                    // The writeback finished meanwhile.
+                    self.shared.release_folio_buf(Some(fresh), len);
+                }
+            }
             let folio_off = (pos - folio.offset()) as usize;
             let n = (folio.size_bytes() - folio_off).min(data.len() - done);
             let first = folio_off / BLOCK_SIZE;
@@ -571,11 +611,8 @@ impl Inode {
                     }
                 }
             }
-            if Arc::strong_count(&st.buf) > 1 {
-                // Writeback holds the old buffer: copy instead of waiting.
-                Counters::add(&self.shared.counters.cow_copies, 1);
-            }
-            Arc::make_mut(&mut st.buf)[folio_off..folio_off + n].copy_from_slice(&data[done..done + n]);
+            Arc::get_mut(&mut st.buf).expect("the buffer was made private above")[folio_off..folio_off + n]
+                .copy_from_slice(&data[done..done + n]);
             st.set_uptodate(folio.nr_blocks(), first, last);
             // The size covers these bytes before they can be written back,
             // so a backing-size fix never cuts them off.
@@ -827,7 +864,15 @@ impl Inode {
             }
             st.check(c.folio.nr_blocks());
             let droppable = !st.removed && st.nr_dirty == 0 && st.nr_writeback == 0;
+            // The folio moved on to a copy (or was removed): the last
+            // writeback reference to the old buffer gives its memory back.
+            let orphaned = !Arc::ptr_eq(&c.buf, &st.buf);
             drop(st);
+            if orphaned {
+                if let Ok(buf) = Arc::try_unwrap(c.buf) {
+                    self.shared.release_folio_buf(Some(buf), c.folio.size_bytes());
+                }
+            }
             if droppable && c.folio.dropbehind.load(Ordering::Relaxed) {
                 drop_candidates.push(c.folio);
             }
@@ -970,6 +1015,7 @@ impl Inode {
                 Some(f) => {
                     let mut st = f.lock();
                     let from = (new_size - f.offset()) as usize;
+                    self.account_copy_if_shared(&st);
                     Arc::make_mut(&mut st.buf)[from..].fill(0);
                     let cleared = st.dirty.clear_range(from.div_ceil(BLOCK_SIZE), f.nr_blocks());
                     st.nr_dirty -= cleared;

@@ -120,3 +120,43 @@ fn uncached_reads_read_ahead_and_drop_behind() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert!(cache.stats().cached_bytes <= 4 << 20, "left cached: {}", cache.stats().cached_bytes);
 }
+
+#[test]
+fn copies_of_folios_under_writeback_count_against_capacity() {
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 3, latency_us_max: 2000, ..SimConfig::default() }));
+    let cache = Cache::with_sim(Config::from_options("capacity=8M,dirty_limit=6M,folio_max=2M").unwrap(), sim).unwrap();
+    let f = Arc::new(cache.open("/cow", &OpenOptions::read_write_create()).unwrap());
+    let mut reference = vec![0u8; 6 << 20];
+    f.write_at(&reference, 0).unwrap();
+    let syncer = {
+        let f = f.clone();
+        std::thread::spawn(move || {
+            for _ in 0..40 {
+                f.sync_data().unwrap();
+            }
+        })
+    };
+    let mut peak_cached = 0;
+    let mut x = 7u64;
+    while !syncer.is_finished() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let off = (x % ((6 << 20) - 1024)) as usize;
+        let byte = (x >> 40) as u8;
+        f.write_at(&[byte; 1024], off as u64).unwrap();
+        reference[off..off + 1024].fill(byte);
+        peak_cached = peak_cached.max(cache.stats().cached_bytes);
+    }
+    syncer.join().unwrap();
+    let st = cache.stats();
+    assert!(st.cow_copies > 0, "writes raced writeback, so some folios were copied");
+    assert!(peak_cached > 6 << 20, "copies in flight are counted (peak {peak_cached})");
+    assert!(peak_cached <= 8 << 20, "cached {peak_cached} > capacity with copies counted");
+    f.sync_all().unwrap();
+    let mut back = vec![0u8; reference.len()];
+    f.read_at(&mut back, 0).unwrap();
+    assert!(back == reference);
+    // Every copy's old buffer was given back: only the three 2 MiB folios remain.
+    assert_eq!(cache.stats().cached_bytes, 6 << 20);
+}
