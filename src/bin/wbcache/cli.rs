@@ -91,6 +91,11 @@ pub struct BenchArgs {
     /// twice its time cap plus 60 s).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
+    /// Run every measurement N times and report the run with the median
+    /// throughput (µs/call for per-call rows): on a shared, noisy machine one
+    /// run can mislead.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub repeat: u32,
     /// Do not put kernel engines into a memory cgroup.
     #[arg(long)]
     pub no_cgroup: bool,

@@ -14,7 +14,7 @@ use crate::workloads::{Group, Kind};
 
 /// One result row. Field order and names are the JSON schema; fields that do
 /// not apply are `null`. The `#[serde(skip)]` fields feed tables and charts.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct ResultRow {
     pub workload: String,
     pub engine: String,

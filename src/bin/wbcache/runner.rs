@@ -301,6 +301,26 @@ fn run_worker(
     }
 }
 
+/// Of several runs of one measurement, the one whose primary figure
+/// (throughput, or µs/call for per-call rows, of its first row) is the
+/// median among the runs that succeeded; a failed run only if all failed.
+fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
+    let key = |rows: &Vec<ResultRow>| -> Option<f64> {
+        let row = rows.first()?;
+        if row.status != "ok" {
+            return None;
+        }
+        row.us_per_call.or(row.throughput_mb_s)
+    };
+    let mut ok: Vec<(f64, usize)> = runs.iter().enumerate().filter_map(|(i, r)| key(r).map(|k| (k, i))).collect();
+    if ok.is_empty() {
+        return runs.into_iter().next().unwrap_or_default();
+    }
+    ok.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let pick = ok[ok.len() / 2].1;
+    runs.swap_remove(pick)
+}
+
 fn spec_memory(spec: &Spec) -> u64 {
     wbcache::Config::from_options(&spec.wbcache_options).map(|c| c.capacity_bytes).unwrap_or(0)
 }
@@ -402,6 +422,9 @@ pub fn run(args: BenchArgs) -> i32 {
         "each timed call includes about {} ns of clock overhead; MB/s = 10^6 bytes/s, write throughput includes the final fsync",
         timer_overhead_ns()
     ));
+    if plan.args.repeat > 1 {
+        notes.push(format!("each measurement ran {} times; the median run is reported", plan.args.repeat));
+    }
 
     let total = plan.groups.len() * plan.engines.len();
     let mut progress = Progress::new(total);
@@ -429,6 +452,14 @@ pub fn run(args: BenchArgs) -> i32 {
     for n in &notes {
         progress.note(&format!("note: {n}"));
     }
+    let header = if plan.args.repeat > 1 {
+        format!(
+            "{header}- each measurement ran {} times; the run with the median figure is reported\n",
+            plan.args.repeat
+        )
+    } else {
+        header
+    };
     print_stdout(&mut progress, &header);
 
     let mut rows: Vec<ResultRow> = Vec::new();
@@ -458,38 +489,45 @@ pub fn run(args: BenchArgs) -> i32 {
             } else if let Some(e) = &layout_error {
                 vec![failed_row(group, engine, Status::Error, e.clone())]
             } else {
-                let spec = build_spec(group, engine, &p, &site.place, true).expect("not a slot");
-                if can_drop {
-                    let _ = sys::drop_caches();
-                }
-                let timeout = plan.args.timeout.unwrap_or(2.0 * spec.deadline_s + 60.0);
-                let outcome = run_worker(
-                    &spec,
-                    cgroups.as_mut(),
-                    Duration::from_secs_f64(timeout),
-                    &mut progress,
-                    &mut worker_stderr,
-                );
-                if site.place.device.is_none() {
-                    for j in &spec.jobs {
-                        if j.target.create {
-                            let _ = fs::remove_file(&j.target.path);
+                let mut runs = Vec::new();
+                for _ in 0..plan.args.repeat {
+                    if INTERRUPTED.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let spec = build_spec(group, engine, &p, &site.place, true).expect("not a slot");
+                    if can_drop {
+                        let _ = sys::drop_caches();
+                    }
+                    let timeout = plan.args.timeout.unwrap_or(2.0 * spec.deadline_s + 60.0);
+                    let outcome = run_worker(
+                        &spec,
+                        cgroups.as_mut(),
+                        Duration::from_secs_f64(timeout),
+                        &mut progress,
+                        &mut worker_stderr,
+                    );
+                    if site.place.device.is_none() {
+                        for j in &spec.jobs {
+                            if j.target.create {
+                                let _ = fs::remove_file(&j.target.path);
+                            }
                         }
                     }
-                }
-                if io_backend.is_none() {
-                    io_backend = outcome.io_backend.clone();
-                }
-                if plan.args.verbose {
-                    if let Some(st) = &outcome.wbcache_stats {
-                        progress.note(&format!("  wbcache stats: {st}"));
+                    if io_backend.is_none() {
+                        io_backend = outcome.io_backend.clone();
                     }
-                    for l in worker_stderr.drain(..) {
-                        progress.note(&format!("  worker: {l}"));
+                    if plan.args.verbose {
+                        if let Some(st) = &outcome.wbcache_stats {
+                            progress.note(&format!("  wbcache stats: {st}"));
+                        }
+                        for l in worker_stderr.drain(..) {
+                            progress.note(&format!("  worker: {l}"));
+                        }
                     }
+                    worker_stderr.clear();
+                    runs.push(rows_from(group, engine, &outcome));
                 }
-                worker_stderr.clear();
-                rows_from(group, engine, &outcome)
+                median_run(runs)
             };
             progress.finish(&summary(&new_rows));
             rows.extend(new_rows);
@@ -509,6 +547,7 @@ pub fn run(args: BenchArgs) -> i32 {
 
     let config = json!({
         "suite": plan.suite,
+        "repeat": plan.args.repeat,
         "memory_bytes": p.memory,
         "size_bytes": p.size,
         "runtime_s": p.runtime_s,
@@ -578,4 +617,24 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
     };
     let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == group.workload).collect();
     markdown_table(group.workload, &about, &table_rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(status: &str, mb_s: f64) -> Vec<ResultRow> {
+        vec![ResultRow { status: status.into(), throughput_mb_s: Some(mb_s), ..ResultRow::default() }]
+    }
+
+    #[test]
+    fn median_run_picks_the_middle_successful_run() {
+        let picked = median_run(vec![run("ok", 900.0), run("ok", 1500.0), run("ok", 1200.0)]);
+        assert_eq!(picked[0].throughput_mb_s, Some(1200.0));
+        let picked = median_run(vec![run("error", 0.0), run("ok", 700.0), run("ok", 800.0)]);
+        assert_eq!(picked[0].status, "ok", "failed runs are not chosen while one succeeded");
+        let picked = median_run(vec![run("error", 0.0)]);
+        assert_eq!(picked[0].status, "error");
+        assert!(median_run(Vec::new()).is_empty());
+    }
 }
