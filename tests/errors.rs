@@ -483,3 +483,33 @@ fn cache_close_syncs_data_of_files_closed_earlier() {
     cache.close().unwrap();
     assert_same(&durable(&sim, "/closed-early"), &data, "Cache::close returned Ok, so the data must be durable");
 }
+
+/// A writer at the dirty limit while every writeback fails gets EIO instead
+/// of hanging; nothing of the refused write is applied, and once the disk
+/// recovers the dirty data syncs.
+#[test]
+fn writer_at_the_dirty_limit_with_failing_writeback_gets_eio() {
+    with_timeout(Duration::from_secs(60), || {
+        let sim = sim();
+        let cache = new_cache(&sim, "capacity=16M,dirty_limit=2M,dirty_background=1M,folio_max=256K");
+        let f = cache.open("/full", &OpenOptions::read_write_create()).unwrap();
+        sim.set_write_error_all(Some(libc::EIO));
+        let chunk = vec![3u8; 256 * KIB];
+        let mut written = 0u64;
+        let err = loop {
+            match f.write_at(&chunk, written) {
+                Ok(n) => written += n as u64,
+                Err(e) => break e,
+            }
+            assert!(written < 64 << 20, "writes never refused although no writeback succeeds");
+        };
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+        assert_eq!(f.len().unwrap(), written, "the refused write changed nothing");
+        sim.set_write_error_all(None);
+        assert!(f.sync_all().is_err(), "the failed writebacks are reported once");
+        f.sync_all().unwrap();
+        let image = sim.durable_image(Path::new("/full")).unwrap();
+        assert_eq!(image.len() as u64, written);
+        assert!(image.iter().all(|&b| b == 3));
+    });
+}

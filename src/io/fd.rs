@@ -245,7 +245,7 @@ fn fstat(fd: RawFd) -> io::Result<libc::stat> {
 /// `_IOR(ty, nr, size)` for this architecture (the direction bits sit
 /// higher on powerpc, mips and sparc).
 const fn ioc_read(ty: u32, nr: u32, size: usize) -> u32 {
-    #[cfg(any(
+    const READ_DIRECTION: u32 = if cfg!(any(
         target_arch = "powerpc",
         target_arch = "powerpc64",
         target_arch = "mips",
@@ -254,19 +254,11 @@ const fn ioc_read(ty: u32, nr: u32, size: usize) -> u32 {
         target_arch = "mips64r6",
         target_arch = "sparc",
         target_arch = "sparc64"
-    ))]
-    const READ_DIRECTION: u32 = 2 << 29;
-    #[cfg(not(any(
-        target_arch = "powerpc",
-        target_arch = "powerpc64",
-        target_arch = "mips",
-        target_arch = "mips32r6",
-        target_arch = "mips64",
-        target_arch = "mips64r6",
-        target_arch = "sparc",
-        target_arch = "sparc64"
-    )))]
-    const READ_DIRECTION: u32 = 2 << 30;
+    )) {
+        2 << 29
+    } else {
+        2 << 30
+    };
     READ_DIRECTION | ((size as u32) << 16) | (ty << 8) | nr
 }
 

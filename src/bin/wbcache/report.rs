@@ -174,7 +174,14 @@ fn fmt_num(v: f64) -> String {
             out.push(c);
         }
         out
-    } else if v >= 100.0 {
+    } else {
+        fmt_three_digits(v)
+    }
+}
+
+/// A value below 10 000 with about three significant digits.
+pub fn fmt_three_digits(v: f64) -> String {
+    if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 10.0 {
         format!("{v:.1}")

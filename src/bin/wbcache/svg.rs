@@ -79,12 +79,8 @@ fn value_label(v: f64) -> String {
         format!("{:.1}M", v / 1e6)
     } else if v >= 1e4 {
         format!("{:.1}k", v / 1e3)
-    } else if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
     } else {
-        format!("{v:.2}")
+        crate::report::fmt_three_digits(v)
     }
 }
 
