@@ -34,7 +34,10 @@ pub struct Config {
     /// I/O backend. Default `uring` (falls back to `threads` when io_uring
     /// cannot be set up).
     pub io: IoKind,
-    /// Requests kept in flight by one submitter. Default 32.
+    /// Requests kept in flight by one submitter. Default 128: small random
+    /// writeback I/Os need a deep queue (4 KiB O_DIRECT writes on a virtio
+    /// disk: ~390 MB/s at depth 32, ~700 MB/s at 128); large I/Os are bounded
+    /// by their callers' batch sizes, not by this.
     pub io_depth: u32,
     /// Largest readahead window, in bytes. Default 16 MiB.
     pub readahead_max_bytes: u64,
@@ -77,7 +80,7 @@ impl Config {
             folio_max_bytes: 2 * MIB,
             io_max_bytes: MIB,
             io: IoKind::Uring,
-            io_depth: 32,
+            io_depth: 128,
             readahead_max_bytes: 16 * MIB,
             throttle_pause_ms_max: 200,
         }

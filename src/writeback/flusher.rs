@@ -4,8 +4,8 @@
 //! from the oldest dirty inodes, whatever wrote them), periodic (inodes
 //! dirtied longer than `expire` ago, in full), and background / reclaim
 //! (oldest inodes first while dirty memory is over the background threshold
-//! or eviction is starved). Every inode pass is bounded to `io_depth × io_max`
-//! bytes so one big file cannot starve the others.
+//! or eviction is starved). Every inode pass is bounded to
+//! [`PASS_IOS`] `× io_max` bytes so one big file cannot starve the others.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,10 +15,15 @@ use crate::stats::Counters;
 use crate::writeback::domain::{Domain, WORK_BACKGROUND, WORK_RECLAIM, WORK_START_ALL, WORK_START_DONTCACHE};
 use crate::writeback::Reason;
 
+/// An inode pass takes at most this many `io_max` I/Os' worth of dirty data:
+/// 16 MiB at the default `io_max`, i.e. 4096 I/Os when the dirty blocks are
+/// scattered 4 KiB ones (kept `io_depth` deep by the backend).
+pub const PASS_IOS: u64 = 16;
+
 pub fn run(domain: Arc<Domain>) {
     let config = &domain.shared.config;
     let interval = Duration::from_millis((config.expire_ms / 4).clamp(5, 500));
-    let chunk_bytes = config.io_max_bytes * u64::from(config.io_depth);
+    let chunk_bytes = config.io_max_bytes * PASS_IOS;
     while !domain.is_shutdown() {
         let bits = domain.wait_work(interval);
         if domain.is_shutdown() {
