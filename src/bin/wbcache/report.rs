@@ -376,9 +376,22 @@ pub fn targets(rows: &[ResultRow], dirty_limit: u64) -> Option<String> {
             ));
         }
     }
-    if let Some(w) = find("rand-read", Some("cached-4k"), "wbcache") {
-        if let Some(a) = w.us_per_call {
-            lines.push(("cached 4 KiB read: wbcache ≤ 0.2 µs".into(), format!("{a:.3} µs"), a <= 0.2));
+    // The target is the read path's cost, measured libMicro's way (the
+    // same cached 4 KiB again and again); the random-in-a-region variant is
+    // reported next to it because it is what a real working set costs.
+    for (variant, what) in [
+        ("cached-4k-offset0", "cached 4 KiB read (libMicro pread_u4k shape: same 4 KiB)"),
+        ("cached-4k", "cached 4 KiB read, random in a region larger than the CPU caches"),
+    ] {
+        if let Some(w) = find("rand-read", Some(variant), "wbcache") {
+            if let Some(a) = w.us_per_call {
+                let kernel = find("rand-read", Some(variant), "kernel-buffered").and_then(|k| k.us_per_call);
+                let measured = match kernel {
+                    Some(k) => format!("{a:.3} µs (kernel-buffered {k:.3} µs)"),
+                    None => format!("{a:.3} µs"),
+                };
+                lines.push((format!("{what}: wbcache ≤ 0.2 µs"), measured, a <= 0.2));
+            }
         }
     }
     if let (Some(w), Some(k)) = (find("rand-write", None, "wbcache"), find("rand-write", None, "kernel-buffered")) {

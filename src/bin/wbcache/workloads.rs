@@ -60,7 +60,7 @@ pub const WORKLOADS: &[WorkloadInfo] = &[
     },
     WorkloadInfo {
         name: "rand-read",
-        about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variant cached-4k: 4 KiB random reads inside a region read once before (µs per call)",
+        about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M: memory-bound, every call misses the CPU caches); cached-4k-offset0, libMicro's pread_u4k shape, the same cached 4 KiB at offset 0 (the read path's own cost)",
         reproduces: "no seed table: the issue's targets (a cached 4 KiB read costs <= 0.2 us) and the scan/hit behaviour of the cache",
         slot: false,
     },
@@ -98,8 +98,16 @@ pub enum Kind {
     Competing,
     SeqRead,
     RandRead,
-    CachedRead,
-    Overwrite { call: CallKind, bs: u64, file_size: u64 },
+    /// µs per cached 4 KiB read: random inside a cached region, or the
+    /// same 4 KiB at offset 0 (libMicro `pread_u4k`) when `offset0`.
+    CachedRead {
+        offset0: bool,
+    },
+    Overwrite {
+        call: CallKind,
+        bs: u64,
+        file_size: u64,
+    },
     Slot,
 }
 
@@ -130,7 +138,7 @@ impl Group {
 
     /// Needs the shared data file (real data, laid out before the runs).
     pub fn needs_data(&self) -> bool {
-        matches!(self.kind, Kind::RandWrite | Kind::SeqRead | Kind::RandRead | Kind::CachedRead)
+        matches!(self.kind, Kind::RandWrite | Kind::SeqRead | Kind::RandRead | Kind::CachedRead { .. })
     }
 }
 
@@ -186,7 +194,16 @@ pub fn groups_for(name: &str, overwrite_subset: Option<&[&str]>) -> Option<Vec<G
         "seq-read" => vec![g("seq-read", Kind::SeqRead)],
         "rand-read" => vec![
             g("rand-read", Kind::RandRead),
-            Group { workload: "rand-read", variant: Some("cached-4k".into()), kind: Kind::CachedRead },
+            Group {
+                workload: "rand-read",
+                variant: Some("cached-4k".into()),
+                kind: Kind::CachedRead { offset0: false },
+            },
+            Group {
+                workload: "rand-read",
+                variant: Some("cached-4k-offset0".into()),
+                kind: Kind::CachedRead { offset0: true },
+            },
         ],
         "fsync-under-load" => vec![g("fsync-under-load", Kind::Slot)],
         "parallel-writeback" => vec![g("parallel-writeback", Kind::Slot)],
@@ -347,8 +364,11 @@ pub fn describe(group: &Group, p: &Params) -> String {
         }
         Kind::SeqRead => format!("cold sequential read of a {size} file, 1 MiB reads"),
         Kind::RandRead => format!("4 KiB random reads over a {size} file, {rt} s"),
-        Kind::CachedRead => {
+        Kind::CachedRead { offset0: false } => {
             format!("4 KiB random reads inside a cached {} region, µs per call", fmt_size(cached_span(p)))
+        }
+        Kind::CachedRead { offset0: true } => {
+            "4 KiB pread at offset 0 of a cached file (libMicro pread_u4k), µs per call".into()
         }
         Kind::Overwrite { call, bs, file_size } => format!(
             "{}{} {} at offset 0 of a cached {} file, µs per call",
@@ -423,8 +443,8 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
             let pat = Pattern::Rand { write: false, bs: 4 * KIB, ops: None };
             (vec![job(engine, place.data(p.size), Setup::None, pat, false, 8)], p.runtime_s, true)
         }
-        Kind::CachedRead => {
-            let span = cached_span(p);
+        Kind::CachedRead { offset0 } => {
+            let span = if *offset0 { 4 * KIB } else { cached_span(p) };
             let pat = Pattern::CachedReads { bs: 4 * KIB, span, iterations: p.iterations_1k, warmup: p.warmup };
             (vec![job(engine, place.data(span), Setup::Warm { bytes: span }, pat, false, 9)], p.call_cap_s, false)
         }
