@@ -46,8 +46,10 @@ pub const MAX_CACHED_INODES: usize = 1024;
 /// Threads filling asynchronous readahead windows.
 const READAHEAD_WORKERS: usize = 2;
 
-/// Reads of `io_max` submitted together by a readahead worker.
-const READAHEAD_BATCH_IOS: u64 = 4;
+/// Reads of `io_max` submitted together by a readahead worker. With both
+/// workers busy that keeps four 1 MiB reads in flight, the virtio disk's
+/// best depth here (raw 1 MiB reads: ~1.8 GB/s at depth 4, ~1.35 at 8).
+const READAHEAD_BATCH_IOS: u64 = 2;
 
 struct ReadaheadJob {
     inode: Arc<Inode>,
