@@ -16,9 +16,9 @@ use crate::writeback::domain::{Domain, WORK_BACKGROUND, WORK_RECLAIM, WORK_START
 use crate::writeback::Reason;
 
 /// An inode pass takes at most this many `io_max` I/Os' worth of dirty data:
-/// 16 MiB at the default `io_max`, i.e. 4096 I/Os when the dirty blocks are
+/// 32 MiB at the default `io_max`, i.e. 8192 I/Os when the dirty blocks are
 /// scattered 4 KiB ones (kept `io_depth` deep by the backend).
-pub const PASS_IOS: u64 = 16;
+pub const PASS_IOS: u64 = 32;
 
 pub fn run(domain: Arc<Domain>) {
     let config = &domain.shared.config;
