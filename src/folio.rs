@@ -26,7 +26,7 @@ use crate::io::BLOCK_SIZE;
 /// the kernel hands them over zeroed and faulted in by one `mmap` call,
 /// about 40% cheaper here than `calloc` (which zeroes recycled heap memory
 /// and then takes one page fault per 4 KiB on first touch). Smaller ones
-/// come from the heap: one mapping each would exhaust `vm.max_map_count`.
+/// share slabs: one mapping each would exhaust `vm.max_map_count`.
 pub const MAPPED_BUF_MIN_BYTES: usize = 1 << 20;
 
 /// A zero-initialised, `BLOCK_SIZE`-aligned buffer, as O_DIRECT needs.
