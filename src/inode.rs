@@ -30,12 +30,88 @@ use std::time::Instant;
 use crate::cache::Shared;
 use crate::errseq::ErrSeq;
 use crate::folio::{metadata_bytes_for, AlignedBuf, Folio, FolioState};
+use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::stats::Counters;
 use crate::writeback::domain::{Domain, WORK_START_DONTCACHE};
 use crate::writeback::Reason;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// Writeback I/O against changes of the backing store's length: any number
+/// of writeback I/Os, or one length change with none in flight. Unlike a
+/// `RwLock` guard, an I/O's hold can span an asynchronous write's lifetime
+/// (taken at submission, given back at completion). A pending length change
+/// holds off new I/O, so it cannot starve.
+#[derive(Default)]
+struct StoreLenGate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    io_in_flight: usize,
+    resizing: bool,
+}
+
+impl StoreLenGate {
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn begin_io(&self) {
+        let mut st = self.lock();
+        while st.resizing {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.io_in_flight += 1;
+    }
+
+    /// As `begin_io`, but gives up instead of waiting for a length change.
+    fn try_begin_io(&self) -> bool {
+        let mut st = self.lock();
+        if st.resizing {
+            return false;
+        }
+        st.io_in_flight += 1;
+        true
+    }
+
+    fn end_io(&self) {
+        let mut st = self.lock();
+        assert!(st.io_in_flight > 0, "an I/O ends once");
+        st.io_in_flight -= 1;
+        if st.io_in_flight == 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Waits for exclusive access: no other length change, no I/O.
+    fn resize(&self) -> ResizeGuard<'_> {
+        let mut st = self.lock();
+        while st.resizing {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.resizing = true;
+        while st.io_in_flight > 0 {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        ResizeGuard(self)
+    }
+}
+
+struct ResizeGuard<'a>(&'a StoreLenGate);
+
+impl Drop for ResizeGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        assert!(st.resizing && st.io_in_flight == 0, "a length change excludes I/O");
+        st.resizing = false;
+        drop(st);
+        self.0.changed.notify_all();
+    }
+}
 
 /// In-flight writeback tickets of an inode.
 #[derive(Default)]
@@ -60,6 +136,42 @@ impl WbChunk {
     }
     fn len_bytes(&self) -> usize {
         (self.end - self.start) * BLOCK_SIZE
+    }
+}
+
+/// A writeback pass between collecting its blocks and completing them.
+pub struct WbPass {
+    ticket: u64,
+    reason: Reason,
+    chunks: Vec<WbChunk>,
+    /// I/O `g` writes `chunks[groups[g].0..groups[g].1]`.
+    groups: Vec<(usize, usize)>,
+    bytes: u64,
+}
+
+impl WbPass {
+    /// How many I/Os the pass needs.
+    pub fn nr_ios(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Bytes the pass writes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Records the result of every I/O (in group order) on its chunks.
+    pub fn set_results(&mut self, results: Vec<io::Result<usize>>) {
+        assert_eq!(results.len(), self.groups.len(), "one result per I/O");
+        for (&(i, j), result) in self.groups.iter().zip(results) {
+            for c in &mut self.chunks[i..j] {
+                assert!(c.result.is_none(), "a chunk completes once");
+                c.result = Some(match &result {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))),
+                });
+            }
+        }
     }
 }
 
@@ -90,7 +202,7 @@ pub struct Inode {
     /// Writeback I/O holds it shared; changing the backing store's length
     /// holds it exclusively, so a truncation never races an in-flight write
     /// beyond the old length.
-    store_len_lock: RwLock<()>,
+    store_len_gate: StoreLenGate,
     /// Size changed since the last successful store sync: use fsync, not
     /// fdatasync.
     size_changed: AtomicBool,
@@ -133,7 +245,7 @@ impl Inode {
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
             size_lock: Mutex::new(()),
-            store_len_lock: RwLock::new(()),
+            store_len_gate: StoreLenGate::default(),
             size_changed: AtomicBool::new(false),
             written_since_sync: AtomicBool::new(false),
             errseq: ErrSeq::default(),
@@ -686,99 +798,137 @@ impl Inode {
     }
 
     /// Takes dirty blocks (whole folios, in file order from the cyclic
-    /// cursor, or from the start when `from_start`) until about `max_bytes`,
-    /// marks them under writeback and returns them as chunks.
-    fn collect_dirty(&self, max_bytes: u64, from_start: bool) -> Vec<WbChunk> {
+    /// cursor, or from the start when `from_start`) until about `max_bytes`
+    /// or `max_chunks` runs, marks them under writeback and returns them as
+    /// chunks.
+    fn collect_dirty(&self, max_bytes: u64, max_chunks: usize, from_start: bool) -> Vec<WbChunk> {
+        /// Index keys copied per look at the dirty index: the index lock is
+        /// not held while folios are locked, and a pass never copies more
+        /// of a large index than it uses.
+        const KEYS_PER_LOOK: usize = 64;
         let cursor = if from_start { 0 } else { self.writeback_cursor.load(Ordering::Relaxed) };
-        let keys: Vec<u64> = {
-            let idx = self.dirty_index();
-            idx.range(cursor..).chain(idx.range(..cursor)).copied().collect()
-        };
         let mut chunks = Vec::new();
         let mut taken = 0u64;
         let mut taken_dontcache = 0u64;
-        for key in keys {
-            if taken >= max_bytes {
-                break;
-            }
-            let Some(folio) = self.find(key) else { continue };
-            let mut st = folio.lock();
-            if st.removed || st.nr_dirty == 0 {
-                continue;
-            }
-            let nr_blocks = folio.nr_blocks();
-            // A block rewritten while its old version is still in flight
-            // waits for that I/O: two versions of one block in flight could
-            // land in either order.
-            let mut taken_blocks = 0usize;
-            for (start, end) in st.dirty.runs_excluding(&st.writeback, nr_blocks) {
-                st.dirty.clear_range(start, end);
-                st.writeback.set_range(start, end);
-                taken_blocks += end - start;
-                // Raised while the blocks are still ours (folio locked), so a
-                // truncate that removes them later lowers it for good.
-                let chunk_end = folio.offset() + (end * BLOCK_SIZE) as u64;
-                self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
-                chunks.push(WbChunk { folio: folio.clone(), buf: st.buf.clone(), start, end, result: None });
-            }
-            if taken_blocks == 0 {
-                continue;
-            }
-            taken += taken_blocks as u64 * BLOCK;
-            st.nr_writeback += taken_blocks;
-            st.nr_dirty -= taken_blocks;
-            let dontcache_blocks = if st.nr_dirty == 0 {
-                std::mem::take(&mut st.dontcache_dirty)
-            } else {
-                let n = st.dontcache_dirty.min(taken_blocks);
-                st.dontcache_dirty -= n;
-                n
+        // From the cursor to the end, then from the start up to the cursor.
+        let mut next_key = cursor;
+        let mut wrapped = false;
+        'scan: while taken < max_bytes && chunks.len() < max_chunks {
+            let keys: Vec<u64> = {
+                let idx = self.dirty_index();
+                if wrapped {
+                    idx.range(next_key..cursor).take(KEYS_PER_LOOK).copied().collect()
+                } else {
+                    idx.range(next_key..).take(KEYS_PER_LOOK).copied().collect()
+                }
             };
-            taken_dontcache += dontcache_blocks as u64 * BLOCK;
-            if st.nr_dirty == 0 {
-                assert!(self.dirty_index().remove(&folio.index), "dirty folio was indexed");
+            let Some(&last) = keys.last() else {
+                if wrapped || cursor == 0 {
+                    break;
+                }
+                wrapped = true;
+                next_key = 0;
+                continue;
+            };
+            next_key = last + 1;
+            for key in keys {
+                if taken >= max_bytes || chunks.len() >= max_chunks {
+                    break 'scan;
+                }
+                let Some(folio) = self.find(key) else { continue };
+                let mut st = folio.lock();
+                if st.removed || st.nr_dirty == 0 {
+                    continue;
+                }
+                let nr_blocks = folio.nr_blocks();
+                // A block rewritten while its old version is still in flight
+                // waits for that I/O: two versions of one block in flight
+                // could land in either order.
+                let mut taken_blocks = 0usize;
+                for (start, end) in st.dirty.runs_excluding(&st.writeback, nr_blocks) {
+                    st.dirty.clear_range(start, end);
+                    st.writeback.set_range(start, end);
+                    taken_blocks += end - start;
+                    // Raised while the blocks are still ours (folio locked), so
+                    // a truncate that removes them later lowers it for good.
+                    let chunk_end = folio.offset() + (end * BLOCK_SIZE) as u64;
+                    self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
+                    chunks.push(WbChunk { folio: folio.clone(), buf: st.buf.clone(), start, end, result: None });
+                }
+                if taken_blocks == 0 {
+                    continue;
+                }
+                taken += taken_blocks as u64 * BLOCK;
+                st.nr_writeback += taken_blocks;
+                st.nr_dirty -= taken_blocks;
+                let dontcache_blocks = if st.nr_dirty == 0 {
+                    std::mem::take(&mut st.dontcache_dirty)
+                } else {
+                    let n = st.dontcache_dirty.min(taken_blocks);
+                    st.dontcache_dirty -= n;
+                    n
+                };
+                taken_dontcache += dontcache_blocks as u64 * BLOCK;
+                if st.nr_dirty == 0 {
+                    assert!(self.dirty_index().remove(&folio.index), "dirty folio was indexed");
+                }
+                st.check(nr_blocks);
+                self.writeback_cursor.store(folio.end_index(), Ordering::Relaxed);
             }
-            st.check(nr_blocks);
-            self.writeback_cursor.store(folio.end_index(), Ordering::Relaxed);
         }
         self.domain.account_writeback_started(taken, taken_dontcache);
         chunks
     }
 
-    /// One writeback pass: takes up to `max_bytes` of dirty data, writes it
-    /// with I/Os of up to `io_max` merged across folios, and completes it.
-    /// Failed blocks become dirty again and the error is recorded in the
-    /// errseq. Clean drop-behind folios are dropped afterwards.
+    /// One synchronous writeback pass: takes up to `max_bytes` of dirty
+    /// data, writes it with I/Os of up to `io_max` merged across folios,
+    /// and completes it. Failed blocks become dirty again and the error is
+    /// recorded in the errseq. Clean drop-behind folios are dropped
+    /// afterwards.
     pub fn writeback(self: &Arc<Self>, reason: Reason, max_bytes: u64, priority: IoPriority) -> WritebackOutcome {
-        let ticket = self.ticket_begin();
-        let mut chunks = self.collect_dirty(max_bytes, reason == Reason::Fsync || reason == Reason::Close);
-        let mut outcome = WritebackOutcome::default();
-        if !chunks.is_empty() {
-            chunks.sort_by_key(|c| c.offset());
-            let started = Instant::now();
-            self.submit_chunks(&mut chunks, priority);
-            let elapsed = started.elapsed();
-            self.complete_chunks(chunks, reason, &mut outcome);
-            self.domain.update_bandwidth(outcome.written_bytes, elapsed);
-        }
-        if outcome.written_bytes > 0 {
-            self.written_since_sync.store(true, Ordering::Release);
-        }
-        self.ticket_end(ticket);
-        if outcome.written_bytes > 0 {
-            if let Err(e) = self.fix_backing_size() {
-                self.record_error(&e, &mut outcome);
-            }
-        }
+        let Some(mut pass) = self.begin_pass(reason, max_bytes, usize::MAX) else {
+            return WritebackOutcome::default();
+        };
+        let store = self.store();
+        let started = Instant::now();
+        self.store_len_gate.begin_io();
+        let results: Vec<io::Result<usize>> = {
+            let mut ops: Vec<IoOp<'_>> = pass
+                .groups
+                .iter()
+                .map(|&(i, j)| {
+                    let bufs = pass.chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
+                    IoOp::write(pass.chunks[i].offset(), bufs, priority)
+                })
+                .collect();
+            run_batch(&*store, &mut ops);
+            ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect()
+        };
+        self.store_len_gate.end_io();
+        let elapsed = started.elapsed();
+        pass.set_results(results);
+        let outcome = self.finish_pass(pass, true);
+        self.domain.update_bandwidth(outcome.written_bytes, elapsed);
         outcome
     }
 
-    /// Splits chunks to at most `io_max`, merges neighbours into vectored
-    /// I/Os of at most `io_max`, and runs them as one batch.
-    fn submit_chunks(&self, chunks: &mut Vec<WbChunk>, priority: IoPriority) {
-        let io_max_blocks = (self.shared.config.io_max_bytes / BLOCK) as usize;
+    /// Starts a writeback pass: takes a ticket, collects up to `max_bytes`
+    /// or `max_chunks` runs of dirty blocks (marking them under writeback),
+    /// and groups them into I/Os of at most `io_max`. `None` when nothing
+    /// was dirty (the ticket is already given back).
+    pub fn begin_pass(self: &Arc<Self>, reason: Reason, max_bytes: u64, max_chunks: usize) -> Option<WbPass> {
+        let ticket = self.ticket_begin();
+        let from_start = reason == Reason::Fsync || reason == Reason::Close;
+        let mut chunks = self.collect_dirty(max_bytes, max_chunks, from_start);
+        if chunks.is_empty() {
+            self.ticket_end(ticket);
+            return None;
+        }
+        chunks.sort_by_key(|c| c.offset());
+        let io_max_bytes = self.shared.config.io_max_bytes as usize;
+        let io_max_blocks = io_max_bytes / BLOCK_SIZE;
         let mut split = Vec::with_capacity(chunks.len());
-        for c in chunks.drain(..) {
+        for c in chunks {
             let mut s = c.start;
             while s < c.end {
                 let e = (s + io_max_blocks).min(c.end);
@@ -786,44 +936,84 @@ impl Inode {
                 s = e;
             }
         }
-        *chunks = split;
-        // Group consecutive chunks into ops.
+        // Neighbouring chunks form one vectored I/O of at most `io_max`.
         let mut groups: Vec<(usize, usize)> = Vec::new();
         let mut i = 0;
-        while i < chunks.len() {
+        while i < split.len() {
             let mut j = i + 1;
-            let mut bytes = chunks[i].len_bytes();
-            while j < chunks.len()
-                && chunks[j].offset() == chunks[j - 1].offset() + chunks[j - 1].len_bytes() as u64
-                && bytes + chunks[j].len_bytes() <= self.shared.config.io_max_bytes as usize
+            let mut bytes = split[i].len_bytes();
+            while j < split.len()
+                && split[j].offset() == split[j - 1].offset() + split[j - 1].len_bytes() as u64
+                && bytes + split[j].len_bytes() <= io_max_bytes
             {
-                bytes += chunks[j].len_bytes();
+                bytes += split[j].len_bytes();
                 j += 1;
             }
             groups.push((i, j));
             i = j;
         }
+        let bytes = split.iter().map(|c| c.len_bytes() as u64).sum();
+        Some(WbPass { ticket, reason, chunks: split, groups, bytes })
+    }
+
+    /// The pass's I/Os as writes a [`crate::io::queue::WriteQueue`] can own,
+    /// tagged `tag_base + i` for group `i`. The caller holds the store's
+    /// I/O gate from before the first is submitted until the last completes
+    /// ([`Inode::begin_async_io`]).
+    pub fn pass_writes(&self, pass: &WbPass, priority: IoPriority, tag_base: u64) -> Vec<QueuedWrite> {
         let store = self.store();
-        let _io_guard = self.store_len_lock.read().unwrap_or_else(|e| e.into_inner());
-        let results: Vec<io::Result<usize>> = {
-            let mut ops: Vec<IoOp<'_>> = groups
-                .iter()
-                .map(|&(i, j)| {
-                    let bufs = chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
-                    IoOp::write(chunks[i].offset(), bufs, priority)
-                })
-                .collect();
-            run_batch(&*store, &mut ops);
-            ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect()
-        };
-        for (&(i, j), result) in groups.iter().zip(results) {
-            for c in &mut chunks[i..j] {
-                c.result = Some(match &result {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))),
-                });
+        pass.groups
+            .iter()
+            .enumerate()
+            .map(|(g, &(i, j))| QueuedWrite {
+                store: store.clone(),
+                offset: pass.chunks[i].offset(),
+                segments: pass.chunks[i..j]
+                    .iter()
+                    .map(|c| Segment { buf: c.buf.clone(), range: c.start * BLOCK_SIZE..c.end * BLOCK_SIZE })
+                    .collect(),
+                priority,
+                tag: tag_base + g as u64,
+            })
+            .collect()
+    }
+
+    /// Takes the store's I/O gate for writes that complete later; `false`
+    /// when a length change is pending (the caller must first complete the
+    /// I/O it has in flight, then use [`Inode::begin_async_io_wait`]).
+    pub fn try_begin_async_io(&self) -> bool {
+        self.store_len_gate.try_begin_io()
+    }
+
+    /// As [`Inode::try_begin_async_io`], waiting out a length change.
+    pub fn begin_async_io_wait(&self) {
+        self.store_len_gate.begin_io();
+    }
+
+    /// Gives back the gate taken for a pass's asynchronous writes, once all
+    /// of them completed.
+    pub fn end_async_io(&self) {
+        self.store_len_gate.end_io();
+    }
+
+    /// Completes a pass whose I/Os all finished: clears writeback, redirties
+    /// and records failures, drops clean drop-behind folios, gives back the
+    /// ticket and, with `fix_size`, makes the store's length the logical
+    /// size again. A caller with other passes of this inode in flight passes
+    /// `fix_size = false`: the size fix waits for all I/O of the inode.
+    pub fn finish_pass(self: &Arc<Self>, pass: WbPass, fix_size: bool) -> WritebackOutcome {
+        let mut outcome = WritebackOutcome::default();
+        self.complete_chunks(pass.chunks, pass.reason, &mut outcome);
+        if outcome.written_bytes > 0 {
+            self.written_since_sync.store(true, Ordering::Release);
+        }
+        self.ticket_end(pass.ticket);
+        if fix_size && outcome.written_bytes > 0 {
+            if let Err(e) = self.fix_backing_size() {
+                self.record_error(&e, &mut outcome);
             }
         }
+        outcome
     }
 
     fn record_error(&self, e: &io::Error, outcome: &mut WritebackOutcome) {
@@ -893,8 +1083,13 @@ impl Inode {
         if self.info.is_block_device || !self.is_store_writable() {
             return Ok(());
         }
+        // The common case needs no exclusion: the I/O that made the store
+        // longer than the size completed before this check.
+        if self.store().len()? == self.size() {
+            return Ok(());
+        }
         let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let _no_io = self.store_len_lock.write().unwrap_or_else(|e| e.into_inner());
+        let _no_io = self.store_len_gate.resize();
         let size = self.size();
         let store = self.store();
         if store.len()? != size {
@@ -972,7 +1167,7 @@ impl Inode {
             // `on_disk_len_max` already says lies past the old end.
             self.size.fetch_max(new_size, Ordering::AcqRel);
             self.size_changed.store(true, Ordering::Release);
-            let _no_io = self.store_len_lock.write().unwrap_or_else(|e| e.into_inner());
+            let _no_io = self.store_len_gate.resize();
             return self.store().set_len(new_size);
         }
         let first_gone_block = new_size.div_ceil(BLOCK);
@@ -1038,7 +1233,7 @@ impl Inode {
         // before truncating the store.
         self.wait_writeback_before_now();
         self.size_changed.store(true, Ordering::Release);
-        let _no_io = self.store_len_lock.write().unwrap_or_else(|e| e.into_inner());
+        let _no_io = self.store_len_gate.resize();
         self.store().set_len(new_size)
     }
 

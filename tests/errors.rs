@@ -503,7 +503,7 @@ fn writer_at_the_dirty_limit_with_failing_writeback_gets_eio() {
             }
             assert!(written < 64 << 20, "writes never refused although no writeback succeeds");
         };
-        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
         assert_eq!(f.len().unwrap(), written, "the refused write changed nothing");
         sim.set_write_error_all(None);
         assert!(f.sync_all().is_err(), "the failed writebacks are reported once");

@@ -472,6 +472,10 @@ impl BackingStore for FdStore {
     fn submit_once(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
         self.engine.submit_once(self.fd.as_raw_fd(), ops)
     }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
 }
 
 /// Helpers and a backend-independent test suite shared by the `fd`, `uring`

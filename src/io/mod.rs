@@ -23,6 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub mod fd;
+pub mod queue;
 pub mod sim;
 pub mod threads;
 pub mod uring;
@@ -173,6 +174,12 @@ impl<'a> IoOp<'a> {
 pub trait Io: Send + Sync {
     fn kind(&self) -> IoKind;
     fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>>;
+    /// A queue of asynchronous writes for the calling thread (which alone
+    /// may use it), for stores this backend opened. The default runs them in
+    /// batches ([`queue::BatchQueue`]).
+    fn write_queue(&self) -> Box<dyn queue::WriteQueue> {
+        Box::<queue::BatchQueue>::default()
+    }
 }
 
 /// One open backing store (file or block device).
@@ -191,6 +198,11 @@ pub trait BackingStore: Send + Sync {
     /// [`IoOp::remaining_iovecs`]. May return short counts and
     /// `EINTR`/`EAGAIN`; [`run_batch`] handles them.
     fn submit_once(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt>;
+    /// The descriptor an asynchronous backend may submit to directly, if the
+    /// store has one; it stays open as long as the store.
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 fn is_retryable(err: &io::Error) -> bool {

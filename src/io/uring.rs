@@ -26,7 +26,8 @@ use std::time::Duration;
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 
 use super::fd::{ioprio_of, open_fd_store, FdEngine, SyncEngine};
-use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
+use super::queue::{BatchQueue, Completion, QueuedWrite, WriteQueue};
+use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow, MAX_ATTEMPTS_PER_OP};
 
 /// The kernel's limit on ring entries (`IORING_MAX_ENTRIES`).
 const MAX_RING_ENTRIES: u32 = 32_768;
@@ -77,6 +78,15 @@ impl Io for UringIo {
 
     fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>> {
         open_fd_store(path, how, self.engine.clone())
+    }
+
+    /// A ring of its own (the size of the thread rings) when one can be
+    /// created on this thread; batches otherwise.
+    fn write_queue(&self) -> Box<dyn WriteQueue> {
+        match new_thread_ring(self.engine.entries) {
+            Ok(ring) => Box::new(UringQueue::new(ring)),
+            Err(_) => Box::<BatchQueue>::default(),
+        }
     }
 }
 
@@ -355,6 +365,261 @@ fn drain_after_failure(ring: &mut IoUring, mut outstanding: usize, results: &mut
     }
 }
 
+/// A queued write and its progress while the queue owns it.
+struct InFlight {
+    write: QueuedWrite,
+    /// Bytes written by earlier attempts.
+    done: usize,
+    attempts: u32,
+    /// The iovec array of the current attempt; the SQE points into it, and
+    /// moving an `InFlight` does not move the array's heap storage.
+    iovecs: Vec<libc::iovec>,
+}
+
+/// [`WriteQueue`] on an io_uring of its own: writes are submitted as soon as
+/// the submission queue has room and completed as their CQEs arrive, so the
+/// device stays busy while the owner builds the next writes.
+///
+/// Invariants: every slot in `slots` that is `Some` is either in `backlog`
+/// (not handed to the ring) or has exactly one SQE in the ring (`in_ring`
+/// counts those); a slot is freed only after its final CQE was reaped.
+pub struct UringQueue {
+    /// `None` after the ring failed for good: the rest runs synchronously.
+    ring: Option<IoUring>,
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    backlog: std::collections::VecDeque<usize>,
+    in_ring: usize,
+    ready: Vec<Completion>,
+    queued: usize,
+}
+
+impl UringQueue {
+    fn new(ring: IoUring) -> UringQueue {
+        UringQueue {
+            ring: Some(ring),
+            slots: Vec::new(),
+            free: Vec::new(),
+            backlog: Default::default(),
+            in_ring: 0,
+            ready: Vec::new(),
+            queued: 0,
+        }
+    }
+
+    fn finish(&mut self, slot: usize, result: io::Result<usize>) {
+        let f = self.slots[slot].take().expect("a completing slot is in use");
+        self.free.push(slot);
+        self.ready.push(Completion { tag: f.write.tag, result });
+    }
+
+    /// Hands backlog writes to the submission queue while it has room.
+    fn fill(&mut self) {
+        let Some(ring) = self.ring.as_mut() else { return };
+        let mut sq = ring.submission();
+        while let Some(&slot) = self.backlog.front() {
+            if sq.is_full() {
+                break;
+            }
+            let f = self.slots[slot].as_mut().expect("backlog slots are in use");
+            let fd = f.write.store.raw_fd().expect("only stores with a descriptor are queued on the ring");
+            let mut skip = f.done;
+            f.iovecs.clear();
+            for seg in &f.write.segments {
+                let len = seg.range.len();
+                if skip >= len {
+                    skip -= len;
+                    continue;
+                }
+                let bytes = &seg.buf[seg.range.start + skip..seg.range.end];
+                skip = 0;
+                f.iovecs.push(libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() });
+            }
+            let Ok(iov_count) = u32::try_from(f.iovecs.len()) else {
+                drop(sq);
+                self.backlog.pop_front();
+                self.finish(slot, Err(io::Error::from_raw_os_error(libc::EINVAL)));
+                sq = self.ring.as_mut().expect("checked above").submission();
+                continue;
+            };
+            let entry = opcode::Writev::new(types::Fd(fd), f.iovecs.as_ptr(), iov_count)
+                .offset(f.write.offset + f.done as u64)
+                .ioprio(ioprio_of(f.write.priority))
+                .build()
+                .user_data(slot as u64);
+            // SAFETY: the SQE points at `f.iovecs` and through it into the
+            // write's buffers; both are owned by the slot, which is freed
+            // only after this request's CQE has been reaped (or, if the ring
+            // dies, after `drain_ring` waited for it). The descriptor stays
+            // open because the slot holds the store.
+            if unsafe { sq.push(&entry) }.is_err() {
+                break;
+            }
+            self.backlog.pop_front();
+            self.in_ring += 1;
+        }
+    }
+
+    /// Folds one CQE into its write: done, retried, or failed.
+    fn complete(&mut self, slot: usize, res: i32) {
+        self.in_ring -= 1;
+        let f = self.slots[slot].as_mut().expect("a CQE names a slot in use");
+        f.attempts += 1;
+        let len = f.write.len();
+        let outcome = if res < 0 {
+            let err = io::Error::from_raw_os_error(-res);
+            if matches!(-res, libc::EINTR | libc::EAGAIN) && f.attempts < MAX_ATTEMPTS_PER_OP {
+                None
+            } else {
+                Some(Err(err))
+            }
+        } else if res == 0 {
+            Some(Err(io::Error::new(io::ErrorKind::WriteZero, "backing store accepted no bytes")))
+        } else {
+            f.done += res as usize;
+            assert!(f.done <= len, "the kernel reported more bytes than asked");
+            if f.done == len {
+                Some(Ok(len))
+            } else if f.attempts >= MAX_ATTEMPTS_PER_OP {
+                Some(Err(io::Error::from_raw_os_error(libc::EIO)))
+            } else {
+                None // short: the rest goes again
+            }
+        };
+        match outcome {
+            Some(result) => self.finish(slot, result),
+            None => self.backlog.push_back(slot),
+        }
+    }
+
+    fn reap_cqes(&mut self) -> usize {
+        let Some(ring) = self.ring.as_mut() else { return 0 };
+        let cqes: Vec<(usize, i32)> = ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
+        for &(slot, res) in &cqes {
+            self.complete(slot, res);
+        }
+        cqes.len()
+    }
+
+    /// The ring failed for good: waits for the requests the kernel took
+    /// (their buffers stay owned until then), drops the ring with whatever
+    /// it never took, and runs every unfinished write synchronously.
+    fn abandon_ring(&mut self, err: &io::Error) {
+        if let Some(mut ring) = self.ring.take() {
+            let in_sq = ring.submission().len();
+            let mut in_kernel = self.in_ring.saturating_sub(in_sq);
+            while in_kernel > 0 {
+                let cqes: Vec<(usize, i32)> = ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
+                in_kernel = in_kernel.saturating_sub(cqes.len());
+                for (slot, res) in cqes {
+                    self.complete(slot, res);
+                }
+                if in_kernel == 0 {
+                    break;
+                }
+                // SAFETY: to_submit = 0 submits nothing; GETEVENTS only waits.
+                let waited =
+                    unsafe { ring.submitter().enter::<libc::sigset_t>(0, 1, EnterFlags::GETEVENTS.bits(), None) };
+                if let Err(e) = waited {
+                    if e.raw_os_error() != Some(libc::EINTR) && !is_busy(&e) {
+                        eprintln!("wbcache: io_uring ({err}) cannot reap {in_kernel} in-flight writes ({e}); aborting");
+                        std::process::abort();
+                    }
+                    std::thread::sleep(BUSY_BACKOFF);
+                }
+            }
+            // Entries still in the SQ were never seen by the kernel.
+            drop(ring);
+        }
+        self.in_ring = 0;
+        let unfinished: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_some()).collect();
+        self.backlog.clear();
+        for slot in unfinished {
+            // From the start: rewriting bytes an earlier attempt wrote is
+            // harmless (same data).
+            let result = self.slots[slot].as_ref().expect("listed above").write.run_now();
+            self.finish(slot, result);
+        }
+    }
+
+    /// Submits what fits and, with `wait`, blocks for one completion.
+    fn enter(&mut self, wait: bool) {
+        self.fill();
+        let Some(ring) = self.ring.as_mut() else { return };
+        let want = usize::from(wait && self.in_ring > 0);
+        match ring.submitter().submit_and_wait(want) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) if is_busy(&e) => {
+                if self.reap_cqes() == 0 {
+                    std::thread::sleep(BUSY_BACKOFF);
+                }
+            }
+            Err(e) => self.abandon_ring(&e),
+        }
+    }
+}
+
+impl WriteQueue for UringQueue {
+    fn push(&mut self, write: QueuedWrite) {
+        self.queued += 1;
+        if self.ring.is_none() || write.store.raw_fd().is_none() || write.is_empty() {
+            let result = if write.is_empty() { Ok(0) } else { write.run_now() };
+            self.ready.push(Completion { tag: write.tag, result });
+            return;
+        }
+        let f = InFlight { write, done: 0, attempts: 0, iovecs: Vec::new() };
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(f);
+                i
+            }
+            None => {
+                self.slots.push(Some(f));
+                self.slots.len() - 1
+            }
+        };
+        self.backlog.push_back(slot);
+        self.enter(false);
+    }
+
+    fn len(&self) -> usize {
+        self.queued
+    }
+
+    fn reap(&mut self, wait: bool) -> Vec<Completion> {
+        loop {
+            self.reap_cqes();
+            if !self.ready.is_empty() || !wait || self.queued == 0 {
+                break;
+            }
+            // Without a ring every write completes inside `push`.
+            assert!(self.ring.is_some(), "queued writes without a ring");
+            self.enter(true);
+        }
+        if !wait {
+            // Keep the ring fed with what completions made room for.
+            self.fill();
+            if let Some(ring) = self.ring.as_mut() {
+                let _ = ring.submit();
+            }
+        }
+        let done = std::mem::take(&mut self.ready);
+        self.queued -= done.len();
+        done
+    }
+}
+
+impl Drop for UringQueue {
+    /// Waits for every write still in flight: their buffers must outlive
+    /// them. The owner normally drains the queue before dropping it.
+    fn drop(&mut self) {
+        while self.queued > 0 {
+            let _ = self.reap(true);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +636,16 @@ mod tests {
                 None
             }
         }
+    }
+
+    #[test]
+    fn write_queue_completes_every_write_once_across_stores() {
+        let Some(io) = uring(16) else { return };
+        let (pa, pb) = (TempPath::new("queue-a"), TempPath::new("queue-b"));
+        let a = io.open(&pa.0, &rw_create()).unwrap();
+        let b = io.open(&pb.0, &rw_create()).unwrap();
+        let mut queue = io.write_queue();
+        crate::io::queue::tests::exercise(&mut *queue, &a, &b);
     }
 
     #[test]

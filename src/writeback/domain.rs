@@ -108,6 +108,12 @@ impl Domain {
         self.work_bits.swap(0, Ordering::AcqRel)
     }
 
+    /// Flusher side, while it has writes in flight: takes and clears the
+    /// bits without waiting.
+    pub fn take_work(&self) -> u32 {
+        self.work_bits.swap(0, Ordering::AcqRel)
+    }
+
     /// Accounts newly dirtied bytes (`dontcache_bytes` of them by uncached
     /// writes). Called under the folio lock that set the dirty bits; the
     /// caller queues the inode with [`Domain::queue_dirty_inode`] after.

@@ -5,27 +5,61 @@
 //! dirtied longer than `expire` ago, in full), and background / reclaim
 //! (oldest inodes first while dirty memory is over the background threshold
 //! or eviction is starved). Every inode pass is bounded to
-//! [`PASS_IOS`] `× io_max` bytes so one big file cannot starve the others.
+//! [`PASS_IOS`] `× io_max` bytes and [`PASS_RUNS_PER_DEPTH`] `× io_depth`
+//! runs of dirty blocks, so one big file cannot starve the others.
+//!
+//! Passes run asynchronously ([`InFlight`]): while the device writes one,
+//! the flusher collects the next, and between rounds it waits for I/O
+//! completions rather than for new work whenever writes are in flight. It
+//! completes everything before it exits.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::io::IoPriority;
 use crate::stats::Counters;
 use crate::writeback::domain::{Domain, WORK_BACKGROUND, WORK_RECLAIM, WORK_START_ALL, WORK_START_DONTCACHE};
+use crate::writeback::inflight::InFlight;
 use crate::writeback::Reason;
 
-/// An inode pass takes at most this many `io_max` I/Os' worth of dirty data:
-/// 32 MiB at the default `io_max`, i.e. 8192 I/Os when the dirty blocks are
-/// scattered 4 KiB ones (kept `io_depth` deep by the backend).
+/// An inode pass takes at most this many `io_max` I/Os' worth of dirty data
+/// (32 MiB at the default `io_max`); the flusher also keeps at most that
+/// many bytes queued.
 pub const PASS_IOS: u64 = 32;
+
+/// An inode pass takes at most this many runs of dirty blocks per unit of
+/// `io_depth` (512 at the default depth of 128): scattered 4 KiB blocks make
+/// small passes, so a pass completes, and frees its writers' dirty room,
+/// soon after it started, while the next ones keep the device busy.
+pub const PASS_RUNS_PER_DEPTH: usize = 4;
+
+/// How long the flusher waits after failed writes before writing again.
+const FAILURE_BACKOFF: Duration = Duration::from_millis(50);
 
 pub fn run(domain: Arc<Domain>) {
     let config = &domain.shared.config;
     let interval = Duration::from_millis((config.expire_ms / 4).clamp(5, 500));
     let chunk_bytes = config.io_max_bytes * PASS_IOS;
+    let depth = config.io_depth as usize;
+    let max_runs = PASS_RUNS_PER_DEPTH * depth;
+    // Two rings' worth queued: one in the device, one ready behind it.
+    let mut inflight = InFlight::new(domain.clone(), domain.shared.io.write_queue(), 2 * depth, chunk_bytes);
+    let mut pass = |inflight: &mut InFlight, inode: &Arc<crate::inode::Inode>, reason: Reason, bytes: u64| {
+        inflight.start(inode, reason, bytes, max_runs)
+    };
     while !domain.is_shutdown() {
-        let bits = domain.wait_work(interval);
+        if inflight.failed() {
+            // Failed writes are dirty again: let them sit for a while (the
+            // writers meanwhile throttle on them, and fsync retries them).
+            inflight.drain();
+            std::thread::sleep(FAILURE_BACKOFF);
+            inflight.clear_failed();
+        }
+        let bits = if inflight.is_empty() {
+            domain.wait_work(interval)
+        } else {
+            inflight.reap_some();
+            domain.take_work()
+        };
         if domain.is_shutdown() {
             break;
         }
@@ -33,18 +67,19 @@ pub fn run(domain: Arc<Domain>) {
             Counters::add(&domain.shared.counters.flusher_wakeups, 1);
         }
         if bits & WORK_START_ALL != 0 {
-            write_oldest(&domain, Reason::Background, u64::MAX, chunk_bytes);
+            write_oldest(&domain, &mut inflight, &mut pass, Reason::Background, u64::MAX, chunk_bytes);
         }
         if bits & WORK_START_DONTCACHE != 0 {
             let target = domain.dontcache_dirty_bytes.load(std::sync::atomic::Ordering::Acquire);
             if target > 0 {
-                write_oldest(&domain, Reason::Dontcache, target, chunk_bytes);
+                write_oldest(&domain, &mut inflight, &mut pass, Reason::Dontcache, target, chunk_bytes);
             }
         }
         let cutoff_ns = (domain.shared.epoch.elapsed().as_nanos() as u64)
             .saturating_sub(config.expire_ms.saturating_mul(1_000_000));
         for inode in domain.take_expired(cutoff_ns) {
-            inode.writeback(Reason::Periodic, u64::MAX, IoPriority::Async);
+            // Everything dirty now, in one pass (it is queued whole).
+            inflight.start(&inode, Reason::Periodic, u64::MAX, usize::MAX);
             domain.requeue(inode);
         }
         let reclaim = bits & WORK_RECLAIM != 0;
@@ -55,29 +90,36 @@ pub fn run(domain: Arc<Domain>) {
             }
             let reason = if over_background { Reason::Background } else { Reason::Reclaim };
             let Some(inode) = domain.pop_oldest() else { break };
-            let outcome = inode.writeback(reason, chunk_bytes, IoPriority::Async);
+            let started = pass(&mut inflight, &inode, reason, chunk_bytes);
             domain.requeue(inode);
-            if !over_background || outcome.written_bytes == 0 {
+            if !over_background || started == 0 || inflight.failed() {
                 break; // reclaim: one pass frees something; errors: retry later
             }
         }
         let _ = WORK_BACKGROUND;
     }
+    inflight.drain();
 }
 
 /// Writes up to `target_bytes` from the oldest dirty inodes, one bounded pass
 /// per inode; inodes that stay dirty go to the tail.
-fn write_oldest(domain: &Arc<Domain>, reason: Reason, target_bytes: u64, chunk_bytes: u64) {
+fn write_oldest(
+    domain: &Arc<Domain>,
+    inflight: &mut InFlight,
+    pass: &mut impl FnMut(&mut InFlight, &Arc<crate::inode::Inode>, Reason, u64) -> u64,
+    reason: Reason,
+    target_bytes: u64,
+    chunk_bytes: u64,
+) {
     let mut written = 0u64;
     let mut passes = domain.nr_dirty_inodes() * 64 + 1;
     while written < target_bytes && passes > 0 && !domain.is_shutdown() {
         passes -= 1;
         let Some(inode) = domain.pop_oldest() else { break };
         let want = chunk_bytes.min(target_bytes - written);
-        let outcome = inode.writeback(reason, want, IoPriority::Async);
-        written += outcome.written_bytes;
+        written += pass(inflight, &inode, reason, want);
         domain.requeue(inode);
-        if outcome.written_bytes == 0 && outcome.failed_bytes > 0 {
+        if inflight.failed() {
             break;
         }
     }

@@ -7,6 +7,7 @@
 
 pub mod domain;
 pub mod flusher;
+pub mod inflight;
 
 /// Why a writeback happened; written bytes are counted per reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
