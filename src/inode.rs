@@ -897,7 +897,8 @@ impl Inode {
                 .groups
                 .iter()
                 .map(|&(i, j)| {
-                    let bufs = pass.chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
+                    let bufs =
+                        pass.chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
                     IoOp::write(pass.chunks[i].offset(), bufs, priority)
                 })
                 .collect();
@@ -1295,6 +1296,40 @@ pub fn choose_order(map: &BTreeMap<u64, Arc<Folio>>, block: u64, limit_block: u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A length change waits for I/O in flight and holds off new I/O; I/O
+    /// that must not wait is refused while one is pending.
+    #[test]
+    fn store_len_gate_excludes_io_during_a_length_change() {
+        let gate = Arc::new(StoreLenGate::default());
+        gate.begin_io();
+        let resized = Arc::new(AtomicBool::new(false));
+        let resizer = {
+            let (gate, resized) = (gate.clone(), resized.clone());
+            std::thread::spawn(move || {
+                let _g = gate.resize();
+                resized.store(true, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                resized.store(false, Ordering::SeqCst);
+            })
+        };
+        // The resizer is now pending (or about to be): wait until it is.
+        while !gate.lock().resizing {
+            std::thread::yield_now();
+        }
+        assert!(!gate.try_begin_io(), "a pending length change refuses new asynchronous I/O");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!resized.load(Ordering::SeqCst), "the length change waits for I/O in flight");
+        gate.end_io();
+        gate.begin_io(); // waits for the length change to finish
+        assert!(!resized.load(Ordering::SeqCst), "I/O never overlaps a length change");
+        gate.end_io();
+        resizer.join().unwrap();
+        assert!(gate.try_begin_io());
+        gate.end_io();
+        let st = gate.lock();
+        assert!(!st.resizing && st.io_in_flight == 0);
+    }
 
     #[test]
     fn order_follows_size_alignment_and_neighbours() {

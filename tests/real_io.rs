@@ -249,3 +249,76 @@ fn io_uring_forbidden_falls_back_to_threads() {
     assert!(std::fs::read(dir.join("file")).unwrap()[100..100 + (1 << 20)] == pattern(1 << 20, 5)[..]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Random writes, truncations and syncs by one thread per file, on real
+/// files, while the flusher's asynchronous passes run under a small dirty
+/// limit (so they overlap the size changes and each other). Every file must
+/// end up exactly as its reference. A failure prints the seed.
+fn truncate_and_write_under_async_writeback(io: &str, seed: u64) {
+    let dir = temp_dir(&format!("async-{io}-{seed}"));
+    let options =
+        format!("capacity=8M,dirty_limit=1M,dirty_background=256K,folio_max=64K,io_max=64K,expire_ms=20,io={io}");
+    let cache = Cache::new(Config::from_options(&options).unwrap()).unwrap();
+    std::thread::scope(|s| {
+        for file in 0..3u64 {
+            let (cache, dir) = (&cache, &dir);
+            s.spawn(move || {
+                let path = dir.join(format!("f{file}"));
+                let f = cache.open(&path, &OpenOptions::read_write_create()).unwrap();
+                let mut reference: Vec<u8> = Vec::new();
+                let mut x = (seed << 8 | file) | 1;
+                let mut next = move || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                };
+                for i in 0..600u64 {
+                    let r = next();
+                    let ctx = format!("seed {seed} file {file} op {i}");
+                    match r % 20 {
+                        0 => {
+                            let len = next() % (reference.len() as u64 + 200_000);
+                            f.set_len(len).unwrap_or_else(|e| panic!("{ctx}: set_len: {e}"));
+                            reference.resize(len as usize, 0);
+                        }
+                        1 => f.sync_data().unwrap_or_else(|e| panic!("{ctx}: sync_data: {e}")),
+                        _ => {
+                            let at = next() % 3_000_000;
+                            let len = if r % 3 == 0 { 4096 } else { 1 + next() as usize % 70_000 };
+                            let at = if r % 3 == 0 { at & !4095 } else { at };
+                            let data = pattern(len, r);
+                            f.write_at(&data, at).unwrap_or_else(|e| panic!("{ctx}: write: {e}"));
+                            let end = at as usize + len;
+                            if reference.len() < end {
+                                reference.resize(end, 0);
+                            }
+                            reference[at as usize..end].copy_from_slice(&data);
+                        }
+                    }
+                }
+                f.sync_all().unwrap();
+                let on_disk = std::fs::read(&path).unwrap();
+                assert_eq!(on_disk.len(), reference.len(), "seed {seed} file {file}: backing size");
+                if let Some(at) = on_disk.iter().zip(&reference).position(|(a, b)| a != b) {
+                    panic!("seed {seed} file {file}: backing content differs first at byte {at}");
+                }
+            });
+        }
+    });
+    assert!(cache.stats().written_bytes(Reason::Background) > 0, "the flusher took part");
+    cache.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn async_writeback_races_truncation_on_uring() {
+    for seed in 1..=3 {
+        truncate_and_write_under_async_writeback("uring", seed);
+    }
+}
+
+#[test]
+fn async_writeback_races_truncation_on_threads() {
+    truncate_and_write_under_async_writeback("threads", 7);
+}

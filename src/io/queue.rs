@@ -117,7 +117,8 @@ impl WriteQueue for BatchQueue {
             let mut ops: Vec<IoOp<'_>> = group.iter().map(QueuedWrite::as_op).collect();
             run_batch(&*group[0].store, &mut ops);
             for (w, op) in group.iter().zip(ops.iter_mut()) {
-                completions.push(Completion { tag: w.tag, result: op.result.take().expect("run_batch completes every op") });
+                completions
+                    .push(Completion { tag: w.tag, result: op.result.take().expect("run_batch completes every op") });
             }
         }
         completions
@@ -147,30 +148,35 @@ pub(crate) mod tests {
     /// checks each completion and the stores' contents.
     pub(crate) fn exercise(queue: &mut dyn WriteQueue, a: &Arc<dyn BackingStore>, b: &Arc<dyn BackingStore>) {
         let n = 300u64;
+        let mut completed = vec![false; n as usize];
+        let record = |done: Vec<Completion>, completed: &mut Vec<bool>| {
+            for c in done {
+                assert_eq!(c.result.unwrap(), 2 * BLOCK_SIZE, "write {}", c.tag);
+                assert!(!std::mem::replace(&mut completed[c.tag as usize], true), "write {} completed twice", c.tag);
+            }
+        };
         for i in 0..n {
             let store = if i % 3 == 0 { b } else { a };
             queue.push(write_of(store, i * 2 * BLOCK_SIZE as u64, &[i as u8, (i as u8).wrapping_add(1)], i));
-            assert_eq!(queue.len() as u64 <= i + 1, true);
-            for c in queue.reap(false) {
-                assert_eq!(c.result.unwrap(), 2 * BLOCK_SIZE, "write {}", c.tag);
-            }
+            record(queue.reap(false), &mut completed);
+            let done = completed.iter().filter(|&&d| d).count();
+            assert_eq!(done + queue.len(), i as usize + 1, "every write is queued or completed");
         }
-        let mut seen = 0;
         while !queue.is_empty() {
             let before = queue.len();
             let done = queue.reap(true);
             assert!(!done.is_empty(), "reap(true) with {before} queued returned nothing");
-            for c in done {
-                assert_eq!(c.result.unwrap(), 2 * BLOCK_SIZE, "write {}", c.tag);
-                seen += 1;
-            }
+            record(done, &mut completed);
         }
-        assert!(seen <= n);
+        assert!(completed.iter().all(|&d| d), "every write completed");
         assert!(queue.reap(true).is_empty(), "an empty queue returns at once");
         for i in 0..n {
             let store = if i % 3 == 0 { b } else { a };
             let mut back = AlignedBuf::zeroed(2 * BLOCK_SIZE);
-            assert_eq!(read_full(&**store, &mut back, i * 2 * BLOCK_SIZE as u64, IoPriority::Sync).unwrap(), 2 * BLOCK_SIZE);
+            assert_eq!(
+                read_full(&**store, &mut back, i * 2 * BLOCK_SIZE as u64, IoPriority::Sync).unwrap(),
+                2 * BLOCK_SIZE
+            );
             assert!(back[..BLOCK_SIZE].iter().all(|&x| x == i as u8), "write {i}, first block");
             assert!(back[BLOCK_SIZE..].iter().all(|&x| x == (i as u8).wrapping_add(1)), "write {i}, second block");
         }

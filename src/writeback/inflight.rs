@@ -63,7 +63,12 @@ pub struct InFlight {
 impl InFlight {
     /// Keeps at most about `ios_queued_max` I/Os and `bytes_queued_max`
     /// bytes queued (a pass is queued whole, so one pass may exceed them).
-    pub fn new(domain: Arc<Domain>, queue: Box<dyn WriteQueue>, ios_queued_max: usize, bytes_queued_max: u64) -> InFlight {
+    pub fn new(
+        domain: Arc<Domain>,
+        queue: Box<dyn WriteQueue>,
+        ios_queued_max: usize,
+        bytes_queued_max: u64,
+    ) -> InFlight {
         InFlight {
             domain,
             queue,
@@ -119,7 +124,8 @@ impl InFlight {
         self.bytes_queued += bytes;
         *self.passes_per_inode.entry(inode.id).or_insert(0) += 1;
         let n = writes.len();
-        self.passes.insert(id, Pending { inode: inode.clone(), pass, results: (0..n).map(|_| None).collect(), remaining: n });
+        self.passes
+            .insert(id, Pending { inode: inode.clone(), pass, results: (0..n).map(|_| None).collect(), remaining: n });
         if self.busy_since.is_none() {
             self.busy_since = Some(Instant::now());
         }
