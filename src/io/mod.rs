@@ -10,6 +10,8 @@
 //! Invariants:
 //! - Buffers are borrowed for the whole synchronous [`run_batch`] call, so a
 //!   buffer always outlives the I/O that uses it (no I/O survives the call).
+//!   The one asynchronous path, [`queue::WriteQueue`] (the flusher's
+//!   writes), owns its buffers (`Arc`s) until each write's completion.
 //! - For an O_DIRECT store, every offset, length and buffer address is a
 //!   multiple of [`BLOCK_SIZE`]; callers (the folio code) guarantee it and the
 //!   driver asserts it.
