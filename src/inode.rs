@@ -960,7 +960,7 @@ impl Inode {
     /// The pass's I/Os as writes a [`crate::io::queue::WriteQueue`] can own,
     /// tagged `tag_base + i` for group `i`. The caller holds the store's
     /// I/O gate from before the first is submitted until the last completes
-    /// ([`Inode::begin_async_io`]).
+    /// ([`Inode::try_begin_async_io`]).
     pub fn pass_writes(&self, pass: &WbPass, priority: IoPriority, tag_base: u64) -> Vec<QueuedWrite> {
         let store = self.store();
         pass.groups

@@ -76,7 +76,8 @@ pub struct Completion {
 
 /// Writes in flight, owned by one thread.
 pub trait WriteQueue {
-    /// Queues `write`; it starts as soon as the backend has room.
+    /// Queues `write`. It starts at the latest during the next `reap`, as
+    /// soon as the backend has room.
     fn push(&mut self, write: QueuedWrite);
     /// Writes pushed whose completion has not been returned yet.
     fn len(&self) -> usize;

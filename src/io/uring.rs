@@ -366,13 +366,13 @@ fn drain_after_failure(ring: &mut IoUring, mut outstanding: usize, results: &mut
 }
 
 /// A queued write and its progress while the queue owns it.
-struct InFlight {
+struct QueuedSlot {
     write: QueuedWrite,
     /// Bytes written by earlier attempts.
     done: usize,
     attempts: u32,
     /// The iovec array of the current attempt; the SQE points into it, and
-    /// moving an `InFlight` does not move the array's heap storage.
+    /// moving a `QueuedSlot` does not move the array's heap storage.
     iovecs: Vec<libc::iovec>,
 }
 
@@ -386,7 +386,7 @@ struct InFlight {
 pub struct UringQueue {
     /// `None` after the ring failed for good: the rest runs synchronously.
     ring: Option<IoUring>,
-    slots: Vec<Option<InFlight>>,
+    slots: Vec<Option<QueuedSlot>>,
     free: Vec<usize>,
     backlog: std::collections::VecDeque<usize>,
     in_ring: usize,
@@ -568,7 +568,7 @@ impl WriteQueue for UringQueue {
             self.ready.push(Completion { tag: write.tag, result });
             return;
         }
-        let f = InFlight { write, done: 0, attempts: 0, iovecs: Vec::new() };
+        let f = QueuedSlot { write, done: 0, attempts: 0, iovecs: Vec::new() };
         let slot = match self.free.pop() {
             Some(i) => {
                 self.slots[i] = Some(f);
@@ -579,8 +579,8 @@ impl WriteQueue for UringQueue {
                 self.slots.len() - 1
             }
         };
+        // Submitted by the next `reap` (one system call for many pushes).
         self.backlog.push_back(slot);
-        self.enter(false);
     }
 
     fn len(&self) -> usize {

@@ -48,12 +48,9 @@ pub fn run(domain: Arc<Domain>) {
     let chunk_bytes = config.io_max_bytes * PASS_IOS;
     let depth = config.io_depth as usize;
     let max_runs = PASS_RUNS_PER_DEPTH * depth;
-    // Two rings' worth queued: one in the device, one ready behind it.
     let queued_bytes_max = config.io_max_bytes * QUEUED_IOS;
+    // Two rings' worth of I/Os queued: one in the device, one ready behind.
     let mut inflight = InFlight::new(domain.clone(), domain.shared.io.write_queue(), 2 * depth, queued_bytes_max);
-    let mut pass = |inflight: &mut InFlight, inode: &Arc<crate::inode::Inode>, reason: Reason, bytes: u64| {
-        inflight.start(inode, reason, bytes, max_runs)
-    };
     while !domain.is_shutdown() {
         if inflight.failed() {
             // Failed writes are dirty again: let them sit for a while (the
@@ -75,12 +72,12 @@ pub fn run(domain: Arc<Domain>) {
             Counters::add(&domain.shared.counters.flusher_wakeups, 1);
         }
         if bits & WORK_START_ALL != 0 {
-            write_oldest(&domain, &mut inflight, &mut pass, Reason::Background, u64::MAX, chunk_bytes);
+            write_oldest(&domain, &mut inflight, Reason::Background, u64::MAX, (chunk_bytes, max_runs));
         }
         if bits & WORK_START_DONTCACHE != 0 {
             let target = domain.dontcache_dirty_bytes.load(std::sync::atomic::Ordering::Acquire);
             if target > 0 {
-                write_oldest(&domain, &mut inflight, &mut pass, Reason::Dontcache, target, chunk_bytes);
+                write_oldest(&domain, &mut inflight, Reason::Dontcache, target, (chunk_bytes, max_runs));
             }
         }
         let cutoff_ns = (domain.shared.epoch.elapsed().as_nanos() as u64)
@@ -98,7 +95,7 @@ pub fn run(domain: Arc<Domain>) {
             }
             let reason = if over_background { Reason::Background } else { Reason::Reclaim };
             let Some(inode) = domain.pop_oldest() else { break };
-            let started = pass(&mut inflight, &inode, reason, chunk_bytes);
+            let started = inflight.start(&inode, reason, chunk_bytes, max_runs);
             domain.requeue(inode);
             if !over_background || started == 0 || inflight.failed() {
                 break; // reclaim: one pass frees something; errors: retry later
@@ -109,15 +106,14 @@ pub fn run(domain: Arc<Domain>) {
     inflight.drain();
 }
 
-/// Writes up to `target_bytes` from the oldest dirty inodes, one bounded pass
-/// per inode; inodes that stay dirty go to the tail.
+/// Writes up to `target_bytes` from the oldest dirty inodes, one pass of at
+/// most `(bytes, runs)` per inode; inodes that stay dirty go to the tail.
 fn write_oldest(
     domain: &Arc<Domain>,
     inflight: &mut InFlight,
-    pass: &mut impl FnMut(&mut InFlight, &Arc<crate::inode::Inode>, Reason, u64) -> u64,
     reason: Reason,
     target_bytes: u64,
-    chunk_bytes: u64,
+    (chunk_bytes, max_runs): (u64, usize),
 ) {
     let mut written = 0u64;
     let mut passes = domain.nr_dirty_inodes() * 64 + 1;
@@ -125,7 +121,7 @@ fn write_oldest(
         passes -= 1;
         let Some(inode) = domain.pop_oldest() else { break };
         let want = chunk_bytes.min(target_bytes - written);
-        written += pass(inflight, &inode, reason, want);
+        written += inflight.start(&inode, reason, want, max_runs);
         domain.requeue(inode);
         if inflight.failed() {
             break;
