@@ -63,7 +63,9 @@ impl QueuedWrite {
         ops[0].result.take().expect("run_batch completes every op")
     }
 
-    fn as_op(&self) -> IoOp<'_> {
+    /// The write as a borrowed [`IoOp`] (for `run_batch`, or for a
+    /// backend's [`IoOp::remaining_iovecs`]).
+    pub(crate) fn as_op(&self) -> IoOp<'_> {
         IoOp::write(self.offset, self.segments.iter().map(|s| &s.buf[s.range.clone()]).collect(), self.priority)
     }
 }

@@ -423,18 +423,14 @@ impl UringQueue {
             }
             let f = self.slots[slot].as_mut().expect("backlog slots are in use");
             let fd = f.write.store.raw_fd().expect("only stores with a descriptor are queued on the ring");
-            let mut skip = f.done;
-            f.iovecs.clear();
-            for seg in &f.write.segments {
-                let len = seg.range.len();
-                if skip >= len {
-                    skip -= len;
-                    continue;
-                }
-                let bytes = &seg.buf[seg.range.start + skip..seg.range.end];
-                skip = 0;
-                f.iovecs.push(libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() });
-            }
+            // The remainder after earlier attempts, as `run_batch` resubmits it.
+            let offset = {
+                let mut op = f.write.as_op();
+                op.done = f.done;
+                let (offset, iovecs) = op.remaining_iovecs();
+                f.iovecs = iovecs;
+                offset
+            };
             let Ok(iov_count) = u32::try_from(f.iovecs.len()) else {
                 drop(sq);
                 self.backlog.pop_front();
@@ -443,14 +439,14 @@ impl UringQueue {
                 continue;
             };
             let entry = opcode::Writev::new(types::Fd(fd), f.iovecs.as_ptr(), iov_count)
-                .offset(f.write.offset + f.done as u64)
+                .offset(offset)
                 .ioprio(ioprio_of(f.write.priority))
                 .build()
                 .user_data(slot as u64);
             // SAFETY: the SQE points at `f.iovecs` and through it into the
             // write's buffers; both are owned by the slot, which is freed
             // only after this request's CQE has been reaped (or, if the ring
-            // dies, after `drain_ring` waited for it). The descriptor stays
+            // dies, after `abandon_ring` waited for it). The descriptor stays
             // open because the slot holds the store.
             if unsafe { sq.push(&entry) }.is_err() {
                 break;
@@ -467,11 +463,13 @@ impl UringQueue {
         f.attempts += 1;
         let len = f.write.len();
         let outcome = if res < 0 {
-            let err = io::Error::from_raw_os_error(-res);
-            if matches!(-res, libc::EINTR | libc::EAGAIN) && f.attempts < MAX_ATTEMPTS_PER_OP {
+            if !matches!(-res, libc::EINTR | libc::EAGAIN) {
+                Some(Err(io::Error::from_raw_os_error(-res)))
+            } else if f.attempts < MAX_ATTEMPTS_PER_OP {
                 None
             } else {
-                Some(Err(err))
+                // Retried to the cap, as `run_batch` gives up: EIO.
+                Some(Err(io::Error::from_raw_os_error(libc::EIO)))
             }
         } else if res == 0 {
             Some(Err(io::Error::new(io::ErrorKind::WriteZero, "backing store accepted no bytes")))
@@ -646,6 +644,66 @@ mod tests {
         let b = io.open(&pb.0, &rw_create()).unwrap();
         let mut queue = io.write_queue();
         crate::io::queue::tests::exercise(&mut *queue, &a, &b);
+    }
+
+    /// The ring queue's handling of each CQE result, fed directly (a real
+    /// file never returns short or interrupted writes on demand): a short
+    /// write resubmits the remainder, EINTR/EAGAIN retry, zero bytes and
+    /// other errors fail the write, and the attempt cap ends in EIO.
+    #[test]
+    fn write_queue_cqe_results_follow_the_retry_policy() {
+        let Some(_) = uring(8) else { return };
+        let path = TempPath::new("queue-cqe");
+        let store = crate::io::fd::open_fd_store(&path.0, &rw_create(), Arc::new(SyncEngine)).unwrap();
+        let mut q = UringQueue::new(new_thread_ring(8).unwrap());
+        let buf = Arc::new(crate::folio::AlignedBuf::zeroed(2 * BLOCK_SIZE));
+        let start = |q: &mut UringQueue, tag: u64| {
+            let segments = vec![crate::io::queue::Segment { buf: buf.clone(), range: 0..2 * BLOCK_SIZE }];
+            q.slots.push(Some(QueuedSlot {
+                write: QueuedWrite { store: store.clone(), offset: 0, segments, priority: IoPriority::Async, tag },
+                done: 0,
+                attempts: 0,
+                iovecs: Vec::new(),
+            }));
+            q.queued += 1;
+            q.in_ring += 1; // as if its SQE were in the ring
+            q.slots.len() - 1
+        };
+        let taken = |q: &mut UringQueue| std::mem::take(&mut q.ready);
+
+        let s = start(&mut q, 1);
+        q.complete(s, BLOCK_SIZE as i32);
+        assert_eq!(q.backlog.pop_front(), Some(s), "a short write goes again");
+        assert_eq!(q.slots[s].as_ref().unwrap().done, BLOCK_SIZE);
+        q.in_ring += 1;
+        q.complete(s, -libc::EINTR);
+        assert_eq!(q.backlog.pop_front(), Some(s), "EINTR retries");
+        q.in_ring += 1;
+        q.complete(s, BLOCK_SIZE as i32);
+        let done = taken(&mut q);
+        assert_eq!((done.len(), done[0].tag), (1, 1));
+        assert_eq!(*done[0].result.as_ref().unwrap(), 2 * BLOCK_SIZE, "the whole write is reported");
+        assert!(q.slots[s].is_none() && q.backlog.is_empty());
+
+        let s = start(&mut q, 2);
+        q.complete(s, 0);
+        let done = taken(&mut q);
+        assert_eq!(done[0].result.as_ref().unwrap_err().kind(), io::ErrorKind::WriteZero);
+
+        let s = start(&mut q, 3);
+        q.complete(s, -libc::ENOSPC);
+        assert_eq!(taken(&mut q)[0].result.as_ref().unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+
+        let s = start(&mut q, 4);
+        for _ in 1..MAX_ATTEMPTS_PER_OP {
+            q.complete(s, -libc::EAGAIN);
+            assert_eq!(q.backlog.pop_front(), Some(s));
+            q.in_ring += 1;
+        }
+        q.complete(s, -libc::EAGAIN);
+        assert_eq!(taken(&mut q)[0].result.as_ref().unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert_eq!(q.in_ring, 0);
+        q.queued = 0; // the results were taken by hand
     }
 
     #[test]
