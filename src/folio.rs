@@ -65,6 +65,17 @@ const SLAB_CLASSES: usize = (MAPPED_BUF_MIN_BYTES / BLOCK_SIZE).trailing_zeros()
 /// frees whole slabs with one `madvise` each).
 const SLAB_RELEASE_BATCH_BYTES: usize = 4 << 20;
 
+/// Populated slabs the refill thread keeps ready, not yet given to a
+/// class. Populating is most of the cost of a new small buffer (a third of
+/// a 4 KiB write into an uncached block while the cache fills); a growing
+/// cache takes its slabs from here, and the thread populates the next ones
+/// on another core meanwhile. Buffers of [`MAPPED_BUF_MIN_BYTES`] and more
+/// are still populated by their writer: those writers are rarely the
+/// bottleneck, and the refill thread then only took CPU from the flusher
+/// (seq-write was no faster). Resident beyond what the cache counts: at
+/// most this many slabs, and only once slab buffers were asked for.
+const SLAB_STASH_TARGET: usize = 2;
+
 struct Slabs {
     /// Free slots (addresses) per class, reading as zeros; class `c` holds
     /// `BLOCK_SIZE << c` bytes.
@@ -72,10 +83,26 @@ struct Slabs {
     /// Freed slots whose pages still hold old bytes: (address, class).
     pending: Vec<(usize, usize)>,
     pending_bytes: usize,
+    /// Populated whole slabs (each its own mapping of [`SLAB_BYTES`]),
+    /// reading as zeros.
+    stash: Vec<usize>,
+    /// A slab was taken or populated inline since the stash was last
+    /// full: the refill thread should top it up.
+    refill_wanted: bool,
+    refill_thread_started: bool,
 }
 
-static SLABS: Mutex<Slabs> =
-    Mutex::new(Slabs { free: [const { Vec::new() }; SLAB_CLASSES], pending: Vec::new(), pending_bytes: 0 });
+static SLABS: Mutex<Slabs> = Mutex::new(Slabs {
+    free: [const { Vec::new() }; SLAB_CLASSES],
+    pending: Vec::new(),
+    pending_bytes: 0,
+    stash: Vec::new(),
+    refill_wanted: false,
+    refill_thread_started: false,
+});
+
+/// Wakes the refill thread when `refill_wanted` is set.
+static SLAB_REFILL: Condvar = Condvar::new();
 
 impl Slabs {
     /// Gives the pending slots' pages back to the kernel and makes the
@@ -118,7 +145,7 @@ fn slab_class(len: usize) -> Option<usize> {
 
 fn slab_alloc(class: usize) -> Option<NonNull<u8>> {
     let slot_bytes = BLOCK_SIZE << class;
-    {
+    let slab = {
         let mut slabs = SLABS.lock().unwrap_or_else(|e| e.into_inner());
         if slabs.free[class].is_empty() && slabs.pending.iter().any(|&(_, c)| c == class) {
             slabs.release_pending();
@@ -126,13 +153,57 @@ fn slab_alloc(class: usize) -> Option<NonNull<u8>> {
         if let Some(addr) = slabs.free[class].pop() {
             return NonNull::new(addr as *mut u8);
         }
-    }
+        let stashed = slabs.stash.pop();
+        slabs.want_refill();
+        stashed
+    };
     // Populate outside the lock: it takes a while.
-    let slab = map_populated(SLAB_BYTES)?;
-    let base = slab.as_ptr() as usize;
+    let base = match slab {
+        Some(base) => base,
+        None => map_populated(SLAB_BYTES)?.as_ptr() as usize,
+    };
     let mut slabs = SLABS.lock().unwrap_or_else(|e| e.into_inner());
     slabs.free[class].extend((1..SLAB_BYTES / slot_bytes).rev().map(|i| base + i * slot_bytes));
-    Some(slab)
+    NonNull::new(base as *mut u8)
+}
+
+impl Slabs {
+    /// Asks the refill thread (started on first use) to top up the stash.
+    fn want_refill(&mut self) {
+        if self.stash.len() >= SLAB_STASH_TARGET {
+            return;
+        }
+        self.refill_wanted = true;
+        if !self.refill_thread_started {
+            // Without the thread every slab is populated inline, as before.
+            self.refill_thread_started =
+                std::thread::Builder::new().name("wbc-slab-refill".into()).spawn(refill_slab_stash).is_ok();
+        }
+        SLAB_REFILL.notify_one();
+    }
+}
+
+/// The refill thread: populates slabs into the stash while it is below
+/// target and someone took from it since it was last full; sleeps
+/// otherwise. It lives as long as the process (one for all caches).
+fn refill_slab_stash() {
+    let mut slabs = SLABS.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        while !slabs.refill_wanted {
+            slabs = SLAB_REFILL.wait(slabs).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(slabs);
+        let slab = map_populated(SLAB_BYTES);
+        slabs = SLABS.lock().unwrap_or_else(|e| e.into_inner());
+        match slab {
+            Some(p) => slabs.stash.push(p.as_ptr() as usize),
+            // Out of memory: stop until the next demand.
+            None => slabs.refill_wanted = false,
+        }
+        if slabs.stash.len() >= SLAB_STASH_TARGET {
+            slabs.refill_wanted = false;
+        }
+    }
 }
 
 fn slab_free(ptr: NonNull<u8>, len: usize) {

@@ -193,6 +193,10 @@ pub struct Inode {
     pub shared: Arc<Shared>,
     pub domain: Arc<Domain>,
     mapping: RwLock<BTreeMap<u64, Arc<Folio>>>,
+    /// Insertions into `mapping`, counted under its write lock: a folio
+    /// placement chosen under the read lock still holds while this is
+    /// unchanged (removals only make room).
+    mapping_inserts: AtomicU64,
     dirty_index: Mutex<BTreeSet<u64>>,
     /// Logical file size in bytes.
     size: AtomicU64,
@@ -241,6 +245,7 @@ impl Inode {
             shared,
             domain,
             mapping: RwLock::new(BTreeMap::new()),
+            mapping_inserts: AtomicU64::new(0),
             dirty_index: Mutex::new(BTreeSet::new()),
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
@@ -316,32 +321,41 @@ impl Inode {
         may_wait: bool,
     ) -> io::Result<(Arc<Folio>, bool)> {
         debug_assert!(limit_block > block);
-        if let Some(f) = self.find(block) {
-            return Ok((f, false));
-        }
         let max_order = (self.shared.config.folio_max_bytes / BLOCK).trailing_zeros() as u8;
         loop {
-            let order = choose_order(&self.mapping_read(), block, limit_block, max_order);
+            let (order, inserts_seen) = {
+                let map = self.mapping_read();
+                if let Some(f) = find_in(&map, block) {
+                    return Ok((f.clone(), false));
+                }
+                (choose_order(&map, block, limit_block, max_order), self.mapping_inserts.load(Ordering::Acquire))
+            };
             let len = BLOCK_SIZE << order;
             // Get the memory (may evict) before taking the mapping lock:
             // eviction takes mapping locks itself.
             let buf = self.shared.reserve_folio_buf(len, may_wait)?;
             let mut map = self.mapping_write();
-            if let Some(f) = find_in(&map, block) {
-                let f = f.clone();
-                drop(map);
-                self.shared.release_folio_buf(Some(buf), len);
-                return Ok((f, false));
+            // Only an insertion can cover `block` or crowd the chosen folio
+            // (removals only make room): without one, the choice stands.
+            if self.mapping_inserts.load(Ordering::Acquire) != inserts_seen {
+                if let Some(f) = find_in(&map, block) {
+                    let f = f.clone();
+                    drop(map);
+                    self.shared.release_folio_buf(Some(buf), len);
+                    return Ok((f, false));
+                }
+                // The mapping gained a neighbour meanwhile: start over with
+                // a smaller folio.
+                if choose_order(&map, block, limit_block, order) != order {
+                    drop(map);
+                    self.shared.release_folio_buf(Some(buf), len);
+                    continue;
+                }
             }
-            // The mapping may have gained a neighbour meanwhile: start over
-            // with a smaller folio.
-            if choose_order(&map, block, limit_block, order) != order {
-                drop(map);
-                self.shared.release_folio_buf(Some(buf), len);
-                continue;
-            }
+            debug_assert!(find_in(&map, block).is_none() && choose_order(&map, block, limit_block, order) == order);
             let folio = Arc::new(Folio::with_buf(block, order, for_fill, buf));
             map.insert(block, folio.clone());
+            self.mapping_inserts.fetch_add(1, Ordering::AcqRel);
             drop(map);
             return Ok((self.register_new_folio(folio), true));
         }
@@ -373,15 +387,15 @@ impl Inode {
     /// whether it was removed. Used by eviction and drop-behind.
     pub fn try_remove_clean(&self, folio: &Arc<Folio>) -> bool {
         let mut map = self.mapping_write();
-        match map.get(&folio.index) {
-            Some(f) if Arc::ptr_eq(f, folio) => {}
-            _ => return false,
+        let std::collections::btree_map::Entry::Occupied(entry) = map.entry(folio.index) else { return false };
+        if !Arc::ptr_eq(entry.get(), folio) {
+            return false;
         }
         let mut st = folio.lock();
         if st.removed || st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight {
             return false;
         }
-        map.remove(&folio.index);
+        entry.remove();
         self.release_removed(folio, &mut st);
         true
     }
