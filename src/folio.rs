@@ -160,7 +160,7 @@ fn slab_alloc(class: usize) -> Option<NonNull<u8>> {
     // Populate outside the lock: it takes a while.
     let base = match slab {
         Some(base) => base,
-        None => map_populated(SLAB_BYTES)?.as_ptr() as usize,
+        None => map_populated(SLAB_BYTES, Populate::Bulk)?.as_ptr() as usize,
     };
     let mut slabs = SLABS.lock().unwrap_or_else(|e| e.into_inner());
     slabs.free[class].extend((1..SLAB_BYTES / slot_bytes).rev().map(|i| base + i * slot_bytes));
@@ -193,7 +193,7 @@ fn refill_slab_stash() {
             slabs = SLAB_REFILL.wait(slabs).unwrap_or_else(|e| e.into_inner());
         }
         drop(slabs);
-        let slab = map_populated(SLAB_BYTES);
+        let slab = map_populated(SLAB_BYTES, Populate::PageByPage);
         slabs = SLABS.lock().unwrap_or_else(|e| e.into_inner());
         match slab {
             Some(p) => slabs.stash.push(p.as_ptr() as usize),
@@ -222,25 +222,40 @@ fn slab_free(ptr: NonNull<u8>, len: usize) {
 /// (`MADV_HUGEPAGE`) made the first fill of the cache 2.5× slower on this
 /// project's virtual machines (the host backs each fresh huge page on first
 /// touch; the small pages come from the guest's recycled free lists).
-fn map_populated(len: usize) -> Option<NonNull<u8>> {
+fn map_populated(len: usize, how: Populate) -> Option<NonNull<u8>> {
+    let flags = match how {
+        Populate::Bulk => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+        Populate::PageByPage => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    };
     // SAFETY: a fresh private anonymous mapping; no existing memory is
     // touched. MAP_POPULATE only pre-faults it.
-    let raw = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-            -1,
-            0,
-        )
-    };
+    let raw = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     if raw == libc::MAP_FAILED {
         return None;
     }
     let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap never returns NULL on success");
     debug_assert_eq!(ptr.as_ptr() as usize % BLOCK_SIZE, 0, "mappings are page aligned");
+    if how == Populate::PageByPage {
+        for page in (0..len).step_by(BLOCK_SIZE) {
+            // SAFETY: `page` lies inside the mapping just made, which
+            // nobody else knows of yet; writing the zero it already reads
+            // as only faults the page in.
+            unsafe { std::ptr::write_volatile(ptr.as_ptr().add(page), 0) };
+        }
+    }
     Some(ptr)
+}
+
+/// How [`map_populated`] faults a new mapping in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Populate {
+    /// `MAP_POPULATE`: cheapest per page, but the process's `mmap_lock`
+    /// is held throughout, and a writer's `malloc` growing its arena
+    /// (`mprotect`) waits for all of it.
+    Bulk,
+    /// One write per page: each fault takes only its mapping's own lock,
+    /// so the refill thread never holds up the threads it works for.
+    PageByPage,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.
@@ -260,7 +275,7 @@ impl AlignedBuf {
                 return AlignedBuf { ptr, len, origin: Origin::Slab };
             }
         } else if len >= MAPPED_BUF_MIN_BYTES {
-            if let Some(ptr) = map_populated(len) {
+            if let Some(ptr) = map_populated(len, Populate::Bulk) {
                 return AlignedBuf { ptr, len, origin: Origin::Mapped };
             }
         }
