@@ -49,13 +49,14 @@ enum Origin {
 
 /// Smaller power-of-two buffers are slots of [`SLAB_BYTES`] populated
 /// mappings, one size class per slab: a fresh 4 KiB folio then costs a
-/// share of one bulk populate instead of an aligned `calloc` (heap
+/// share of one populated slab (faulted in ahead by the refill thread, see
+/// [`SLAB_STASH_TARGET`]) instead of an aligned `calloc` (heap
 /// bookkeeping, zeroing, a page fault), which was half of a 4 KiB write
 /// into an uncached block. A freed slot's pages go back to the kernel
 /// (`MADV_DONTNEED`, in batches, so it reads as zeros when reused) and the
 /// slot is kept for the next buffer of its class. Resident beyond what the
-/// cache counts: the unused part of at most one slab per class, and at
-/// most [`SLAB_RELEASE_BATCH_BYTES`] of freed slots awaiting release.
+/// cache counts: the unused part of at most one slab per class, the stash,
+/// and at most [`SLAB_RELEASE_BATCH_BYTES`] of freed slots awaiting release.
 const SLAB_BYTES: usize = 2 << 20;
 const SLAB_CLASSES: usize = (MAPPED_BUF_MIN_BYTES / BLOCK_SIZE).trailing_zeros() as usize;
 
@@ -679,6 +680,30 @@ mod tests {
                     b.fill(0xa5);
                 }
             }
+        }
+    }
+
+    /// The refill thread fills the stash, and buffers carved from stashed
+    /// slabs read as zeros and never overlap (other tests share the slabs,
+    /// so only what holds under any interleaving is checked).
+    #[test]
+    fn stashed_slabs_are_refilled_and_hand_out_zeroed_buffers() {
+        SLABS.lock().unwrap().want_refill();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while SLABS.lock().unwrap().stash.len() < SLAB_STASH_TARGET {
+            assert!(std::time::Instant::now() < deadline, "the refill thread tops the stash up");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // More slabs' worth of the largest slab class than the stash holds.
+        let len = MAPPED_BUF_MIN_BYTES / 2;
+        let count = (SLAB_STASH_TARGET + 2) * SLAB_BYTES / len;
+        let bufs: Vec<AlignedBuf> = (0..count).map(|_| AlignedBuf::zeroed(len)).collect();
+        let mut ranges: Vec<(usize, usize)> = bufs.iter().map(|b| (b.as_ptr() as usize, b.len())).collect();
+        ranges.sort_unstable();
+        assert!(ranges.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0), "live buffers never overlap");
+        for b in &bufs {
+            assert_eq!(b.as_ptr() as usize % BLOCK_SIZE, 0);
+            assert!(b.iter().all(|&x| x == 0), "a buffer from a stashed slab reads as zeros");
         }
     }
 
