@@ -207,7 +207,7 @@ pub trait BackingStore: Send + Sync {
     }
 }
 
-fn is_retryable(err: &io::Error) -> bool {
+pub(crate) fn is_retryable(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN))
 }
 

@@ -20,13 +20,15 @@
 //!
 //! [`BatchQueue`] is the backend-independent implementation: it runs what
 //! was pushed as one [`super::run_batch`] per store when asked to wait. The
-//! io_uring backend has a truly asynchronous one (`uring::UringQueue`).
+//! io_uring and thread-pool backends have truly asynchronous ones
+//! (`uring::UringQueue`, `threads::PoolQueue`), which share
+//! [`QueuedSlot`]'s retry policy.
 
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{run_batch, BackingStore, IoOp, IoPriority};
+use super::{is_retryable, run_batch, Attempt, BackingStore, IoOp, IoPriority, MAX_ATTEMPTS_PER_OP};
 use crate::folio::AlignedBuf;
 
 /// A part of a queued write: a byte range of a shared buffer.
@@ -74,6 +76,59 @@ impl QueuedWrite {
 pub struct Completion {
     pub tag: u64,
     pub result: io::Result<usize>,
+}
+
+/// A queued write and its progress while an asynchronous queue owns it.
+pub(crate) struct QueuedSlot {
+    pub write: QueuedWrite,
+    /// Bytes written by earlier attempts.
+    pub done: usize,
+    pub attempts: u32,
+    /// The iovec array of the current attempt when the kernel reads it
+    /// after the call that submitted it (io_uring); moving a `QueuedSlot`
+    /// does not move the array's heap storage.
+    pub iovecs: Vec<libc::iovec>,
+}
+
+impl QueuedSlot {
+    pub fn new(write: QueuedWrite) -> QueuedSlot {
+        QueuedSlot { write, done: 0, attempts: 0, iovecs: Vec::new() }
+    }
+
+    /// The next attempt: the offset and iovecs of what is still unwritten,
+    /// as `run_batch` resubmits a short write's remainder.
+    pub fn remaining_iovecs(&self) -> (u64, Vec<libc::iovec>) {
+        let mut op = self.write.as_op();
+        op.done = self.done;
+        op.remaining_iovecs()
+    }
+
+    /// Folds one attempt's outcome into the write, with `run_batch`'s
+    /// policy: the final result, or `None` when the rest must go again
+    /// (a short write, or `EINTR`/`EAGAIN` below the attempt cap).
+    pub fn fold_attempt(&mut self, attempt: Attempt) -> Option<io::Result<usize>> {
+        self.attempts += 1;
+        let len = self.write.len();
+        match attempt {
+            Err(e) if is_retryable(&e) => {
+                // Retried to the cap, as `run_batch` gives up: EIO.
+                (self.attempts >= MAX_ATTEMPTS_PER_OP).then(|| Err(io::Error::from_raw_os_error(libc::EIO)))
+            }
+            Err(e) => Some(Err(e)),
+            Ok(0) => Some(Err(io::Error::new(io::ErrorKind::WriteZero, "backing store accepted no bytes"))),
+            Ok(n) => {
+                self.done += n;
+                assert!(self.done <= len, "the backend reported more bytes than asked");
+                if self.done == len {
+                    Some(Ok(len))
+                } else if self.attempts >= MAX_ATTEMPTS_PER_OP {
+                    Some(Err(io::Error::from_raw_os_error(libc::EIO)))
+                } else {
+                    None // short: the rest goes again
+                }
+            }
+        }
+    }
 }
 
 /// Writes in flight, owned by one thread.

@@ -10,6 +10,9 @@
 //! - Workers share one FIFO job queue; a worker sets its own I/O priority to
 //!   the job's `ioprio` so the device scheduler still sees sync vs async (the
 //!   op the caller runs itself keeps the caller's priority).
+//! - [`PoolQueue`] (the flusher's asynchronous writes) owns its writes'
+//!   buffers and frees a write only after its job answered; every job
+//!   answers exactly once, a job dropped unrun with `EIO` ([`Reply`]).
 //! - The pool lives as long as the [`ThreadsIo`] or any store it opened;
 //!   when the last of them is dropped, the queue closes and the workers are
 //!   joined.
@@ -23,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use super::fd::{ioprio_of, open_fd_store, rw_iovecs, rw_once, FdEngine};
+use super::queue::{Completion, QueuedSlot, QueuedWrite, WriteQueue};
 use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
 
 /// Most workers a pool runs: the pool only has to keep a device queue busy,
@@ -70,6 +74,10 @@ impl Io for ThreadsIo {
     fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>> {
         open_fd_store(path, how, self.pool.clone())
     }
+
+    fn write_queue(&self) -> Box<dyn WriteQueue> {
+        Box::new(PoolQueue::new(self.pool.clone()))
+    }
 }
 
 /// One attempt at one op, executed by a worker.
@@ -79,9 +87,45 @@ struct Job {
     iovecs: Vec<libc::iovec>,
     write: bool,
     ioprio: u16,
-    /// Index of the op in its batch.
+    reply: Reply,
+}
+
+/// Where a job's answer goes: `(index, attempt)` on the submitter's
+/// channel. Every job answers exactly once: a job dropped unrun (a worker
+/// died with it queued) answers `EIO` from here, so a submitter waiting
+/// for its answers never hangs; a job the submitter ran itself after the
+/// pool refused it is disarmed instead.
+struct Reply {
+    to: mpsc::Sender<(usize, Attempt)>,
+    /// The op's index in its batch, or the write's slot in its queue.
     index: usize,
-    reply: mpsc::Sender<(usize, Attempt)>,
+    answered: bool,
+}
+
+impl Reply {
+    fn new(to: mpsc::Sender<(usize, Attempt)>, index: usize) -> Reply {
+        Reply { to, index, answered: false }
+    }
+
+    fn send(mut self, attempt: Attempt) {
+        self.answered = true;
+        // A submitter only stops listening once every job has answered, so
+        // a failed send means it is gone; nothing to do.
+        let _ = self.to.send((self.index, attempt));
+    }
+
+    /// For a job the submitter runs itself: no answer will come.
+    fn disarm(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self.to.send((self.index, Err(io::Error::from_raw_os_error(libc::EIO))));
+        }
+    }
 }
 
 /// A [`Job`] that may cross to a worker thread.
@@ -90,7 +134,9 @@ struct SendJob(Job);
 // SAFETY: the only non-Send part of a Job is the raw pointers in its iovecs.
 // They point into buffers borrowed by the submitting `submit_once` call, which
 // does not return (nor unwind past its `Batch` guard) until this job has
-// answered or been dropped, so the memory outlives every use by the worker.
+// answered or been dropped, or into buffers a `PoolQueue` slot owns, which it
+// frees only after the job answered (its drop waits for every job out); so
+// the memory outlives every use by the worker.
 unsafe impl Send for SendJob {}
 
 struct Pool {
@@ -176,9 +222,7 @@ fn worker_loop(jobs: &Mutex<mpsc::Receiver<SendJob>>, stats: &PoolStats) {
         // until this job answers (see SendJob); nobody else touches them.
         let attempt = unsafe { rw_iovecs(job.fd, job.offset, &job.iovecs, job.write) };
         stats.attempts.fetch_add(1, Ordering::Relaxed);
-        // The submitter only stops listening once every job has answered, so
-        // a failed send means it is gone; nothing to do.
-        let _ = job.reply.send((job.index, attempt));
+        job.reply.send(attempt);
     }
 }
 
@@ -251,11 +295,14 @@ impl FdEngine for Pool {
                 let write = op.is_write();
                 let ioprio = ioprio_of(op.priority);
                 let (offset, iovecs) = op.remaining_iovecs();
-                let job = Job { fd, offset, iovecs, write, ioprio, index, reply: batch.reply_to() };
+                let job = Job { fd, offset, iovecs, write, ioprio, reply: Reply::new(batch.reply_to(), index) };
                 match self.dispatch(job) {
                     Ok(()) => batch.outstanding += 1,
                     // No worker: the job never ran, do it here.
-                    Err(_) => results[index] = Some(rw_once(fd, op)),
+                    Err(job) => {
+                        job.reply.disarm();
+                        results[index] = Some(rw_once(fd, op));
+                    }
                 }
             }
             // The calling thread would only wait; let it do one op meanwhile.
@@ -264,6 +311,155 @@ impl FdEngine for Pool {
             batch.wait(&mut results);
         }
         results.into_iter().map(|r| r.unwrap_or_else(|| Err(io::Error::from_raw_os_error(libc::EIO)))).collect()
+    }
+}
+
+/// [`WriteQueue`] on the pool: each write is handed to the workers as soon
+/// as it is pushed (at the latest on the next `reap`), and its answer is
+/// folded in when it arrives, so the device stays busy while the owner
+/// builds the next writes, and writes to different stores run side by side
+/// (the batch queue ran one store's batch after another).
+///
+/// Invariants: every slot in `slots` that is `Some` is either in `backlog`
+/// (not handed to the pool) or has exactly one job out (`in_pool` counts
+/// those); a slot is freed only after its job answered. Every job answers
+/// ([`Reply`]), so waiting for `in_pool` answers always ends.
+pub struct PoolQueue {
+    pool: Arc<Pool>,
+    slots: Vec<Option<QueuedSlot>>,
+    free: Vec<usize>,
+    backlog: std::collections::VecDeque<usize>,
+    in_pool: usize,
+    answers_to: mpsc::Sender<(usize, Attempt)>,
+    answers: mpsc::Receiver<(usize, Attempt)>,
+    ready: Vec<Completion>,
+    queued: usize,
+}
+
+impl PoolQueue {
+    fn new(pool: Arc<Pool>) -> PoolQueue {
+        let (answers_to, answers) = mpsc::channel();
+        PoolQueue {
+            pool,
+            slots: Vec::new(),
+            free: Vec::new(),
+            backlog: Default::default(),
+            in_pool: 0,
+            answers_to,
+            answers,
+            ready: Vec::new(),
+            queued: 0,
+        }
+    }
+
+    fn finish(&mut self, slot: usize, result: io::Result<usize>) {
+        let f = self.slots[slot].take().expect("a finishing slot is in use");
+        self.free.push(slot);
+        self.ready.push(Completion { tag: f.write.tag, result });
+    }
+
+    /// Hands the backlog to the workers; a write the pool cannot take (no
+    /// worker) runs here.
+    fn dispatch_backlog(&mut self) {
+        while let Some(slot) = self.backlog.pop_front() {
+            let f = self.slots[slot].as_mut().expect("backlog slots are in use");
+            let fd = f.write.store.raw_fd().expect("only stores with a descriptor are queued on the pool");
+            let (offset, iovecs) = f.remaining_iovecs();
+            let ioprio = ioprio_of(f.write.priority);
+            let job = Job { fd, offset, iovecs, write: true, ioprio, reply: Reply::new(self.answers_to.clone(), slot) };
+            match self.pool.dispatch(job) {
+                Ok(()) => self.in_pool += 1,
+                Err(job) => {
+                    job.reply.disarm();
+                    // From what earlier attempts left: rewriting nothing twice.
+                    let mut op = f.write.as_op();
+                    op.done = f.done;
+                    let attempt = rw_once(fd, &mut op);
+                    self.fold(slot, attempt);
+                }
+            }
+        }
+    }
+
+    /// Folds one attempt into its write: done, or back to the backlog.
+    fn fold(&mut self, slot: usize, attempt: Attempt) {
+        let f = self.slots[slot].as_mut().expect("an answer names a slot in use");
+        match f.fold_attempt(attempt) {
+            Some(result) => self.finish(slot, result),
+            None => self.backlog.push_back(slot),
+        }
+    }
+
+    fn take_answer(&mut self, (slot, attempt): (usize, Attempt)) {
+        assert!(self.in_pool > 0, "an answer for a job out");
+        self.in_pool -= 1;
+        self.fold(slot, attempt);
+    }
+}
+
+impl WriteQueue for PoolQueue {
+    fn push(&mut self, write: QueuedWrite) {
+        self.queued += 1;
+        if write.store.raw_fd().is_none() || write.is_empty() {
+            let result = if write.is_empty() { Ok(0) } else { write.run_now() };
+            self.ready.push(Completion { tag: write.tag, result });
+            return;
+        }
+        let f = QueuedSlot::new(write);
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(f);
+                i
+            }
+            None => {
+                self.slots.push(Some(f));
+                self.slots.len() - 1
+            }
+        };
+        self.backlog.push_back(slot);
+        // Start it now: a worker may be idle, and a pass's writes are
+        // pushed one by one.
+        self.dispatch_backlog();
+    }
+
+    fn len(&self) -> usize {
+        self.queued
+    }
+
+    fn reap(&mut self, wait: bool) -> Vec<Completion> {
+        loop {
+            self.dispatch_backlog();
+            while let Ok(answer) = self.answers.try_recv() {
+                self.take_answer(answer);
+            }
+            if !self.ready.is_empty() || !wait || self.queued == 0 {
+                break;
+            }
+            if !self.backlog.is_empty() {
+                continue; // retries (or pool-less writes) to start first
+            }
+            assert!(self.in_pool > 0, "queued writes are in the backlog or out on the pool");
+            let answer = self.answers.recv().expect("the queue holds a sender of its own");
+            self.take_answer(answer);
+        }
+        // Retries folded in above go out now, not at the next call.
+        self.dispatch_backlog();
+        let done = std::mem::take(&mut self.ready);
+        self.queued -= done.len();
+        done
+    }
+}
+
+impl Drop for PoolQueue {
+    /// Waits for every job still out: their buffers must outlive them. The
+    /// owner normally drains the queue before dropping it.
+    fn drop(&mut self) {
+        while self.in_pool > 0 {
+            match self.answers.recv() {
+                Ok(_) => self.in_pool -= 1,
+                Err(_) => break, // cannot happen: we hold a sender
+            }
+        }
     }
 }
 
@@ -362,7 +558,45 @@ mod tests {
 
     fn dummy_job() -> Job {
         let (reply, _) = mpsc::channel();
-        Job { fd: -1, offset: 0, iovecs: Vec::new(), write: false, ioprio: 0, index: 0, reply }
+        Job { fd: -1, offset: 0, iovecs: Vec::new(), write: false, ioprio: 0, reply: Reply::new(reply, 0) }
+    }
+
+    #[test]
+    fn write_queue_completes_every_write_once_across_stores() {
+        let io = ThreadsIo::new(4);
+        let (pa, pb) = (TempPath::new("pool-queue-a"), TempPath::new("pool-queue-b"));
+        let a = io.open(&pa.0, &rw_create()).unwrap();
+        let b = io.open(&pb.0, &rw_create()).unwrap();
+        let mut queue = io.write_queue();
+        crate::io::queue::tests::exercise(&mut *queue, &a, &b);
+        assert!(io.worker_attempts() > 0, "the writes ran on the workers");
+    }
+
+    /// Without workers the queue still completes everything, on the
+    /// owner's thread.
+    #[test]
+    fn write_queue_without_workers_runs_writes_inline() {
+        let pool = Arc::new(Pool::new(0));
+        let (pa, pb) = (TempPath::new("pool-queue-inline-a"), TempPath::new("pool-queue-inline-b"));
+        let a = open_fd_store(&pa.0, &rw_create(), pool.clone()).unwrap();
+        let b = open_fd_store(&pb.0, &rw_create(), pool.clone()).unwrap();
+        let mut queue = PoolQueue::new(pool);
+        crate::io::queue::tests::exercise(&mut queue, &a, &b);
+    }
+
+    /// A job dropped without running (its worker gone) still answers, with
+    /// EIO, so nobody waits for it forever; a disarmed one stays silent.
+    #[test]
+    fn a_job_dropped_unrun_answers_eio() {
+        let (to, answers) = mpsc::channel();
+        drop(Job { fd: -1, offset: 0, iovecs: Vec::new(), write: true, ioprio: 0, reply: Reply::new(to.clone(), 7) });
+        let (index, attempt) = answers.try_recv().expect("a dropped job answers");
+        assert_eq!(index, 7);
+        assert_eq!(attempt.unwrap_err().raw_os_error(), Some(libc::EIO));
+        Reply::new(to.clone(), 8).disarm();
+        Reply::new(to, 9).send(Ok(4096));
+        assert_eq!(answers.try_recv().map(|(i, a)| (i, a.unwrap())).ok(), Some((9, 4096)), "one answer each");
+        assert!(answers.try_recv().is_err());
     }
 
     /// Workers outlive the ThreadsIo while a store still uses them, and are

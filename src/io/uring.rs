@@ -26,8 +26,8 @@ use std::time::Duration;
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 
 use super::fd::{ioprio_of, open_fd_store, FdEngine, SyncEngine};
-use super::queue::{BatchQueue, Completion, QueuedWrite, WriteQueue};
-use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow, MAX_ATTEMPTS_PER_OP};
+use super::queue::{BatchQueue, Completion, QueuedSlot, QueuedWrite, WriteQueue};
+use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
 
 /// The kernel's limit on ring entries (`IORING_MAX_ENTRIES`).
 const MAX_RING_ENTRIES: u32 = 32_768;
@@ -365,17 +365,6 @@ fn drain_after_failure(ring: &mut IoUring, mut outstanding: usize, results: &mut
     }
 }
 
-/// A queued write and its progress while the queue owns it.
-struct QueuedSlot {
-    write: QueuedWrite,
-    /// Bytes written by earlier attempts.
-    done: usize,
-    attempts: u32,
-    /// The iovec array of the current attempt; the SQE points into it, and
-    /// moving a `QueuedSlot` does not move the array's heap storage.
-    iovecs: Vec<libc::iovec>,
-}
-
 /// [`WriteQueue`] on an io_uring of its own: writes are submitted as soon as
 /// the submission queue has room and completed as their CQEs arrive, so the
 /// device stays busy while the owner builds the next writes.
@@ -423,14 +412,8 @@ impl UringQueue {
             }
             let f = self.slots[slot].as_mut().expect("backlog slots are in use");
             let fd = f.write.store.raw_fd().expect("only stores with a descriptor are queued on the ring");
-            // The remainder after earlier attempts, as `run_batch` resubmits it.
-            let offset = {
-                let mut op = f.write.as_op();
-                op.done = f.done;
-                let (offset, iovecs) = op.remaining_iovecs();
-                f.iovecs = iovecs;
-                offset
-            };
+            let (offset, iovecs) = f.remaining_iovecs();
+            f.iovecs = iovecs;
             let Ok(iov_count) = u32::try_from(f.iovecs.len()) else {
                 drop(sq);
                 self.backlog.pop_front();
@@ -460,31 +443,8 @@ impl UringQueue {
     fn complete(&mut self, slot: usize, res: i32) {
         self.in_ring -= 1;
         let f = self.slots[slot].as_mut().expect("a CQE names a slot in use");
-        f.attempts += 1;
-        let len = f.write.len();
-        let outcome = if res < 0 {
-            if !matches!(-res, libc::EINTR | libc::EAGAIN) {
-                Some(Err(io::Error::from_raw_os_error(-res)))
-            } else if f.attempts < MAX_ATTEMPTS_PER_OP {
-                None
-            } else {
-                // Retried to the cap, as `run_batch` gives up: EIO.
-                Some(Err(io::Error::from_raw_os_error(libc::EIO)))
-            }
-        } else if res == 0 {
-            Some(Err(io::Error::new(io::ErrorKind::WriteZero, "backing store accepted no bytes")))
-        } else {
-            f.done += res as usize;
-            assert!(f.done <= len, "the kernel reported more bytes than asked");
-            if f.done == len {
-                Some(Ok(len))
-            } else if f.attempts >= MAX_ATTEMPTS_PER_OP {
-                Some(Err(io::Error::from_raw_os_error(libc::EIO)))
-            } else {
-                None // short: the rest goes again
-            }
-        };
-        match outcome {
+        let attempt = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };
+        match f.fold_attempt(attempt) {
             Some(result) => self.finish(slot, result),
             None => self.backlog.push_back(slot),
         }
@@ -566,7 +526,7 @@ impl WriteQueue for UringQueue {
             self.ready.push(Completion { tag: write.tag, result });
             return;
         }
-        let f = QueuedSlot { write, done: 0, attempts: 0, iovecs: Vec::new() };
+        let f = QueuedSlot::new(write);
         let slot = match self.free.pop() {
             Some(i) => {
                 self.slots[i] = Some(f);
@@ -695,7 +655,7 @@ mod tests {
         assert_eq!(taken(&mut q)[0].result.as_ref().unwrap_err().raw_os_error(), Some(libc::ENOSPC));
 
         let s = start(&mut q, 4);
-        for _ in 1..MAX_ATTEMPTS_PER_OP {
+        for _ in 1..crate::io::MAX_ATTEMPTS_PER_OP {
             q.complete(s, -libc::EAGAIN);
             assert_eq!(q.backlog.pop_front(), Some(s));
             q.in_ring += 1;
