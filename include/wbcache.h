@@ -108,7 +108,7 @@ int wbc_close(wbc_file *f);
 /**
  * Reads up to len bytes at offset off into buf; fewer only at end of file.
  * flags: 0 or WBC_DONTCACHE (any other bit is -EINVAL). buf need not be
- * initialized.
+ * initialized; bytes of it past those read are left untouched.
  *
  * Returns the number of bytes read (0 at or past end of file) or -errno:
  * -EBADF on a write-only handle or after wbc_cache_close, -EINVAL for a

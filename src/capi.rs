@@ -370,7 +370,8 @@ fn io_flags(flags: u32) -> Result<WriteFlags, Failure> {
 /// Reads up to `len` bytes at `off` into `buf`; fewer only at end of file.
 /// `flags` is 0 or `WBC_DONTCACHE` (other bits: `-EINVAL`). Returns the
 /// bytes read (0 at or past end of file) or `-errno` (`-EBADF` on a
-/// write-only handle or after [`wbc_cache_close`]).
+/// write-only handle or after [`wbc_cache_close`]). Bytes of `buf` past
+/// those read are left untouched.
 ///
 /// # Safety
 /// `f` is NULL or a live pointer from [`wbc_open`]; `buf` is NULL or valid
@@ -387,26 +388,20 @@ pub unsafe extern "C" fn wbc_pread(f: *mut wbc_file, buf: *mut c_void, len: usiz
             return Err(einval("length exceeds SSIZE_MAX"));
         }
         let flags = io_flags(flags)?;
-        // Only the part of `buf` the file can fill is turned into a slice,
-        // and it is zeroed first: `&mut [u8]` must cover initialized bytes
-        // and the caller's buffer may be fresh from malloc. (A closed cache
-        // reports EBADF here already; a write-only handle in the read.)
-        let available = file.len()?.saturating_sub(off);
-        let n = usize::try_from(available).map_or(len, |a| a.min(len));
-        let slice: &mut [u8] = if n == 0 {
+        // The caller's buffer may be fresh from malloc: it is lent as
+        // possibly uninitialized bytes, and only those the read returns are
+        // written (no zeroing first).
+        let slice: &mut [std::mem::MaybeUninit<u8>] = if len == 0 {
             &mut []
         } else {
-            // SAFETY: `buf` is non-NULL and valid for `len >= n` bytes of
-            // writes (caller contract), `n <= isize::MAX`, and u8 has no
-            // alignment requirement. The bytes are initialized by
-            // `write_bytes` before the slice is formed, and the slice lives
-            // only for this call, during which the caller lends us `buf`.
-            unsafe {
-                ptr::write_bytes(buf.cast::<u8>(), 0, n);
-                std::slice::from_raw_parts_mut(buf.cast::<u8>(), n)
-            }
+            // SAFETY: `buf` is non-NULL and valid for `len` bytes of writes
+            // (caller contract), `len <= isize::MAX`, and `MaybeUninit<u8>`
+            // has no alignment requirement and no validity requirement. The
+            // slice lives only for this call, during which the caller lends
+            // us `buf`.
+            unsafe { std::slice::from_raw_parts_mut(buf.cast(), len) }
         };
-        Ok(file.read_at_with(slice, off, flags).map(to_i64)?)
+        Ok(file.read_at_uninit(slice, off, flags).map(to_i64)?)
     })
 }
 
@@ -872,6 +867,28 @@ mod tests {
         let dir = TempDir::new();
         exercise("capacity=64M,dirty_limit=16M,io=uring", &dir.path("u.bin"), &dir.path("missing"));
         assert_eq!(std::fs::metadata(dir.0.join("u.bin")).unwrap().len(), 150_000);
+    }
+
+    /// A read writes the bytes it returns and nothing else of the caller's
+    /// buffer (no zeroing of the part past end of file).
+    #[test]
+    fn pread_writes_only_the_bytes_it_returns() {
+        let dir = TempDir::new();
+        let path = dir.path("p.bin");
+        std::fs::write(dir.0.join("p.bin"), vec![1u8; 10_000]).unwrap();
+        let c = open_cache("capacity=64M,dirty_limit=16M,io=threads");
+        let f = open_file(c, &path, libc::O_RDONLY).unwrap();
+        let mut buf = vec![0xeeu8; 20_000];
+        // SAFETY: `f` is live and `buf` is valid for 20_000 bytes.
+        let n = unsafe { wbc_pread(f, buf.as_mut_ptr().cast(), 20_000, 500, 0) };
+        assert_eq!(n, 9_500);
+        assert!(buf[..9_500].iter().all(|&b| b == 1), "the file's bytes");
+        assert!(buf[9_500..].iter().all(|&b| b == 0xee), "past end of file the buffer is untouched");
+        // SAFETY: handles are live and each closed once.
+        unsafe {
+            assert_eq!(wbc_close(f), 0);
+            assert_eq!(wbc_cache_close(c), 0);
+        }
     }
 
     #[test]

@@ -151,6 +151,18 @@ impl File {
     /// [`File::read_at`] with flags (`DONTCACHE`: drop folios this read
     /// brought in once it has copied them).
     pub fn read_at_with(&self, buf: &mut [u8], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.read_at_uninit(crate::folio::as_uninit_mut(buf), off, flags)
+    }
+
+    /// [`File::read_at_with`] into a buffer that need not be initialized
+    /// (no zeroing first): the returned count of bytes at its start are
+    /// written and initialized; the rest are left untouched.
+    pub fn read_at_uninit(
+        &self,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+        off: u64,
+        flags: WriteFlags,
+    ) -> io::Result<usize> {
         let _op = self.enter(false)?;
         let size = self.inode.size();
         if off >= size || buf.is_empty() {

@@ -259,6 +259,26 @@ enum Populate {
     PageByPage,
 }
 
+/// Copies `src` into the start of `dst`, a caller's read buffer that may
+/// hold uninitialized bytes (a C caller's fresh `malloc`); the bytes after
+/// `src.len()` are left as they were.
+pub fn copy_to_uninit(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8]) {
+    assert!(src.len() <= dst.len(), "the copy fits its destination");
+    // SAFETY: both ranges are valid for `src.len()` bytes (checked above),
+    // `dst` is borrowed mutably so they cannot overlap, and writing
+    // initialized bytes into `MaybeUninit<u8>` is always allowed.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len()) };
+}
+
+/// An initialized buffer seen as one that may be uninitialized, for read
+/// paths shared with [`copy_to_uninit`]'s callers.
+pub fn as_uninit_mut(buf: &mut [u8]) -> &mut [std::mem::MaybeUninit<u8>] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`. The read paths only
+    // ever write initialized bytes through the result (`copy_to_uninit`),
+    // so `buf` stays initialized when the borrow ends.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len()) }
+}
+
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.
 unsafe impl Send for AlignedBuf {}
 // SAFETY: shared access only hands out `&[u8]`; mutation needs `&mut self`.

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use crate::cache::Shared;
 use crate::errseq::ErrSeq;
-use crate::folio::{metadata_bytes_for, AlignedBuf, DirtyMark, Folio, FolioState};
+use crate::folio::{copy_to_uninit, metadata_bytes_for, AlignedBuf, DirtyMark, Folio, FolioState};
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::stats::Counters;
@@ -625,7 +625,13 @@ impl Inode {
     /// `prev_end` is where this handle's previous read ended: a folio that
     /// read already touched is not counted as accessed again (sequential
     /// small reads of one large folio are one use, not many).
-    pub fn read_at(self: &Arc<Self>, buf: &mut [u8], off: u64, dontcache: bool, prev_end: u64) -> io::Result<usize> {
+    pub fn read_at(
+        self: &Arc<Self>,
+        buf: &mut [std::mem::MaybeUninit<u8>],
+        off: u64,
+        dontcache: bool,
+        prev_end: u64,
+    ) -> io::Result<usize> {
         let size = self.size();
         if off >= size || buf.is_empty() {
             return Ok(0);
@@ -654,7 +660,7 @@ impl Inode {
                 missed = true;
                 self.fill_blocks(&folio, &mut st, first, last)?;
             }
-            buf[done..done + n].copy_from_slice(&st.buf[folio_off..folio_off + n]);
+            copy_to_uninit(&mut buf[done..done + n], &st.buf[folio_off..folio_off + n]);
             let clean = st.nr_dirty == 0 && st.nr_writeback == 0;
             drop(st);
             if !dontcache {
