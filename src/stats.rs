@@ -29,6 +29,7 @@ pub struct Counters {
     pub throttle_us_total: AtomicU64,
     pub writeback_errors: AtomicU64,
     pub cow_copies: AtomicU64,
+    pub bridged_bytes: AtomicU64,
     pub peak_dirty_bytes: AtomicU64,
 }
 
@@ -67,6 +68,9 @@ pub struct Stats {
     pub writeback_errors: u64,
     /// Folio buffers copied because a writer touched a folio under writeback.
     pub cow_copies: u64,
+    /// Clean cached bytes written along with dirty neighbours so that one
+    /// I/O covers both (a gap of at most two blocks between dirty runs).
+    pub bridged_bytes: u64,
     /// `uring`, `threads` or `sim`: the backend actually running.
     pub io_backend: &'static str,
     /// False if any backing store fell back to buffered I/O.
@@ -97,6 +101,7 @@ impl Stats {
             throttle_us_total: c.throttle_us_total.load(Relaxed),
             writeback_errors: c.writeback_errors.load(Relaxed),
             cow_copies: c.cow_copies.load(Relaxed),
+            bridged_bytes: c.bridged_bytes.load(Relaxed),
             ..Stats::default()
         }
     }
@@ -128,6 +133,7 @@ impl Stats {
         num("throttle_us_total", self.throttle_us_total);
         num("writeback_errors", self.writeback_errors);
         num("cow_copies", self.cow_copies);
+        num("bridged_bytes", self.bridged_bytes);
         num("open_inodes", self.open_inodes);
         s.push_str("\"written_bytes_by_reason\":{");
         let reasons: Vec<String> =
