@@ -131,6 +131,55 @@ impl QueuedSlot {
     }
 }
 
+/// The writes an asynchronous queue owns, by slot number (the number its
+/// backend carries with each attempt); freed slots are reused.
+#[derive(Default)]
+pub(crate) struct SlotTable {
+    slots: Vec<Option<QueuedSlot>>,
+    free: Vec<usize>,
+}
+
+impl SlotTable {
+    /// Takes `write` and returns its slot.
+    pub fn insert(&mut self, write: QueuedWrite) -> usize {
+        let f = Some(QueuedSlot::new(write));
+        match self.free.pop() {
+            Some(i) => {
+                debug_assert!(self.slots[i].is_none(), "free slots are empty");
+                self.slots[i] = f;
+                i
+            }
+            None => {
+                self.slots.push(f);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    pub fn get_mut(&mut self, slot: usize) -> &mut QueuedSlot {
+        self.slots[slot].as_mut().expect("the slot is in use")
+    }
+
+    /// Ends a write: its completion, and the slot freed for reuse.
+    pub fn finish(&mut self, slot: usize, result: io::Result<usize>) -> Completion {
+        let f = self.slots[slot].take().expect("a finishing slot is in use");
+        self.free.push(slot);
+        Completion { tag: f.write.tag, result }
+    }
+
+    /// Slots in use.
+    pub fn in_use(&self) -> Vec<usize> {
+        (0..self.slots.len()).filter(|&i| self.slots[i].is_some()).collect()
+    }
+}
+
+/// The completion of a write no backend needs to see: an empty one, or one
+/// for a store without a descriptor (run now, on the caller's thread).
+pub(crate) fn complete_without_backend(write: &QueuedWrite) -> Completion {
+    let result = if write.is_empty() { Ok(0) } else { write.run_now() };
+    Completion { tag: write.tag, result }
+}
+
 /// Writes in flight, owned by one thread.
 pub trait WriteQueue {
     /// Queues `write`. It starts at the latest during the next `reap`, as

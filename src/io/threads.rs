@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use super::fd::{ioprio_of, open_fd_store, rw_iovecs, rw_once, FdEngine};
-use super::queue::{Completion, QueuedSlot, QueuedWrite, WriteQueue};
+use super::queue::{complete_without_backend, Completion, QueuedWrite, SlotTable, WriteQueue};
 use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
 
 /// Most workers a pool runs: the pool only has to keep a device queue busy,
@@ -320,14 +320,13 @@ impl FdEngine for Pool {
 /// builds the next writes, and writes to different stores run side by side
 /// (the batch queue ran one store's batch after another).
 ///
-/// Invariants: every slot in `slots` that is `Some` is either in `backlog`
+/// Invariants: every slot in use in `slots` is either in `backlog`
 /// (not handed to the pool) or has exactly one job out (`in_pool` counts
 /// those); a slot is freed only after its job answered. Every job answers
 /// ([`Reply`]), so waiting for `in_pool` answers always ends.
 pub struct PoolQueue {
     pool: Arc<Pool>,
-    slots: Vec<Option<QueuedSlot>>,
-    free: Vec<usize>,
+    slots: SlotTable,
     backlog: std::collections::VecDeque<usize>,
     in_pool: usize,
     answers_to: mpsc::Sender<(usize, Attempt)>,
@@ -341,8 +340,7 @@ impl PoolQueue {
         let (answers_to, answers) = mpsc::channel();
         PoolQueue {
             pool,
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: SlotTable::default(),
             backlog: Default::default(),
             in_pool: 0,
             answers_to,
@@ -353,16 +351,15 @@ impl PoolQueue {
     }
 
     fn finish(&mut self, slot: usize, result: io::Result<usize>) {
-        let f = self.slots[slot].take().expect("a finishing slot is in use");
-        self.free.push(slot);
-        self.ready.push(Completion { tag: f.write.tag, result });
+        let completion = self.slots.finish(slot, result);
+        self.ready.push(completion);
     }
 
     /// Hands the backlog to the workers; a write the pool cannot take (no
     /// worker) runs here.
     fn dispatch_backlog(&mut self) {
         while let Some(slot) = self.backlog.pop_front() {
-            let f = self.slots[slot].as_mut().expect("backlog slots are in use");
+            let f = self.slots.get_mut(slot);
             let fd = f.write.store.raw_fd().expect("only stores with a descriptor are queued on the pool");
             let (offset, iovecs) = f.remaining_iovecs();
             let ioprio = ioprio_of(f.write.priority);
@@ -383,7 +380,7 @@ impl PoolQueue {
 
     /// Folds one attempt into its write: done, or back to the backlog.
     fn fold(&mut self, slot: usize, attempt: Attempt) {
-        let f = self.slots[slot].as_mut().expect("an answer names a slot in use");
+        let f = self.slots.get_mut(slot);
         match f.fold_attempt(attempt) {
             Some(result) => self.finish(slot, result),
             None => self.backlog.push_back(slot),
@@ -401,21 +398,10 @@ impl WriteQueue for PoolQueue {
     fn push(&mut self, write: QueuedWrite) {
         self.queued += 1;
         if write.store.raw_fd().is_none() || write.is_empty() {
-            let result = if write.is_empty() { Ok(0) } else { write.run_now() };
-            self.ready.push(Completion { tag: write.tag, result });
+            self.ready.push(complete_without_backend(&write));
             return;
         }
-        let f = QueuedSlot::new(write);
-        let slot = match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = Some(f);
-                i
-            }
-            None => {
-                self.slots.push(Some(f));
-                self.slots.len() - 1
-            }
-        };
+        let slot = self.slots.insert(write);
         self.backlog.push_back(slot);
         // Start it now: a worker may be idle, and a pass's writes are
         // pushed one by one.

@@ -26,7 +26,7 @@ use std::time::Duration;
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 
 use super::fd::{ioprio_of, open_fd_store, FdEngine, SyncEngine};
-use super::queue::{BatchQueue, Completion, QueuedSlot, QueuedWrite, WriteQueue};
+use super::queue::{complete_without_backend, BatchQueue, Completion, QueuedWrite, SlotTable, WriteQueue};
 use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
 
 /// The kernel's limit on ring entries (`IORING_MAX_ENTRIES`).
@@ -369,14 +369,13 @@ fn drain_after_failure(ring: &mut IoUring, mut outstanding: usize, results: &mut
 /// the submission queue has room and completed as their CQEs arrive, so the
 /// device stays busy while the owner builds the next writes.
 ///
-/// Invariants: every slot in `slots` that is `Some` is either in `backlog`
+/// Invariants: every slot in use in `slots` is either in `backlog`
 /// (not handed to the ring) or has exactly one SQE in the ring (`in_ring`
 /// counts those); a slot is freed only after its final CQE was reaped.
 pub struct UringQueue {
     /// `None` after the ring failed for good: the rest runs synchronously.
     ring: Option<IoUring>,
-    slots: Vec<Option<QueuedSlot>>,
-    free: Vec<usize>,
+    slots: SlotTable,
     backlog: std::collections::VecDeque<usize>,
     in_ring: usize,
     ready: Vec<Completion>,
@@ -387,8 +386,7 @@ impl UringQueue {
     fn new(ring: IoUring) -> UringQueue {
         UringQueue {
             ring: Some(ring),
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: SlotTable::default(),
             backlog: Default::default(),
             in_ring: 0,
             ready: Vec::new(),
@@ -397,9 +395,8 @@ impl UringQueue {
     }
 
     fn finish(&mut self, slot: usize, result: io::Result<usize>) {
-        let f = self.slots[slot].take().expect("a completing slot is in use");
-        self.free.push(slot);
-        self.ready.push(Completion { tag: f.write.tag, result });
+        let completion = self.slots.finish(slot, result);
+        self.ready.push(completion);
     }
 
     /// Hands backlog writes to the submission queue while it has room.
@@ -410,7 +407,7 @@ impl UringQueue {
             if sq.is_full() {
                 break;
             }
-            let f = self.slots[slot].as_mut().expect("backlog slots are in use");
+            let f = self.slots.get_mut(slot);
             let fd = f.write.store.raw_fd().expect("only stores with a descriptor are queued on the ring");
             let (offset, iovecs) = f.remaining_iovecs();
             f.iovecs = iovecs;
@@ -442,7 +439,7 @@ impl UringQueue {
     /// Folds one CQE into its write: done, retried, or failed.
     fn complete(&mut self, slot: usize, res: i32) {
         self.in_ring -= 1;
-        let f = self.slots[slot].as_mut().expect("a CQE names a slot in use");
+        let f = self.slots.get_mut(slot);
         let attempt = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };
         match f.fold_attempt(attempt) {
             Some(result) => self.finish(slot, result),
@@ -490,12 +487,12 @@ impl UringQueue {
             drop(ring);
         }
         self.in_ring = 0;
-        let unfinished: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_some()).collect();
+        let unfinished = self.slots.in_use();
         self.backlog.clear();
         for slot in unfinished {
             // From the start: rewriting bytes an earlier attempt wrote is
             // harmless (same data).
-            let result = self.slots[slot].as_ref().expect("listed above").write.run_now();
+            let result = self.slots.get_mut(slot).write.run_now();
             self.finish(slot, result);
         }
     }
@@ -522,21 +519,10 @@ impl WriteQueue for UringQueue {
     fn push(&mut self, write: QueuedWrite) {
         self.queued += 1;
         if self.ring.is_none() || write.store.raw_fd().is_none() || write.is_empty() {
-            let result = if write.is_empty() { Ok(0) } else { write.run_now() };
-            self.ready.push(Completion { tag: write.tag, result });
+            self.ready.push(complete_without_backend(&write));
             return;
         }
-        let f = QueuedSlot::new(write);
-        let slot = match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = Some(f);
-                i
-            }
-            None => {
-                self.slots.push(Some(f));
-                self.slots.len() - 1
-            }
-        };
+        let slot = self.slots.insert(write);
         // Submitted by the next `reap` (one system call for many pushes).
         self.backlog.push_back(slot);
     }
@@ -619,22 +605,23 @@ mod tests {
         let buf = Arc::new(crate::folio::AlignedBuf::zeroed(2 * BLOCK_SIZE));
         let start = |q: &mut UringQueue, tag: u64| {
             let segments = vec![crate::io::queue::Segment { buf: buf.clone(), range: 0..2 * BLOCK_SIZE }];
-            q.slots.push(Some(QueuedSlot {
-                write: QueuedWrite { store: store.clone(), offset: 0, segments, priority: IoPriority::Async, tag },
-                done: 0,
-                attempts: 0,
-                iovecs: Vec::new(),
-            }));
+            let slot = q.slots.insert(QueuedWrite {
+                store: store.clone(),
+                offset: 0,
+                segments,
+                priority: IoPriority::Async,
+                tag,
+            });
             q.queued += 1;
             q.in_ring += 1; // as if its SQE were in the ring
-            q.slots.len() - 1
+            slot
         };
         let taken = |q: &mut UringQueue| std::mem::take(&mut q.ready);
 
         let s = start(&mut q, 1);
         q.complete(s, BLOCK_SIZE as i32);
         assert_eq!(q.backlog.pop_front(), Some(s), "a short write goes again");
-        assert_eq!(q.slots[s].as_ref().unwrap().done, BLOCK_SIZE);
+        assert_eq!(q.slots.get_mut(s).done, BLOCK_SIZE);
         q.in_ring += 1;
         q.complete(s, -libc::EINTR);
         assert_eq!(q.backlog.pop_front(), Some(s), "EINTR retries");
@@ -643,7 +630,7 @@ mod tests {
         let done = taken(&mut q);
         assert_eq!((done.len(), done[0].tag), (1, 1));
         assert_eq!(*done[0].result.as_ref().unwrap(), 2 * BLOCK_SIZE, "the whole write is reported");
-        assert!(q.slots[s].is_none() && q.backlog.is_empty());
+        assert!(!q.slots.in_use().contains(&s) && q.backlog.is_empty());
 
         let s = start(&mut q, 2);
         q.complete(s, 0);
