@@ -56,7 +56,7 @@ typedef struct wbc_file wbc_file;
  * K/M/G suffixes (powers of 1024), e.g. "capacity=256M,dirty_limit=64M,
  * io=threads". Keys: capacity, dirty_limit, dirty_background, expire_ms,
  * folio_max, io_max, io (uring or threads), io_depth, readahead_max,
- * throttle_pause_ms_max.
+ * throttle_pause_ms_max, bridge_gap.
  *
  * On success stores the new handle in *out and returns 0. Otherwise stores
  * NULL in *out (if out is not NULL) and returns -errno: -EINVAL for an
@@ -108,7 +108,8 @@ int wbc_close(wbc_file *f);
 /**
  * Reads up to len bytes at offset off into buf; fewer only at end of file.
  * flags: 0 or WBC_DONTCACHE (any other bit is -EINVAL). buf need not be
- * initialized; bytes of it past those read are left untouched.
+ * initialized and is not zeroed first: past the bytes returned, its
+ * contents are unspecified.
  *
  * Returns the number of bytes read (0 at or past end of file) or -errno:
  * -EBADF on a write-only handle or after wbc_cache_close, -EINVAL for a

@@ -370,8 +370,8 @@ fn io_flags(flags: u32) -> Result<WriteFlags, Failure> {
 /// Reads up to `len` bytes at `off` into `buf`; fewer only at end of file.
 /// `flags` is 0 or `WBC_DONTCACHE` (other bits: `-EINVAL`). Returns the
 /// bytes read (0 at or past end of file) or `-errno` (`-EBADF` on a
-/// write-only handle or after [`wbc_cache_close`]). Bytes of `buf` past
-/// those read are left untouched.
+/// write-only handle or after [`wbc_cache_close`]). `buf` is not zeroed
+/// first: past the bytes returned, its contents are unspecified.
 ///
 /// # Safety
 /// `f` is NULL or a live pointer from [`wbc_open`]; `buf` is NULL or valid
@@ -869,8 +869,8 @@ mod tests {
         assert_eq!(std::fs::metadata(dir.0.join("u.bin")).unwrap().len(), 150_000);
     }
 
-    /// A read writes the bytes it returns and nothing else of the caller's
-    /// buffer (no zeroing of the part past end of file).
+    /// A read does not zero the caller's buffer first: a read that ends at
+    /// end of file leaves the rest of the buffer as it was.
     #[test]
     fn pread_writes_only_the_bytes_it_returns() {
         let dir = TempDir::new();

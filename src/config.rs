@@ -44,6 +44,12 @@ pub struct Config {
     /// Longest single throttle pause, in milliseconds (the kernel's
     /// `MAX_PAUSE`). Default 200.
     pub throttle_pause_ms_max: u64,
+    /// Widest gap of clean cached blocks a writeback I/O writes over to
+    /// join the dirty runs on either side, in bytes (whole blocks); 0
+    /// never writes clean blocks. Default 8 KiB. Rewriting a clean block
+    /// assumes the store still holds what the cache holds: set 0 when
+    /// something else (another process or cache) writes the same files.
+    pub bridge_gap_bytes: u64,
 }
 
 /// Option keys accepted by [`Config::from_options`], in documentation order.
@@ -58,6 +64,7 @@ pub const OPTION_KEYS: &[&str] = &[
     "io_depth",
     "readahead_max",
     "throttle_pause_ms_max",
+    "bridge_gap",
 ];
 
 const GIB: u64 = 1 << 30;
@@ -83,6 +90,7 @@ impl Config {
             io_depth: 128,
             readahead_max_bytes: 16 * MIB,
             throttle_pause_ms_max: 200,
+            bridge_gap_bytes: 2 * BLOCK_SIZE as u64,
         }
     }
 
@@ -135,6 +143,7 @@ impl Config {
             }
             "readahead_max" => self.readahead_max_bytes = parse_size(key, value)?,
             "throttle_pause_ms_max" => self.throttle_pause_ms_max = parse_number(key, value)?,
+            "bridge_gap" => self.bridge_gap_bytes = parse_size(key, value)?,
             "io" => {
                 self.io = match value {
                     "uring" => IoKind::Uring,
@@ -196,6 +205,12 @@ impl Config {
         if self.throttle_pause_ms_max == 0 {
             return Err(invalid("throttle_pause_ms_max must be positive".into()));
         }
+        if self.bridge_gap_bytes % block != 0 || self.bridge_gap_bytes > self.io_max_bytes / 2 {
+            return Err(invalid(format!(
+                "bridge_gap must be whole 4K blocks and at most half of io_max ({}), not {}",
+                self.io_max_bytes, self.bridge_gap_bytes
+            )));
+        }
         Ok(())
     }
 }
@@ -245,6 +260,8 @@ mod tests {
         assert_eq!(c.dirty_limit_bytes, 64 * MIB);
         assert_eq!(c.dirty_background_bytes, 256 * MIB / 10);
         assert_eq!(c.io, IoKind::Threads);
+        assert_eq!(c.bridge_gap_bytes, 8 * 1024, "default");
+        assert_eq!(Config::from_options("bridge_gap=0").unwrap().bridge_gap_bytes, 0);
     }
 
     #[test]
@@ -275,6 +292,8 @@ mod tests {
             ("io_depth=0", "io_depth"),
             ("capacity", "key=value"),
             ("capacity=99999999999T", "capacity"),
+            ("bridge_gap=5000", "bridge_gap"),
+            ("io_max=16K,bridge_gap=12K", "bridge_gap"),
         ] {
             let err = Config::from_options(opts).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{opts}");

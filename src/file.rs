@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cache::{OpGuard, Shared};
+use crate::folio::ReadTarget;
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::readahead::Readahead;
@@ -151,18 +152,23 @@ impl File {
     /// [`File::read_at`] with flags (`DONTCACHE`: drop folios this read
     /// brought in once it has copied them).
     pub fn read_at_with(&self, buf: &mut [u8], off: u64, flags: WriteFlags) -> io::Result<usize> {
-        self.read_at_uninit(crate::folio::as_uninit_mut(buf), off, flags)
+        self.read_into(buf, off, flags)
     }
 
     /// [`File::read_at_with`] into a buffer that need not be initialized
-    /// (no zeroing first): the returned count of bytes at its start are
-    /// written and initialized; the rest are left untouched.
+    /// (no zeroing first). After `Ok(n)` its first `n` bytes hold the data;
+    /// the rest may or may not have been written (a truncate racing the
+    /// read, or an error part-way, can leave bytes past `n` written).
     pub fn read_at_uninit(
         &self,
         buf: &mut [std::mem::MaybeUninit<u8>],
         off: u64,
         flags: WriteFlags,
     ) -> io::Result<usize> {
+        self.read_into(buf, off, flags)
+    }
+
+    fn read_into<T: ReadTarget + ?Sized>(&self, buf: &mut T, off: u64, flags: WriteFlags) -> io::Result<usize> {
         let _op = self.enter(false)?;
         let size = self.inode.size();
         if off >= size || buf.is_empty() {
@@ -190,7 +196,8 @@ impl File {
             self.shared.readahead_async(&self.inode, s, e, dontcache, &self.last_read_end);
         }
         let prev_end = self.last_read_end.swap(off + len, Ordering::Relaxed);
-        self.inode.read_at(&mut buf[..len as usize], off, dontcache, prev_end)
+        // The inode clips the read to the size itself.
+        self.inode.read_at(buf, off, dontcache, prev_end)
     }
 
     /// Writes all of `buf` at `off` into the cache (write-back). On a block

@@ -259,24 +259,41 @@ enum Populate {
     PageByPage,
 }
 
-/// Copies `src` into the start of `dst`, a caller's read buffer that may
-/// hold uninitialized bytes (a C caller's fresh `malloc`); the bytes after
-/// `src.len()` are left as they were.
-pub fn copy_to_uninit(dst: &mut [std::mem::MaybeUninit<u8>], src: &[u8]) {
-    assert!(src.len() <= dst.len(), "the copy fits its destination");
-    // SAFETY: both ranges are valid for `src.len()` bytes (checked above),
-    // `dst` is borrowed mutably so they cannot overlap, and writing
-    // initialized bytes into `MaybeUninit<u8>` is always allowed.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len()) };
+/// Where a read copies cached bytes to: an initialized buffer, or one that
+/// may hold uninitialized bytes (a C caller's fresh `malloc`). Reads only
+/// ever write initialized bytes into it.
+pub trait ReadTarget {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `src` to `[at, at + src.len())`.
+    fn copy_in(&mut self, at: usize, src: &[u8]);
 }
 
-/// An initialized buffer seen as one that may be uninitialized, for read
-/// paths shared with [`copy_to_uninit`]'s callers.
-pub fn as_uninit_mut(buf: &mut [u8]) -> &mut [std::mem::MaybeUninit<u8>] {
-    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`. The read paths only
-    // ever write initialized bytes through the result (`copy_to_uninit`),
-    // so `buf` stays initialized when the borrow ends.
-    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len()) }
+impl ReadTarget for [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    fn copy_in(&mut self, at: usize, src: &[u8]) {
+        self[at..at + src.len()].copy_from_slice(src);
+    }
+}
+
+impl ReadTarget for [std::mem::MaybeUninit<u8>] {
+    fn len(&self) -> usize {
+        <[std::mem::MaybeUninit<u8>]>::len(self)
+    }
+
+    fn copy_in(&mut self, at: usize, src: &[u8]) {
+        let dst = &mut self[at..at + src.len()];
+        // SAFETY: `dst` and `src` are both valid for `src.len()` bytes
+        // (the slice above checked the bounds), `dst` is borrowed mutably
+        // so they cannot overlap, and writing initialized bytes into
+        // `MaybeUninit<u8>` is always allowed.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len()) };
+    }
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use crate::cache::Shared;
 use crate::errseq::ErrSeq;
-use crate::folio::{copy_to_uninit, metadata_bytes_for, AlignedBuf, DirtyMark, Folio, FolioState};
+use crate::folio::{metadata_bytes_for, AlignedBuf, DirtyMark, Folio, FolioState, ReadTarget};
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::stats::Counters;
@@ -128,19 +128,15 @@ struct WbChunk {
     start: usize,
     end: usize,
     /// Clean, uptodate blocks written only to join two dirty neighbours
-    /// into one I/O (see [`BRIDGE_GAP_MAX_BLOCKS`]); not dirty data, so
-    /// not in the dirty or writeback byte counts.
+    /// into one I/O (`Config::bridge_gap_bytes`); not dirty data, so not in
+    /// the dirty or writeback byte counts. Random 4 KiB writes leave many
+    /// dirty blocks one or two blocks apart; rewriting what is already on
+    /// disk there costs a few KiB of transfer and saves an I/O (about 4% of
+    /// the I/Os of the rand-write benchmark, whose device is bound by I/Os
+    /// per second; gaps of 4 or 8 blocks saved hardly more).
     bridge: bool,
     result: Option<io::Result<()>>,
 }
-
-/// Widest gap of clean cached blocks one writeback I/O writes over to join
-/// the dirty runs on either side. Random 4 KiB writes leave many dirty
-/// blocks one or two blocks apart; rewriting what is already on disk
-/// there costs a few KiB of transfer and saves an I/O (about 4% of the
-/// I/Os of the rand-write benchmark, whose device is bound by I/Os per
-/// second). Wider gaps would trade more bytes for fewer I/Os than pays.
-const BRIDGE_GAP_MAX_BLOCKS: u64 = 2;
 
 impl WbChunk {
     fn offset(&self) -> u64 {
@@ -170,6 +166,11 @@ impl WbPass {
     /// Bytes the pass writes.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Dirty bytes the pass writes (without the clean blocks it bridges).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.chunks.iter().filter(|c| !c.bridge).map(|c| c.len_bytes() as u64).sum()
     }
 
     /// Records the result of every I/O (in group order) on its chunks.
@@ -637,9 +638,9 @@ impl Inode {
     /// `prev_end` is where this handle's previous read ended: a folio that
     /// read already touched is not counted as accessed again (sequential
     /// small reads of one large folio are one use, not many).
-    pub fn read_at(
+    pub fn read_at<T: ReadTarget + ?Sized>(
         self: &Arc<Self>,
-        buf: &mut [std::mem::MaybeUninit<u8>],
+        buf: &mut T,
         off: u64,
         dontcache: bool,
         prev_end: u64,
@@ -672,7 +673,7 @@ impl Inode {
                 missed = true;
                 self.fill_blocks(&folio, &mut st, first, last)?;
             }
-            copy_to_uninit(&mut buf[done..done + n], &st.buf[folio_off..folio_off + n]);
+            buf.copy_in(done, &st.buf[folio_off..folio_off + n]);
             let clean = st.nr_dirty == 0 && st.nr_writeback == 0;
             drop(st);
             if !dontcache {
@@ -1052,7 +1053,7 @@ impl Inode {
                 let gap_bytes = c.offset() - prev_end;
                 let fits = group_bytes + gap_bytes as usize + c.len_bytes() <= io_max_bytes;
                 let mut joined = fits && gap_bytes == 0;
-                if fits && gap_bytes > 0 && gap_bytes <= BRIDGE_GAP_MAX_BLOCKS * BLOCK {
+                if fits && gap_bytes > 0 && gap_bytes <= self.shared.config.bridge_gap_bytes {
                     if let Some(bridge) = self.take_bridge(prev_end / BLOCK, c.offset() / BLOCK) {
                         chunks.extend(bridge);
                         joined = true;

@@ -85,6 +85,29 @@ fn uncached_gaps_are_not_bridged() {
 }
 
 #[test]
+fn bridge_gap_zero_writes_only_dirty_blocks() {
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 4, ..SimConfig::default() }));
+    let options = format!("{QUIET},bridge_gap=0");
+    let cache = Cache::with_sim(Config::from_options(&options).unwrap(), sim.clone()).unwrap();
+    let f = cache.open("/b", &OpenOptions::read_write_create()).unwrap();
+    let mut image = Vec::new();
+    for i in 0..BLOCKS {
+        let b = block_of(i, 0);
+        f.write_at(&b, (i * BLOCK) as u64).unwrap();
+        image.extend_from_slice(&b);
+    }
+    f.sync_all().unwrap();
+    dirty(&f, &mut image, &[0, 2, 5]);
+    let writes_before = sim.stats().writes;
+    f.sync_all().unwrap();
+    assert_eq!(sim.stats().writes - writes_before, 3, "one write per dirty block");
+    assert_eq!(cache.stats().bridged_bytes, 0);
+    assert_same(&sim.durable_image(Path::new("/b")).unwrap(), &image, "durable image");
+    drop(f);
+    cache.close().unwrap();
+}
+
+#[test]
 fn a_failed_bridge_leaves_its_blocks_dirty_until_a_retry_succeeds() {
     let sim = Arc::new(SimIo::new(SimConfig { seed: 3, ..SimConfig::default() }));
     let (cache, f, mut image) = cached_clean_file(&sim);

@@ -102,7 +102,8 @@ impl InFlight {
     }
 
     /// Starts a pass of up to `max_bytes` (and `max_chunks` runs) on
-    /// `inode` and returns the bytes it took (0: nothing was dirty). Before
+    /// `inode` and returns the dirty bytes it took (0: nothing was dirty;
+    /// clean blocks it bridges are not counted). Before
     /// returning, completes what finished and waits while the queue is over
     /// its bounds.
     pub fn start(&mut self, inode: &Arc<Inode>, reason: Reason, max_bytes: u64, max_chunks: usize) -> u64 {
@@ -119,9 +120,9 @@ impl InFlight {
         let id = self.next_pass_id;
         self.next_pass_id += 1;
         let writes = inode.pass_writes(&pass, IoPriority::Async, id << TAG_SHIFT);
-        let bytes = pass.bytes();
+        let dirty_bytes = pass.dirty_bytes();
         self.ios_queued += writes.len();
-        self.bytes_queued += bytes;
+        self.bytes_queued += pass.bytes();
         *self.passes_per_inode.entry(inode.id).or_insert(0) += 1;
         let n = writes.len();
         self.passes
@@ -138,7 +139,7 @@ impl InFlight {
             let done = self.queue.reap(true);
             self.complete(done);
         }
-        bytes
+        dirty_bytes
     }
 
     /// Waits for at least one I/O to complete and completes what finished.
