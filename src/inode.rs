@@ -216,6 +216,9 @@ pub struct Inode {
     on_disk_len_max: AtomicU64,
     /// Serializes size changes against each other and backing-size fixes.
     size_lock: Mutex<()>,
+    /// Truncations that re-dirtied blocks the store lost in their cut
+    /// (changed under `size_lock`): a sync that sees it move writes again.
+    truncate_redirties: AtomicU64,
     /// Writeback I/O holds it shared; changing the backing store's length
     /// holds it exclusively, so a truncation never races an in-flight write
     /// beyond the old length.
@@ -259,6 +262,7 @@ impl Inode {
             domain,
             mapping: RwLock::new(BTreeMap::new()),
             mapping_inserts: AtomicU64::new(0),
+            truncate_redirties: AtomicU64::new(0),
             dirty_index: Mutex::new(BTreeSet::new()),
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
@@ -1302,6 +1306,23 @@ impl Inode {
     /// writeback error recorded meanwhile (by this pass or a flusher pass it
     /// waited for) fails it, and then the store is not synced.
     pub fn write_and_sync(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
+        loop {
+            let redirties = self.truncate_redirties.load(Ordering::Acquire);
+            let result = self.write_and_sync_once(data_only, reason);
+            // A truncate that cut the store after this sync's blocks were
+            // written back made them dirty again: write them again, after
+            // any truncate still running (it holds the size lock) is done.
+            let again = {
+                let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
+                self.truncate_redirties.load(Ordering::Acquire) != redirties
+            };
+            if result.is_err() || !again {
+                return result;
+            }
+        }
+    }
+
+    fn write_and_sync_once(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
         let err_sample = self.errseq.sample();
         for _pass in 0..2 {
             self.writeback(reason, u64::MAX, IoPriority::Sync);
@@ -1347,7 +1368,9 @@ impl Inode {
     /// Changes the logical size. Shrinking drops cached data beyond the new
     /// size (dirty or not), zeroes the tail of the last folio, waits for
     /// writeback in flight and truncates the store at once, so no stale
-    /// bytes can reappear when the file grows again.
+    /// bytes can reappear when the file grows again. Blocks that writers
+    /// put past the new size meanwhile, and that were written back before
+    /// the cut, become dirty again (and syncs racing it write them again).
     pub fn set_len(&self, new_size: u64) -> io::Result<()> {
         if self.info.is_block_device {
             if new_size == self.size() {
@@ -1430,7 +1453,62 @@ impl Inode {
         self.wait_writeback_before_now();
         self.size_changed.store(true, Ordering::Release);
         let _no_io = self.store_len_gate.resize();
-        self.store().set_len(new_size)
+        self.store().set_len(new_size)?;
+        // A writer that extended the file after the new size was published
+        // may have had its blocks written back before the cut, which just
+        // took them off the store: they must be written again.
+        let extended_to = self.size();
+        if extended_to > new_size && self.redirty_written_blocks(new_size / BLOCK, extended_to.div_ceil(BLOCK)) {
+            // Under the size lock, which syncs check after their writeback.
+            self.truncate_redirties.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Marks dirty again every cached block of `[first_block, end_block)`
+    /// that is uptodate, clean and not under writeback (writeback about to
+    /// run writes the others anyway). For data the store lost after it was
+    /// written back. Returns whether any block became dirty.
+    fn redirty_written_blocks(&self, first_block: u64, end_block: u64) -> bool {
+        let folios: Vec<Arc<Folio>> = {
+            let map = self.mapping_read();
+            let from = find_in(&map, first_block).map_or(first_block, |f| f.index);
+            map.range(from..end_block).map(|(_, f)| f.clone()).collect()
+        };
+        let mut redirtied = false;
+        for folio in folios {
+            let mut st = folio.lock();
+            if st.removed {
+                continue;
+            }
+            let first = first_block.saturating_sub(folio.index) as usize;
+            let last = (end_block.min(folio.end_index()) - folio.index) as usize;
+            let written = |st: &FolioState, b: usize| {
+                (st.all_uptodate || st.uptodate.get(b)) && !st.dirty.get(b) && !st.writeback.get(b)
+            };
+            let mut b = first;
+            while b < last {
+                if !written(&st, b) {
+                    b += 1;
+                    continue;
+                }
+                let mut e = b + 1;
+                while e < last && written(&st, e) {
+                    e += 1;
+                }
+                let was_clean = st.nr_dirty == 0;
+                let newly = st.set_dirty(b, e);
+                self.domain.account_dirty_bytes(newly as u64 * BLOCK, 0);
+                if was_clean && newly > 0 {
+                    self.index_dirty(&folio);
+                }
+                redirtied |= newly > 0;
+                b = e;
+            }
+            st.check(folio.nr_blocks());
+        }
+        // The caller (`File::set_len`) queues the inode for writeback.
+        redirtied
     }
 
     /// Drops every clean folio (used when the cache closes).

@@ -124,3 +124,42 @@ fn a_read_larger_than_the_cache_completes_promptly() {
         assert!(out.iter().all(|&b| b == 5));
     });
 }
+
+/// A write that lands after a truncate published the new size, and is
+/// written back while the truncate still waits for older writeback, must
+/// survive the truncate's cut of the store: its fsync said it is durable.
+#[test]
+fn data_written_back_during_a_truncate_survives_the_cut() {
+    for seed in 0..8 {
+        let sim = Arc::new(SimIo::new(SimConfig { seed, latency_us_max: 30_000, ..SimConfig::default() }));
+        let cache = Cache::with_sim(Config::with_capacity(64 * 1024 * K), sim.clone()).unwrap();
+        let f = Arc::new(cache.open("/t", &OpenOptions::read_write_create()).unwrap());
+        f.write_at(&vec![0xAAu8; 2048 * K as usize], 0).unwrap();
+        f.sync_all().unwrap();
+        // Writeback in flight (slow) when the truncate starts: the truncate
+        // waits for it with the new size already published.
+        f.write_at(&vec![0xBBu8; 256 * K as usize], 0).unwrap();
+        let fs = f.clone();
+        let slow_sync = std::thread::spawn(move || fs.sync_data().unwrap());
+        std::thread::sleep(Duration::from_millis(2));
+        let ft = f.clone();
+        let truncate = std::thread::spawn(move || ft.set_len(1024 * K).unwrap());
+        // Once the new size shows, write past it and make that durable
+        // (through a handle of its own: a handle's syncs run one at a time).
+        let w = cache.open("/t", &OpenOptions::read_write_create()).unwrap();
+        while w.len().unwrap() != 1024 * K {
+            std::thread::yield_now();
+        }
+        let at = 1024 * K + 8 * K;
+        w.write_at(&[0xCCu8; 4096], at).unwrap();
+        w.sync_data().unwrap();
+        truncate.join().unwrap();
+        slow_sync.join().unwrap();
+        let image = sim.durable_image(Path::new("/t")).unwrap();
+        assert_eq!(image.len() as u64, at + 4096, "seed {seed}: durable length");
+        assert!(image[at as usize..].iter().all(|&x| x == 0xCC), "seed {seed}: the fsynced block was cut off");
+        assert!(image[1024 * K as usize..at as usize].iter().all(|&x| x == 0), "seed {seed}: the gap reads as zeros");
+        drop((f, w));
+        cache.close().unwrap();
+    }
+}
