@@ -1466,9 +1466,11 @@ impl Inode {
     }
 
     /// Marks dirty again every cached block of `[first_block, end_block)`
-    /// that is uptodate, clean and not under writeback (writeback about to
-    /// run writes the others anyway). For data the store lost after it was
-    /// written back. Returns whether any block became dirty.
+    /// that is uptodate and clean, for data the store lost after it was
+    /// written back. Blocks still marked under writeback are included: their
+    /// I/O may have landed before the cut (the I/O gate is given back
+    /// before a pass completes its blocks). Returns whether any block
+    /// became dirty.
     fn redirty_written_blocks(&self, first_block: u64, end_block: u64) -> bool {
         let folios: Vec<Arc<Folio>> = {
             let map = self.mapping_read();
@@ -1483,9 +1485,7 @@ impl Inode {
             }
             let first = first_block.saturating_sub(folio.index) as usize;
             let last = (end_block.min(folio.end_index()) - folio.index) as usize;
-            let written = |st: &FolioState, b: usize| {
-                (st.all_uptodate || st.uptodate.get(b)) && !st.dirty.get(b) && !st.writeback.get(b)
-            };
+            let written = |st: &FolioState, b: usize| (st.all_uptodate || st.uptodate.get(b)) && !st.dirty.get(b);
             let mut b = first;
             while b < last {
                 if !written(&st, b) {
