@@ -25,8 +25,8 @@ fn block_of(index: usize, tag: u8) -> Vec<u8> {
 /// A file of `BLOCKS` blocks, each cached as a folio of its own (written
 /// one 4 KiB write at a time) and made durable, so every block is clean and
 /// cached.
-fn cached_clean_file(sim: &Arc<SimIo>) -> (Cache, File, Vec<u8>) {
-    let cache = Cache::with_sim(Config::from_options(QUIET).unwrap(), sim.clone()).unwrap();
+fn cached_clean_file(sim: &Arc<SimIo>, options: &str) -> (Cache, File, Vec<u8>) {
+    let cache = Cache::with_sim(Config::from_options(options).unwrap(), sim.clone()).unwrap();
     let f = cache.open("/b", &OpenOptions::read_write_create()).unwrap();
     let mut image = Vec::new();
     for i in 0..BLOCKS {
@@ -50,7 +50,7 @@ fn dirty(f: &File, image: &mut [u8], blocks: &[usize]) {
 #[test]
 fn gaps_of_up_to_two_clean_blocks_are_written_over() {
     let sim = Arc::new(SimIo::new(SimConfig { seed: 1, ..SimConfig::default() }));
-    let (cache, f, mut image) = cached_clean_file(&sim);
+    let (cache, f, mut image) = cached_clean_file(&sim, QUIET);
     // Gaps: 1 (one block), 3-4 (two), 6-8 (three: too wide), 10 (one).
     dirty(&f, &mut image, &[0, 2, 5, 9, 11]);
     let writes_before = sim.stats().writes;
@@ -68,7 +68,7 @@ fn gaps_of_up_to_two_clean_blocks_are_written_over() {
 #[test]
 fn uncached_gaps_are_not_bridged() {
     let sim = Arc::new(SimIo::new(SimConfig { seed: 2, ..SimConfig::default() }));
-    let (cache, f, mut image) = cached_clean_file(&sim);
+    let (cache, f, mut image) = cached_clean_file(&sim, QUIET);
     drop(f);
     cache.close().unwrap();
     // A new cache holds only what is written now.
@@ -87,16 +87,7 @@ fn uncached_gaps_are_not_bridged() {
 #[test]
 fn bridge_gap_zero_writes_only_dirty_blocks() {
     let sim = Arc::new(SimIo::new(SimConfig { seed: 4, ..SimConfig::default() }));
-    let options = format!("{QUIET},bridge_gap=0");
-    let cache = Cache::with_sim(Config::from_options(&options).unwrap(), sim.clone()).unwrap();
-    let f = cache.open("/b", &OpenOptions::read_write_create()).unwrap();
-    let mut image = Vec::new();
-    for i in 0..BLOCKS {
-        let b = block_of(i, 0);
-        f.write_at(&b, (i * BLOCK) as u64).unwrap();
-        image.extend_from_slice(&b);
-    }
-    f.sync_all().unwrap();
+    let (cache, f, mut image) = cached_clean_file(&sim, &format!("{QUIET},bridge_gap=0"));
     dirty(&f, &mut image, &[0, 2, 5]);
     let writes_before = sim.stats().writes;
     f.sync_all().unwrap();
@@ -110,7 +101,7 @@ fn bridge_gap_zero_writes_only_dirty_blocks() {
 #[test]
 fn a_failed_bridge_leaves_its_blocks_dirty_until_a_retry_succeeds() {
     let sim = Arc::new(SimIo::new(SimConfig { seed: 3, ..SimConfig::default() }));
-    let (cache, f, mut image) = cached_clean_file(&sim);
+    let (cache, f, mut image) = cached_clean_file(&sim, QUIET);
     dirty(&f, &mut image, &[0, 2]);
     sim.inject(Path::new("/b"), 1, Fault::WriteEio, u32::MAX);
     let e = f.sync_all().unwrap_err();
