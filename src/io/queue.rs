@@ -239,7 +239,7 @@ pub(crate) mod tests {
     use crate::io::{read_full, Io, OpenHow, BLOCK_SIZE};
     use std::path::Path;
 
-    fn write_of(store: &Arc<dyn BackingStore>, offset: u64, fills: &[u8], tag: u64) -> QueuedWrite {
+    pub(crate) fn write_of(store: &Arc<dyn BackingStore>, offset: u64, fills: &[u8], tag: u64) -> QueuedWrite {
         let segments = fills
             .iter()
             .map(|&b| {

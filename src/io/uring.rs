@@ -653,6 +653,42 @@ mod tests {
         q.queued = 0; // the results were taken by hand
     }
 
+    /// When its ring fails for good, the queue waits for the writes the
+    /// kernel took and runs the rest itself: every write completes once
+    /// and lands, and later writes run synchronously.
+    #[test]
+    fn write_queue_survives_losing_its_ring() {
+        let Some(io) = uring(8) else { return };
+        let path = TempPath::new("queue-abandon");
+        let store = io.open(&path.0, &rw_create()).unwrap();
+        let mut q = UringQueue::new(new_thread_ring(8).unwrap());
+        // More writes than the ring holds: some reach the kernel, the rest
+        // stay in the backlog.
+        let n = 40u64;
+        for i in 0..n {
+            q.push(crate::io::queue::tests::write_of(&store, i * BLOCK_SIZE as u64, &[i as u8], i));
+        }
+        q.fill();
+        q.ring.as_mut().unwrap().submit().unwrap();
+        assert!(q.in_ring > 0 && !q.backlog.is_empty(), "writes both in the ring and in the backlog");
+        q.abandon_ring(&io::Error::from_raw_os_error(libc::EBADF));
+        assert!(q.ring.is_none());
+        q.push(crate::io::queue::tests::write_of(&store, n * BLOCK_SIZE as u64, &[n as u8], n));
+        let mut completed = vec![false; n as usize + 1];
+        while !q.is_empty() {
+            for c in q.reap(true) {
+                assert_eq!(c.result.unwrap(), BLOCK_SIZE, "write {}", c.tag);
+                assert!(!std::mem::replace(&mut completed[c.tag as usize], true), "write {} completed twice", c.tag);
+            }
+        }
+        assert!(completed.iter().all(|&d| d));
+        let mut back = crate::folio::AlignedBuf::zeroed((n as usize + 1) * BLOCK_SIZE);
+        assert_eq!(read_full(&*store, &mut back, 0, IoPriority::Sync).unwrap(), back.len());
+        for i in 0..=n as usize {
+            assert!(back[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].iter().all(|&x| x == i as u8), "block {i}");
+        }
+    }
+
     #[test]
     fn ring_sizes() {
         assert_eq!(ring_entries_for(0), 8);
