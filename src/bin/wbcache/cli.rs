@@ -74,7 +74,8 @@ pub struct BenchArgs {
     /// Confirms that --device may be overwritten.
     #[arg(long)]
     pub yes_destroy: bool,
-    /// Write all results as JSON (schema version 1) to FILE.
+    /// Write all results as JSON (schema version 1) to FILE; `references` lists figures measured without an
+    /// engine (a bare memcpy of the cached-4k pattern) that put the results in context.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write SVG charts (throughput per second, latency percentiles, dirty

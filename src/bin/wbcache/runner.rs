@@ -19,10 +19,10 @@ use crate::cgroup::MemCgroups;
 use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
 use crate::progress::Progress;
-use crate::report::{failed_row, markdown_table, rows_from, slot_rows, targets, to_json, ResultRow};
+use crate::report::{failed_row, markdown_table, rows_from, slot_rows, targets, to_json, Reference, ResultRow};
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
-use crate::worker::{Outcome, Status};
-use crate::workloads::{build_spec, data_len, describe, info, Group, Kind, Place, Spec};
+use crate::worker::{memcpy_reference_us, Outcome, Status};
+use crate::workloads::{build_spec, cached_span, data_len, describe, info, Group, Kind, Place, Spec, KIB};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -466,6 +466,7 @@ pub fn run(args: BenchArgs) -> i32 {
     let mut data_ready = false;
     let mut io_backend: Option<String> = None;
     let mut worker_stderr: Vec<String> = Vec::new();
+    let mut references: Vec<Reference> = Vec::new();
     let groups = plan.groups.clone();
     for (gi, group) in groups.iter().enumerate() {
         if INTERRUPTED.load(Ordering::SeqCst) {
@@ -532,16 +533,34 @@ pub fn run(args: BenchArgs) -> i32 {
             progress.finish(&summary(&new_rows));
             rows.extend(new_rows);
         }
+        let ran = rows.iter().any(|r| r.workload == group.workload && r.variant == group.variant && r.ok());
+        if group.kind == (Kind::CachedRead { offset0: false }) && ran && !INTERRUPTED.load(Ordering::SeqCst) {
+            let us = memcpy_reference_us(
+                cached_span(&p),
+                4 * KIB,
+                p.iterations_1k,
+                p.warmup,
+                Duration::from_secs_f64(p.call_cap_s),
+            );
+            progress.note(&format!("{} · bare memcpy reference: {us:.3} µs/call", group.label()));
+            if us > 0.0 {
+                references.push(Reference::memcpy(group, cached_span(&p), us));
+            }
+        }
         let last_of_workload = !matches!(groups.get(gi + 1), Some(g) if g.workload == group.workload);
         if last_of_workload {
-            print_stdout(&mut progress, &workload_table(group, &groups, &rows, &p));
+            let mut table = workload_table(group, &groups, &rows, &p);
+            for r in references.iter().filter(|r| r.workload == group.workload) {
+                table.push_str(&format!("\n{}\n", r.sentence()));
+            }
+            print_stdout(&mut progress, &table);
         }
     }
     progress.clear();
     if let Some(b) = &io_backend {
         print_stdout(&mut progress, &format!("wbcache ran on its `{b}` I/O backend.\n"));
     }
-    if let Some(t) = targets(&rows, plan.dirty_limit) {
+    if let Some(t) = targets(&rows, plan.dirty_limit, &references) {
         print_stdout(&mut progress, &t);
     }
 
@@ -569,7 +588,7 @@ pub fn run(args: BenchArgs) -> i32 {
     // exit code only reports that the bench itself could not finish.
     let mut code = 0;
     if let Some(path) = &plan.args.json {
-        if let Err(e) = fs::write(path, to_json(&machine, &config, &rows) + "\n") {
+        if let Err(e) = fs::write(path, to_json(&machine, &config, &rows, &references) + "\n") {
             eprintln!("wbcache bench: writing {}: {e}", path.display());
             code = 1;
         }

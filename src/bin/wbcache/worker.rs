@@ -450,6 +450,38 @@ fn run_job(
     Ok(JobRaw { bytes, ops, io_end_s, end_s, hist, fsync: fsync_hist, us_per_call })
 }
 
+/// µs per call of a bare `memcpy` of a random `bs`-byte block inside an
+/// anonymous buffer of `span` bytes, timed per call exactly as the
+/// `CachedReads` pattern times an engine's reads (after `warmup` untimed
+/// copies, at most `calls` or until `cap`). No cache's read of that pattern
+/// can cost less on this machine, so the report prints it next to the
+/// engines' figures: it says how much of their cost is the memory's.
+pub fn memcpy_reference_us(span: u64, bs: u64, calls: u64, warmup: u64, cap: Duration) -> f64 {
+    let source = AlignedBuf::filled(span.max(bs) as usize, 11);
+    let mut buf = AlignedBuf::new(bs as usize);
+    let blocks = (span / bs).max(1);
+    let mut rng = Rng::new(9);
+    let copy = |rng: &mut Rng, buf: &mut AlignedBuf| {
+        let off = (rng.below(blocks) * bs) as usize;
+        buf.copy_from_slice(&source[off..off + bs as usize]);
+        std::hint::black_box(&buf[..]);
+    };
+    for _ in 0..warmup {
+        copy(&mut rng, &mut buf);
+    }
+    let mut hist = Histogram::default();
+    let deadline = Instant::now() + cap;
+    for _ in 0..calls {
+        let t = Instant::now();
+        if t >= deadline {
+            break;
+        }
+        copy(&mut rng, &mut buf);
+        hist.record(t.elapsed().as_nanos() as u64);
+    }
+    hist.mean_ns() / 1000.0
+}
+
 /// Offsets (relative to the target) of a streaming or random pattern.
 enum OpGen {
     Seq { next: u64, bs: u64, len: u64, remaining: Option<u64> },
@@ -517,5 +549,18 @@ impl OpGen {
                 Some(rng.below(*blocks) * *bs)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcpy_reference_times_the_calls_it_made() {
+        let us = memcpy_reference_us(1 << 20, 4096, 2_000, 10, Duration::from_secs(5));
+        assert!(us.is_finite() && us > 0.0, "{us}");
+        // A cap already past makes no timed call at all: nothing to report.
+        assert_eq!(memcpy_reference_us(1 << 20, 4096, 2_000, 10, Duration::ZERO), 0.0);
     }
 }
