@@ -12,8 +12,9 @@
 //!
 //! Invariants:
 //! - Folios in `mapping` do not overlap; each is naturally aligned.
-//! - A folio index is in `dirty_index` exactly when the folio has dirty
-//!   blocks (checked on every transition).
+//! - A folio is in `dirty_index` (keyed by its index) exactly when it has
+//!   dirty blocks (checked on every transition). The index holds the folio
+//!   itself, so writeback takes dirty folios without a mapping lookup.
 //! - `on_disk_len_max` is an upper bound on the backing store's length, so a
 //!   block at or beyond it reads as zeros without I/O.
 //! - Writeback tickets are handed out before dirty bits are taken, so a
@@ -210,7 +211,7 @@ pub struct Inode {
     /// placement chosen under the read lock still holds while this is
     /// unchanged (removals only make room).
     mapping_inserts: AtomicU64,
-    dirty_index: Mutex<BTreeSet<u64>>,
+    dirty_index: Mutex<BTreeMap<u64, Arc<Folio>>>,
     /// Logical file size in bytes.
     size: AtomicU64,
     on_disk_len_max: AtomicU64,
@@ -263,7 +264,7 @@ impl Inode {
             mapping: RwLock::new(BTreeMap::new()),
             mapping_inserts: AtomicU64::new(0),
             truncate_redirties: AtomicU64::new(0),
-            dirty_index: Mutex::new(BTreeSet::new()),
+            dirty_index: Mutex::new(BTreeMap::new()),
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
             size_lock: Mutex::new(()),
@@ -308,7 +309,7 @@ impl Inode {
         self.mapping.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn dirty_index(&self) -> MutexGuard<'_, BTreeSet<u64>> {
+    fn dirty_index(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<Folio>>> {
         self.dirty_index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -386,17 +387,20 @@ impl Inode {
 
     /// A folio that just went from clean to dirty (its lock held) joins the
     /// dirty index.
-    fn index_dirty(&self, folio: &Folio) {
+    fn index_dirty(&self, folio: &Arc<Folio>) {
         debug_assert_ne!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::REMOVED, "removed folios stay clean");
         folio.dirty_mark.store(DirtyMark::DIRTY, Ordering::Release);
-        self.dirty_index().insert(folio.index);
+        self.dirty_index().insert(folio.index, folio.clone());
     }
 
     /// A folio whose dirty blocks were all discarded (its lock held)
     /// leaves the dirty index.
     fn unindex_clean(&self, folio: &Folio) {
         folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
-        self.dirty_index().remove(&folio.index);
+        let mut idx = self.dirty_index();
+        if idx.get(&folio.index).is_some_and(|f| std::ptr::eq(Arc::as_ptr(f), folio)) {
+            idx.remove(&folio.index);
+        }
     }
 
     /// Removes `folio` from the mapping if it is still there, clean, not
@@ -877,16 +881,13 @@ impl Inode {
         // go at the next look (or the end), under the lock taken anyway.
         let mut went_clean: Vec<Arc<Folio>> = Vec::new();
         'scan: while taken < max_bytes && chunks.len() < max_chunks {
-            let keys: Vec<u64> = {
+            let folios: Vec<Arc<Folio>> = {
                 let mut idx = self.dirty_index();
                 Self::unindex_went_clean(&mut idx, &mut went_clean);
-                if wrapped {
-                    idx.range(next_key..cursor).take(KEYS_PER_LOOK).copied().collect()
-                } else {
-                    idx.range(next_key..).take(KEYS_PER_LOOK).copied().collect()
-                }
+                let end = if wrapped { cursor } else { u64::MAX };
+                idx.range(next_key..end).take(KEYS_PER_LOOK).map(|(_, f)| f.clone()).collect()
             };
-            let Some(&last) = keys.last() else {
+            let Some(last) = folios.last().map(|f| f.index) else {
                 if wrapped || cursor == 0 {
                     break;
                 }
@@ -895,18 +896,16 @@ impl Inode {
                 continue;
             };
             next_key = last + 1;
-            // Index keys are folio starts; a key without a folio was
-            // truncated away after the copy.
-            let folios: Vec<Arc<Folio>> = {
-                let map = self.mapping_read();
-                keys.iter().filter_map(|k| map.get(k).cloned()).collect()
-            };
             for folio in folios {
                 if taken >= max_bytes || chunks.len() >= max_chunks {
                     break 'scan;
                 }
                 let mut st = folio.lock();
                 if st.removed || st.nr_dirty == 0 {
+                    // Evicted after an earlier pass cleaned it, before its
+                    // entry went: the entry goes now (if still its own).
+                    drop(st);
+                    went_clean.push(folio);
                     continue;
                 }
                 let nr_blocks = folio.nr_blocks();
@@ -970,12 +969,15 @@ impl Inode {
 
     /// Takes the folios of `went_clean` out of the dirty index (its lock
     /// held) unless they were dirtied again since: a writer marks a folio
-    /// dirty before it inserts the key, and inserts under this lock, so a
-    /// folio still marked clean here has no newer entry. A removed folio's
-    /// key may already belong to a new folio at the same place: kept.
-    fn unindex_went_clean(idx: &mut BTreeSet<u64>, went_clean: &mut Vec<Arc<Folio>>) {
+    /// dirty before it inserts it, and inserts under this lock, so a folio
+    /// still marked clean (or removed) here has no newer entry. An entry
+    /// that holds another folio (a new one at the same place, after the
+    /// old one was removed) stays.
+    fn unindex_went_clean(idx: &mut BTreeMap<u64, Arc<Folio>>, went_clean: &mut Vec<Arc<Folio>>) {
         for folio in went_clean.drain(..) {
-            if folio.dirty_mark.load(Ordering::Acquire) == DirtyMark::CLEAN {
+            if folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::DIRTY
+                && idx.get(&folio.index).is_some_and(|f| Arc::ptr_eq(f, &folio))
+            {
                 idx.remove(&folio.index);
             }
         }
@@ -1553,15 +1555,21 @@ fn find_in(map: &BTreeMap<u64, Arc<Folio>>, block: u64) -> Option<&Arc<Folio>> {
 /// before `limit_block` (so it follows the request's size and alignment)
 /// and overlaps no folio already in `map`.
 pub fn choose_order(map: &BTreeMap<u64, Arc<Folio>>, block: u64, limit_block: u64, max_order: u8) -> u8 {
-    let next_start = map.range(block + 1..).next().map(|(&k, _)| k).unwrap_or(u64::MAX);
-    let limit = limit_block.min(next_start);
-    let mut order = max_order;
-    while order > 0 {
+    let fits = |order: u8, limit: u64| {
         let n = 1u64 << order;
-        if block % n == 0 && block + n <= limit {
-            break;
-        }
+        block % n == 0 && block + n <= limit
+    };
+    let mut order = max_order;
+    while order > 0 && !fits(order, limit_block) {
         order -= 1;
+    }
+    // Only a folio larger than a block can reach a neighbour: a single
+    // block write (random 4 KiB I/O) skips the map walk.
+    if order > 0 {
+        let next_start = map.range(block + 1..block + (1 << order)).next().map_or(u64::MAX, |(&k, _)| k);
+        while order > 0 && !fits(order, next_start) {
+            order -= 1;
+        }
     }
     order
 }
@@ -1570,9 +1578,10 @@ pub fn choose_order(map: &BTreeMap<u64, Arc<Folio>>, block: u64, limit_block: u6
 mod tests {
     use super::*;
 
-    /// A pass's batched index cleanup drops only folios still clean: one
-    /// redirtied since the pass took its blocks keeps its entry, and so
-    /// does the key of a removed folio (it may belong to a new folio now).
+    /// A pass's batched index cleanup drops the entries of folios still
+    /// clean or removed; one redirtied since the pass took its blocks keeps
+    /// its entry, and so does an entry that now holds a new folio at the
+    /// same place.
     #[test]
     fn went_clean_folios_leave_the_dirty_index_only_while_clean() {
         let folio_at = |index: u64, mark: u8| {
@@ -1580,12 +1589,19 @@ mod tests {
             f.dirty_mark.store(mark, Ordering::Relaxed);
             f
         };
-        let mut idx: BTreeSet<u64> = [1, 2, 3, 9].into_iter().collect();
-        let mut went_clean =
-            vec![folio_at(1, DirtyMark::CLEAN), folio_at(2, DirtyMark::DIRTY), folio_at(3, DirtyMark::REMOVED)];
+        let clean = folio_at(1, DirtyMark::CLEAN);
+        let redirtied = folio_at(2, DirtyMark::DIRTY);
+        let removed = folio_at(3, DirtyMark::REMOVED);
+        let replaced = folio_at(4, DirtyMark::REMOVED);
+        let successor = folio_at(4, DirtyMark::DIRTY);
+        let other = folio_at(9, DirtyMark::DIRTY);
+        let mut idx: BTreeMap<u64, Arc<Folio>> =
+            [&clean, &redirtied, &removed, &successor, &other].into_iter().map(|f| (f.index, f.clone())).collect();
+        let mut went_clean = vec![clean, redirtied.clone(), removed, replaced];
         Inode::unindex_went_clean(&mut idx, &mut went_clean);
         assert!(went_clean.is_empty(), "the batch is consumed");
-        assert_eq!(idx.into_iter().collect::<Vec<_>>(), vec![2, 3, 9]);
+        assert_eq!(idx.keys().copied().collect::<Vec<_>>(), vec![2, 4, 9]);
+        assert!(Arc::ptr_eq(&idx[&2], &redirtied) && Arc::ptr_eq(&idx[&4], &successor));
     }
 
     /// A length change waits for I/O in flight and holds off new I/O; I/O
@@ -1632,5 +1648,9 @@ mod tests {
         assert_eq!(choose_order(&map, 3, 1024, 9), 0, "odd block");
         map.insert(8, Arc::new(Folio::new(8, 0, false)));
         assert_eq!(choose_order(&map, 0, 512, 9), 3, "a neighbour limits the order");
+        assert_eq!(choose_order(&map, 0, 8, 9), 3, "a neighbour just past the folio does not");
+        assert_eq!(choose_order(&map, 16, 512, 9), 4, "a neighbour before the block does not");
+        map.insert(1, Arc::new(Folio::new(1, 0, false)));
+        assert_eq!(choose_order(&map, 0, 512, 9), 0, "a neighbour at the next block");
     }
 }
