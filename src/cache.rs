@@ -27,7 +27,7 @@ use crate::bufpool::BufPool;
 use crate::config::Config;
 use crate::evict::Evictor;
 use crate::file::{File, OpenOptions};
-use crate::folio::AlignedBuf;
+use crate::folio::{AlignedBuf, BulkFree};
 use crate::inode::Inode;
 use crate::io::{open_backend, sim::SimIo, Io, IoKind, IoPriority, OpenHow, BLOCK_SIZE};
 use crate::stats::{Counters, Stats};
@@ -549,10 +549,15 @@ fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
     }
     let inodes: Vec<Arc<Inode>> =
         shared.inodes.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, i)| i).collect();
+    let bulk = BulkFree::begin();
     for inode in &inodes {
         inode.drop_all_clean();
     }
     shared.evictor.clear();
+    // Pooled buffers too: nothing will reuse them, and open handles could
+    // keep the pool alive long after the close.
+    shared.buf_pool.shrink(u64::MAX);
+    drop(bulk);
     shared.progress_made();
     result
 }
