@@ -205,7 +205,11 @@ impl Shared {
     pub fn release_folio_buf(&self, buf: Option<AlignedBuf>, len: usize) {
         if let Some(buf) = buf {
             debug_assert_eq!(buf.len(), len);
-            self.buf_pool.put(buf, self.config.capacity_bytes / 4);
+            // A closed cache allocates nothing more: pooling would only
+            // keep the memory until the last handle goes.
+            if !self.is_closed() {
+                self.buf_pool.put(buf, self.config.capacity_bytes / 4);
+            }
         }
         Counters::sub(&self.counters.cached_bytes, len as u64);
         self.progress_made();
@@ -338,6 +342,7 @@ impl Shared {
             table.remove(&key);
         }
         drop(table);
+        let _bulk = BulkFree::begin();
         inode.drop_all_clean();
     }
 }
@@ -554,8 +559,10 @@ fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
         inode.drop_all_clean();
     }
     shared.evictor.clear();
-    // Pooled buffers too: nothing will reuse them, and open handles could
-    // keep the pool alive long after the close.
+    // Folios still mapped (busy, or dirty after failed writeback) go with
+    // the inodes; then the pooled buffers: nothing will reuse them, and
+    // open handles could keep the pool alive long after the close.
+    drop(inodes);
     shared.buf_pool.shrink(u64::MAX);
     drop(bulk);
     shared.progress_made();

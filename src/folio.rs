@@ -237,7 +237,9 @@ fn slab_free(ptr: NonNull<u8>, len: usize) {
 /// order: released 4 MiB at a time they coalesce hardly at all, one
 /// `madvise` per 4 KiB slot (64K calls, ~0.16 s, for 256M of 4 KiB folios);
 /// released together they make whole slabs again, one call each. Costs no
-/// memory the cache was not holding a moment before.
+/// memory the freeing cache was not holding a moment before. The guard is
+/// process-wide: while it lasts, other caches' frees wait too (an
+/// allocation that finds its size class empty still releases the queue).
 pub struct BulkFree(());
 
 impl BulkFree {
@@ -589,8 +591,9 @@ impl DirtyMark {
     pub const CLEAN: u8 = 0;
     /// Dirty blocks; indexed.
     pub const DIRTY: u8 = 1;
-    /// Taken out of its mapping; whatever index entry has its key now
-    /// belongs to another folio.
+    /// Taken out of its mapping; an index entry that still holds it goes
+    /// at the next writeback pass that meets it (an entry at its key may
+    /// also hold a newer folio by now).
     pub const REMOVED: u8 = 2;
 }
 

@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use crate::cache::Shared;
 use crate::errseq::ErrSeq;
-use crate::folio::{metadata_bytes_for, AlignedBuf, DirtyMark, Folio, FolioState, ReadTarget};
+use crate::folio::{metadata_bytes_for, AlignedBuf, BulkFree, DirtyMark, Folio, FolioState, ReadTarget};
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::stats::Counters;
@@ -864,10 +864,10 @@ impl Inode {
     fn collect_dirty(&self, max_bytes: u64, max_chunks: usize, from_start: bool) -> Vec<WbChunk> {
         /// Index keys copied per look at the dirty index: the index lock is
         /// not held while folios are locked, and a pass never copies more
-        /// of a large index than it uses. Each look also takes the index
-        /// and mapping locks once for all of its folios: writers take both
-        /// on every new folio, and per-folio locking by the flusher made
-        /// them sleep on it.
+        /// of a large index than it uses. Each look takes the index lock once
+        /// for all of its folios (the index holds them, so no mapping lock
+        /// is needed): writers take it on every newly dirty folio, and
+        /// per-folio locking by the flusher made them sleep on it.
         const KEYS_PER_LOOK: usize = 64;
         let cursor = if from_start { 0 } else { self.writeback_cursor.load(Ordering::Relaxed) };
         let mut chunks = Vec::new();
@@ -1394,6 +1394,10 @@ impl Inode {
         let first_gone_block = new_size.div_ceil(BLOCK);
         let mut unaccount_blocks = 0u64;
         let mut unaccount_dontcache = 0u64;
+        // A large cut frees folios in file order, their buffers in no useful
+        // order: they go back to the kernel together once the mapping lock
+        // is given back (see `BulkFree`).
+        let bulk = BulkFree::begin();
         {
             let mut map = self.mapping_write();
             // Fills in flight over the doomed range must finish first; wait
@@ -1449,6 +1453,7 @@ impl Inode {
             // before the store is truncated below.
             self.on_disk_len_max.fetch_min(new_size, Ordering::AcqRel);
         }
+        drop(bulk);
         self.domain.account_discarded(unaccount_blocks * BLOCK, unaccount_dontcache * BLOCK);
         // Writeback of removed blocks may still be in flight: let it land
         // before truncating the store.

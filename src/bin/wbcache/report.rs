@@ -451,7 +451,7 @@ impl Reference {
     /// The line printed under the workload's table.
     pub fn sentence(&self) -> String {
         format!(
-            "Reference ({}): a bare {}, costs {:.3} µs here; no cache's read of this pattern can cost less.",
+            "Reference ({}): a bare {}, costs {:.3} µs here: the memory's share of any cache's read of this pattern.",
             self.variant.as_deref().unwrap_or("main"),
             self.what,
             self.us_per_call

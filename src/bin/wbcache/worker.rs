@@ -453,30 +453,32 @@ fn run_job(
 /// µs per call of a bare `memcpy` of a random `bs`-byte block inside an
 /// anonymous buffer of `span` bytes, timed per call exactly as the
 /// `CachedReads` pattern times an engine's reads (after `warmup` untimed
-/// copies, at most `calls` or until `cap`). No cache's read of that pattern
-/// can cost less on this machine, so the report prints it next to the
-/// engines' figures: it says how much of their cost is the memory's.
+/// copies, at most `calls` or until `cap`). A cache's read of that pattern
+/// copies the same bytes from memory as scattered, so the report prints it
+/// next to the engines' figures: it says how much of their cost is the
+/// memory's. (It runs in the bench's own process, on one heap buffer.)
 pub fn memcpy_reference_us(span: u64, bs: u64, calls: u64, warmup: u64, cap: Duration) -> f64 {
     let source = AlignedBuf::filled(span.max(bs) as usize, 11);
     let mut buf = AlignedBuf::new(bs as usize);
     let blocks = (span / bs).max(1);
     let mut rng = Rng::new(9);
-    let copy = |rng: &mut Rng, buf: &mut AlignedBuf| {
-        let off = (rng.below(blocks) * bs) as usize;
+    let copy = |off: usize, buf: &mut AlignedBuf| {
         buf.copy_from_slice(&source[off..off + bs as usize]);
         std::hint::black_box(&buf[..]);
     };
     for _ in 0..warmup {
-        copy(&mut rng, &mut buf);
+        copy((rng.below(blocks) * bs) as usize, &mut buf);
     }
     let mut hist = Histogram::default();
     let deadline = Instant::now() + cap;
     for _ in 0..calls {
+        // As the engines' loop: the offset is drawn before the clock starts.
+        let off = (rng.below(blocks) * bs) as usize;
         let t = Instant::now();
         if t >= deadline {
             break;
         }
-        copy(&mut rng, &mut buf);
+        copy(off, &mut buf);
         hist.record(t.elapsed().as_nanos() as u64);
     }
     hist.mean_ns() / 1000.0
