@@ -97,20 +97,22 @@ struct Slabs {
     bulk_frees: usize,
 }
 
-static SLABS: Mutex<Slabs> = Mutex::new(Slabs {
-    free: [const { Vec::new() }; SLAB_CLASSES],
-    pending: Vec::new(),
-    pending_bytes: 0,
-    stash: Vec::new(),
-    refill_wanted: false,
-    refill_thread_started: false,
-    bulk_frees: 0,
-});
+static SLABS: Mutex<Slabs> = Mutex::new(Slabs::EMPTY);
 
 /// Wakes the refill thread when `refill_wanted` is set.
 static SLAB_REFILL: Condvar = Condvar::new();
 
 impl Slabs {
+    const EMPTY: Slabs = Slabs {
+        free: [const { Vec::new() }; SLAB_CLASSES],
+        pending: Vec::new(),
+        pending_bytes: 0,
+        stash: Vec::new(),
+        refill_wanted: false,
+        refill_thread_started: false,
+        bulk_frees: 0,
+    };
+
     /// Gives the pending slots' pages back to the kernel and makes the
     /// slots free (zero) again. Returns the `madvise` calls it took (one
     /// per run of neighbouring slots).
@@ -771,15 +773,7 @@ mod tests {
         // A slab of its own and a private `Slabs`: the global one is shared
         // with other tests.
         let base = map_populated(SLAB_BYTES, Populate::Bulk).expect("a 2 MiB mapping").as_ptr() as usize;
-        let mut slabs = Slabs {
-            free: [const { Vec::new() }; SLAB_CLASSES],
-            pending: Vec::new(),
-            pending_bytes: 0,
-            stash: Vec::new(),
-            refill_wanted: false,
-            refill_thread_started: false,
-            bulk_frees: 1,
-        };
+        let mut slabs = Slabs { bulk_frees: 1, ..Slabs::EMPTY };
         let mut slots: Vec<usize> = (0..SLAB_BYTES / BLOCK_SIZE).map(|i| base + i * BLOCK_SIZE).collect();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for i in (1..slots.len()).rev() {
