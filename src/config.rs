@@ -37,7 +37,8 @@ pub struct Config {
     /// Requests kept in flight by one submitter. Default 128: small random
     /// writeback I/Os need a deep queue (4 KiB O_DIRECT writes on a virtio
     /// disk: ~390 MB/s at depth 32, ~700 MB/s at 128); large I/Os are bounded
-    /// by their callers' batch sizes, not by this.
+    /// by their callers' batch sizes, not by this. With `io=threads` it also
+    /// sets the worker count (at most 64).
     pub io_depth: u32,
     /// Largest readahead window, in bytes. Default 16 MiB.
     pub readahead_max_bytes: u64,
