@@ -780,8 +780,19 @@ impl Inode {
                     }
                 }
             }
-            Arc::get_mut(&mut st.buf).expect("the buffer was made private above")[folio_off..folio_off + n]
-                .copy_from_slice(&data[done..done + n]);
+            // Whole blocks that held nothing cached are new data on its way
+            // to the device: stream them past the CPU caches. Blocks that
+            // were cached may be read again soon and are copied normally.
+            let fresh_blocks = n % BLOCK_SIZE == 0
+                && folio_off % BLOCK_SIZE == 0
+                && !st.all_uptodate
+                && st.uptodate.next(first, last, true).is_none();
+            let dst = Arc::get_mut(&mut st.buf).expect("the buffer was made private above");
+            if fresh_blocks {
+                dst.copy_in_streaming(folio_off, &data[done..done + n]);
+            } else {
+                dst[folio_off..folio_off + n].copy_from_slice(&data[done..done + n]);
+            }
             st.set_uptodate(folio.nr_blocks(), first, last);
             // The size covers these bytes before they can be written back,
             // so a backing-size fix never cuts them off.
