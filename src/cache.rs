@@ -568,3 +568,38 @@ fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
     shared.progress_made();
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::sim::{SimConfig, SimIo};
+    use crate::io::BLOCK_SIZE;
+    use crate::OpenOptions;
+
+    /// A closed cache keeps no buffer pool: the pool is emptied at close,
+    /// and a buffer given back afterwards (by a handle that outlived the
+    /// cache) is freed instead of pooled, so open handles cannot keep the
+    /// cache's memory resident.
+    #[test]
+    fn a_closed_cache_pools_nothing() {
+        let sim = Arc::new(SimIo::new(SimConfig::default()));
+        let cache = Cache::with_sim(Config::from_options("capacity=8M,folio_max=64K").unwrap(), sim).unwrap();
+        let file = cache.open("/f", &OpenOptions::read_write_create()).unwrap();
+        file.write_at(&vec![5u8; 4 << 20], 0).unwrap();
+        file.sync_all().unwrap();
+        let shared = cache.shared.clone();
+        // Reading 8M through an 8M cache evicts into the pool.
+        let mut buf = vec![0u8; 64 << 10];
+        for off in (0..8u64 << 20).step_by(64 << 10) {
+            file.read_at(&mut buf, off).unwrap();
+        }
+        let held = shared.reserve_folio_buf(BLOCK_SIZE, true).unwrap();
+        cache.close().unwrap();
+        assert_eq!(shared.buf_pool.pooled_bytes(), 0, "close empties the pool");
+        shared.release_folio_buf(Some(held), BLOCK_SIZE);
+        assert_eq!(shared.buf_pool.pooled_bytes(), 0, "a buffer freed after close is not pooled");
+        assert_eq!(shared.counters.cached_bytes.load(Ordering::Acquire), 0, "nothing stays counted");
+        let err = file.read_at(&mut buf, 0).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF));
+    }
+}
