@@ -37,7 +37,7 @@ use crate::writeback::Reason;
 
 /// How long an allocation may wait for writeback to make memory clean before
 /// it fails with `ENOMEM` (only a stuck device gets here).
-const RESERVE_TIMEOUT: Duration = Duration::from_secs(30);
+const RESERVE_TIMEOUT_MS: u64 = 30_000;
 
 /// Inodes kept in the table (each holds a descriptor); beyond this, idle
 /// ones are synced and forgotten.
@@ -87,6 +87,8 @@ pub struct Shared {
     readahead_threads: Mutex<Vec<JoinHandle<()>>>,
     next_inode_id: AtomicU64,
     all_direct_io: AtomicBool,
+    /// [`RESERVE_TIMEOUT_MS`]; tests shorten it.
+    reserve_timeout_ms: AtomicU64,
 }
 
 thread_local! {
@@ -191,10 +193,14 @@ impl Shared {
                 d.kick(WORK_RECLAIM);
             }
             self.wait_progress(Duration::from_millis(5));
-            if started.elapsed() > RESERVE_TIMEOUT {
+            let timeout = Duration::from_millis(self.reserve_timeout_ms.load(Ordering::Relaxed));
+            if started.elapsed() > timeout {
                 return Err(io::Error::new(
                     io::ErrorKind::OutOfMemory,
-                    "wbcache: no folio memory could be freed within 30 s (writeback stuck?)",
+                    format!(
+                        "wbcache: no folio memory could be freed within {:.1} s (writeback stuck?)",
+                        timeout.as_secs_f64()
+                    ),
                 ));
             }
         }
@@ -386,6 +392,7 @@ impl Cache {
             readahead_threads: Mutex::new(Vec::new()),
             next_inode_id: AtomicU64::new(1),
             all_direct_io: AtomicBool::new(true),
+            reserve_timeout_ms: AtomicU64::new(RESERVE_TIMEOUT_MS),
         });
         // Two workers, so one window's I/O is in flight while the previous
         // one completes.
@@ -601,5 +608,40 @@ mod tests {
         assert_eq!(shared.counters.cached_bytes.load(Ordering::Acquire), 0, "nothing stays counted");
         let err = file.read_at(&mut buf, 0).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EBADF));
+    }
+
+    /// With all memory held by buffers nobody can evict, an allocation
+    /// that may not wait fails with `ENOMEM` at once, and one that may
+    /// waits for the timeout and then fails with an out-of-memory error
+    /// (it kicked the flusher meanwhile). Once memory is given back,
+    /// allocations succeed again.
+    #[test]
+    fn a_reservation_that_finds_nothing_to_free_times_out() {
+        let sim = Arc::new(SimIo::new(SimConfig::default()));
+        let cache =
+            Cache::with_sim(Config::from_options("capacity=1M,folio_max=64K,dirty_limit=128K").unwrap(), sim).unwrap();
+        let shared = cache.shared.clone();
+        shared.reserve_timeout_ms.store(200, Ordering::Relaxed);
+        // A file gives the cache a writeback domain whose flusher is kicked.
+        let _file = cache.open("/f", &OpenOptions::read_write_create()).unwrap();
+        let held: Vec<AlignedBuf> =
+            (0..(1 << 20) / BLOCK_SIZE).map(|_| shared.reserve_folio_buf(BLOCK_SIZE, false).unwrap()).collect();
+        let err = shared.reserve_folio_buf(BLOCK_SIZE, false).err().expect("memory is full");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOMEM));
+        let wakeups_before = shared.counters.flusher_wakeups.load(Ordering::Acquire);
+        let started = Instant::now();
+        let err = shared.reserve_folio_buf(BLOCK_SIZE, true).err().expect("nothing can be freed");
+        let waited = started.elapsed();
+        assert_eq!(err.kind(), io::ErrorKind::OutOfMemory);
+        assert!(err.to_string().contains("0.2 s"), "{err}");
+        assert!(waited >= Duration::from_millis(200), "gave up after {waited:?}");
+        assert_eq!(shared.counters.cached_bytes.load(Ordering::Acquire), 1 << 20, "a failure reserves nothing");
+        assert!(shared.counters.flusher_wakeups.load(Ordering::Acquire) > wakeups_before, "the flusher was kicked");
+        for b in held {
+            shared.release_folio_buf(Some(b), BLOCK_SIZE);
+        }
+        let again = shared.reserve_folio_buf(BLOCK_SIZE, true).unwrap();
+        shared.release_folio_buf(Some(again), BLOCK_SIZE);
+        cache.close().unwrap();
     }
 }
