@@ -32,7 +32,7 @@ use crate::cache::Shared;
 use crate::errseq::ErrSeq;
 use crate::folio::{metadata_bytes_for, AlignedBuf, BulkFree, DirtyMark, Folio, FolioState, ReadTarget};
 use crate::io::queue::{QueuedWrite, Segment};
-use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
+use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::stats::Counters;
 use crate::writeback::domain::{Domain, WORK_START_DONTCACHE};
 use crate::writeback::Reason;
@@ -1058,8 +1058,9 @@ impl Inode {
                 s = e;
             }
         }
-        // Neighbouring chunks form one vectored I/O of at most `io_max`,
-        // bridging a small gap of clean cached blocks where one lies between.
+        // Neighbouring chunks form one vectored I/O of at most `io_max` and
+        // `IOV_MAX` buffers (one per chunk), bridging a small gap of clean
+        // cached blocks where one lies between.
         let mut chunks: Vec<WbChunk> = Vec::with_capacity(split.len());
         let mut groups: Vec<(usize, usize)> = Vec::new();
         let mut group_start = 0;
@@ -1068,7 +1069,9 @@ impl Inode {
             if let Some(prev) = chunks.last() {
                 let prev_end = prev.offset() + prev.len_bytes() as u64;
                 let gap_bytes = c.offset() - prev_end;
-                let fits = group_bytes + gap_bytes as usize + c.len_bytes() <= io_max_bytes;
+                // A bridge adds at most one buffer per block of the gap.
+                let buffers_after = chunks.len() - group_start + (gap_bytes / BLOCK) as usize + 1;
+                let fits = group_bytes + gap_bytes as usize + c.len_bytes() <= io_max_bytes && buffers_after <= IOV_MAX;
                 let mut joined = fits && gap_bytes == 0;
                 if fits && gap_bytes > 0 && gap_bytes <= self.shared.config.bridge_gap_bytes {
                     if let Some(bridge) = self.take_bridge(prev_end / BLOCK, c.offset() / BLOCK) {
@@ -1092,6 +1095,7 @@ impl Inode {
             .iter()
             .zip(&chunks[i..j - 1])
             .all(|(b, a)| b.offset() == a.offset() + a.len_bytes() as u64)));
+        assert!(groups.iter().all(|&(i, j)| j - i <= IOV_MAX), "a writeback I/O carries at most IOV_MAX buffers");
         let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
         Some(WbPass { ticket, reason, chunks, groups, bytes })
     }

@@ -322,3 +322,39 @@ fn async_writeback_races_truncation_on_uring() {
 fn async_writeback_races_truncation_on_threads() {
     truncate_and_write_under_async_writeback("threads", 7);
 }
+
+/// `io_max=8M` over 4 KiB folios: a writeback I/O could gather 2048 buffers,
+/// more than `pwritev` and io_uring accept (1024, `EINVAL`). Writeback caps
+/// the buffers per I/O, so fsync succeeds and every block reaches the disk,
+/// on both backends.
+fn many_small_folios_in_one_large_io(io: &str) {
+    let dir = temp_dir(&format!("iovmax-{io}"));
+    let path = dir.join("file");
+    let cache =
+        Cache::new(Config::from_options(&format!("capacity=64M,dirty_limit=32M,io_max=8M,io={io}")).unwrap()).unwrap();
+    let f = cache.open(&path, &OpenOptions::read_write_create()).unwrap();
+    let blocks = 2048u64;
+    // Back to front: each 4 KiB write makes its own folio (none can grow
+    // into a neighbour that already exists).
+    for b in (0..blocks).rev() {
+        f.write_at(&pattern(4096, b), b * 4096).unwrap();
+    }
+    f.sync_all().unwrap();
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len() as u64, blocks * 4096);
+    for b in 0..blocks as usize {
+        assert!(on_disk[b * 4096..(b + 1) * 4096] == pattern(4096, b as u64)[..], "{io}: block {b}");
+    }
+    cache.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn uring_writeback_caps_buffers_per_io() {
+    many_small_folios_in_one_large_io("uring");
+}
+
+#[test]
+fn threads_writeback_caps_buffers_per_io() {
+    many_small_folios_in_one_large_io("threads");
+}

@@ -33,6 +33,12 @@ pub mod uring;
 /// The unit of uptodate/dirty tracking and of I/O alignment.
 pub const BLOCK_SIZE: usize = 4096;
 
+/// Most buffers one vectored I/O may carry: the kernel's `UIO_MAXIOV`.
+/// `pwritev` and io_uring's `WRITEV` fail a request with more with `EINVAL`,
+/// so writeback never builds one (at `io_max=8M`, 4 KiB folios would make
+/// 2048).
+pub const IOV_MAX: usize = 1024;
+
 /// How often one op may come back short or interrupted before the driver
 /// gives up with `EIO`; a device that keeps returning partial transfers is
 /// broken, and looping forever on it would hang the caller.

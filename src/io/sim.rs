@@ -28,7 +28,8 @@
 //!   correct data, or nothing. With `direct_io`, offsets and every iovec
 //!   length must be multiples of [`BLOCK_SIZE`] (`EINVAL` otherwise), and a
 //!   short transfer is a whole number of blocks unless it stops at end of
-//!   file, so the remainder the driver resubmits stays aligned.
+//!   file, so the remainder the driver resubmits stays aligned. More than
+//!   [`IOV_MAX`] buffers in one op fail with `EINVAL`, as in the kernel.
 //! - Removing a name leaves the inode alive for the stores that have it open
 //!   (Unix semantics); it is freed when the last of them is dropped, or at a
 //!   crash.
@@ -37,7 +38,7 @@
 //! [`BackingStore::submit_once`] call, whatever the outcome) and sync calls;
 //! the byte counters count bytes actually transferred.
 
-use super::{Attempt, BackingInfo, BackingStore, Io, IoKind, IoOp, OpenHow, BLOCK_SIZE};
+use super::{Attempt, BackingInfo, BackingStore, Io, IoKind, IoOp, OpenHow, BLOCK_SIZE, IOV_MAX};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
@@ -507,6 +508,10 @@ impl SimStore {
             return Err(errno(libc::EBADF));
         }
         let (offset, iovecs) = op.remaining_iovecs();
+        // As preadv/pwritev and io_uring's READV/WRITEV: too many buffers.
+        if iovecs.len() > IOV_MAX {
+            return Err(errno(libc::EINVAL));
+        }
         let asked: usize = iovecs.iter().map(|v| v.iov_len).sum();
         if asked == 0 {
             return Ok(0);
