@@ -438,21 +438,19 @@ impl Cache {
         let shared = &self.shared;
         shared.check_open()?;
         options.validate()?;
+        // A read-only handle opens the store read-only, as open(2) would
+        // (no EACCES, EROFS or ETXTBSY that a reader would not get); the
+        // first writable handle of the inode upgrades its store.
         let how = OpenHow {
             read: true,
-            write: true,
+            write: options.write,
             create: options.create,
             create_new: options.create_new,
             truncate: false, // through the cache, so cached data goes too
             mode: options.mode,
         };
-        let (store, store_writable) = match shared.io.open(path, &how) {
-            Ok(s) => (s, true),
-            Err(e) if !options.write && matches!(e.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM)) => {
-                (shared.io.open(path, &OpenHow { write: false, ..how })?, false)
-            }
-            Err(e) => return Err(e),
-        };
+        let store = shared.io.open(path, &how)?;
+        let store_writable = options.write;
         let info = store.info().clone();
         if info.is_block_device && info.len_at_open % crate::io::BLOCK_SIZE as u64 != 0 {
             return Err(io::Error::new(

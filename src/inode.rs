@@ -215,6 +215,12 @@ pub struct Inode {
     /// Logical file size in bytes.
     size: AtomicU64,
     on_disk_len_max: AtomicU64,
+    /// Writeback wrote a tail block that reaches past the logical size
+    /// (O_DIRECT writes whole blocks): the store may hold up to a block of
+    /// zeros past the size, which [`Inode::fix_backing_size`] cuts. Only
+    /// such padding of our own is ever cut: a store longer for any other
+    /// reason (another program appended) is left alone.
+    store_padded: AtomicBool,
     /// Serializes size changes against each other and backing-size fixes.
     size_lock: Mutex<()>,
     /// Truncations that re-dirtied blocks the store lost in their cut
@@ -267,6 +273,7 @@ impl Inode {
             dirty_index: Mutex::new(BTreeMap::new()),
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
+            store_padded: AtomicBool::new(false),
             size_lock: Mutex::new(()),
             store_len_gate: StoreLenGate::default(),
             size_changed: AtomicBool::new(false),
@@ -934,6 +941,9 @@ impl Inode {
                     if self.on_disk_len_max.load(Ordering::Acquire) < chunk_end {
                         self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
                     }
+                    if chunk_end > self.size() {
+                        self.store_padded.store(true, Ordering::Release);
+                    }
                     chunks.push(WbChunk {
                         folio: folio.clone(),
                         buf: st.buf.clone(),
@@ -1000,12 +1010,16 @@ impl Inode {
     /// recorded in the errseq. Clean drop-behind folios are dropped
     /// afterwards.
     pub fn writeback(self: &Arc<Self>, reason: Reason, max_bytes: u64, priority: IoPriority) -> WritebackOutcome {
+        // The gate before the blocks are taken (as the flusher's passes do):
+        // a length change or backing-size fix never falls between taking a
+        // tail block (which marks the store padded) and writing it.
+        self.store_len_gate.begin_io();
         let Some(mut pass) = self.begin_pass(reason, max_bytes, usize::MAX) else {
+            self.store_len_gate.end_io();
             return WritebackOutcome::default();
         };
         let store = self.store();
         let started = Instant::now();
-        self.store_len_gate.begin_io();
         let results: Vec<io::Result<usize>> = {
             let mut ops: Vec<IoOp<'_>> = pass
                 .groups
@@ -1302,18 +1316,35 @@ impl Inode {
         }
         // The common case needs no exclusion: the I/O that made the store
         // longer than the size completed before this check.
-        if self.store().len()? == self.size() {
+        if !self.backing_size_needs_fix(self.store().len()?, self.size()) {
             return Ok(());
         }
         let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // No writeback I/O runs meanwhile, and none is between taking its
+        // blocks and completing: the padding flag cannot be raised under us.
         let _no_io = self.store_len_gate.resize();
         let size = self.size();
         let store = self.store();
-        if store.len()? != size {
+        if self.backing_size_needs_fix(store.len()?, size) {
             store.set_len(size)?;
             self.size_changed.store(true, Ordering::Release);
         }
+        self.store_padded.store(false, Ordering::Release);
         Ok(())
+    }
+
+    /// A store shorter than the size grows to it (the size is ours: our
+    /// writes made it). A longer one is cut only back from our own tail
+    /// padding: within the size's last block, and only after writeback
+    /// padded it. Data another program put past our size stays.
+    fn backing_size_needs_fix(&self, store_len: u64, size: u64) -> bool {
+        match store_len.cmp(&size) {
+            std::cmp::Ordering::Equal => false,
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => {
+                self.store_padded.load(Ordering::Acquire) && store_len <= size.next_multiple_of(BLOCK)
+            }
+        }
     }
 
     /// Writes back every block dirty now and makes it durable: a pass that
@@ -1404,7 +1435,9 @@ impl Inode {
             self.size.fetch_max(new_size, Ordering::AcqRel);
             self.size_changed.store(true, Ordering::Release);
             let _no_io = self.store_len_gate.resize();
-            return self.store().set_len(new_size);
+            self.store().set_len(new_size)?;
+            self.store_padded.store(false, Ordering::Release);
+            return Ok(());
         }
         let first_gone_block = new_size.div_ceil(BLOCK);
         let mut unaccount_blocks = 0u64;
@@ -1476,6 +1509,7 @@ impl Inode {
         self.size_changed.store(true, Ordering::Release);
         let _no_io = self.store_len_gate.resize();
         self.store().set_len(new_size)?;
+        self.store_padded.store(false, Ordering::Release);
         // A writer that extended the file after the new size was published
         // may have had its blocks written back before the cut, which just
         // took them off the store: they must be written again.

@@ -358,3 +358,55 @@ fn uring_writeback_caps_buffers_per_io() {
 fn threads_writeback_caps_buffers_per_io() {
     many_small_folios_in_one_large_io("threads");
 }
+
+/// Another program appends to a file a read-only handle has open: neither
+/// that handle's fsync nor the cache's close may cut the file back to the
+/// length the cache saw at open. A writable handle cuts only its own
+/// tail-block padding. A running executable opens read-only (no ETXTBSY).
+#[test]
+fn foreign_appends_survive_sync_and_close() {
+    use std::io::Write;
+    let dir = temp_dir("foreign-append");
+    let path = dir.join("log");
+    std::fs::write(&path, pattern(5000, 1)).unwrap();
+    let cache = Cache::new(Config::from_options("capacity=16M").unwrap()).unwrap();
+    let reader = cache.open(&path, &OpenOptions::new()).unwrap();
+    let mut head = vec![0u8; 100];
+    reader.read_at(&mut head, 0).unwrap();
+    let appended = pattern(10_000, 2);
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&appended).unwrap();
+    reader.sync_all().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 15_000, "a reader's fsync cut the file");
+
+    // A writer of the same inode rewrites its first bytes and syncs: only
+    // what it wrote changes, the foreign tail stays.
+    let writer = cache.open(&path, &OpenOptions::new().write(true)).unwrap();
+    writer.write_at(b"rewritten", 0).unwrap();
+    writer.sync_all().unwrap();
+    drop(reader);
+    drop(writer);
+    cache.close().unwrap();
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len(), 15_000, "the close cut the file");
+    assert_eq!(&on_disk[..9], b"rewritten");
+    assert!(on_disk[9..5000] == pattern(5000, 1)[9..]);
+    assert!(on_disk[5000..] == appended[..], "the appended bytes changed");
+
+    // Our own padding: a 5000-byte file written through the cache is 5000
+    // bytes on disk after fsync, though O_DIRECT wrote two whole blocks.
+    let cache = Cache::new(Config::from_options("capacity=16M").unwrap()).unwrap();
+    let own = dir.join("own");
+    let f = cache.open(&own, &OpenOptions::read_write_create()).unwrap();
+    f.write_at(&pattern(5000, 3), 0).unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(std::fs::metadata(&own).unwrap().len(), 5000);
+
+    let exe = cache.open(std::env::current_exe().unwrap(), &OpenOptions::new()).unwrap();
+    let mut magic = [0u8; 4];
+    exe.read_at(&mut magic, 0).unwrap();
+    assert_eq!(&magic, b"\x7fELF");
+    drop(exe);
+    drop(f);
+    cache.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
