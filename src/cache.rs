@@ -43,13 +43,23 @@ const RESERVE_TIMEOUT_MS: u64 = 30_000;
 /// ones are synced and forgotten.
 pub const MAX_CACHED_INODES: usize = 1024;
 
-/// Threads filling asynchronous readahead windows.
+/// Worker threads: they fill asynchronous readahead windows and forget
+/// idle inodes for the flusher.
 const READAHEAD_WORKERS: usize = 2;
 
 /// Reads of `io_max` submitted together by a readahead worker. With both
 /// workers busy that keeps four 1 MiB reads in flight, the virtio disk's
 /// best depth here (raw 1 MiB reads: ~1.8 GB/s at depth 4, ~1.35 at 8).
 const READAHEAD_BATCH_IOS: u64 = 2;
+
+/// Work for the worker threads.
+enum WorkerJob {
+    Readahead(ReadaheadJob),
+    /// Forget an inode the flusher found idle: forgetting syncs it, and
+    /// the flusher must never wait for writeback (its own passes of that
+    /// inode may still be in flight, and only it completes them).
+    ForgetIdle(Arc<Inode>),
+}
 
 struct ReadaheadJob {
     inode: Arc<Inode>,
@@ -83,7 +93,7 @@ pub struct Shared {
     domains: Mutex<HashMap<u64, Arc<Domain>>>,
     progress: Mutex<u64>,
     progress_cond: Condvar,
-    readahead_tx: Mutex<Option<mpsc::Sender<ReadaheadJob>>>,
+    worker_tx: Mutex<Option<mpsc::Sender<WorkerJob>>>,
     readahead_threads: Mutex<Vec<JoinHandle<()>>>,
     next_inode_id: AtomicU64,
     all_direct_io: AtomicBool,
@@ -311,15 +321,22 @@ impl Shared {
         dropbehind: bool,
         reader_pos: &Arc<AtomicU64>,
     ) {
-        if let Some(tx) = self.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            let job = ReadaheadJob {
-                inode: inode.clone(),
-                start_block,
-                end_block,
-                dropbehind,
-                reader_pos: reader_pos.clone(),
-            };
+        let job =
+            ReadaheadJob { inode: inode.clone(), start_block, end_block, dropbehind, reader_pos: reader_pos.clone() };
+        self.send_to_workers(WorkerJob::Readahead(job));
+    }
+
+    fn send_to_workers(&self, job: WorkerJob) {
+        if let Some(tx) = self.worker_tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             let _ = tx.send(job);
+        }
+    }
+
+    /// [`Shared::forget_inode_if_idle`] for the flusher: a worker thread
+    /// does it (see [`WorkerJob::ForgetIdle`]), if it is worth a look.
+    pub fn forget_inode_if_idle_later(&self, inode: &Arc<Inode>) {
+        if self.inodes.lock().unwrap_or_else(|e| e.into_inner()).len() > MAX_CACHED_INODES {
+            self.send_to_workers(WorkerJob::ForgetIdle(inode.clone()));
         }
     }
 
@@ -374,7 +391,7 @@ impl Cache {
     fn build(config: Config, sim: Option<Arc<SimIo>>) -> io::Result<Cache> {
         config.validate()?;
         let io = open_backend(config.io, config.io_depth, sim);
-        let (tx, rx) = mpsc::channel::<ReadaheadJob>();
+        let (tx, rx) = mpsc::channel::<WorkerJob>();
         let shared = Arc::new(Shared {
             config,
             counters: Counters::default(),
@@ -388,7 +405,7 @@ impl Cache {
             domains: Mutex::new(HashMap::new()),
             progress: Mutex::new(0),
             progress_cond: Condvar::new(),
-            readahead_tx: Mutex::new(Some(tx)),
+            worker_tx: Mutex::new(Some(tx)),
             readahead_threads: Mutex::new(Vec::new()),
             next_inode_id: AtomicU64::new(1),
             all_direct_io: AtomicBool::new(true),
@@ -401,7 +418,13 @@ impl Cache {
             let rx = rx.clone();
             let worker = std::thread::Builder::new().name(format!("wbc-readahead-{n}")).spawn(move || loop {
                 let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-                    Ok(job) => job,
+                    Ok(WorkerJob::Readahead(job)) => job,
+                    Ok(WorkerJob::ForgetIdle(inode)) => {
+                        if !inode.shared.is_closed() {
+                            inode.shared.forget_inode_if_idle(&inode);
+                        }
+                        continue;
+                    }
                     Err(_) => break,
                 };
                 if !job.inode.shared.is_closed() {
@@ -546,7 +569,7 @@ fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
     // and stop waiting); new ones fail with EBADF.
     drop(shared.ops_gate.write().unwrap_or_else(|e| e.into_inner()));
     let result = sync_everything(shared, Reason::Close);
-    shared.readahead_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    shared.worker_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
     let workers: Vec<JoinHandle<()>> =
         shared.readahead_threads.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
     for h in workers {

@@ -10,13 +10,14 @@
 //!   holds the reference content, in the cache and in the durable image.
 //! - `concurrent_readers_of_a_missing_folio_share_one_read`: readers racing
 //!   for the same uncached folio cause exactly one read I/O.
-//! - `rewrite_during_writeback_then_sync` (engine bug, ignored): a block
-//!   rewritten while its writeback is in flight, then synced.
-//! - `read_of_tail_block_races_with_extending_writeback` (engine bug,
-//!   ignored): reading the partial last block while writeback extends the
-//!   file.
-//! - `dirty_accounting_survives_writes_racing_syncs` (engine bug, ignored):
-//!   fresh dirty blocks collected before they were accounted.
+//! - `rewrite_during_writeback_then_sync` (regression): a block rewritten
+//!   while its writeback is in flight, then synced.
+//! - `read_of_tail_block_races_with_extending_writeback` (regression):
+//!   reading the partial last block while writeback extends the file.
+//! - `dirty_accounting_survives_writes_racing_syncs` (regression): fresh
+//!   dirty blocks collected before they were accounted.
+//! - `flusher_keeps_writing_past_the_inode_table_limit` (regression): more
+//!   files written and closed than the inode table keeps.
 
 mod common;
 use common::{assert_same, wait_until, with_timeout, Rng};
@@ -519,4 +520,45 @@ fn close_racing_writers_loses_no_acknowledged_write() {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// The inode table's limit
+
+/// More files written and closed than the inode table keeps (1024): the
+/// flusher cleans them, and idle ones are forgotten after a sync. The
+/// flusher once did that sync itself, and waited for the writeback pass of
+/// that inode it had just queued and only it could complete: writeback
+/// stopped for good. All data must reach the store, and close must finish.
+#[test]
+fn flusher_keeps_writing_past_the_inode_table_limit() {
+    with_timeout(Duration::from_secs(120), || {
+        let sim = Arc::new(SimIo::new(SimConfig { seed: 1, ..SimConfig::default() }));
+        let cache = Cache::with_sim(
+            Config::from_options("capacity=64M,dirty_limit=16M,dirty_background=8M,folio_max=256K,expire_ms=20")
+                .unwrap(),
+            sim.clone(),
+        )
+        .unwrap();
+        let files = 1100usize;
+        for i in 0..files {
+            let f = cache.open(format!("/many/f{i}"), &OpenOptions::read_write_create()).unwrap();
+            f.write_at(&[i as u8; BLOCK], 0).unwrap();
+        }
+        let clean = wait_until(Duration::from_secs(30), || {
+            let st = cache.stats();
+            st.dirty_bytes == 0 && st.writeback_bytes == 0
+        });
+        assert!(clean, "writeback stopped: {:?}", cache.stats());
+        assert!(
+            wait_until(Duration::from_secs(30), || cache.stats().open_inodes <= 1024),
+            "idle inodes were not forgotten: {}",
+            cache.stats().open_inodes
+        );
+        cache.close().unwrap();
+        for i in 0..files {
+            let durable = sim.durable_image(Path::new(&format!("/many/f{i}"))).unwrap();
+            assert_same(&durable, &[i as u8; BLOCK], &format!("/many/f{i}"));
+        }
+    });
 }

@@ -217,7 +217,9 @@ impl Domain {
         if inode.has_dirty() {
             self.queue_dirty_inode(&inode);
         } else {
-            self.shared.forget_inode_if_idle(&inode);
+            // Not here: forgetting syncs the inode, which waits for its
+            // writeback, and the flusher may hold passes of it in flight.
+            self.shared.forget_inode_if_idle_later(&inode);
         }
     }
 }
