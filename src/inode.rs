@@ -223,9 +223,6 @@ pub struct Inode {
     store_padded: AtomicBool,
     /// Serializes size changes against each other and backing-size fixes.
     size_lock: Mutex<()>,
-    /// Truncations that re-dirtied blocks the store lost in their cut
-    /// (changed under `size_lock`): a sync that sees it move writes again.
-    truncate_redirties: AtomicU64,
     /// Writeback I/O holds it shared; changing the backing store's length
     /// holds it exclusively, so a truncation never races an in-flight write
     /// beyond the old length.
@@ -269,7 +266,6 @@ impl Inode {
             domain,
             mapping: RwLock::new(BTreeMap::new()),
             mapping_inserts: AtomicU64::new(0),
-            truncate_redirties: AtomicU64::new(0),
             dirty_index: Mutex::new(BTreeMap::new()),
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
@@ -1354,23 +1350,6 @@ impl Inode {
     /// writeback error recorded meanwhile (by this pass or a flusher pass it
     /// waited for) fails it, and then the store is not synced.
     pub fn write_and_sync(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
-        loop {
-            let redirties = self.truncate_redirties.load(Ordering::Acquire);
-            let result = self.write_and_sync_once(data_only, reason);
-            // A truncate that cut the store after this sync's blocks were
-            // written back made them dirty again: write them again, after
-            // any truncate still running (it holds the size lock) is done.
-            let again = {
-                let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
-                self.truncate_redirties.load(Ordering::Acquire) != redirties
-            };
-            if result.is_err() || !again {
-                return result;
-            }
-        }
-    }
-
-    fn write_and_sync_once(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
         let err_sample = self.errseq.sample();
         for _pass in 0..2 {
             self.writeback(reason, u64::MAX, IoPriority::Sync);
@@ -1413,12 +1392,12 @@ impl Inode {
         result
     }
 
-    /// Changes the logical size. Shrinking drops cached data beyond the new
-    /// size (dirty or not), zeroes the tail of the last folio, waits for
-    /// writeback in flight and truncates the store at once, so no stale
-    /// bytes can reappear when the file grows again. Blocks that writers
-    /// put past the new size meanwhile, and that were written back before
-    /// the cut, become dirty again (and syncs racing it write them again).
+    /// Changes the logical size. Shrinking waits for writeback I/O in
+    /// flight and holds off new writeback until the store is cut, drops
+    /// cached data beyond the new size (dirty or not), zeroes the tail of
+    /// the last folio and truncates the store at once, so no stale bytes
+    /// can reappear when the file grows again. Writers that extend the file
+    /// meanwhile see their blocks written back only after the cut.
     pub fn set_len(&self, new_size: u64) -> io::Result<()> {
         if self.info.is_block_device {
             if new_size == self.size() {
@@ -1434,9 +1413,14 @@ impl Inode {
             // `on_disk_len_max` already says lies past the old end.
             self.size.fetch_max(new_size, Ordering::AcqRel);
             self.size_changed.store(true, Ordering::Release);
+            // Only ever grow the store here: a writer that extended the file
+            // past `new_size` since `old` was read may have had those blocks
+            // written back already, and cutting them would lose them.
             let _no_io = self.store_len_gate.resize();
-            self.store().set_len(new_size)?;
-            self.store_padded.store(false, Ordering::Release);
+            let store = self.store();
+            if store.len()? < new_size {
+                store.set_len(new_size)?;
+            }
             return Ok(());
         }
         let first_gone_block = new_size.div_ceil(BLOCK);
@@ -1446,6 +1430,13 @@ impl Inode {
         // order: they go back to the kernel together once the mapping lock
         // is given back (see `BulkFree`).
         let bulk = BulkFree::begin();
+        // No writeback I/O from before the new size is published until the
+        // store is cut: a writer may extend the file again meanwhile, and a
+        // block of its extension written back before the cut would be lost
+        // by it (and a fill could read the old bytes the cut removes). The
+        // gate is taken before the mapping lock (writeback completions take
+        // mapping locks), and never held while waiting for a fill.
+        let no_io;
         {
             let mut map = self.mapping_write();
             // Fills in flight over the doomed range must finish first; wait
@@ -1457,10 +1448,24 @@ impl Inode {
                     .filter(|(_, f)| f.end_index() > new_size / BLOCK)
                     .find(|(_, f)| f.lock().read_in_flight)
                     .map(|(_, f)| f.clone());
-                let Some(f) = filling else { break };
                 drop(map);
-                drop(f.lock_filled());
+                if let Some(f) = filling {
+                    drop(f.lock_filled());
+                    map = self.mapping_write();
+                    continue;
+                }
+                let gate = self.store_len_gate.resize();
                 map = self.mapping_write();
+                // A fill may have begun while neither was held.
+                let began = map
+                    .range(..)
+                    .filter(|(_, f)| f.end_index() > new_size / BLOCK)
+                    .any(|(_, f)| f.lock().read_in_flight);
+                if !began {
+                    no_io = gate;
+                    break;
+                }
+                drop(gate);
             }
             for key in map.range(first_gone_block..).map(|(&k, _)| k).collect::<Vec<_>>() {
                 let f = map.get(&key).expect("key just listed").clone();
@@ -1503,68 +1508,13 @@ impl Inode {
         }
         drop(bulk);
         self.domain.account_discarded(unaccount_blocks * BLOCK, unaccount_dontcache * BLOCK);
-        // Writeback of removed blocks may still be in flight: let it land
-        // before truncating the store.
-        self.wait_writeback_before_now();
+        // Writeback I/O of the removed blocks ended before the gate was
+        // taken, and none has run since: the cut is the last word on them.
         self.size_changed.store(true, Ordering::Release);
-        let _no_io = self.store_len_gate.resize();
         self.store().set_len(new_size)?;
         self.store_padded.store(false, Ordering::Release);
-        // A writer that extended the file after the new size was published
-        // may have had its blocks written back before the cut, which just
-        // took them off the store: they must be written again.
-        let extended_to = self.size();
-        if extended_to > new_size && self.redirty_written_blocks(new_size / BLOCK, extended_to.div_ceil(BLOCK)) {
-            // Under the size lock, which syncs check after their writeback.
-            self.truncate_redirties.fetch_add(1, Ordering::AcqRel);
-        }
+        drop(no_io);
         Ok(())
-    }
-
-    /// Marks dirty again every cached block of `[first_block, end_block)`
-    /// that is uptodate and clean, for data the store lost after it was
-    /// written back. Blocks still marked under writeback are included: their
-    /// I/O may have landed before the cut (the I/O gate is given back
-    /// before a pass completes its blocks). Returns whether any block
-    /// became dirty.
-    fn redirty_written_blocks(&self, first_block: u64, end_block: u64) -> bool {
-        let folios: Vec<Arc<Folio>> = {
-            let map = self.mapping_read();
-            let from = find_in(&map, first_block).map_or(first_block, |f| f.index);
-            map.range(from..end_block).map(|(_, f)| f.clone()).collect()
-        };
-        let mut redirtied = false;
-        for folio in folios {
-            let mut st = folio.lock();
-            if st.removed {
-                continue;
-            }
-            let first = first_block.saturating_sub(folio.index) as usize;
-            let last = (end_block.min(folio.end_index()) - folio.index) as usize;
-            let written = |st: &FolioState, b: usize| (st.all_uptodate || st.uptodate.get(b)) && !st.dirty.get(b);
-            let mut b = first;
-            while b < last {
-                if !written(&st, b) {
-                    b += 1;
-                    continue;
-                }
-                let mut e = b + 1;
-                while e < last && written(&st, e) {
-                    e += 1;
-                }
-                let was_clean = st.nr_dirty == 0;
-                let newly = st.set_dirty(b, e);
-                self.domain.account_dirty_bytes(newly as u64 * BLOCK, 0);
-                if was_clean && newly > 0 {
-                    self.index_dirty(&folio);
-                }
-                redirtied |= newly > 0;
-                b = e;
-            }
-            st.check(folio.nr_blocks());
-        }
-        // The caller (`File::set_len`) queues the inode for writeback.
-        redirtied
     }
 
     /// Drops every clean folio (used when the cache closes).

@@ -163,3 +163,73 @@ fn data_written_back_during_a_truncate_survives_the_cut() {
         cache.close().unwrap();
     }
 }
+
+/// Truncate while an older version of the cut blocks is being written; a
+/// writer re-extends the file and a sync tries to write its block before
+/// the store is cut; a reader reads the hole in between. The hole must
+/// read as zeros (in the cache and in the durable image), and the writer's
+/// block must survive the cut. Once, writeback of the extension ran before
+/// the cut: the reader filled the hole from the store's old bytes, and the
+/// truncate then marked that stale copy dirty and wrote it back.
+#[test]
+fn a_sync_racing_a_truncate_never_brings_back_cut_bytes() {
+    with_timeout(Duration::from_secs(120), || {
+        let mut bad = Vec::new();
+        for seed in 0..16u64 {
+            let sim = Arc::new(SimIo::new(SimConfig { seed, latency_us_max: 30_000, ..SimConfig::default() }));
+            let cache = Cache::with_sim(
+                Config::from_options("capacity=16M,dirty_limit=4M,dirty_background=2M,folio_max=4K,expire_ms=60000")
+                    .unwrap(),
+                sim.clone(),
+            )
+            .unwrap();
+            let f = Arc::new(cache.open("/a", &OpenOptions::read_write_create()).unwrap());
+            f.write_at(&vec![0xAA; 16 * K as usize], 0).unwrap();
+            let first_sync = {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    let _ = f.sync_data();
+                })
+            };
+            std::thread::sleep(Duration::from_millis(2));
+            let truncate = {
+                let f = f.clone();
+                std::thread::spawn(move || f.set_len(4 * K).unwrap())
+            };
+            while f.len().unwrap() != 4 * K {
+                std::thread::yield_now();
+            }
+            f.write_at(&vec![0xCC; 4 * K as usize], 12 * K).unwrap();
+            let second_sync = {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    let _ = f.sync_data();
+                })
+            };
+            // Read the hole [8K, 12K) once the old block 2 is on the store.
+            let mut hole = vec![0u8; 4 * K as usize];
+            while !truncate.is_finished() {
+                let written = sim.written_image(Path::new("/a")).unwrap();
+                if written.len() >= 12 * K as usize && written[8 * K as usize] == 0xAA {
+                    let _ = f.read_at(&mut hole, 8 * K);
+                    break;
+                }
+            }
+            truncate.join().unwrap();
+            first_sync.join().unwrap();
+            second_sync.join().unwrap();
+            let n = f.read_at(&mut hole, 8 * K).unwrap();
+            let cached_stale = hole[..n].iter().any(|&x| x != 0);
+            f.sync_all().unwrap();
+            let image = sim.durable_image(Path::new("/a")).unwrap();
+            let durable_stale = image[4 * K as usize..12 * K as usize].iter().any(|&x| x != 0);
+            let extension_lost = image.len() != 16 * K as usize || image[12 * K as usize..].iter().any(|&x| x != 0xCC);
+            if cached_stale || durable_stale || extension_lost {
+                bad.push((seed, cached_stale, durable_stale, extension_lost));
+            }
+            drop(f);
+            cache.close().unwrap();
+        }
+        assert!(bad.is_empty(), "(seed, stale hole read, stale hole durable, extension lost): {bad:?}");
+    });
+}
