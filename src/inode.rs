@@ -1162,19 +1162,25 @@ impl Inode {
         assert_eq!(cleared, c.end - c.start, "a bridge's blocks were under writeback");
         st.nr_writeback -= cleared;
         st.check(c.folio.nr_blocks());
-        let orphaned = !Arc::ptr_eq(&c.buf, &st.buf);
-        drop(st);
-        self.end_writeback_ref(&c.folio, c.buf, orphaned);
+        self.end_writeback_ref(&c.folio, st, c.buf);
     }
 
-    /// Ends a writeback reference to a folio's buffer (folio unlocked;
-    /// `orphaned` checked under its lock): if the folio moved on to a copy
-    /// or was removed, the last reference gives the old buffer's memory back.
-    fn end_writeback_ref(&self, folio: &Folio, buf: Arc<AlignedBuf>, orphaned: bool) {
-        if orphaned {
-            if let Ok(buf) = Arc::try_unwrap(buf) {
-                self.shared.release_folio_buf(Some(buf), folio.size_bytes());
-            }
+    /// Ends a writeback reference to a folio's buffer; `st` is the folio's
+    /// locked state and is unlocked here. A reference to the folio's current
+    /// buffer is dropped under the lock: a writer that took the lock in
+    /// between would see the buffer shared, copy it (counting the copy) and
+    /// leave the old one to this reference, which would then free it
+    /// uncounted. If the folio moved on to a copy or was removed, the last
+    /// reference gives the old buffer's memory back.
+    fn end_writeback_ref(&self, folio: &Folio, st: MutexGuard<'_, FolioState>, buf: Arc<AlignedBuf>) {
+        if Arc::ptr_eq(&buf, &st.buf) {
+            drop(buf);
+            drop(st);
+            return;
+        }
+        drop(st);
+        if let Ok(buf) = Arc::try_unwrap(buf) {
+            self.shared.release_folio_buf(Some(buf), folio.size_bytes());
         }
     }
 
@@ -1287,9 +1293,7 @@ impl Inode {
             }
             st.check(c.folio.nr_blocks());
             let droppable = !st.removed && st.nr_dirty == 0 && st.nr_writeback == 0;
-            let orphaned = !Arc::ptr_eq(&c.buf, &st.buf);
-            drop(st);
-            self.end_writeback_ref(&c.folio, c.buf, orphaned);
+            self.end_writeback_ref(&c.folio, st, c.buf);
             if droppable && c.folio.dropbehind.load(Ordering::Relaxed) {
                 drop_candidates.push(c.folio);
             }
