@@ -631,6 +631,34 @@ mod tests {
         assert_eq!(err.raw_os_error(), Some(libc::EBADF));
     }
 
+    /// Folios that leave without eviction (truncation, drop-behind) while
+    /// the cache is far under capacity do not pile up in the eviction
+    /// queues: their entries (and the folio structs they hold) are swept
+    /// once dead ones outnumber the live folios.
+    #[test]
+    fn folios_that_leave_without_eviction_leave_the_queues() {
+        let sim = Arc::new(SimIo::new(SimConfig::default()));
+        let cache = Cache::with_sim(Config::from_options("capacity=16M,folio_max=4K").unwrap(), sim).unwrap();
+        let shared = cache.shared.clone();
+        let f = cache.open("/t", &OpenOptions::read_write_create()).unwrap();
+        let data = vec![5u8; 64 * BLOCK_SIZE];
+        for _ in 0..500 {
+            f.write_at(&data, 0).unwrap();
+            f.set_len(0).unwrap();
+        }
+        assert!(shared.evictor.tracked() <= 2 * 64 + 64 + 1, "truncated: {} entries", shared.evictor.tracked());
+        let block = vec![6u8; BLOCK_SIZE];
+        for round in 0..20_000u64 {
+            f.write_at_with(&block, (round % 64) * BLOCK_SIZE as u64, crate::WriteFlags::DONTCACHE).unwrap();
+            if round % 64 == 63 {
+                f.sync_data().unwrap();
+            }
+        }
+        // At most 64 folios (the file's blocks) are live at any insert.
+        assert!(shared.evictor.tracked() <= 2 * 64 + 64 + 1, "dropped behind: {} entries", shared.evictor.tracked());
+        cache.close().unwrap();
+    }
+
     /// With all memory held by buffers nobody can evict, an allocation
     /// that may not wait fails with `ENOMEM` at once, and one that may
     /// waits for the timeout and then fails with an out-of-memory error

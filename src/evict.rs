@@ -13,9 +13,10 @@
 //! inode, which re-checks the folio under the mapping and folio locks.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::folio::Folio;
+use crate::folio::{DirtyMark, Folio};
 use crate::inode::Inode;
 use crate::stats::Counters;
 
@@ -36,6 +37,17 @@ struct Queues {
 }
 
 impl Queues {
+    /// Drops the entries of folios that left their mapping and of inodes
+    /// that are gone; the rest keep their order.
+    fn sweep_dead(&mut self) {
+        let alive =
+            |e: &Entry| e.inode.strong_count() > 0 && e.folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::REMOVED;
+        self.small.retain(alive);
+        self.main.retain(alive);
+        self.small_bytes = self.small.iter().map(|e| e.folio.size_bytes() as u64).sum();
+        self.main_bytes = self.main.iter().map(|e| e.folio.size_bytes() as u64).sum();
+    }
+
     fn remember_ghost(&mut self, key: u64) {
         if self.ghost.insert(key) {
             self.ghost_fifo.push_back(key);
@@ -53,6 +65,12 @@ impl Queues {
 #[derive(Default)]
 pub struct Evictor {
     queues: Mutex<Queues>,
+    /// Folios inserted and not yet removed from their mapping. Folios that
+    /// leave without eviction (drop-behind, truncation, a forgotten inode)
+    /// keep their queue entries until eviction meets them, which it never
+    /// does while the cache is under capacity: when entries outnumber live
+    /// folios two to one, `insert` sweeps the dead ones out.
+    live_folios: AtomicUsize,
 }
 
 fn ghost_key(inode_id: u64, index: u64) -> u64 {
@@ -72,6 +90,7 @@ impl Evictor {
         let key = ghost_key(inode.id, folio.index);
         let entry = Entry { folio: folio.clone(), inode: Arc::downgrade(inode), ghost_key: key };
         let bytes = folio.size_bytes() as u64;
+        let live = self.live_folios.fetch_add(1, Ordering::AcqRel) + 1;
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         if q.ghost.remove(&key) {
             q.main_bytes += bytes;
@@ -80,6 +99,16 @@ impl Evictor {
             q.small_bytes += bytes;
             q.small.push_back(entry);
         }
+        if q.small.len() + q.main.len() > 2 * live + 64 {
+            q.sweep_dead();
+        }
+    }
+
+    /// A folio left its mapping (evicted, dropped behind, truncated):
+    /// called once per inserted folio.
+    pub fn note_removed(&self) {
+        let before = self.live_folios.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "more folios removed than inserted");
     }
 
     /// Evicts clean folios until about `want_bytes` are freed or a full

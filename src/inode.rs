@@ -430,6 +430,7 @@ impl Inode {
         assert_eq!(st.nr_dirty, 0, "removed folios are clean");
         st.removed = true;
         folio.dirty_mark.store(DirtyMark::REMOVED, Ordering::Release);
+        self.shared.evictor.note_removed();
         // Give the memory back now (an eviction queue may still hold the
         // Arc). If in-flight writeback still holds the buffer, it stays
         // counted and that writeback's completion gives it back.
