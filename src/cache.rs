@@ -379,6 +379,13 @@ pub struct Cache {
 impl Cache {
     /// Creates a cache with `config` (validated) and its I/O backend.
     pub fn new(config: Config) -> io::Result<Cache> {
+        if config.io == IoKind::Sim && !cfg!(test) {
+            // It would report every fsync durable and keep nothing.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "io=sim is an in-memory test backend: use Cache::with_sim",
+            ));
+        }
         Cache::build(config, None)
     }
 
@@ -508,7 +515,8 @@ impl Cache {
             }
         };
         let file = File::new(inode, shared.clone(), options);
-        if options.truncate {
+        // open(2) ignores O_TRUNC on a block device; so do we.
+        if options.truncate && !info.is_block_device {
             file.set_len(0)?;
         }
         Ok(file)

@@ -123,7 +123,8 @@ impl Config {
         // with it (keeping the default 10:25 ratio) unless that was given.
         let given = |k: &str| pairs.iter().any(|(key, _)| key == k);
         if given("dirty_limit") && !given("dirty_background") {
-            config.dirty_background_bytes = config.dirty_background_bytes.min(config.dirty_limit_bytes * 2 / 5);
+            config.dirty_background_bytes =
+                config.dirty_background_bytes.min((u128::from(config.dirty_limit_bytes) * 2 / 5) as u64);
         }
         config.validate()?;
         Ok(config)
@@ -149,7 +150,9 @@ impl Config {
                 self.io = match value {
                     "uring" => IoKind::Uring,
                     "threads" => IoKind::Threads,
-                    "sim" => IoKind::Sim,
+                    // In memory: durable nowhere. Only this crate's unit tests
+                    // (the C ABI's) reach it by name; others use Cache::with_sim.
+                    "sim" if cfg!(test) => IoKind::Sim,
                     other => return Err(invalid(format!("io must be 'uring' or 'threads', not '{other}'"))),
                 }
             }

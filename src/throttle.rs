@@ -61,7 +61,9 @@ pub fn throttle_pause(input: &ThrottleInput) -> Duration {
     if rate <= 0.0 {
         return input.pause_max;
     }
-    let pause_s = input.dirtied_bytes as f64 / rate;
+    // Clamped in seconds first: just under a large limit the rate can be
+    // so small that the pause overflows a `Duration`.
+    let pause_s = (input.dirtied_bytes as f64 / rate).min(input.pause_max.as_secs_f64());
     Duration::from_secs_f64(pause_s).min(input.pause_max)
 }
 
@@ -86,6 +88,25 @@ mod tests {
             write_bw_bytes_per_s: 500 * MIB,
             dirtied_bytes: MIB,
             pause_max: Duration::from_millis(200),
+        }
+    }
+
+    /// Just under a huge limit the rate nearly vanishes: the pause is the
+    /// longest allowed one, never an overflow (found by review: a panic
+    /// inside `balance_dirty`, after the write was already applied).
+    #[test]
+    fn a_vanishing_rate_pauses_the_longest_without_overflow() {
+        let limit = 64 << 30;
+        for dirty in [limit - 4096, limit - 1, limit - (1 << 20)] {
+            let inp = ThrottleInput {
+                nr_dirty_bytes: dirty,
+                dirty_background_bytes: limit * 2 / 5,
+                dirty_limit_bytes: limit,
+                write_bw_bytes_per_s: MIB,
+                dirtied_bytes: MIB,
+                pause_max: Duration::from_millis(200),
+            };
+            assert_eq!(throttle_pause(&inp), Duration::from_millis(200), "dirty {dirty}");
         }
     }
 

@@ -513,3 +513,21 @@ fn writer_at_the_dirty_limit_with_failing_writeback_gets_eio() {
         assert!(image.iter().all(|&b| b == 3));
     });
 }
+
+/// Options that cannot work are refused up front: the in-memory `sim`
+/// backend by name (it would report every fsync durable and keep nothing;
+/// tests reach it through `Cache::with_sim`), the same through `Cache::new`,
+/// and sizes whose derived thresholds would overflow.
+#[test]
+fn unusable_options_are_refused() {
+    let err = Config::from_options("io=sim").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("uring"), "{err}");
+    let mut config = Config::from_options("capacity=16M").unwrap();
+    config.io = wbcache::IoKind::Sim;
+    let err = Cache::new(config).err().expect("Cache::new refuses the sim backend");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("with_sim"), "{err}");
+    let err = Config::from_options("dirty_limit=8388608T").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+}

@@ -182,6 +182,11 @@ fn raw_loop_device() {
         assert!(read_device(&dev.device, 777, data.len()) == data, "{io}: device content after fsync");
         assert_eq!(read_device(&dev.device, size - 10, 10), vec![7u8; 10]);
         drop(f);
+        // O_TRUNC on a device is ignored, as open(2) does: nothing is lost.
+        let again = cache.open(&dev.device, &OpenOptions::new().write(true).truncate(true)).unwrap();
+        assert_eq!(again.len().unwrap(), size, "{io}: O_TRUNC on a device");
+        drop(again);
+        assert!(read_device(&dev.device, 777, data.len()) == data, "{io}: device content after O_TRUNC");
         cache.close().unwrap();
     }
 }
