@@ -399,12 +399,19 @@ impl UringQueue {
         self.ready.push(completion);
     }
 
-    /// Hands backlog writes to the submission queue while it has room.
+    /// Hands backlog writes to the submission queue while it has room and
+    /// fewer than `sq_entries` writes are in the ring: the submission queue
+    /// empties at every submit, so only this bound keeps the completions
+    /// outstanding within the completion queue (twice that size). An
+    /// overflowing completion queue would lean on the kernel's overflow
+    /// list, which can fail to allocate (`EBADR`) and did not exist before
+    /// Linux 5.5 (completions dropped: writes that never finish).
     fn fill(&mut self) {
         let Some(ring) = self.ring.as_mut() else { return };
         let mut sq = ring.submission();
+        let in_ring_max = sq.capacity();
         while let Some(&slot) = self.backlog.front() {
-            if sq.is_full() {
+            if sq.is_full() || self.in_ring >= in_ring_max {
                 break;
             }
             let f = self.slots.get_mut(slot);
@@ -687,6 +694,29 @@ mod tests {
         for i in 0..=n as usize {
             assert!(back[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].iter().all(|&x| x == i as u8), "block {i}");
         }
+    }
+
+    /// Many more writes than the ring has entries: at no point are more
+    /// than `sq_entries` of them in the ring (completions outstanding), so
+    /// the completion queue (twice that) can never overflow; all complete.
+    #[test]
+    fn write_queue_keeps_in_ring_within_the_submission_queue() {
+        let Some(io) = uring(8) else { return };
+        let path = TempPath::new("queue-in-ring");
+        let store = io.open(&path.0, &rw_create()).unwrap();
+        let mut q = UringQueue::new(new_thread_ring(8).unwrap());
+        let sq_entries = q.ring.as_mut().unwrap().submission().capacity();
+        let n = 200u64;
+        for i in 0..n {
+            q.push(crate::io::queue::tests::write_of(&store, (i % 64) * BLOCK_SIZE as u64, &[i as u8], i));
+            assert!(q.in_ring <= sq_entries, "{} writes in a ring of {sq_entries}", q.in_ring);
+        }
+        let mut done = 0;
+        while !q.is_empty() {
+            done += q.reap(true).len();
+            assert!(q.in_ring <= sq_entries, "{} writes in a ring of {sq_entries}", q.in_ring);
+        }
+        assert_eq!(done, n as usize);
     }
 
     #[test]
