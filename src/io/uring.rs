@@ -31,6 +31,9 @@ use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
 
 /// The kernel's limit on ring entries (`IORING_MAX_ENTRIES`).
 const MAX_RING_ENTRIES: u32 = 32_768;
+/// A write queue's ring is this many times the I/O depth (see
+/// `UringIo::write_queue`).
+const WRITE_QUEUE_RING_FACTOR: u32 = 8;
 /// Smallest ring we create: a tiny ring only adds submit round trips.
 const MIN_RING_ENTRIES: u32 = 8;
 /// How many times in a row `io_uring_enter` may report `EAGAIN`/`EBUSY`
@@ -83,7 +86,12 @@ impl Io for UringIo {
     /// A ring of its own (the size of the thread rings) when one can be
     /// created on this thread; batches otherwise.
     fn write_queue(&self) -> Box<dyn WriteQueue> {
-        match new_thread_ring(self.engine.entries) {
+        // The flusher keeps up to two rings' worth of writes queued plus one
+        // pass of up to four per unit of depth: its ring holds them all, so
+        // the block layer sees (sorts and merges) the whole queue while the
+        // completion queue stays bounded (see `UringQueue::fill`).
+        let entries = ring_entries_for(self.engine.entries.saturating_mul(WRITE_QUEUE_RING_FACTOR));
+        match new_thread_ring(entries) {
             Ok(ring) => Box::new(UringQueue::new(ring)),
             Err(_) => Box::<BatchQueue>::default(),
         }
