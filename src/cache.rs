@@ -97,6 +97,13 @@ pub struct Shared {
     readahead_threads: Mutex<Vec<JoinHandle<()>>>,
     next_inode_id: AtomicU64,
     all_direct_io: AtomicBool,
+    /// Bytes dirty or under writeback (a block rewritten under writeback
+    /// counts twice), what the dirty limit holds writers to. One counter,
+    /// so no reader can see bytes moving between dirty and writeback in
+    /// neither: it grows when blocks become dirty and shrinks when their
+    /// writeback ends or truncation drops them; a failed writeback makes
+    /// its bytes dirty (counted again) before it ends (uncounted).
+    pub unclean_bytes: AtomicU64,
     /// [`RESERVE_TIMEOUT_MS`]; tests shorten it.
     reserve_timeout_ms: AtomicU64,
 }
@@ -283,7 +290,11 @@ impl Shared {
     /// Called before a write of `len` bytes: while the write could push
     /// dirty memory past `dirty_limit`, kick writeback and wait for it. This
     /// keeps a writer's peak dirty at or under the limit (concurrent writers
-    /// can each overshoot by at most one write).
+    /// can each overshoot by at most one write). Bytes under writeback count
+    /// too, as in the kernel's `balance_dirty_pages`: a failed writeback
+    /// makes them dirty again, and writers that had filled the room they
+    /// left would push dirty past the limit (while fsyncs kept failing on a
+    /// full file system, dirty grew to three times the limit).
     ///
     /// When writeback keeps failing (the dirty data cannot leave the cache)
     /// the writer gets `EIO` after a second instead of hanging; nothing of
@@ -295,7 +306,7 @@ impl Shared {
         let errors_before = self.counters.writeback_errors.load(Ordering::Acquire);
         let mut waited = false;
         let mut result = Ok(());
-        while self.dirty_bytes() + room > limit && !self.is_closed() {
+        while self.unclean_bytes.load(Ordering::Acquire) + room > limit && !self.is_closed() {
             waited = true;
             domain.kick(WORK_BACKGROUND);
             self.wait_progress(Duration::from_millis(self.config.throttle_pause_ms_max.min(50)));
@@ -416,6 +427,7 @@ impl Cache {
             readahead_threads: Mutex::new(Vec::new()),
             next_inode_id: AtomicU64::new(1),
             all_direct_io: AtomicBool::new(true),
+            unclean_bytes: AtomicU64::new(0),
             reserve_timeout_ms: AtomicU64::new(RESERVE_TIMEOUT_MS),
         });
         // Two workers, so one window's I/O is in flight while the previous
@@ -624,6 +636,7 @@ mod tests {
         file.write_at(&vec![5u8; 4 << 20], 0).unwrap();
         file.sync_all().unwrap();
         let shared = cache.shared.clone();
+        assert_eq!(shared.unclean_bytes.load(Ordering::Acquire), 0, "nothing dirty or under writeback after a sync");
         // Reading 8M through an 8M cache evicts into the pool.
         let mut buf = vec![0u8; 64 << 10];
         for off in (0..8u64 << 20).step_by(64 << 10) {

@@ -531,3 +531,46 @@ fn unusable_options_are_refused() {
     let err = Config::from_options("dirty_limit=8388608T").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
 }
+
+/// While every write-back fails (a full file system), dirty memory still
+/// stays under `dirty_limit`: fsyncs keep taking all dirty data into
+/// writeback and the failures make it dirty again, and writers must not
+/// fill the room it left meanwhile. Once they can make no progress,
+/// writers get an error instead of hanging.
+#[test]
+fn failing_writeback_keeps_dirty_under_the_limit() {
+    with_timeout(Duration::from_secs(60), || {
+        let sim = sim();
+        let cache = Arc::new(new_cache(&sim, QUIET));
+        let f = Arc::new(cache.open("/full", &OpenOptions::read_write_create()).unwrap());
+        sim.set_write_error_all(Some(libc::ENOSPC));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let syncer = {
+            let (f, stop) = (f.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    assert!(f.sync_data().is_err(), "nothing can be durable");
+                }
+            })
+        };
+        let chunk = vec![3u8; 64 * KIB];
+        // Until writers are refused (each refusal takes a second), then two
+        // more tries; the limit is 4M, so refusals must come well before
+        // the 16M this could write.
+        let mut refused = 0;
+        for i in 0..256u64 {
+            if f.write_at(&chunk, i * chunk.len() as u64).is_err() {
+                refused += 1;
+                if refused == 3 {
+                    break;
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        syncer.join().unwrap();
+        let st = cache.stats();
+        let limit = Config::from_options(QUIET).unwrap().dirty_limit_bytes;
+        assert!(st.peak_dirty_bytes <= limit, "dirty peaked at {} over a limit of {limit}", st.peak_dirty_bytes);
+        assert!(refused > 0, "writers were never refused");
+    });
+}

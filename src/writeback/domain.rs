@@ -123,6 +123,7 @@ impl Domain {
             return;
         }
         let c = &self.shared.counters;
+        self.shared.unclean_bytes.fetch_add(bytes, Ordering::AcqRel);
         self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
         let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
         c.peak_dirty_bytes.fetch_max(total, Ordering::Relaxed);
@@ -162,6 +163,9 @@ impl Domain {
         self.nr_writeback_bytes.fetch_sub(done_bytes, Ordering::AcqRel);
         Counters::sub(&c.writeback_bytes, done_bytes);
         Counters::add(&c.written_bytes_by_reason[reason as usize], written_bytes);
+        // After any failed bytes were made dirty again (and counted there).
+        let before = self.shared.unclean_bytes.fetch_sub(done_bytes, Ordering::AcqRel);
+        debug_assert!(before >= done_bytes, "unclean underflow");
         self.shared.progress_made();
     }
 
@@ -173,6 +177,7 @@ impl Domain {
         self.account_writeback_started(bytes, dontcache_bytes);
         self.nr_writeback_bytes.fetch_sub(bytes, Ordering::AcqRel);
         Counters::sub(&self.shared.counters.writeback_bytes, bytes);
+        self.shared.unclean_bytes.fetch_sub(bytes, Ordering::AcqRel);
         self.shared.progress_made();
     }
 
