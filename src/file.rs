@@ -213,16 +213,18 @@ impl File {
         if buf.is_empty() {
             return Ok(0);
         }
-        let mut data = buf;
-        if self.inode.info.is_block_device {
+        let data = if self.inode.info.is_block_device {
             let dev_size = self.inode.size();
             if off >= dev_size {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
-            data = &buf[..(buf.len() as u64).min(dev_size - off) as usize];
+            &buf[..(buf.len() as u64).min(dev_size - off) as usize]
         } else if off.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
-        }
+        } else {
+            // Past the file system's largest file size: short, or EFBIG.
+            &buf[..self.inode.room_to_grow(off, buf.len())?]
+        };
         let (copied, _newly_dirty) = self.inode.write_at(data, off, flags.contains(WriteFlags::DONTCACHE))?;
         Ok(copied)
     }

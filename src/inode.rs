@@ -221,6 +221,12 @@ pub struct Inode {
     /// such padding of our own is ever cut: a store longer for any other
     /// reason (another program appended) is left alone.
     store_padded: AtomicBool,
+    /// A length the store's file system is known to accept (writes up to it
+    /// skip the check in [`Inode::room_to_grow`]).
+    len_accepted: AtomicU64,
+    /// The file system's largest file size, once a write reached past it
+    /// (`u64::MAX` until then).
+    len_limit: AtomicU64,
     /// Serializes size changes against each other and backing-size fixes.
     size_lock: Mutex<()>,
     /// Writeback I/O holds it shared; changing the backing store's length
@@ -270,6 +276,8 @@ impl Inode {
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
             store_padded: AtomicBool::new(false),
+            len_accepted: AtomicU64::new(len),
+            len_limit: AtomicU64::new(u64::MAX),
             size_lock: Mutex::new(()),
             store_len_gate: StoreLenGate::default(),
             size_changed: AtomicBool::new(false),
@@ -302,6 +310,53 @@ impl Inode {
 
     pub fn size(&self) -> u64 {
         self.size.load(Ordering::Acquire)
+    }
+
+    /// How many of `len` bytes at `off` a write may take without growing
+    /// the file past its file system's largest file size: all of them, a
+    /// leading part (the write is short), or `EFBIG` when `off` is at or
+    /// past the limit, as `pwrite(2)` answers. Writeback past the limit
+    /// would fail for good, so it is checked here, before anything is
+    /// cached. Asks the store only when the write reaches past the largest
+    /// length known to be fine, and then for twice that, so a growing file
+    /// asks a logarithmic number of times.
+    pub fn room_to_grow(&self, off: u64, len: usize) -> io::Result<usize> {
+        let end = off.saturating_add(len as u64);
+        let accepted = self.len_accepted.load(Ordering::Acquire);
+        if end <= accepted || self.info.is_block_device {
+            return Ok(len);
+        }
+        let mut limit = self.len_limit.load(Ordering::Acquire);
+        if limit == u64::MAX {
+            let store = self.store();
+            let probe = end.max(accepted.saturating_mul(2)).min(i64::MAX as u64);
+            if store.accepts_len(probe)? {
+                self.len_accepted.fetch_max(probe, Ordering::AcqRel);
+                return Ok(len);
+            }
+            if store.accepts_len(end)? {
+                self.len_accepted.fetch_max(end, Ordering::AcqRel);
+                return Ok(len);
+            }
+            // The limit lies in [accepted, end): find it.
+            let (mut lo, mut hi) = (accepted, end);
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if store.accepts_len(mid)? {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            // Whole blocks: writeback writes the tail block whole.
+            limit = lo / BLOCK * BLOCK;
+            self.len_accepted.fetch_max(limit, Ordering::AcqRel);
+            self.len_limit.store(limit, Ordering::Release);
+        }
+        if off >= limit {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        Ok(len.min((limit - off).try_into().unwrap_or(usize::MAX)))
     }
 
     fn mapping_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u64, Arc<Folio>>> {
@@ -1413,6 +1468,10 @@ impl Inode {
         let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.size();
         if new_size >= old {
+            // Refused before anything changes, as ftruncate(2) refuses it.
+            if new_size > self.len_accepted.load(Ordering::Acquire) && !self.store().accepts_len(new_size)? {
+                return Err(io::Error::from_raw_os_error(libc::EFBIG));
+            }
             // Writers may have extended past `new_size` meanwhile: never
             // shrink here. The store grows with zeros, which is what
             // `on_disk_len_max` already says lies past the old end.

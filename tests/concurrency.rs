@@ -169,6 +169,7 @@ fn writers_and_readers_share_a_file() {
             short_transfer_percent: 10,
             retryable_error_percent: 5,
             direct_io: true,
+            ..SimConfig::default()
         }));
         let options = "capacity=4M,dirty_limit=1M,dirty_background=512K,folio_max=64K,io_max=128K,expire_ms=20";
         let config = Config::from_options(options).unwrap();

@@ -574,3 +574,27 @@ fn failing_writeback_keeps_dirty_under_the_limit() {
         assert!(refused > 0, "writers were never refused");
     });
 }
+
+/// A file system's largest file size (1 MiB here) is enforced when the
+/// write is made, as `pwrite(2)` does, not discovered at writeback (where
+/// it would fail every fsync for good): a write at or past it is `EFBIG`,
+/// one reaching past it is short, growing past it is `EFBIG` with the size
+/// unchanged, and everything accepted is durable after fsync.
+#[test]
+fn the_largest_file_size_is_enforced_at_write_time() {
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 1, max_file_len: 1 << 20, ..SimConfig::default() }));
+    let cache = new_cache(&sim, QUIET);
+    let f = cache.open("/big", &OpenOptions::read_write_create()).unwrap();
+    let limit = 1u64 << 20;
+    assert_eq!(errno(&f.write_at(&[1u8; 10], limit).unwrap_err()), Some(libc::EFBIG));
+    assert_eq!(errno(&f.write_at(&[1u8; 10], 3 * limit).unwrap_err()), Some(libc::EFBIG));
+    assert_eq!(f.write_at(&[2u8; 300], limit - 100).unwrap(), 100, "a write reaching past the limit is short");
+    assert_eq!(f.write_at(&[3u8; BLOCK], 0).unwrap(), BLOCK);
+    assert_eq!(errno(&f.set_len(2 * limit).unwrap_err()), Some(libc::EFBIG));
+    assert_eq!(f.len().unwrap(), limit, "a refused resize changes nothing");
+    f.sync_all().unwrap();
+    let image = sim.durable_image(Path::new("/big")).unwrap();
+    assert_eq!(image.len() as u64, limit);
+    assert_same(&image[..BLOCK], &[3u8; BLOCK], "head");
+    assert_same(&image[limit as usize - 100..], &[2u8; 100], "tail");
+}

@@ -291,6 +291,7 @@ impl<'p> Model<'p> {
             short_transfer_percent: 10,
             retryable_error_percent: 5,
             direct_io: true,
+            ..SimConfig::default()
         }));
         let base = match mode {
             Mode::Crashes => CRASH_MODEL_OPTIONS,

@@ -415,3 +415,32 @@ fn foreign_appends_survive_sync_and_close() {
     cache.close().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A write past the file system's largest file size fails with the same
+/// error the kernel gives a plain pwrite (EFBIG on ext4 at 17 TiB), on both
+/// backends, and leaves the file syncable.
+#[test]
+fn writes_past_the_largest_file_size_fail_like_pwrite() {
+    use std::os::unix::fs::FileExt;
+    let dir = temp_dir("efbig");
+    let probe_path = dir.join("probe");
+    let far = 17u64 << 40;
+    let kernel = std::fs::File::create(&probe_path).unwrap().write_at(&[1u8; 4096], far);
+    let Err(kernel_err) = kernel else {
+        eprintln!("this file system takes a write at 17 TiB; nothing to compare");
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    };
+    for io in ["uring", "threads"] {
+        let cache = Cache::new(Config::from_options(&format!("capacity=16M,io={io}")).unwrap()).unwrap();
+        let f = cache.open(dir.join(io), &OpenOptions::read_write_create()).unwrap();
+        f.write_at(b"head", 0).unwrap();
+        let err = f.write_at(&[1u8; 4096], far).unwrap_err();
+        assert_eq!(err.raw_os_error(), kernel_err.raw_os_error(), "{io}: {err}");
+        f.sync_all().unwrap();
+        assert_eq!(f.len().unwrap(), 4);
+        drop(f);
+        cache.close().unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

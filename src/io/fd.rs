@@ -425,6 +425,26 @@ impl BackingStore for FdStore {
         }
     }
 
+    fn accepts_len(&self, len: u64) -> io::Result<bool> {
+        if self.info.is_block_device {
+            return Ok(true); // bounded by the device's size instead
+        }
+        let Ok(offset) = libc::off_t::try_from(len) else { return Ok(false) };
+        // lseek checks the offset against the file system's largest file
+        // size (the limit pwrite enforces) and changes nothing we use: all
+        // our I/O names its offset.
+        // SAFETY: a plain syscall on a descriptor we own.
+        let rc = unsafe { libc::lseek(self.fd.as_raw_fd(), offset, libc::SEEK_SET) };
+        if rc >= 0 {
+            return Ok(true);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINVAL) | Some(libc::EOVERFLOW) => Ok(false),
+            _ => Err(err),
+        }
+    }
+
     fn set_len(&self, len: u64) -> io::Result<()> {
         if self.info.is_block_device {
             let size = block_device_size_bytes(self.fd.as_raw_fd())?;

@@ -211,6 +211,14 @@ pub trait BackingStore: Send + Sync {
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+    /// Whether the file system lets the store grow to `len` bytes (its
+    /// largest file size, `EFBIG` for a write beyond it), asked without
+    /// changing anything. Writeback would fail for good past that size, so
+    /// a write is refused (or shortened) up front, as `pwrite(2)` would be.
+    fn accepts_len(&self, len: u64) -> io::Result<bool> {
+        let _ = len;
+        Ok(true)
+    }
 }
 
 pub(crate) fn is_retryable(err: &io::Error) -> bool {

@@ -77,11 +77,22 @@ pub struct SimConfig {
     /// Enforce O_DIRECT alignment: offsets and iovec lengths must be
     /// multiples of [`BLOCK_SIZE`], else `EINVAL`.
     pub direct_io: bool,
+    /// The file system's largest file size: a write reaching past it is
+    /// shortened, one starting at or past it fails with `EFBIG`, as
+    /// `pwrite(2)` does.
+    pub max_file_len: u64,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { seed: 0, latency_us_max: 0, short_transfer_percent: 0, retryable_error_percent: 0, direct_io: true }
+        SimConfig {
+            seed: 0,
+            latency_us_max: 0,
+            short_transfer_percent: 0,
+            retryable_error_percent: 0,
+            direct_io: true,
+            max_file_len: i64::MAX as u64,
+        }
     }
 }
 
@@ -541,7 +552,11 @@ impl SimStore {
             }
             usize::try_from(size - offset).unwrap_or(usize::MAX).min(asked)
         } else {
-            asked
+            // A regular file stops at the file system's largest file size.
+            if offset >= config.max_file_len {
+                return Err(errno(libc::EFBIG));
+            }
+            usize::try_from(config.max_file_len - offset).unwrap_or(usize::MAX).min(asked)
         };
         if st.rng.chance(config.retryable_error_percent) {
             st.stats.retryable_errors += 1;
@@ -671,6 +686,10 @@ impl BackingStore for SimStore {
         &self.info
     }
 
+    fn accepts_len(&self, len: u64) -> io::Result<bool> {
+        Ok(self.info.is_block_device || len <= self.shared.config.max_file_len)
+    }
+
     fn len(&self) -> io::Result<u64> {
         let st = self.shared.lock();
         if self.is_dead(&st) {
@@ -684,6 +703,9 @@ impl BackingStore for SimStore {
         let mut st = self.shared.lock();
         if self.is_dead(&st) {
             return Err(errno(libc::EIO));
+        }
+        if !self.info.is_block_device && len > self.shared.config.max_file_len {
+            return Err(errno(libc::EFBIG));
         }
         // ftruncate(2) on a descriptor not open for writing is EINVAL.
         if !self.writable {
