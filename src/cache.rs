@@ -223,6 +223,26 @@ impl Shared {
         }
     }
 
+    /// Evicts until folio memory is back under `capacity`. A copy of a
+    /// buffer under writeback made under a folio lock (a fill or a truncate
+    /// rewriting part of it) cannot wait for memory and is counted at once,
+    /// so it can go over; the operation that made it calls this once it
+    /// holds no lock, so no operation leaves the cache over capacity.
+    pub fn evict_excess(&self) {
+        let capacity = self.config.capacity_bytes;
+        let cached = self.counters.cached_bytes.load(Ordering::Acquire);
+        if cached + self.buf_pool.pooled_bytes() <= capacity {
+            return;
+        }
+        let over = cached + self.buf_pool.pooled_bytes() - capacity;
+        let from_pool = self.buf_pool.shrink(over);
+        if from_pool < over {
+            // Evicted buffers may land in the pool: empty it by as much.
+            let evicted = self.evictor.evict(&self.counters, over - from_pool);
+            self.buf_pool.shrink(evicted);
+        }
+    }
+
     /// Gives back the buffer of a folio that left the cache (or of a
     /// reservation that was not used): pooled for reuse when possible.
     pub fn release_folio_buf(&self, buf: Option<AlignedBuf>, len: usize) {
@@ -677,6 +697,32 @@ mod tests {
         }
         // At most 64 folios (the file's blocks) are live at any insert.
         assert!(shared.evictor.tracked() <= 2 * 64 + 64 + 1, "dropped behind: {} entries", shared.evictor.tracked());
+        cache.close().unwrap();
+    }
+
+    /// A copy counted over capacity (as a fill or a truncate makes under a
+    /// folio lock) is evicted back under it by the operation's end.
+    #[test]
+    fn excess_from_an_unreserved_copy_is_evicted() {
+        let sim = Arc::new(SimIo::new(SimConfig::default()));
+        let cache = Cache::with_sim(Config::from_options("capacity=1M,folio_max=64K").unwrap(), sim).unwrap();
+        let shared = cache.shared.clone();
+        let f = cache.open("/x", &OpenOptions::read_write_create()).unwrap();
+        f.write_at(&vec![1u8; 2 << 20], 0).unwrap();
+        f.sync_all().unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        f.read_at(&mut buf, 1 << 20).unwrap();
+        let full = shared.counters.cached_bytes.load(Ordering::Acquire) + shared.buf_pool.pooled_bytes();
+        assert!(full > (1 << 20) - (64 << 10), "the cache is full: {full}");
+        // The copy: counted without a reservation.
+        Counters::add(&shared.counters.cached_bytes, 64 << 10);
+        let evictions = shared.counters.evictions.load(Ordering::Acquire);
+        shared.evict_excess();
+        let after = shared.counters.cached_bytes.load(Ordering::Acquire) + shared.buf_pool.pooled_bytes();
+        assert!(after <= 1 << 20, "still over: {after}");
+        assert!(shared.counters.evictions.load(Ordering::Acquire) > evictions || shared.buf_pool.pooled_bytes() == 0);
+        Counters::sub(&shared.counters.cached_bytes, 64 << 10);
+        drop(f);
         cache.close().unwrap();
     }
 

@@ -197,7 +197,10 @@ impl File {
         }
         let prev_end = self.last_read_end.swap(off + len, Ordering::Relaxed);
         // The inode clips the read to the size itself.
-        self.inode.read_at(buf, off, dontcache, prev_end)
+        let result = self.inode.read_at(buf, off, dontcache, prev_end);
+        // A fill may have copied a buffer under writeback (see `evict_excess`).
+        self.shared.evict_excess();
+        result
     }
 
     /// Writes all of `buf` at `off` into the cache (write-back). On a block
@@ -225,8 +228,10 @@ impl File {
             // Past the file system's largest file size: short, or EFBIG.
             &buf[..self.inode.room_to_grow(off, buf.len())?]
         };
-        let (copied, _newly_dirty) = self.inode.write_at(data, off, flags.contains(WriteFlags::DONTCACHE))?;
-        Ok(copied)
+        let result = self.inode.write_at(data, off, flags.contains(WriteFlags::DONTCACHE));
+        // An edge-block fill may have copied a buffer under writeback.
+        self.shared.evict_excess();
+        Ok(result?.0)
     }
 
     /// Writes back and syncs data and metadata (`fsync`). Reports a
@@ -264,7 +269,10 @@ impl File {
         if size > i64::MAX as u64 {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         }
-        self.inode.set_len(size)?;
+        let result = self.inode.set_len(size);
+        // Zeroing the new last folio's tail may have copied its buffer.
+        self.shared.evict_excess();
+        result?;
         self.inode.domain.queue_dirty_inode(&self.inode);
         Ok(())
     }
