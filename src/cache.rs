@@ -644,18 +644,24 @@ mod tests {
     use crate::io::BLOCK_SIZE;
     use crate::OpenOptions;
 
+    /// A cache over a fresh sim backend, and its shared state.
+    fn sim_cache(options: &str) -> (Cache, Arc<Shared>) {
+        let sim = Arc::new(SimIo::new(SimConfig::default()));
+        let cache = Cache::with_sim(Config::from_options(options).unwrap(), sim).unwrap();
+        let shared = cache.shared.clone();
+        (cache, shared)
+    }
+
     /// A closed cache keeps no buffer pool: the pool is emptied at close,
     /// and a buffer given back afterwards (by a handle that outlived the
     /// cache) is freed instead of pooled, so open handles cannot keep the
     /// cache's memory resident.
     #[test]
     fn a_closed_cache_pools_nothing() {
-        let sim = Arc::new(SimIo::new(SimConfig::default()));
-        let cache = Cache::with_sim(Config::from_options("capacity=8M,folio_max=64K").unwrap(), sim).unwrap();
+        let (cache, shared) = sim_cache("capacity=8M,folio_max=64K");
         let file = cache.open("/f", &OpenOptions::read_write_create()).unwrap();
         file.write_at(&vec![5u8; 4 << 20], 0).unwrap();
         file.sync_all().unwrap();
-        let shared = cache.shared.clone();
         assert_eq!(shared.unclean_bytes.load(Ordering::Acquire), 0, "nothing dirty or under writeback after a sync");
         // Reading 8M through an 8M cache evicts into the pool.
         let mut buf = vec![0u8; 64 << 10];
@@ -678,9 +684,7 @@ mod tests {
     /// once dead ones outnumber the live folios.
     #[test]
     fn folios_that_leave_without_eviction_leave_the_queues() {
-        let sim = Arc::new(SimIo::new(SimConfig::default()));
-        let cache = Cache::with_sim(Config::from_options("capacity=16M,folio_max=4K").unwrap(), sim).unwrap();
-        let shared = cache.shared.clone();
+        let (cache, shared) = sim_cache("capacity=16M,folio_max=4K");
         let f = cache.open("/t", &OpenOptions::read_write_create()).unwrap();
         let data = vec![5u8; 64 * BLOCK_SIZE];
         for _ in 0..500 {
@@ -704,9 +708,7 @@ mod tests {
     /// folio lock) is evicted back under it by the operation's end.
     #[test]
     fn excess_from_an_unreserved_copy_is_evicted() {
-        let sim = Arc::new(SimIo::new(SimConfig::default()));
-        let cache = Cache::with_sim(Config::from_options("capacity=1M,folio_max=64K").unwrap(), sim).unwrap();
-        let shared = cache.shared.clone();
+        let (cache, shared) = sim_cache("capacity=1M,folio_max=64K");
         let f = cache.open("/x", &OpenOptions::read_write_create()).unwrap();
         f.write_at(&vec![1u8; 2 << 20], 0).unwrap();
         f.sync_all().unwrap();
@@ -733,10 +735,7 @@ mod tests {
     /// allocations succeed again.
     #[test]
     fn a_reservation_that_finds_nothing_to_free_times_out() {
-        let sim = Arc::new(SimIo::new(SimConfig::default()));
-        let cache =
-            Cache::with_sim(Config::from_options("capacity=1M,folio_max=64K,dirty_limit=128K").unwrap(), sim).unwrap();
-        let shared = cache.shared.clone();
+        let (cache, shared) = sim_cache("capacity=1M,folio_max=64K,dirty_limit=128K");
         shared.reserve_timeout_ms.store(200, Ordering::Relaxed);
         // A file gives the cache a writeback domain whose flusher is kicked.
         let _file = cache.open("/f", &OpenOptions::read_write_create()).unwrap();
