@@ -276,7 +276,9 @@ impl Inode {
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
             store_padded: AtomicBool::new(false),
-            len_accepted: AtomicU64::new(len),
+            // Whole blocks: the tail block of a file of `len` bytes may
+            // itself reach past the file system's limit.
+            len_accepted: AtomicU64::new(len / BLOCK * BLOCK),
             len_limit: AtomicU64::new(u64::MAX),
             size_lock: Mutex::new(()),
             store_len_gate: StoreLenGate::default(),
@@ -321,7 +323,9 @@ impl Inode {
     /// length known to be fine, and then for twice that, so a growing file
     /// asks a logarithmic number of times.
     pub fn room_to_grow(&self, off: u64, len: usize) -> io::Result<usize> {
-        let end = off.saturating_add(len as u64);
+        // Writeback writes the tail block whole: the store must be able to
+        // reach the end of the block the write ends in.
+        let end = off.saturating_add(len as u64).next_multiple_of(BLOCK);
         let accepted = self.len_accepted.load(Ordering::Acquire);
         if end <= accepted || self.info.is_block_device {
             return Ok(len);
@@ -329,8 +333,8 @@ impl Inode {
         let mut limit = self.len_limit.load(Ordering::Acquire);
         if limit == u64::MAX {
             let store = self.store();
-            let probe = end.max(accepted.saturating_mul(2)).min(i64::MAX as u64);
-            if store.accepts_len(probe)? {
+            let probe = end.max(accepted.saturating_mul(2)).min(i64::MAX as u64 / BLOCK * BLOCK);
+            if probe >= end && store.accepts_len(probe)? {
                 self.len_accepted.fetch_max(probe, Ordering::AcqRel);
                 return Ok(len);
             }
@@ -491,7 +495,7 @@ impl Inode {
         // counted and that writeback's completion gives it back.
         let buf = std::mem::replace(&mut st.buf, Arc::new(AlignedBuf::zeroed(0)));
         Counters::sub(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
-        if let Ok(buf) = Arc::try_unwrap(buf) {
+        if let Some(buf) = Arc::into_inner(buf) {
             self.shared.release_folio_buf(Some(buf), folio.size_bytes());
         }
     }
@@ -1235,7 +1239,9 @@ impl Inode {
             return;
         }
         drop(st);
-        if let Ok(buf) = Arc::try_unwrap(buf) {
+        // `into_inner`, not `try_unwrap`: when the last two references end at
+        // once, exactly one of them gets the buffer back.
+        if let Some(buf) = Arc::into_inner(buf) {
             self.shared.release_folio_buf(Some(buf), folio.size_bytes());
         }
     }

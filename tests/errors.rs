@@ -597,4 +597,16 @@ fn the_largest_file_size_is_enforced_at_write_time() {
     assert_eq!(image.len() as u64, limit);
     assert_same(&image[..BLOCK], &[3u8; BLOCK], "head");
     assert_same(&image[limit as usize - 100..], &[2u8; 100], "tail");
+
+    // A limit inside a block (XFS, btrfs and tmpfs allow i64::MAX bytes):
+    // writeback writes whole blocks, so no write may end in that last
+    // partial block, or its writeback would fail for good.
+    let limit = (1u64 << 20) + 100;
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 1, max_file_len: limit, ..SimConfig::default() }));
+    let cache = new_cache(&sim, QUIET);
+    let f = cache.open("/odd", &OpenOptions::read_write_create()).unwrap();
+    assert_eq!(errno(&f.write_at(&[7u8; 50], 1 << 20).unwrap_err()), Some(libc::EFBIG));
+    assert_eq!(f.write_at(&[8u8; 300], (1 << 20) - 200).unwrap(), 200, "short at the last whole block");
+    f.sync_all().unwrap();
+    assert_eq!(sim.durable_image(Path::new("/odd")).unwrap().len() as u64, 1 << 20);
 }
