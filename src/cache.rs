@@ -352,9 +352,21 @@ impl Shared {
         dropbehind: bool,
         reader_pos: &Arc<AtomicU64>,
     ) {
-        let job =
-            ReadaheadJob { inode: inode.clone(), start_block, end_block, dropbehind, reader_pos: reader_pos.clone() };
-        self.send_to_workers(WorkerJob::Readahead(job));
+        // In batches, so both workers fill one window at once.
+        let batch_blocks = (READAHEAD_BATCH_IOS * self.config.io_max_bytes / BLOCK_SIZE as u64).max(1);
+        let mut start = start_block;
+        while start < end_block {
+            let end = (start + batch_blocks).min(end_block);
+            let job = ReadaheadJob {
+                inode: inode.clone(),
+                start_block: start,
+                end_block: end,
+                dropbehind,
+                reader_pos: reader_pos.clone(),
+            };
+            self.send_to_workers(WorkerJob::Readahead(job));
+            start = end;
+        }
     }
 
     fn send_to_workers(&self, job: WorkerJob) {
