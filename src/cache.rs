@@ -230,11 +230,11 @@ impl Shared {
     /// holds no lock, so no operation leaves the cache over capacity.
     pub fn evict_excess(&self) {
         let capacity = self.config.capacity_bytes;
-        let cached = self.counters.cached_bytes.load(Ordering::Acquire);
-        if cached + self.buf_pool.pooled_bytes() <= capacity {
+        let used = self.counters.cached_bytes.load(Ordering::Acquire) + self.buf_pool.pooled_bytes();
+        if used <= capacity {
             return;
         }
-        let over = cached + self.buf_pool.pooled_bytes() - capacity;
+        let over = used - capacity;
         let from_pool = self.buf_pool.shrink(over);
         if from_pool < over {
             // Evicted buffers may land in the pool: empty it by as much.
