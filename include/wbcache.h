@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -130,6 +131,25 @@ int64_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off, uint32_t fla
  * device, -EINVAL for a NULL buf or len > SSIZE_MAX.
  */
 int64_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off, uint32_t flags);
+
+/**
+ * Reads into the buffers iov[0..iovcnt] in order, as wbc_pread into their
+ * concatenation would (preadv). Returns the bytes read (fewer than their
+ * total only at end of file) or -errno: as wbc_pread, and -EINVAL for
+ * iovcnt < 0 or > 1024 (IOV_MAX), a NULL iov (unless iovcnt is 0), a NULL
+ * iov_base with a non-zero iov_len, or a total length > SSIZE_MAX. The
+ * buffers need not be initialized and must not overlap.
+ */
+int64_t wbc_preadv(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t off, uint32_t flags);
+
+/**
+ * Writes the buffers iov[0..iovcnt] in order at offset off, as wbc_pwrite
+ * of their concatenation would (pwritev): one call, one pass over the
+ * cache. Returns the bytes written or -errno: as wbc_pwrite, and -EINVAL
+ * for iovcnt < 0 or > 1024 (IOV_MAX), a NULL iov (unless iovcnt is 0), a
+ * NULL iov_base with a non-zero iov_len, or a total length > SSIZE_MAX.
+ */
+int64_t wbc_pwritev(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t off, uint32_t flags);
 
 /**
  * Writes back and syncs the file's data and metadata (fsync): on return 0,

@@ -29,7 +29,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, OsStr};
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -38,6 +38,7 @@ use std::ptr;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::file::{File, OpenOptions, WriteFlags};
+use crate::userbuf::IOV_MAX;
 
 /// `wbc_pread`/`wbc_pwrite` flag: uncached I/O (`RWF_DONTCACHE`); equals
 /// [`WriteFlags::DONTCACHE`] and the header's `WBC_DONTCACHE`.
@@ -432,6 +433,125 @@ pub unsafe extern "C" fn wbc_pwrite(f: *mut wbc_file, buf: *const c_void, len: u
         // alignment, and the slice lives only for this call.
         let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
         Ok(file.write_at_with(data, off, flags).map(to_i64)?)
+    })
+}
+
+/// The caller's `iov[0..iovcnt]`, checked: `iovcnt` in `0..=IOV_MAX`, `iov`
+/// non-NULL unless `iovcnt` is 0, and no NULL base under a non-zero length
+/// (the kernel's `EFAULT`; `EINVAL` here, as for a NULL buffer), and a
+/// total length within `SSIZE_MAX`, all before any slice is made of them.
+///
+/// # Safety
+/// `iov` is NULL or valid for reads of `iovcnt` `struct iovec`s.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, iovcnt: c_int) -> Result<&'a [libc::iovec], Failure> {
+    let count = usize::try_from(iovcnt).map_err(|_| einval("negative iovcnt"))?;
+    if count > IOV_MAX {
+        return Err(einval("iovcnt exceeds IOV_MAX (1024)"));
+    }
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if iov.is_null() {
+        return Err(einval("NULL iov"));
+    }
+    // SAFETY: `iov` is non-NULL and valid for `count` iovecs (caller
+    // contract); `struct iovec` has no invalid bit patterns, and the slice
+    // lives only for the call that lent the array.
+    let list = unsafe { std::slice::from_raw_parts(iov, count) };
+    if let Some(i) = list.iter().position(|v| v.iov_base.is_null() && v.iov_len > 0) {
+        return Err(Failure { errno: libc::EINVAL, message: format!("NULL iov[{i}].iov_base with a non-zero length") });
+    }
+    let total = list.iter().try_fold(0usize, |sum, v| sum.checked_add(v.iov_len).filter(|&t| t <= isize::MAX as usize));
+    if total.is_none() {
+        return Err(einval("the iovecs' total length exceeds SSIZE_MAX"));
+    }
+    Ok(list)
+}
+
+/// Reads into the buffers `iov[0..iovcnt]` in order, as [`wbc_pread`]
+/// into their concatenation would (`preadv`). Returns the bytes read (fewer
+/// than their total only at end of file) or `-errno`: as `wbc_pread`, and
+/// `-EINVAL` for `iovcnt` negative or above 1024, a NULL `iov` (unless
+/// `iovcnt` is 0), a NULL base with a non-zero length, or a total length
+/// past `SSIZE_MAX`.
+///
+/// # Safety
+/// `f` is NULL or a live pointer from [`wbc_open`]; `iov` is NULL or valid
+/// for reads of `iovcnt` iovecs, each base NULL or valid for writes of its
+/// length (the buffers need not be initialized, and must not overlap).
+#[no_mangle]
+pub unsafe extern "C" fn wbc_preadv(
+    f: *mut wbc_file,
+    iov: *const libc::iovec,
+    iovcnt: c_int,
+    off: u64,
+    flags: u32,
+) -> i64 {
+    guard("wbc_preadv", || {
+        // SAFETY: the caller guarantees `f` is NULL or live.
+        let file = unsafe { file_ref(f) }?;
+        // SAFETY: the caller guarantees `iov` is NULL or valid for `iovcnt`.
+        let list = unsafe { iovecs(iov, iovcnt) }?;
+        let flags = io_flags(flags)?;
+        let mut bufs: Vec<&mut [std::mem::MaybeUninit<u8>]> = list
+            .iter()
+            .map(|v| {
+                if v.iov_len == 0 {
+                    return &mut [][..];
+                }
+                // SAFETY: `iov_base` is non-NULL (checked above) and valid
+                // for writes of `iov_len` bytes (caller contract), the
+                // buffers do not overlap (caller contract), and
+                // `MaybeUninit<u8>` has no alignment or validity
+                // requirement; `iovecs` checked the total (so each
+                // length) is within `isize::MAX`.
+                unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast(), v.iov_len) }
+            })
+            .collect();
+        Ok(file.read_vectored_at_uninit(&mut bufs, off, flags).map(to_i64)?)
+    })
+}
+
+/// Writes the buffers `iov[0..iovcnt]` in order at `off`, as [`wbc_pwrite`]
+/// of their concatenation would (`pwritev`): one call, one pass over the
+/// cache. Returns the bytes written or `-errno`: as `wbc_pwrite`, and
+/// `-EINVAL` for `iovcnt` negative or above 1024, a NULL `iov` (unless
+/// `iovcnt` is 0), a NULL base with a non-zero length, or a total length
+/// past `SSIZE_MAX`.
+///
+/// # Safety
+/// `f` is NULL or a live pointer from [`wbc_open`]; `iov` is NULL or valid
+/// for reads of `iovcnt` iovecs, each base NULL or valid for reads of its
+/// length in initialized bytes.
+#[no_mangle]
+pub unsafe extern "C" fn wbc_pwritev(
+    f: *mut wbc_file,
+    iov: *const libc::iovec,
+    iovcnt: c_int,
+    off: u64,
+    flags: u32,
+) -> i64 {
+    guard("wbc_pwritev", || {
+        // SAFETY: the caller guarantees `f` is NULL or live.
+        let file = unsafe { file_ref(f) }?;
+        // SAFETY: the caller guarantees `iov` is NULL or valid for `iovcnt`.
+        let list = unsafe { iovecs(iov, iovcnt) }?;
+        let flags = io_flags(flags)?;
+        let bufs: Vec<IoSlice> = list
+            .iter()
+            .map(|v| {
+                if v.iov_len == 0 {
+                    return IoSlice::new(&[]);
+                }
+                // SAFETY: `iov_base` is non-NULL (checked above) and valid
+                // for reads of `iov_len` initialized bytes (caller
+                // contract), u8 needs no alignment, the slice lives only
+                // for this call, and `iovecs` checked the total (so each
+                // length) is within `isize::MAX`.
+                IoSlice::new(unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) })
+            })
+            .collect();
+        Ok(file.write_vectored_at_with(&bufs, off, flags).map(to_i64)?)
     })
 }
 

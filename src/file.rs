@@ -7,15 +7,15 @@
 //! a handle does not write back (as `close(2)`): dirty data stays cached
 //! and the flusher writes it.
 
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cache::{OpGuard, Shared};
-use crate::folio::ReadTarget;
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::readahead::Readahead;
+use crate::userbuf::{Gather, ReadTarget, Scatter, WriteSource};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -168,6 +168,31 @@ impl File {
         self.read_into(buf, off, flags)
     }
 
+    /// Reads into `bufs` in order, as [`File::read_at`] into their
+    /// concatenation would (`preadv`): up to their total length, fewer only
+    /// at end of file. More than [`IOV_MAX`](crate::userbuf::IOV_MAX)
+    /// buffers, or a total past `isize::MAX`, is `InvalidInput`.
+    pub fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], off: u64) -> io::Result<usize> {
+        self.read_vectored_at_with(bufs, off, WriteFlags::NONE)
+    }
+
+    /// [`File::read_vectored_at`] with flags (as [`File::read_at_with`]).
+    pub fn read_vectored_at_with(&self, bufs: &mut [IoSliceMut<'_>], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.read_into(&mut Scatter::new(bufs)?, off, flags)
+    }
+
+    /// [`File::read_vectored_at_with`] into buffers that need not be
+    /// initialized (the C ABI's `wbc_preadv`); as [`File::read_at_uninit`],
+    /// after `Ok(n)` the concatenation's first `n` bytes hold the data.
+    pub fn read_vectored_at_uninit(
+        &self,
+        bufs: &mut [&mut [std::mem::MaybeUninit<u8>]],
+        off: u64,
+        flags: WriteFlags,
+    ) -> io::Result<usize> {
+        self.read_into(&mut Scatter::new(bufs)?, off, flags)
+    }
+
     fn read_into<T: ReadTarget + ?Sized>(&self, buf: &mut T, off: u64, flags: WriteFlags) -> io::Result<usize> {
         let _op = self.enter(false)?;
         let size = self.inode.size();
@@ -212,23 +237,41 @@ impl File {
 
     /// [`File::write_at`] with flags; `DONTCACHE` makes it an uncached write.
     pub fn write_at_with(&self, buf: &[u8], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.write_from(buf, off, flags)
+    }
+
+    /// Writes all of `bufs`, in order, as [`File::write_at`] of their
+    /// concatenation would (`pwritev`): one call, one pass over the folios,
+    /// whatever the number of buffers. More than
+    /// [`IOV_MAX`](crate::userbuf::IOV_MAX) buffers, or a total past
+    /// `isize::MAX`, is `InvalidInput`.
+    pub fn write_vectored_at(&self, bufs: &[IoSlice<'_>], off: u64) -> io::Result<usize> {
+        self.write_vectored_at_with(bufs, off, WriteFlags::NONE)
+    }
+
+    /// [`File::write_vectored_at`] with flags (as [`File::write_at_with`]).
+    pub fn write_vectored_at_with(&self, bufs: &[IoSlice<'_>], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.write_from(&Gather::new(bufs)?, off, flags)
+    }
+
+    fn write_from<S: WriteSource + ?Sized>(&self, data: &S, off: u64, flags: WriteFlags) -> io::Result<usize> {
         let _op = self.enter(true)?;
-        if buf.is_empty() {
+        if data.is_empty() {
             return Ok(0);
         }
-        let data = if self.inode.info.is_block_device {
+        let len = if self.inode.info.is_block_device {
             let dev_size = self.inode.size();
             if off >= dev_size {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
-            &buf[..(buf.len() as u64).min(dev_size - off) as usize]
-        } else if off.checked_add(buf.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
+            (data.len() as u64).min(dev_size - off) as usize
+        } else if off.checked_add(data.len() as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         } else {
             // Past the file system's largest file size: short, or EFBIG.
-            &buf[..self.inode.room_to_grow(off, buf.len())?]
+            self.inode.room_to_grow(off, data.len())?
         };
-        let result = self.inode.write_at(data, off, flags.contains(WriteFlags::DONTCACHE));
+        let result = self.inode.write_at(data, len, off, flags.contains(WriteFlags::DONTCACHE));
         // An edge-block fill may have copied a buffer under writeback.
         self.shared.evict_excess();
         Ok(result?.0)
@@ -319,11 +362,21 @@ impl Read for FileCursor<'_> {
         self.pos += n as u64;
         Ok(n)
     }
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let n = self.file.read_vectored_at(bufs, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
 }
 
 impl Write for FileCursor<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.file.write_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let n = self.file.write_vectored_at(bufs, self.pos)?;
         self.pos += n as u64;
         Ok(n)
     }

@@ -304,43 +304,6 @@ enum Populate {
     PageByPage,
 }
 
-/// Where a read copies cached bytes to: an initialized buffer, or one that
-/// may hold uninitialized bytes (a C caller's fresh `malloc`). Reads only
-/// ever write initialized bytes into it.
-pub trait ReadTarget {
-    fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Copies `src` to `[at, at + src.len())`.
-    fn copy_in(&mut self, at: usize, src: &[u8]);
-}
-
-impl ReadTarget for [u8] {
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
-    }
-
-    fn copy_in(&mut self, at: usize, src: &[u8]) {
-        self[at..at + src.len()].copy_from_slice(src);
-    }
-}
-
-impl ReadTarget for [std::mem::MaybeUninit<u8>] {
-    fn len(&self) -> usize {
-        <[std::mem::MaybeUninit<u8>]>::len(self)
-    }
-
-    fn copy_in(&mut self, at: usize, src: &[u8]) {
-        let dst = &mut self[at..at + src.len()];
-        // SAFETY: `dst` and `src` are both valid for `src.len()` bytes
-        // (the slice above checked the bounds), `dst` is borrowed mutably
-        // so they cannot overlap, and writing initialized bytes into
-        // `MaybeUninit<u8>` is always allowed.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), src.len()) };
-    }
-}
-
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.
 unsafe impl Send for AlignedBuf {}
 // SAFETY: shared access only hands out `&[u8]`; mutation needs `&mut self`.

@@ -30,10 +30,11 @@ use std::time::Instant;
 
 use crate::cache::Shared;
 use crate::errseq::ErrSeq;
-use crate::folio::{metadata_bytes_for, AlignedBuf, BulkFree, DirtyMark, Folio, FolioState, ReadTarget};
+use crate::folio::{metadata_bytes_for, AlignedBuf, BulkFree, DirtyMark, Folio, FolioState};
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::stats::Counters;
+use crate::userbuf::{ReadTarget, WriteSource};
 use crate::writeback::domain::{Domain, WORK_START_DONTCACHE};
 use crate::writeback::Reason;
 
@@ -766,21 +767,29 @@ impl Inode {
         Ok(len.min(self.size().saturating_sub(off) as usize))
     }
 
-    /// Copies `data` into the cache at `off` and marks it dirty. Each folio's
-    /// part is copied under that folio's lock (atomic per folio). Returns the
-    /// `(bytes copied, bytes newly dirtied)`; fewer bytes copied than asked
-    /// only when an error stopped the write part-way (a short write).
-    pub fn write_at(self: &Arc<Self>, data: &[u8], off: u64, dontcache: bool) -> io::Result<(usize, u64)> {
-        let end = off + data.len() as u64;
+    /// Copies the first `len` bytes of `data` into the cache at `off` and
+    /// marks them dirty. Each folio's part is copied under that folio's lock
+    /// (atomic per folio). Returns the `(bytes copied, bytes newly
+    /// dirtied)`; fewer bytes copied than asked only when an error stopped
+    /// the write part-way (a short write).
+    pub fn write_at<S: WriteSource + ?Sized>(
+        self: &Arc<Self>,
+        data: &S,
+        len: usize,
+        off: u64,
+        dontcache: bool,
+    ) -> io::Result<(usize, u64)> {
+        assert!(len <= data.len(), "a write of {len} bytes from a source of {}", data.len());
+        let end = off + len as u64;
         let end_block = end.div_ceil(BLOCK);
         let mut done = 0usize;
         let mut newly_dirty_bytes_total = 0u64;
         let mut result = Ok(());
         let folio_max = self.shared.config.folio_max_bytes;
-        while done < data.len() {
+        while done < len {
             // Throttle between folios, with no lock held, so one huge write
             // cannot run past the dirty limit or starve reclaim.
-            let remaining = (data.len() - done) as u64;
+            let remaining = (len - done) as u64;
             if let Err(e) = self.shared.wait_for_dirty_room(&self.domain, remaining.min(folio_max)) {
                 result = Err(e);
                 break;
@@ -825,7 +834,7 @@ impl Inode {
                 }
             }
             let folio_off = (pos - folio.offset()) as usize;
-            let n = (folio.size_bytes() - folio_off).min(data.len() - done);
+            let n = (folio.size_bytes() - folio_off).min(len - done);
             let first = folio_off / BLOCK_SIZE;
             let last = (folio_off + n).div_ceil(BLOCK_SIZE);
             if !st.all_uptodate {
@@ -851,11 +860,7 @@ impl Inode {
                 && !st.all_uptodate
                 && st.uptodate.next(first, last, true).is_none();
             let dst = Arc::get_mut(&mut st.buf).expect("the buffer was made private above");
-            if fresh_blocks {
-                dst.copy_in_streaming(folio_off, &data[done..done + n]);
-            } else {
-                dst[folio_off..folio_off + n].copy_from_slice(&data[done..done + n]);
-            }
+            data.copy_out(done, n, dst, folio_off, fresh_blocks);
             st.set_uptodate(folio.nr_blocks(), first, last);
             // The size covers these bytes before they can be written back,
             // so a backing-size fix never cuts them off.

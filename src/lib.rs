@@ -49,6 +49,7 @@ pub mod io;
 pub mod readahead;
 pub mod stats;
 pub mod throttle;
+pub mod userbuf;
 pub mod writeback;
 
 pub use cache::Cache;

@@ -27,7 +27,7 @@
 mod common;
 use common::Rng;
 use std::collections::VecDeque;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -154,6 +154,35 @@ fn run_seeds(test: &'static str, default_count: u64, body: fn(&Progress)) {
 }
 
 /// First differing byte, for messages that do not dump megabytes.
+/// `data` cut at the sorted points `cuts`: `cuts.len() + 1` slices.
+fn split_at_cuts<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut pieces = Vec::new();
+    let mut rest = data;
+    let mut at = 0;
+    for &cut in cuts {
+        let (head, tail) = rest.split_at(cut - at);
+        pieces.push(head);
+        rest = tail;
+        at = cut;
+    }
+    pieces.push(rest);
+    pieces
+}
+
+fn split_at_cuts_mut<'a>(data: &'a mut [u8], cuts: &[usize]) -> Vec<&'a mut [u8]> {
+    let mut pieces = Vec::new();
+    let mut rest = data;
+    let mut at = 0;
+    for &cut in cuts {
+        let (head, tail) = rest.split_at_mut(cut - at);
+        pieces.push(head);
+        rest = tail;
+        at = cut;
+    }
+    pieces.push(rest);
+    pieces
+}
+
 fn first_diff(got: &[u8], want: &[u8]) -> String {
     match got.iter().zip(want).position(|(a, b)| a != b) {
         Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
@@ -401,6 +430,14 @@ impl<'p> Model<'p> {
         }
     }
 
+    /// Where a vectored call splits its buffer: up to 8 sorted cut points,
+    /// repeats (empty buffers) and the ends included.
+    fn pick_cuts(&mut self, len: usize) -> Vec<usize> {
+        let mut cuts: Vec<usize> = (0..self.rng.below(9)).map(|_| self.rng.below(len + 1)).collect();
+        cuts.sort_unstable();
+        cuts
+    }
+
     fn op_write(&mut self, fi: usize, op: usize) {
         let hi = self.pick_handle(fi, true);
         let off = self.pick_offset(fi);
@@ -408,16 +445,25 @@ impl<'p> Model<'p> {
         let dontcache = self.mode != Mode::Quiet && self.rng.chance(25);
         // write_all would hide where a short write stopped.
         let via_cursor = !dontcache && self.rng.chance(10) && !self.files.iter().any(|f| f.faults_active);
+        let cuts = if !via_cursor && self.rng.chance(15) { Some(self.pick_cuts(len)) } else { None };
         let mut data = vec![0u8; len];
         self.rng.fill(&mut data);
-        self.progress
-            .begin(op, format!("write f{fi} h{hi} off {off} len {len} dontcache {dontcache} cursor {via_cursor}"));
+        self.progress.begin(
+            op,
+            format!(
+                "write f{fi} h{hi} off {off} len {len} dontcache {dontcache} cursor {via_cursor} vectored {cuts:?}"
+            ),
+        );
         let f = &self.files[fi];
         let file = &f.handles[hi].file;
+        let flags = if dontcache { WriteFlags::DONTCACHE } else { WriteFlags::NONE };
         let result = if via_cursor {
             let mut c = file.cursor();
             c.seek(SeekFrom::Start(off as u64)).unwrap();
             c.write_all(&data).map(|()| len)
+        } else if let Some(cuts) = &cuts {
+            let pieces: Vec<IoSlice> = split_at_cuts(&data, cuts).into_iter().map(IoSlice::new).collect();
+            file.write_vectored_at_with(&pieces, off as u64, flags)
         } else if dontcache {
             file.write_at_with(&data, off as u64, WriteFlags::DONTCACHE)
         } else {
@@ -456,16 +502,26 @@ impl<'p> Model<'p> {
         let want_len = self.pick_len();
         let dontcache = self.rng.chance(20);
         let via_cursor = !dontcache && self.rng.chance(10);
-        self.progress
-            .begin(op, format!("read f{fi} h{hi} off {off} len {want_len} dontcache {dontcache} cursor {via_cursor}"));
+        let cuts = if !via_cursor && self.rng.chance(15) { Some(self.pick_cuts(want_len)) } else { None };
+        self.progress.begin(
+            op,
+            format!(
+                "read f{fi} h{hi} off {off} len {want_len} dontcache {dontcache} cursor {via_cursor} vectored {cuts:?}"
+            ),
+        );
         let f = &self.files[fi];
         let file = &f.handles[hi].file;
         let mut buf = vec![0xA5u8; want_len];
+        let flags = if dontcache { WriteFlags::DONTCACHE } else { WriteFlags::NONE };
         let result = if via_cursor {
             let mut c = file.cursor();
             c.seek(SeekFrom::Start(off as u64)).unwrap();
             // read() may return less than asked only at end of file.
             c.read(&mut buf)
+        } else if let Some(cuts) = &cuts {
+            let mut pieces: Vec<IoSliceMut> =
+                split_at_cuts_mut(&mut buf, cuts).into_iter().map(IoSliceMut::new).collect();
+            file.read_vectored_at_with(&mut pieces, off as u64, flags)
         } else if dontcache {
             file.read_at_with(&mut buf, off as u64, WriteFlags::DONTCACHE)
         } else {

@@ -203,6 +203,48 @@ int main(int argc, char **argv) {
     CHECK_EQ(wbc_pread(f, buf, 0, 0, 0), 0, "zero-length pread");
     CHECK_EQ(wbc_pwrite(f, buf, 1, INT64_MAX, 0), -EFBIG, "pwrite past INT64_MAX");
 
+    /* --- pwritev/preadv --- */
+    {
+        /* Pieces of 1, 0, 4095, 5000 and 3 bytes: an empty one, and pieces
+         * crossing block boundaries at an unaligned offset. */
+        static unsigned char src[10099], dst[10099 + 16];
+        fill(src, sizeof src, 21);
+        size_t cut[] = {0, 1, 1, 4096, 9096, 10099};
+        struct iovec wv[5], rv[5];
+        for (int i = 0; i < 5; i++) {
+            wv[i] = (struct iovec){src + cut[i], cut[i + 1] - cut[i]};
+            rv[i] = (struct iovec){dst + cut[i], cut[i + 1] - cut[i]};
+        }
+        wv[1].iov_base = NULL; /* a NULL base with length 0 is allowed */
+        CHECK_EQ(wbc_pwritev(f, wv, 5, 150001, 0), sizeof src, "pwritev of 5 pieces");
+        model_write(src, sizeof src, 150001);
+        verify_range(f, sizeof src + 100, 150000, 0, "pread what pwritev wrote");
+        memset(dst, 0, sizeof dst);
+        CHECK_EQ(wbc_preadv(f, rv, 5, 150001, 0), sizeof src, "preadv of 5 pieces");
+        CHECK(memcmp(dst, src, sizeof src) == 0, "preadv content differs");
+        memset(dst, 0, sizeof dst);
+        CHECK_EQ(wbc_preadv(f, rv, 5, model_len - 10, WBC_DONTCACHE), 10, "preadv crossing EOF is short");
+        CHECK(memcmp(dst, model + model_len - 10, 10) == 0, "short preadv content differs");
+        CHECK_EQ(wbc_pwritev(f, wv, 5, 4000, WBC_DONTCACHE), sizeof src, "pwritev WBC_DONTCACHE");
+        model_write(src, sizeof src, 4000);
+        verify_range(f, 20000, 0, 0, "pread what the uncached pwritev wrote");
+        CHECK_EQ(wbc_pwritev(f, NULL, 0, 0, 0), 0, "pwritev of no buffers");
+        CHECK_EQ(wbc_preadv(f, NULL, 0, 0, 0), 0, "preadv of no buffers");
+        CHECK_EQ(wbc_pwritev(f, NULL, 1, 0, 0), -EINVAL, "pwritev(iov=NULL)");
+        CHECK_EQ(wbc_preadv(f, NULL, 1, 0, 0), -EINVAL, "preadv(iov=NULL)");
+        CHECK_EQ(wbc_pwritev(f, wv, -1, 0, 0), -EINVAL, "pwritev(iovcnt=-1)");
+        CHECK_EQ(wbc_preadv(f, rv, 1025, 0, 0), -EINVAL, "preadv(iovcnt=1025)");
+        CHECK(strstr(last_error(), "IOV_MAX") != NULL, "last error does not name IOV_MAX: %s", last_error());
+        CHECK_EQ(wbc_pwritev(f, wv, 5, 0, 0x4), -EINVAL, "pwritev with an unknown flag");
+        struct iovec bad[2] = {{src, 10}, {NULL, 5}};
+        CHECK_EQ(wbc_pwritev(f, bad, 2, 0, 0), -EINVAL, "pwritev with a NULL base of length 5");
+        CHECK(strstr(last_error(), "iov[1]") != NULL, "last error does not name iov[1]: %s", last_error());
+        struct iovec huge[2] = {{src, SIZE_MAX / 2}, {src, SIZE_MAX / 2}};
+        CHECK_EQ(wbc_preadv(f, huge, 2, 0, 0), -EINVAL, "preadv with a total past SSIZE_MAX");
+        CHECK_EQ(wbc_pwritev(NULL, wv, 5, 0, 0), -EINVAL, "pwritev(f=NULL)");
+        verify_range(f, 20000, 0, 0, "failed pwritev calls changed nothing");
+    }
+
     /* --- sync, size, truncate --- */
     CHECK_EQ(wbc_fsync(f), 0, "wbc_fsync");
     CHECK_EQ(wbc_fdatasync(f), 0, "wbc_fdatasync");
@@ -222,11 +264,19 @@ int main(int argc, char **argv) {
     /* --- access modes --- */
     REQUIRE(wbc_open(c, p1, O_RDONLY, 0, &ro) == 0, "open read-only: %s", last_error());
     CHECK_EQ(wbc_pwrite(ro, buf, 10, 0, 0), -EBADF, "pwrite on a read-only handle");
+    {
+        struct iovec one = {buf, 10};
+        CHECK_EQ(wbc_pwritev(ro, &one, 1, 0, 0), -EBADF, "pwritev on a read-only handle");
+    }
     CHECK_EQ(wbc_truncate(ro, 0), -EBADF, "truncate on a read-only handle");
     verify_range(ro, 4096, 12000, 0, "pread through a read-only handle");
     CHECK_EQ(wbc_fsync(ro), 0, "fsync on a read-only handle");
     REQUIRE(wbc_open(c, p1, O_WRONLY, 0, &wo) == 0, "open write-only: %s", last_error());
     CHECK_EQ(wbc_pread(wo, buf, 10, 0, 0), -EBADF, "pread on a write-only handle");
+    {
+        struct iovec one = {buf, 10};
+        CHECK_EQ(wbc_preadv(wo, &one, 1, 0, 0), -EBADF, "preadv on a write-only handle");
+    }
     write_pattern(wo, 10, 0, 99, 0, "pwrite through a write-only handle");
     verify_range(ro, 10, 0, 0, "a second handle sees the write");
     CHECK_EQ(wbc_close(ro), 0, "close read-only handle");
@@ -327,6 +377,11 @@ int main(int argc, char **argv) {
     c = NULL;
     CHECK_EQ(wbc_pread(f, buf, 10, 0, 0), -EBADF, "pread after cache close");
     CHECK_EQ(wbc_pwrite(f, buf, 10, 0, 0), -EBADF, "pwrite after cache close");
+    {
+        struct iovec one = {buf, 10};
+        CHECK_EQ(wbc_pwritev(f, &one, 1, 0, 0), -EBADF, "pwritev after cache close");
+        CHECK_EQ(wbc_preadv(f, &one, 1, 0, 0), -EBADF, "preadv after cache close");
+    }
     CHECK_EQ(wbc_fsync(f), -EBADF, "fsync after cache close");
     CHECK_EQ(wbc_fdatasync(f2), -EBADF, "fdatasync after cache close");
     CHECK_EQ(wbc_size(f2), -EBADF, "size after cache close");

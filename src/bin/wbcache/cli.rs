@@ -121,7 +121,7 @@ fn long_help() -> String {
     s.push_str(
         "  (small-overwrite call shapes: kernel-buffered/-dontcache use lseek (untimed) + write(2) or writev(2), or \
          pwrite(2)/pwritev2; kernel-direct uses positioned io_uring writes for all three; wbcache engines map write \
-         and pwrite to one write_at and writev to one write_at per iovec)\n",
+         and pwrite to one write_at and writev to one write_vectored_at)\n",
     );
     s.push_str(&format!(
         "\nDefault suite (no --workloads): every workload except the slots, small-overwrite variants {}, \

@@ -12,10 +12,8 @@
 //!   workloads;
 //! - `wbcache` and `wbcache-dontcache`: a [`wbcache::File`] of a shared
 //!   [`wbcache::Cache`], the latter with [`WriteFlags::DONTCACHE`] on every
-//!   read and write. The libMicro call shapes all map to `write_at`: `write`
-//!   and `pwrite` are one `write_at` at the offset, `writev` is one
-//!   `write_at` per iovec at consecutive offsets (the whole vector is one
-//!   call).
+//!   read and write. The libMicro call shapes: `write` and `pwrite` are
+//!   one `write_at` at the offset, `writev` is one `write_vectored_at`.
 
 use std::fs;
 use std::io;
@@ -115,7 +113,7 @@ impl EngineKind {
             EngineKind::KernelBuffered => "pwrite/pread through the kernel page cache",
             EngineKind::KernelDontcache => "pwritev2/preadv2 with RWF_DONTCACHE (uncached buffered I/O)",
             EngineKind::KernelDirect => "O_DIRECT through io_uring, queue depth 16 (the device's limit)",
-            EngineKind::Wbcache => "wbcache::Cache, write_at/read_at",
+            EngineKind::Wbcache => "wbcache::Cache, write_at/read_at (write_vectored_at for writev)",
             EngineKind::WbcacheDontcache => "wbcache::Cache with WriteFlags::DONTCACHE",
         }
     }
@@ -773,11 +771,22 @@ impl EngineFile for WbFile {
         self.file.read_at_with(buf, off, self.flags)
     }
 
-    fn write_call(&mut self, _call: CallKind, bufs: &[&[u8]], off: u64) -> io::Result<()> {
+    fn write_call(&mut self, call: CallKind, bufs: &[&[u8]], off: u64) -> io::Result<()> {
+        if call != CallKind::Writev || bufs.len() == 1 {
+            return bufs.iter().try_fold(off, |pos, b| self.write_at(b, pos).map(|()| pos + b.len() as u64)).map(drop);
+        }
+        // As the kernel engines' writev: one iovec array per call, one call
+        // unless it comes back short.
+        let mut iov: Vec<io::IoSlice> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
+        let mut slices = &mut iov[..];
         let mut pos = off;
-        for b in bufs {
-            self.write_at(b, pos)?;
-            pos += b.len() as u64;
+        while !slices.is_empty() {
+            let n = self.file.write_vectored_at_with(slices, pos, self.flags)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "wbcache write_vectored_at returned 0"));
+            }
+            pos += n as u64;
+            io::IoSlice::advance_slices(&mut slices, n);
         }
         Ok(())
     }
