@@ -125,8 +125,11 @@ int64_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off, uint32_t fla
  * flags: 0 or WBC_DONTCACHE (any other bit is -EINVAL). Writers may be
  * paused while the cache holds more than dirty_limit bytes of dirty data.
  *
+ * The len bytes at buf must be initialized.
+ *
  * Returns the number of bytes written (all of them, except at the end of a
- * block device) or -errno: -EBADF on a read-only handle or after
+ * block device or at the file system's largest file size) or -errno:
+ * -EBADF on a read-only handle or after
  * wbc_cache_close, -EFBIG past INT64_MAX, -ENOSPC at the end of a block
  * device, -EINVAL for a NULL buf or len > SSIZE_MAX.
  */
@@ -138,16 +141,20 @@ int64_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off, uint3
  * total only at end of file) or -errno: as wbc_pread, and -EINVAL for
  * iovcnt < 0 or > 1024 (IOV_MAX), a NULL iov (unless iovcnt is 0), a NULL
  * iov_base with a non-zero iov_len, or a total length > SSIZE_MAX. The
- * buffers need not be initialized and must not overlap.
+ * buffers need not be initialized; they may overlap (the later buffer's
+ * bytes win). Fewer bytes than asked also when a concurrent truncate
+ * shortens the file during the read.
  */
 int64_t wbc_preadv(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t off, uint32_t flags);
 
 /**
  * Writes the buffers iov[0..iovcnt] in order at offset off, as wbc_pwrite
  * of their concatenation would (pwritev): one call, one pass over the
- * cache. Returns the bytes written or -errno: as wbc_pwrite, and -EINVAL
- * for iovcnt < 0 or > 1024 (IOV_MAX), a NULL iov (unless iovcnt is 0), a
- * NULL iov_base with a non-zero iov_len, or a total length > SSIZE_MAX.
+ * cache. The buffers' bytes must be initialized. Returns the bytes written
+ * (as wbc_pwrite: fewer only at the end of a block device or at the file
+ * system's largest file size) or -errno: as wbc_pwrite, and -EINVAL for
+ * iovcnt < 0 or > 1024 (IOV_MAX), a NULL iov (unless iovcnt is 0), a NULL
+ * iov_base with a non-zero iov_len, or a total length > SSIZE_MAX.
  */
 int64_t wbc_pwritev(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t off, uint32_t flags);
 

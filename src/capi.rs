@@ -38,7 +38,7 @@ use std::ptr;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::file::{File, OpenOptions, WriteFlags};
-use crate::userbuf::IOV_MAX;
+use crate::userbuf::{RawIov, IOV_MAX};
 
 /// `wbc_pread`/`wbc_pwrite` flag: uncached I/O (`RWF_DONTCACHE`); equals
 /// [`WriteFlags::DONTCACHE`] and the header's `WBC_DONTCACHE`.
@@ -478,7 +478,8 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, iovcnt: c_int) -> Result<&'a [libc
 /// # Safety
 /// `f` is NULL or a live pointer from [`wbc_open`]; `iov` is NULL or valid
 /// for reads of `iovcnt` iovecs, each base NULL or valid for writes of its
-/// length (the buffers need not be initialized, and must not overlap).
+/// length (the buffers need not be initialized, and may overlap: where they
+/// do, the later buffer's bytes win, as with `preadv`).
 #[no_mangle]
 pub unsafe extern "C" fn wbc_preadv(
     f: *mut wbc_file,
@@ -490,25 +491,25 @@ pub unsafe extern "C" fn wbc_preadv(
     guard("wbc_preadv", || {
         // SAFETY: the caller guarantees `f` is NULL or live.
         let file = unsafe { file_ref(f) }?;
+        // The handle's mode first, as Linux: EBADF before a bad list's EINVAL.
+        file.check_access(false)?;
         // SAFETY: the caller guarantees `iov` is NULL or valid for `iovcnt`.
         let list = unsafe { iovecs(iov, iovcnt) }?;
         let flags = io_flags(flags)?;
-        let mut bufs: Vec<&mut [std::mem::MaybeUninit<u8>]> = list
+        // Raw buffers: C may pass overlapping ones, which Rust slices could
+        // not express. The pairs are copied out first, so an iov_base
+        // pointing into the iovec array itself is harmless too.
+        let mut bufs: Vec<RawIov> = list
             .iter()
             .map(|v| {
-                if v.iov_len == 0 {
-                    return &mut [][..];
-                }
-                // SAFETY: `iov_base` is non-NULL (checked above) and valid
-                // for writes of `iov_len` bytes (caller contract), the
-                // buffers do not overlap (caller contract), and
-                // `MaybeUninit<u8>` has no alignment or validity
-                // requirement; `iovecs` checked the total (so each
-                // length) is within `isize::MAX`.
-                unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast(), v.iov_len) }
+                // SAFETY: `iov_base` is valid for writes of `iov_len` bytes
+                // for this call (caller contract) and non-NULL unless the
+                // length is 0 (checked by `iovecs`, as is every length being
+                // within `isize::MAX`).
+                unsafe { RawIov::new(v.iov_base.cast(), v.iov_len) }
             })
             .collect();
-        Ok(file.read_vectored_at_uninit(&mut bufs, off, flags).map(to_i64)?)
+        Ok(file.read_vectored_at_raw(&mut bufs, off, flags).map(to_i64)?)
     })
 }
 
@@ -534,6 +535,8 @@ pub unsafe extern "C" fn wbc_pwritev(
     guard("wbc_pwritev", || {
         // SAFETY: the caller guarantees `f` is NULL or live.
         let file = unsafe { file_ref(f) }?;
+        // The handle's mode first, as Linux: EBADF before a bad list's EINVAL.
+        file.check_access(true)?;
         // SAFETY: the caller guarantees `iov` is NULL or valid for `iovcnt`.
         let list = unsafe { iovecs(iov, iovcnt) }?;
         let flags = io_flags(flags)?;

@@ -10,8 +10,11 @@ use std::io;
 
 use crate::io::{IoKind, BLOCK_SIZE};
 
-/// Cache configuration. Build with `Config::default()` and adjust fields, or
-/// parse an option string with [`Config::from_options`].
+/// Cache configuration. Build with [`Config::with_capacity`] (the dirty
+/// thresholds follow the capacity) and adjust fields, or parse an option
+/// string with [`Config::from_options`]. `Config::default()` is
+/// `with_capacity(1 GiB)`: lowering only its `capacity_bytes` leaves
+/// thresholds sized for 1 GiB, which `validate` rejects below 512 MiB.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Upper bound on folio memory, in bytes. Default 1 GiB.
@@ -190,7 +193,7 @@ impl Config {
         }
         if self.dirty_limit_bytes == 0 || self.dirty_limit_bytes > self.capacity_bytes {
             return Err(invalid(format!(
-                "dirty_limit ({}) must be positive and at most capacity ({})",
+                "dirty_limit ({}) must be positive and at most capacity ({}); Config::with_capacity derives it",
                 self.dirty_limit_bytes, self.capacity_bytes
             )));
         }

@@ -15,7 +15,7 @@ use crate::cache::{OpGuard, Shared};
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::readahead::Readahead;
-use crate::userbuf::{Gather, ReadTarget, Scatter, WriteSource};
+use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource, IOV_MAX};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -138,10 +138,18 @@ impl File {
     /// after the cache's final sync.
     fn enter(&self, need_write: bool) -> io::Result<OpGuard<'_>> {
         let guard = self.shared.enter_op()?;
+        self.check_access(need_write)?;
+        Ok(guard)
+    }
+
+    /// `EBADF` unless the handle may read (or write). Vectored calls check
+    /// it before their buffer list, as Linux does: a bad list on a handle
+    /// of the wrong mode is `EBADF`, not `EINVAL`.
+    pub(crate) fn check_access(&self, need_write: bool) -> io::Result<()> {
         if (need_write && !self.writable) || (!need_write && !self.readable) {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        Ok(guard)
+        Ok(())
     }
 
     /// Reads up to `buf.len()` bytes at `off`; fewer only at end of file.
@@ -178,18 +186,16 @@ impl File {
 
     /// [`File::read_vectored_at`] with flags (as [`File::read_at_with`]).
     pub fn read_vectored_at_with(&self, bufs: &mut [IoSliceMut<'_>], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.check_access(false)?;
         self.read_into(&mut Scatter::new(bufs)?, off, flags)
     }
 
-    /// [`File::read_vectored_at_with`] into buffers that need not be
-    /// initialized (the C ABI's `wbc_preadv`); as [`File::read_at_uninit`],
-    /// after `Ok(n)` the concatenation's first `n` bytes hold the data.
-    pub fn read_vectored_at_uninit(
-        &self,
-        bufs: &mut [&mut [std::mem::MaybeUninit<u8>]],
-        off: u64,
-        flags: WriteFlags,
-    ) -> io::Result<usize> {
+    /// [`File::read_vectored_at_with`] into raw buffers that need not be
+    /// initialized and may overlap (the C ABI's `wbc_preadv`); as
+    /// [`File::read_at_uninit`], after `Ok(n)` the concatenation's first
+    /// `n` bytes hold the data.
+    pub fn read_vectored_at_raw(&self, bufs: &mut [RawIov], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.check_access(false)?;
         self.read_into(&mut Scatter::new(bufs)?, off, flags)
     }
 
@@ -251,6 +257,7 @@ impl File {
 
     /// [`File::write_vectored_at`] with flags (as [`File::write_at_with`]).
     pub fn write_vectored_at_with(&self, bufs: &[IoSlice<'_>], off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.check_access(true)?;
         self.write_from(&Gather::new(bufs)?, off, flags)
     }
 
@@ -362,8 +369,11 @@ impl Read for FileCursor<'_> {
         self.pos += n as u64;
         Ok(n)
     }
+    /// As `std::fs::File`: past [`IOV_MAX`] buffers, a short read of the
+    /// first `IOV_MAX`.
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        let n = self.file.read_vectored_at(bufs, self.pos)?;
+        let first = bufs.len().min(IOV_MAX);
+        let n = self.file.read_vectored_at(&mut bufs[..first], self.pos)?;
         self.pos += n as u64;
         Ok(n)
     }
@@ -375,8 +385,10 @@ impl Write for FileCursor<'_> {
         self.pos += n as u64;
         Ok(n)
     }
+    /// As `std::fs::File`: past [`IOV_MAX`] buffers, a short write of the
+    /// first `IOV_MAX`, which `write_all_vectored`-style loops continue.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        let n = self.file.write_vectored_at(bufs, self.pos)?;
+        let n = self.file.write_vectored_at(&bufs[..bufs.len().min(IOV_MAX)], self.pos)?;
         self.pos += n as u64;
         Ok(n)
     }

@@ -810,8 +810,8 @@ impl Inode {
                 // new folio's (the old buffer stays counted until that
                 // writeback completes).
                 drop(st);
-                let len = folio.size_bytes();
-                let fresh = match self.shared.reserve_folio_buf(len, true) {
+                let folio_len = folio.size_bytes();
+                let fresh = match self.shared.reserve_folio_buf(folio_len, true) {
                     Ok(b) => b,
                     Err(e) => {
                         result = Err(e);
@@ -819,7 +819,7 @@ impl Inode {
                     }
                 };
                 let Some(relocked) = folio.lock_filled() else {
-                    self.shared.release_folio_buf(Some(fresh), len);
+                    self.shared.release_folio_buf(Some(fresh), folio_len);
                     continue;
                 };
                 st = relocked;
@@ -830,7 +830,7 @@ impl Inode {
                     Counters::add(&self.shared.counters.cow_copies, 1);
                 } else {
                     // The writeback finished meanwhile.
-                    self.shared.release_folio_buf(Some(fresh), len);
+                    self.shared.release_folio_buf(Some(fresh), folio_len);
                 }
             }
             let folio_off = (pos - folio.offset()) as usize;

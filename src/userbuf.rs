@@ -71,6 +71,47 @@ impl ReadTarget for IoSliceMut<'_> {
     }
 }
 
+/// A C caller's read buffer (`struct iovec`), kept as a raw pointer: C may
+/// hand `preadv` overlapping buffers (several pieces read into one scratch
+/// area), and two `&mut` slices over the same bytes would be undefined
+/// behaviour in Rust. Copies into it are raw, from the cache's own memory,
+/// which never overlaps a caller's buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct RawIov {
+    base: *mut u8,
+    len: usize,
+}
+
+impl RawIov {
+    /// # Safety
+    /// `base` is valid for writes of `len` bytes (which need not be
+    /// initialized) for as long as the value is used, and `len` is at most
+    /// `isize::MAX`. `base` may be NULL only when `len` is 0. Other
+    /// `RawIov`s may cover the same bytes.
+    pub unsafe fn new(base: *mut u8, len: usize) -> RawIov {
+        debug_assert!(!base.is_null() || len == 0, "a NULL base with {len} bytes");
+        RawIov { base, len }
+    }
+}
+
+impl ReadTarget for RawIov {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn copy_in(&mut self, at: usize, src: &[u8]) {
+        assert!(at + src.len() <= self.len, "copy of [{at}, {}) past a buffer of {}", at + src.len(), self.len);
+        if src.is_empty() {
+            return;
+        }
+        // SAFETY: `base` is valid for writes of `len` bytes (the contract
+        // of `RawIov::new`) and the range was checked above; `src` is the
+        // cache's memory or a caller's Rust slice, never the caller's C
+        // buffer, so the two cannot overlap; u8 needs no alignment.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(at), src.len()) };
+    }
+}
+
 impl<T: ReadTarget + ?Sized> ReadTarget for &mut T {
     fn len(&self) -> usize {
         (**self).len()
@@ -293,6 +334,18 @@ mod tests {
         let (x, y) = unsafe { (x.map(|b| b.assume_init()), y.map(|b| b.assume_init())) };
         assert_eq!(&x, b"abc");
         assert_eq!(&y, b"defgh");
+    }
+
+    #[test]
+    fn raw_iovs_may_overlap() {
+        let mut scratch = [0u8; 8];
+        let base = scratch.as_mut_ptr();
+        // SAFETY: both cover `scratch`, alive and unborrowed while they are
+        // used; overlapping is what this test is about.
+        let mut bufs = unsafe { [RawIov::new(base, 8), RawIov::new(base.add(4), 4)] };
+        let mut scatter = Scatter::new(&mut bufs).unwrap();
+        scatter.copy_in(0, b"abcdefghWXYZ");
+        assert_eq!(&scratch, b"abcdWXYZ", "the second buffer's bytes land last");
     }
 
     #[test]

@@ -610,3 +610,78 @@ fn the_largest_file_size_is_enforced_at_write_time() {
     f.sync_all().unwrap();
     assert_eq!(sim.durable_image(Path::new("/odd")).unwrap().len() as u64, 1 << 20);
 }
+
+/// Vectored calls clip and fail as their plain twins: a gather list
+/// crossing a block device's end or the largest file size comes back short
+/// at the same byte (its later buffers untouched), one past them fails
+/// whole; a handle of the wrong mode is `EBADF` before a bad list's
+/// `EINVAL`; past `IOV_MAX` buffers a call is `EINVAL`, while the cursor,
+/// as `std::fs::File`, writes the first `IOV_MAX` and comes back short.
+#[test]
+fn vectored_calls_clip_and_fail_as_plain_ones() {
+    use std::io::{IoSlice, IoSliceMut};
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 3, max_file_len: 1 << 20, ..SimConfig::default() }));
+    let cache = new_cache(&sim, QUIET);
+    let a = pattern(3000, 1);
+    let b = pattern(5000, 2);
+    let c = pattern(700, 3);
+    let list = [IoSlice::new(&a), IoSlice::new(&[]), IoSlice::new(&b), IoSlice::new(&c)];
+    let joined = [&a[..], &b[..], &c[..]].concat();
+
+    // The largest file size: short inside the second buffer, then EFBIG.
+    let f = cache.open("/v", &OpenOptions::read_write_create()).unwrap();
+    let limit = 1u64 << 20;
+    assert_eq!(f.write_vectored_at(&list, limit - 4000).unwrap(), 4000);
+    assert_eq!(errno(&f.write_vectored_at(&list, limit).unwrap_err()), Some(libc::EFBIG));
+    assert_eq!(f.len().unwrap(), limit);
+    let mut tail = vec![0u8; 4000];
+    assert_eq!(f.read_at(&mut tail, limit - 4000).unwrap(), 4000);
+    assert_same(&tail, &joined[..4000], "the part that fit");
+
+    // A block device's end: short in the third buffer, ENOSPC at the end.
+    sim.create_block_device(Path::new("/dev/simv"), 16 * KIB as u64);
+    let dev = cache.open("/dev/simv", &OpenOptions::read_write_create()).unwrap();
+    let end = 16 * KIB as u64;
+    assert_eq!(dev.write_vectored_at(&list, end - 8500).unwrap(), 8500);
+    assert_eq!(errno(&dev.write_vectored_at(&list, end).unwrap_err()), Some(libc::ENOSPC));
+    // Read back through a scatter list shaped unlike the gather list.
+    let (mut x, mut y) = (vec![0u8; 1], vec![0u8; 9000]);
+    let n = dev.read_vectored_at(&mut [IoSliceMut::new(&mut x), IoSliceMut::new(&mut y)], end - 8500).unwrap();
+    assert_eq!(n, 8500, "short at the device's end");
+    assert_same(&[&x[..], &y[..8499]].concat(), &joined[..8500], "device tail");
+
+    // The handle's mode before the list, then the list's own checks.
+    let ro = cache.open("/v", &OpenOptions::new()).unwrap();
+    let too_many = vec![IoSlice::new(b"x"); 1025];
+    assert_eq!(errno(&ro.write_vectored_at(&too_many, 0).unwrap_err()), Some(libc::EBADF));
+    let e = f.write_vectored_at(&too_many, 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    let mut one = [0u8; 1];
+    let mut many: Vec<IoSliceMut> = Vec::new();
+    many.extend((0..1025).map(|_| IoSliceMut::new(&mut [])));
+    many.push(IoSliceMut::new(&mut one));
+    assert_eq!(f.read_vectored_at(&mut many, 0).unwrap_err().kind(), ErrorKind::InvalidInput);
+
+    // The cursor: IOV_MAX buffers per call, the rest by the caller's loop.
+    let g = cache.open("/cursor", &OpenOptions::read_write_create()).unwrap();
+    let bytes: Vec<[u8; 1]> = (0..2000u32).map(|i| [(i % 251) as u8]).collect();
+    let mut slices: Vec<IoSlice> = bytes.iter().map(|b| IoSlice::new(b)).collect();
+    let mut rest = &mut slices[..];
+    let mut cur = g.cursor();
+    let first = cur.write_vectored(rest).unwrap();
+    assert_eq!(first, 1024, "the first IOV_MAX buffers");
+    IoSlice::advance_slices(&mut rest, first);
+    while !rest.is_empty() {
+        let n = cur.write_vectored(rest).unwrap();
+        IoSlice::advance_slices(&mut rest, n);
+    }
+    let want: Vec<u8> = bytes.iter().map(|b| b[0]).collect();
+    assert_same(&read_all(&g, 2000), &want, "cursor writes");
+    let mut back = vec![[0u8; 1]; 1500];
+    let mut dsts: Vec<IoSliceMut> = back.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+    let mut rc = g.cursor();
+    assert_eq!(rc.read_vectored(&mut dsts).unwrap(), 1024, "the first IOV_MAX buffers");
+    assert_eq!(rc.position(), 1024);
+    drop(dsts);
+    assert_same(&back[..1024].concat(), &want[..1024], "cursor reads");
+}

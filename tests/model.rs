@@ -153,7 +153,6 @@ fn run_seeds(test: &'static str, default_count: u64, body: fn(&Progress)) {
     }
 }
 
-/// First differing byte, for messages that do not dump megabytes.
 /// `data` cut at the sorted points `cuts`: `cuts.len() + 1` slices.
 fn split_at_cuts<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
     let mut pieces = Vec::new();
@@ -183,6 +182,7 @@ fn split_at_cuts_mut<'a>(data: &'a mut [u8], cuts: &[usize]) -> Vec<&'a mut [u8]
     pieces
 }
 
+/// First differing byte, for messages that do not dump megabytes.
 fn first_diff(got: &[u8], want: &[u8]) -> String {
     match got.iter().zip(want).position(|(a, b)| a != b) {
         Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
@@ -430,10 +430,12 @@ impl<'p> Model<'p> {
         }
     }
 
-    /// Where a vectored call splits its buffer: up to 8 sorted cut points,
-    /// repeats (empty buffers) and the ends included.
+    /// Where a vectored call splits its buffer: up to 8 sorted cut points
+    /// (1 in 8 calls: up to 100), repeats (empty buffers) and the ends
+    /// included.
     fn pick_cuts(&mut self, len: usize) -> Vec<usize> {
-        let mut cuts: Vec<usize> = (0..self.rng.below(9)).map(|_| self.rng.below(len + 1)).collect();
+        let count = if self.rng.chance(12) { self.rng.below(101) } else { self.rng.below(9) };
+        let mut cuts: Vec<usize> = (0..count).map(|_| self.rng.below(len + 1)).collect();
         cuts.sort_unstable();
         cuts
     }

@@ -242,6 +242,12 @@ int main(int argc, char **argv) {
         struct iovec huge[2] = {{src, SIZE_MAX / 2}, {src, SIZE_MAX / 2}};
         CHECK_EQ(wbc_preadv(f, huge, 2, 0, 0), -EINVAL, "preadv with a total past SSIZE_MAX");
         CHECK_EQ(wbc_pwritev(NULL, wv, 5, 0, 0), -EINVAL, "pwritev(f=NULL)");
+        /* Overlapping read buffers, as preadv allows: the later one wins. */
+        unsigned char scratch[8] = {0};
+        struct iovec ov[2] = {{scratch, 8}, {scratch + 4, 4}};
+        CHECK_EQ(wbc_preadv(f, ov, 2, 150001, 0), 12, "preadv into overlapping buffers");
+        CHECK(memcmp(scratch, src, 4) == 0 && memcmp(scratch + 4, src + 8, 4) == 0,
+              "overlapping preadv: the second buffer's bytes land last");
         verify_range(f, 20000, 0, 0, "failed pwritev calls changed nothing");
     }
 
@@ -267,6 +273,7 @@ int main(int argc, char **argv) {
     {
         struct iovec one = {buf, 10};
         CHECK_EQ(wbc_pwritev(ro, &one, 1, 0, 0), -EBADF, "pwritev on a read-only handle");
+        CHECK_EQ(wbc_pwritev(ro, &one, -1, 0, 0), -EBADF, "pwritev on a read-only handle, bad iovcnt: EBADF first");
     }
     CHECK_EQ(wbc_truncate(ro, 0), -EBADF, "truncate on a read-only handle");
     verify_range(ro, 4096, 12000, 0, "pread through a read-only handle");
