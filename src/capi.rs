@@ -468,6 +468,26 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, iovcnt: c_int) -> Result<&'a [libc
     Ok(list)
 }
 
+/// The checked arguments of a vectored call, in Linux's order: the handle,
+/// its mode (`EBADF` before a bad list's `EINVAL`), the list, the flags.
+///
+/// # Safety
+/// As [`file_ref`] for `f` and [`iovecs`] for `iov`.
+unsafe fn vectored_args<'a>(
+    f: *const wbc_file,
+    iov: *const libc::iovec,
+    iovcnt: c_int,
+    flags: u32,
+    need_write: bool,
+) -> Result<(&'a File, &'a [libc::iovec], WriteFlags), Failure> {
+    // SAFETY: forwarded to the caller.
+    let file = unsafe { file_ref(f) }?;
+    file.check_access(need_write)?;
+    // SAFETY: forwarded to the caller.
+    let list = unsafe { iovecs(iov, iovcnt) }?;
+    Ok((file, list, io_flags(flags)?))
+}
+
 /// Reads into the buffers `iov[0..iovcnt]` in order, as [`wbc_pread`]
 /// into their concatenation would (`preadv`). Returns the bytes read (fewer
 /// than their total only at end of file) or `-errno`: as `wbc_pread`, and
@@ -489,13 +509,9 @@ pub unsafe extern "C" fn wbc_preadv(
     flags: u32,
 ) -> i64 {
     guard("wbc_preadv", || {
-        // SAFETY: the caller guarantees `f` is NULL or live.
-        let file = unsafe { file_ref(f) }?;
-        // The handle's mode first, as Linux: EBADF before a bad list's EINVAL.
-        file.check_access(false)?;
-        // SAFETY: the caller guarantees `iov` is NULL or valid for `iovcnt`.
-        let list = unsafe { iovecs(iov, iovcnt) }?;
-        let flags = io_flags(flags)?;
+        // SAFETY: the caller guarantees `f` is NULL or live and `iov` NULL
+        // or valid for `iovcnt` iovecs.
+        let (file, list, flags) = unsafe { vectored_args(f, iov, iovcnt, flags, false) }?;
         // Raw buffers: C may pass overlapping ones, which Rust slices could
         // not express. The pairs are copied out first, so an iov_base
         // pointing into the iovec array itself is harmless too.
@@ -533,13 +549,9 @@ pub unsafe extern "C" fn wbc_pwritev(
     flags: u32,
 ) -> i64 {
     guard("wbc_pwritev", || {
-        // SAFETY: the caller guarantees `f` is NULL or live.
-        let file = unsafe { file_ref(f) }?;
-        // The handle's mode first, as Linux: EBADF before a bad list's EINVAL.
-        file.check_access(true)?;
-        // SAFETY: the caller guarantees `iov` is NULL or valid for `iovcnt`.
-        let list = unsafe { iovecs(iov, iovcnt) }?;
-        let flags = io_flags(flags)?;
+        // SAFETY: the caller guarantees `f` is NULL or live and `iov` NULL
+        // or valid for `iovcnt` iovecs.
+        let (file, list, flags) = unsafe { vectored_args(f, iov, iovcnt, flags, true) }?;
         let bufs: Vec<IoSlice> = list
             .iter()
             .map(|v| {

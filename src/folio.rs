@@ -23,11 +23,25 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::io::BLOCK_SIZE;
 
 /// Buffers at least this large get their own populated anonymous mapping:
-/// the kernel hands them over zeroed and faulted in by one `mmap` call,
-/// about 40% cheaper here than `calloc` (which zeroes recycled heap memory
-/// and then takes one page fault per 4 KiB on first touch). Smaller ones
-/// share slabs: one mapping each would exhaust `vm.max_map_count`.
-pub const MAPPED_BUF_MIN_BYTES: usize = 1 << 20;
+/// the kernel hands them over zeroed and faulted in, about 40% cheaper here
+/// than `calloc` (which zeroes recycled heap memory and then takes one page
+/// fault per 4 KiB on first touch). Smaller ones share slabs: one mapping
+/// each would exhaust `vm.max_map_count`. Both are backed by transparent
+/// huge pages where the kernel has them (see [`HUGE_PAGE_BYTES`]), which is
+/// why 1 MiB buffers are slab slots: a 1 MiB mapping of its own could never
+/// be a huge page.
+pub const MAPPED_BUF_MIN_BYTES: usize = HUGE_PAGE_BYTES;
+
+/// Mappings made in multiples of this size are aligned to it and asked for
+/// transparent huge pages (`MADV_HUGEPAGE`). A buffer on one huge page is
+/// physically contiguous, so an O_DIRECT I/O on it is one segment instead
+/// of one per 4 KiB page, and the device handles fewer, larger pieces: on
+/// this project's virtio disk, 1 MiB O_DIRECT reads at queue depth 4 ran at
+/// 1.6-1.7 GB/s from 4 KiB pages and 3.0 GB/s from huge pages, and writes
+/// at 1.7-1.9 against 2.1 GB/s. Where the kernel has no huge page to give
+/// (THP disabled, memory fragmented) the mapping is plain 4 KiB pages, as
+/// before.
+pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// A zero-initialised, `BLOCK_SIZE`-aligned buffer, as O_DIRECT needs.
 pub struct AlignedBuf {
@@ -269,6 +283,11 @@ impl Drop for BulkFree {
 /// project's virtual machines (the host backs each fresh huge page on first
 /// touch; the small pages come from the guest's recycled free lists).
 fn map_populated(len: usize, how: Populate) -> Option<NonNull<u8>> {
+    if len % HUGE_PAGE_BYTES == 0 {
+        if let Some(ptr) = map_huge_aligned(len) {
+            return Some(ptr);
+        }
+    }
     let flags = match how {
         Populate::Bulk => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
         Populate::PageByPage => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
@@ -290,6 +309,59 @@ fn map_populated(len: usize, how: Populate) -> Option<NonNull<u8>> {
         }
     }
     Some(ptr)
+}
+
+/// A private anonymous mapping of `len` bytes (a multiple of
+/// [`HUGE_PAGE_BYTES`]) aligned to a huge page, advised to use huge pages,
+/// zeroed and faulted in. Populated by touching it page by page (so each
+/// fault takes only the mapping's lock, as [`Populate::PageByPage`]): with
+/// huge pages the first touch of each 2 MiB faults it all in and the rest
+/// are cheap; without, it is the 4 KiB path. `MAP_POPULATE` would fault the
+/// pages in before the advice could apply.
+fn map_huge_aligned(len: usize) -> Option<NonNull<u8>> {
+    debug_assert_eq!(len % HUGE_PAGE_BYTES, 0);
+    let span = len.checked_add(HUGE_PAGE_BYTES)?;
+    // SAFETY: a fresh private anonymous mapping; no existing memory is
+    // touched.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return None;
+    }
+    let start = raw as usize;
+    let aligned = start.next_multiple_of(HUGE_PAGE_BYTES);
+    let head = aligned - start;
+    let tail = span - head - len;
+    // SAFETY: [start, aligned) and [aligned + len, start + span) are the
+    // parts of the mapping just made that lie outside the aligned buffer;
+    // nothing refers to them. Unmapping page-aligned parts of a mapping is
+    // allowed and leaves the rest mapped.
+    unsafe {
+        if head > 0 {
+            libc::munmap(raw, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+        }
+        // Advice only: EINVAL where THP is compiled out, and the mapping
+        // is then plain pages.
+        libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+    }
+    for page in (aligned..aligned + len).step_by(BLOCK_SIZE) {
+        // SAFETY: `page` lies inside the aligned mapping just made, which
+        // nobody else knows of yet; writing the zero it already reads as
+        // only faults the page in.
+        unsafe { std::ptr::write_volatile(page as *mut u8, 0) };
+    }
+    NonNull::new(aligned as *mut u8)
 }
 
 /// How [`map_populated`] faults a new mapping in.
@@ -741,10 +813,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn huge_page_mappings_are_aligned_to_a_huge_page() {
+        for len in [HUGE_PAGE_BYTES, 3 * HUGE_PAGE_BYTES] {
+            let buf = AlignedBuf::zeroed(len);
+            assert_eq!(buf.origin, Origin::Mapped);
+            assert_eq!(buf.as_ptr() as usize % HUGE_PAGE_BYTES, 0, "a {len}-byte buffer starts on a huge page");
+            assert!(buf.iter().all(|&b| b == 0));
+        }
+        // A slab slot of a 1 MiB buffer lies within one huge page.
+        let slot = AlignedBuf::zeroed(HUGE_PAGE_BYTES / 2);
+        assert_eq!(slot.origin, Origin::Slab);
+        assert_eq!(slot.as_ptr() as usize % (HUGE_PAGE_BYTES / 2), 0);
+        // Mapped buffers unmap exactly what was mapped: a neighbour made
+        // after a drop is intact.
+        let first = AlignedBuf::zeroed(HUGE_PAGE_BYTES);
+        let mut second = AlignedBuf::zeroed(HUGE_PAGE_BYTES);
+        drop(first);
+        second.fill(7);
+        assert!(second.iter().all(|&b| b == 7));
+    }
+
+    #[test]
     fn buffers_of_every_origin_are_aligned_zeroed_and_reusable() {
         // Slab classes, a mapped size, a heap size (not a power of two);
         // enough rounds that freed slots are released and handed out again.
-        for len in [BLOCK_SIZE, 8 * BLOCK_SIZE, 128 * BLOCK_SIZE, MAPPED_BUF_MIN_BYTES, 3 * BLOCK_SIZE] {
+        let sizes = [BLOCK_SIZE, 8 * BLOCK_SIZE, 128 * BLOCK_SIZE, MAPPED_BUF_MIN_BYTES / 2, MAPPED_BUF_MIN_BYTES];
+        for len in sizes.into_iter().chain([2 * MAPPED_BUF_MIN_BYTES, 3 * BLOCK_SIZE]) {
             for _round in 0..3 {
                 let count = (2 * SLAB_RELEASE_BATCH_BYTES / len).clamp(2, 2048);
                 let mut bufs: Vec<AlignedBuf> = (0..count).map(|_| AlignedBuf::zeroed(len)).collect();
