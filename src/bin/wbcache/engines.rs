@@ -112,7 +112,9 @@ impl EngineKind {
         match self {
             EngineKind::KernelBuffered => "pwrite/pread through the kernel page cache",
             EngineKind::KernelDontcache => "pwritev2/preadv2 with RWF_DONTCACHE (uncached buffered I/O)",
-            EngineKind::KernelDirect => "O_DIRECT through io_uring, queue depth 16 (the device's limit)",
+            EngineKind::KernelDirect => {
+                "O_DIRECT through io_uring, queue depth 16, buffers on huge pages (the device's limit)"
+            }
             EngineKind::Wbcache => "wbcache::Cache, write_at/read_at (write_vectored_at for writev)",
             EngineKind::WbcacheDontcache => "wbcache::Cache with WriteFlags::DONTCACHE",
         }
