@@ -15,16 +15,14 @@ use serde::Serialize;
 /// Alignment of every I/O buffer: enough for O_DIRECT on any device.
 pub const ALIGN: usize = 4096;
 
-/// Buffers of at least this size are their own mappings on transparent
-/// huge pages, as wbcache's folio buffers are: an O_DIRECT I/O on a
+/// Buffers of at least this size are wbcache's own folio buffers, on
+/// transparent huge pages as the cache's are: an O_DIRECT I/O on a
 /// physically contiguous buffer is one segment, not one per 4 KiB page, and
 /// on a virtio disk that alone nearly doubled raw 1 MiB reads. Every engine
 /// gets the same buffers, so `kernel-direct` stays the device's limit.
 const HUGE_BUF_MIN_BYTES: usize = 1 << 20;
-const HUGE_PAGE_BYTES: usize = 2 << 20;
 
-/// A buffer aligned to [`ALIGN`] (large ones to a huge page), zeroed at
-/// allocation.
+/// A buffer aligned to [`ALIGN`], zeroed at allocation.
 pub struct AlignedBuf {
     ptr: *mut u8,
     len: usize,
@@ -33,8 +31,10 @@ pub struct AlignedBuf {
 
 enum Memory {
     Heap(Layout),
-    /// A mapping of this many bytes at `ptr`.
-    Mapped(usize),
+    /// Owns the memory at `ptr` (which does not move with it).
+    Folio {
+        _owner: wbcache::folio::AlignedBuf,
+    },
 }
 
 // SAFETY: the buffer is plain owned memory; `AlignedBuf` is its only owner.
@@ -44,10 +44,10 @@ unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     pub fn new(len: usize) -> AlignedBuf {
-        if len >= HUGE_BUF_MIN_BYTES {
-            if let Some(buf) = AlignedBuf::mapped_huge(len) {
-                return buf;
-            }
+        if len >= HUGE_BUF_MIN_BYTES && len % ALIGN == 0 {
+            let mut buf = wbcache::folio::AlignedBuf::zeroed(len);
+            let ptr = buf.as_mut_ptr();
+            return AlignedBuf { ptr, len, memory: Memory::Folio { _owner: buf } };
         }
         let cap = len.max(1).div_ceil(ALIGN) * ALIGN;
         let layout = Layout::from_size_align(cap, ALIGN).expect("buffer layout");
@@ -57,44 +57,6 @@ impl AlignedBuf {
             std::alloc::handle_alloc_error(layout);
         }
         AlignedBuf { ptr, len, memory: Memory::Heap(layout) }
-    }
-
-    /// `len` bytes (rounded up to huge pages) of an anonymous mapping
-    /// aligned to a huge page and advised to use them; `None` if the
-    /// mapping fails (the heap then serves).
-    fn mapped_huge(len: usize) -> Option<AlignedBuf> {
-        let cap = len.div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES;
-        let span = cap + HUGE_PAGE_BYTES;
-        // SAFETY: a fresh private anonymous mapping; nothing else is touched.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                span,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return None;
-        }
-        let start = raw as usize;
-        let aligned = start.next_multiple_of(HUGE_PAGE_BYTES);
-        let (head, tail) = (aligned - start, span - (aligned - start) - cap);
-        // SAFETY: the head and tail lie inside the mapping just made and
-        // outside the aligned part kept; nothing refers to them. The advice
-        // is only advice (EINVAL without THP leaves plain pages).
-        unsafe {
-            if head > 0 {
-                libc::munmap(raw, head);
-            }
-            if tail > 0 {
-                libc::munmap((aligned + cap) as *mut libc::c_void, tail);
-            }
-            libc::madvise(aligned as *mut libc::c_void, cap, libc::MADV_HUGEPAGE);
-        }
-        Some(AlignedBuf { ptr: aligned as *mut u8, len, memory: Memory::Mapped(cap) })
     }
 
     /// A buffer filled with pseudo-random bytes (so no layer can treat the
@@ -127,14 +89,9 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        match self.memory {
+        if let Memory::Heap(layout) = self.memory {
             // SAFETY: allocated in `new` with this exact layout.
-            Memory::Heap(layout) => unsafe { dealloc(self.ptr, layout) },
-            // SAFETY: the mapping kept by `mapped_huge`, of exactly this
-            // length, unmapped once.
-            Memory::Mapped(cap) => unsafe {
-                libc::munmap(self.ptr.cast(), cap);
-            },
+            unsafe { dealloc(self.ptr, layout) }
         }
     }
 }
@@ -321,13 +278,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buffers_are_aligned_zeroed_and_large_ones_start_on_a_huge_page() {
-        for len in [0, 1, ALIGN, 3 * ALIGN + 5, HUGE_BUF_MIN_BYTES, 3 * HUGE_PAGE_BYTES + ALIGN] {
+    fn buffers_are_aligned_zeroed_and_large_ones_are_folio_buffers() {
+        for len in [0, 1, ALIGN, 3 * ALIGN + 5, HUGE_BUF_MIN_BYTES, 4 * HUGE_BUF_MIN_BYTES, 3 * HUGE_BUF_MIN_BYTES + 5]
+        {
             let mut buf = AlignedBuf::new(len);
             assert_eq!(buf.len(), len);
             assert_eq!(buf.as_ptr() as usize % ALIGN, 0, "O_DIRECT alignment for {len}");
-            if len >= HUGE_BUF_MIN_BYTES {
-                assert_eq!(buf.as_ptr() as usize % HUGE_PAGE_BYTES, 0, "{len} bytes start on a huge page");
+            if len >= HUGE_BUF_MIN_BYTES && len % ALIGN == 0 {
+                let align = if len >= 2 * HUGE_BUF_MIN_BYTES { 2 * HUGE_BUF_MIN_BYTES } else { HUGE_BUF_MIN_BYTES };
+                assert_eq!(buf.as_ptr() as usize % align, 0, "{len} bytes: a folio buffer");
             }
             assert!(buf.iter().all(|&b| b == 0), "zeroed");
             buf.fill(0x5a);
