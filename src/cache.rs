@@ -104,6 +104,12 @@ pub struct Shared {
     /// writeback ends or truncation drops them; a failed writeback makes
     /// its bytes dirty (counted again) before it ends (uncounted).
     pub unclean_bytes: AtomicU64,
+    /// Writers waiting in [`Shared::wait_for_dirty_room`]. While any waits,
+    /// every flusher writes back whatever the background threshold says
+    /// (the kernel's `balance_dirty_pages` starts background writeback
+    /// whenever a task is over its limits): a waiter is released by the
+    /// writeback it kicked, never by periodic writeback.
+    pub nr_dirty_waiters: AtomicU64,
     /// [`RESERVE_TIMEOUT_MS`]; tests shorten it.
     reserve_timeout_ms: AtomicU64,
 }
@@ -111,6 +117,24 @@ pub struct Shared {
 thread_local! {
     /// Bytes this thread dirtied since its last throttle check.
     static DIRTIED_SINCE_CHECK: Cell<u64> = const { Cell::new(0) };
+}
+
+/// One writer counted in [`Shared::nr_dirty_waiters`] for as long as it
+/// lives, whichever way the wait ends.
+struct DirtyWaiter<'a>(&'a AtomicU64);
+
+impl<'a> DirtyWaiter<'a> {
+    fn register(nr_waiters: &'a AtomicU64) -> DirtyWaiter<'a> {
+        nr_waiters.fetch_add(1, Ordering::AcqRel);
+        DirtyWaiter(nr_waiters)
+    }
+}
+
+impl Drop for DirtyWaiter<'_> {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "dirty waiter count underflow");
+    }
 }
 
 impl Shared {
@@ -322,13 +346,20 @@ impl Shared {
     pub fn wait_for_dirty_room(&self, domain: &Domain, len: u64) -> io::Result<()> {
         let limit = self.config.dirty_limit_bytes;
         let room = len.min(limit / 4);
+        if self.unclean_bytes.load(Ordering::Acquire) + room <= limit || self.is_closed() {
+            return Ok(());
+        }
         let started = Instant::now();
         let errors_before = self.counters.writeback_errors.load(Ordering::Acquire);
-        let mut waited = false;
+        let _waiting = DirtyWaiter::register(&self.nr_dirty_waiters);
         let mut result = Ok(());
         while self.unclean_bytes.load(Ordering::Acquire) + room > limit && !self.is_closed() {
-            waited = true;
+            // Every domain, not only the writer's: the limit is cache-wide,
+            // and the bytes holding this writer may sit on another device.
             domain.kick(WORK_BACKGROUND);
+            for other in self.domains() {
+                other.kick(WORK_BACKGROUND);
+            }
             self.wait_progress(Duration::from_millis(self.config.throttle_pause_ms_max.min(50)));
             let failing = self.counters.writeback_errors.load(Ordering::Acquire) > errors_before;
             if failing && started.elapsed() > Duration::from_secs(1) {
@@ -336,11 +367,15 @@ impl Shared {
                 break;
             }
         }
-        if waited {
-            Counters::add(&self.counters.throttle_events, 1);
-            Counters::add(&self.counters.throttle_us_total, started.elapsed().as_micros() as u64);
-        }
+        Counters::add(&self.counters.throttle_events, 1);
+        Counters::add(&self.counters.throttle_us_total, started.elapsed().as_micros() as u64);
         result
+    }
+
+    /// Whether a writer is waiting for dirty room: the flushers write back
+    /// for it whatever the background threshold says.
+    pub fn has_dirty_waiters(&self) -> bool {
+        self.nr_dirty_waiters.load(Ordering::Acquire) > 0
     }
 
     /// Queues an asynchronous readahead of blocks `[start, end)`.
@@ -460,6 +495,7 @@ impl Cache {
             next_inode_id: AtomicU64::new(1),
             all_direct_io: AtomicBool::new(true),
             unclean_bytes: AtomicU64::new(0),
+            nr_dirty_waiters: AtomicU64::new(0),
             reserve_timeout_ms: AtomicU64::new(RESERVE_TIMEOUT_MS),
         });
         // Two workers, so one window's I/O is in flight while the previous

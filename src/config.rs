@@ -25,7 +25,11 @@ pub struct Config {
     pub dirty_limit_bytes: u64,
     /// Dirty bytes at which the flusher starts background writeback.
     /// Default 25% of `capacity_bytes` (half of `dirty_limit` when only that
-    /// is lowered in an option string).
+    /// is lowered in an option string). Any value below `dirty_limit_bytes`
+    /// is valid: a writer waiting at the limit makes the flushers write back
+    /// whatever this threshold says, so a value close to the limit only
+    /// narrows the throttle's smooth zone (writers then run free up to the
+    /// limit and wait there for the writeback they started).
     pub dirty_background_bytes: u64,
     /// Dirty data older than this is written back by periodic writeback, in
     /// milliseconds. Bounds what a process crash can lose. Default 1000.
@@ -287,6 +291,24 @@ mod tests {
         assert_eq!(c.dirty_background_bytes, 32 * MIB);
         let c = Config::from_options("dirty_limit=64M,dirty_background=8M").unwrap();
         assert_eq!(c.dirty_background_bytes, 8 * MIB);
+    }
+
+    /// Every background threshold below the limit is kept as given (waiting
+    /// writers get writeback whatever it is); at the limit it is refused.
+    #[test]
+    fn background_anywhere_below_the_limit_is_valid() {
+        for background in ["0", "4K", "8M", "16380K"] {
+            let c = Config::from_options(&format!("capacity=64M,dirty_limit=16M,dirty_background={background}"));
+            assert!(c.is_ok(), "dirty_background={background}: {:?}", c.err());
+        }
+        assert_eq!(
+            Config::from_options("capacity=64M,dirty_limit=16M,dirty_background=16380K")
+                .unwrap()
+                .dirty_background_bytes,
+            16 * MIB - 4096
+        );
+        let e = Config::from_options("capacity=64M,dirty_limit=16M,dirty_background=16M").unwrap_err();
+        assert!(e.to_string().contains("dirty_background"), "{e}");
     }
 
     #[test]

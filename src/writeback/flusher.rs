@@ -3,8 +3,11 @@
 //! `start_dontcache` (as many bytes as the domain's uncached-dirty count,
 //! from the oldest dirty inodes, whatever wrote them), periodic (inodes
 //! dirtied longer than `expire` ago, in full), and background / reclaim
-//! (oldest inodes first while dirty memory is over the background threshold
-//! or eviction is starved). Every inode pass is bounded to
+//! (oldest inodes first while dirty memory is over the background threshold,
+//! while any writer waits at the dirty limit, or once when eviction is
+//! starved). `WORK_BACKGROUND` only wakes the flusher: the counters, not the
+//! bit, say how much to write, so a writer that kicks and then waits is
+//! written for even when the background threshold sits above what it needs. Every inode pass is bounded to
 //! [`PASS_IOS`] `× io_max` bytes and [`PASS_RUNS_PER_DEPTH`] `× io_depth`
 //! runs of dirty blocks, so one big file cannot starve the others.
 //!
@@ -17,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::stats::Counters;
-use crate::writeback::domain::{Domain, WORK_BACKGROUND, WORK_RECLAIM, WORK_START_ALL, WORK_START_DONTCACHE};
+use crate::writeback::domain::{Domain, WORK_RECLAIM, WORK_START_ALL, WORK_START_DONTCACHE};
 use crate::writeback::inflight::InFlight;
 use crate::writeback::Reason;
 
@@ -89,19 +92,23 @@ pub fn run(domain: Arc<Domain>) {
         }
         let reclaim = bits & WORK_RECLAIM != 0;
         loop {
-            let over_background = domain.shared.dirty_bytes() > config.dirty_background_bytes;
-            if domain.is_shutdown() || !(over_background || reclaim) {
+            let dirty_bytes = domain.shared.dirty_bytes();
+            let over_background = dirty_bytes > config.dirty_background_bytes;
+            // A writer waiting at the dirty limit is a reason of its own,
+            // whatever the background threshold (which may sit so close to
+            // the limit that the waiter's room is above it).
+            let for_waiters = dirty_bytes > 0 && domain.shared.has_dirty_waiters();
+            if domain.is_shutdown() || !(over_background || for_waiters || reclaim) {
                 break;
             }
-            let reason = if over_background { Reason::Background } else { Reason::Reclaim };
+            let reason = if over_background || for_waiters { Reason::Background } else { Reason::Reclaim };
             let Some(inode) = domain.pop_oldest() else { break };
             let started = inflight.start(&inode, reason, chunk_bytes, max_runs);
             domain.requeue(inode);
-            if !over_background || started == 0 || inflight.failed() {
+            if reason == Reason::Reclaim || started == 0 || inflight.failed() {
                 break; // reclaim: one pass frees something; errors: retry later
             }
         }
-        let _ = WORK_BACKGROUND;
     }
     inflight.drain();
 }
