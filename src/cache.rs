@@ -23,13 +23,13 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::bufpool::BufPool;
+use crate::buf::{AlignedBuf, BufPool, BulkFree};
 use crate::config::Config;
 use crate::evict::Evictor;
 use crate::file::{File, OpenOptions};
-use crate::folio::{AlignedBuf, BulkFree};
 use crate::inode::Inode;
-use crate::io::{open_backend, sim::SimIo, Io, IoKind, IoPriority, OpenHow, BLOCK_SIZE};
+use crate::io::{open_backend, Io, IoPriority, OpenHow, BLOCK_SIZE};
+use crate::locks;
 use crate::stats::{Counters, Stats};
 use crate::throttle::{ratelimit_bytes, throttle_pause, ThrottleInput};
 use crate::writeback::domain::{Domain, WORK_BACKGROUND, WORK_RECLAIM};
@@ -152,7 +152,7 @@ impl Shared {
 
     /// Enters a file operation (see [`OpGuard`]); `EBADF` once closed.
     pub fn enter_op(&self) -> io::Result<OpGuard<'_>> {
-        let guard = self.ops_gate.read().unwrap_or_else(|e| e.into_inner());
+        let guard = locks::read(&self.ops_gate);
         self.check_open()?;
         Ok(guard)
     }
@@ -170,22 +170,18 @@ impl Shared {
 
     /// Wakes everyone waiting for writeback progress or freed memory.
     pub fn progress_made(&self) {
-        let mut g = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = locks::lock(&self.progress);
         *g += 1;
         self.progress_cond.notify_all();
     }
 
-    pub fn memory_freed(&self) {
-        self.progress_made();
-    }
-
     fn wait_progress(&self, timeout: Duration) {
-        let g = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = self.progress_cond.wait_timeout(g, timeout).unwrap_or_else(|e| e.into_inner());
+        let g = locks::lock(&self.progress);
+        drop(locks::wait_timeout(&self.progress_cond, g, timeout));
     }
 
     fn domains(&self) -> Vec<Arc<Domain>> {
-        self.domains.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        locks::lock(&self.domains).values().cloned().collect()
     }
 
     /// A buffer of `len` bytes for a new folio, accounted in
@@ -405,7 +401,7 @@ impl Shared {
     }
 
     fn send_to_workers(&self, job: WorkerJob) {
-        if let Some(tx) = self.worker_tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(tx) = locks::lock(&self.worker_tx).as_ref() {
             let _ = tx.send(job);
         }
     }
@@ -413,7 +409,7 @@ impl Shared {
     /// [`Shared::forget_inode_if_idle`] for the flusher: a worker thread
     /// does it (see [`WorkerJob::ForgetIdle`]), if it is worth a look.
     pub fn forget_inode_if_idle_later(&self, inode: &Arc<Inode>) {
-        if self.inodes.lock().unwrap_or_else(|e| e.into_inner()).len() > MAX_CACHED_INODES {
+        if locks::lock(&self.inodes).len() > MAX_CACHED_INODES {
             self.send_to_workers(WorkerJob::ForgetIdle(inode.clone()));
         }
     }
@@ -428,13 +424,13 @@ impl Shared {
         let idle = |i: &Inode| {
             i.handles.load(Ordering::Acquire) == 0 && !i.has_dirty() && !i.on_dirty_list.load(Ordering::Acquire)
         };
-        if !idle(inode) || self.inodes.lock().unwrap_or_else(|e| e.into_inner()).len() <= MAX_CACHED_INODES {
+        if !idle(inode) || locks::lock(&self.inodes).len() <= MAX_CACHED_INODES {
             return;
         }
         if inode.needs_store_sync() && inode.write_and_sync(false, Reason::Close).is_err() {
             return;
         }
-        let mut table = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut table = locks::lock(&self.inodes);
         if !idle(inode) || inode.needs_store_sync() {
             return;
         }
@@ -457,25 +453,29 @@ pub struct Cache {
 impl Cache {
     /// Creates a cache with `config` (validated) and its I/O backend.
     pub fn new(config: Config) -> io::Result<Cache> {
-        if config.io == IoKind::Sim && !cfg!(test) {
+        #[cfg(all(feature = "sim", not(test)))]
+        if config.io == crate::io::IoKind::Sim {
             // It would report every fsync durable and keep nothing.
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "io=sim is an in-memory test backend: use Cache::with_sim",
             ));
         }
-        Cache::build(config, None)
-    }
-
-    /// Creates a cache over a simulated backend (tests and model checking).
-    pub fn with_sim(mut config: Config, sim: Arc<SimIo>) -> io::Result<Cache> {
-        config.io = IoKind::Sim;
-        Cache::build(config, Some(sim))
-    }
-
-    fn build(config: Config, sim: Option<Arc<SimIo>>) -> io::Result<Cache> {
         config.validate()?;
-        let io = open_backend(config.io, config.io_depth, sim);
+        let io = open_backend(config.io, config.io_depth);
+        Cache::build(config, io)
+    }
+
+    /// Creates a cache over a simulated backend (tests and model checking;
+    /// the `sim` feature).
+    #[cfg(any(test, feature = "sim"))]
+    pub fn with_sim(mut config: Config, sim: Arc<crate::io::sim::SimIo>) -> io::Result<Cache> {
+        config.io = crate::io::IoKind::Sim;
+        config.validate()?;
+        Cache::build(config, sim)
+    }
+
+    fn build(config: Config, io: Arc<dyn Io>) -> io::Result<Cache> {
         let (tx, rx) = mpsc::channel::<WorkerJob>();
         let shared = Arc::new(Shared {
             config,
@@ -504,7 +504,7 @@ impl Cache {
         for n in 0..READAHEAD_WORKERS {
             let rx = rx.clone();
             let worker = std::thread::Builder::new().name(format!("wbc-readahead-{n}")).spawn(move || loop {
-                let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                let job = match locks::lock(&rx).recv() {
                     Ok(WorkerJob::Readahead(job)) => job,
                     Ok(WorkerJob::ForgetIdle(inode)) => {
                         if !inode.shared.is_closed() {
@@ -533,7 +533,7 @@ impl Cache {
                     );
                 }
             })?;
-            shared.readahead_threads.lock().unwrap_or_else(|e| e.into_inner()).push(worker);
+            locks::lock(&shared.readahead_threads).push(worker);
         }
         Ok(Cache { shared })
     }
@@ -572,7 +572,7 @@ impl Cache {
             shared.all_direct_io.store(false, Ordering::Release);
         }
         let inode = {
-            let mut table = shared.inodes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut table = locks::lock(&shared.inodes);
             if let Some(inode) = table.get(&info.store_id) {
                 if store_writable {
                     inode.upgrade_store(store);
@@ -581,14 +581,14 @@ impl Cache {
                 inode.clone()
             } else {
                 let domain = {
-                    let mut domains = shared.domains.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut domains = locks::lock(&shared.domains);
                     domains
                         .entry(info.device_id)
                         .or_insert_with(|| Domain::start(info.device_id, shared.clone()))
                         .clone()
                 };
                 let id = shared.next_inode_id.fetch_add(1, Ordering::Relaxed);
-                let inode = Arc::new(Inode::new(id, path.to_path_buf(), store, store_writable, shared.clone(), domain));
+                let inode = Arc::new(Inode::new(id, store, store_writable, shared.clone(), domain));
                 inode.handles.fetch_add(1, Ordering::AcqRel);
                 table.insert(info.store_id, inode.clone());
                 inode
@@ -609,7 +609,7 @@ impl Cache {
         st.capacity_bytes = s.config.capacity_bytes;
         st.io_backend = s.io.kind().name();
         st.direct_io = s.all_direct_io.load(Ordering::Acquire);
-        st.open_inodes = s.inodes.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+        st.open_inodes = locks::lock(&s.inodes).len() as u64;
         st
     }
 
@@ -635,7 +635,7 @@ impl Drop for Cache {
 }
 
 fn sync_everything(shared: &Shared, reason: Reason) -> io::Result<()> {
-    let inodes: Vec<Arc<Inode>> = shared.inodes.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+    let inodes: Vec<Arc<Inode>> = locks::lock(&shared.inodes).values().cloned().collect();
     let mut first_err = None;
     for inode in inodes {
         if let Err(e) = inode.write_and_sync(false, reason) {
@@ -655,21 +655,18 @@ fn shutdown(shared: &Arc<Shared>) -> io::Result<()> {
     }
     // Wait for operations already inside (throttled writers see `closed`
     // and stop waiting); new ones fail with EBADF.
-    drop(shared.ops_gate.write().unwrap_or_else(|e| e.into_inner()));
+    drop(locks::write(&shared.ops_gate));
     let result = sync_everything(shared, Reason::Close);
-    shared.worker_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let workers: Vec<JoinHandle<()>> =
-        shared.readahead_threads.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+    locks::lock(&shared.worker_tx).take();
+    let workers: Vec<JoinHandle<()>> = locks::lock(&shared.readahead_threads).drain(..).collect();
     for h in workers {
         let _ = h.join();
     }
-    let domains: Vec<Arc<Domain>> =
-        shared.domains.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, d)| d).collect();
+    let domains: Vec<Arc<Domain>> = locks::lock(&shared.domains).drain().map(|(_, d)| d).collect();
     for d in domains {
         d.stop();
     }
-    let inodes: Vec<Arc<Inode>> =
-        shared.inodes.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, i)| i).collect();
+    let inodes: Vec<Arc<Inode>> = locks::lock(&shared.inodes).drain().map(|(_, i)| i).collect();
     let bulk = BulkFree::begin();
     for inode in &inodes {
         inode.drop_all_clean();

@@ -168,7 +168,8 @@ impl Config {
                     "threads" => IoKind::Threads,
                     // In memory: durable nowhere. Only this crate's unit tests
                     // (the C ABI's) reach it by name; others use Cache::with_sim.
-                    "sim" if cfg!(test) => IoKind::Sim,
+                    #[cfg(test)]
+                    "sim" => IoKind::Sim,
                     other => return Err(invalid(format!("io must be 'uring' or 'threads', not '{other}'"))),
                 }
             }

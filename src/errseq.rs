@@ -4,6 +4,7 @@
 //! cursor. A handle opened after an error that nobody has seen yet still sees
 //! it; once seen, new handles start clean.
 
+use crate::locks;
 use std::io;
 use std::sync::Mutex;
 
@@ -25,7 +26,7 @@ pub struct ErrSeq {
 impl ErrSeq {
     /// Records a failed writeback (or store sync) with its errno.
     pub fn record(&self, errno: i32) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = locks::lock(&self.state);
         st.seq += 1;
         st.errno = errno;
         st.seen = false;
@@ -34,7 +35,7 @@ impl ErrSeq {
     /// The cursor a new handle starts from: behind an unseen error so that it
     /// reports it, at the newest error otherwise.
     pub fn open_cursor(&self) -> u64 {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = locks::lock(&self.state);
         if st.seq > 0 && !st.seen {
             st.seq - 1
         } else {
@@ -44,20 +45,20 @@ impl ErrSeq {
 
     /// The current sequence, for [`ErrSeq::error_since`].
     pub fn sample(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).seq
+        locks::lock(&self.state).seq
     }
 
     /// The newest errno if an error was recorded after `sample`; does not
     /// mark it seen (handles still report it through their cursors).
     pub fn error_since(&self, sample: u64) -> Option<i32> {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = locks::lock(&self.state);
         (st.seq > sample).then_some(st.errno)
     }
 
     /// Reports the newest error if the sequence moved past `cursor`, and
     /// advances the cursor so the same error is reported once per handle.
     pub fn check_and_advance(&self, cursor: &mut u64) -> io::Result<()> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = locks::lock(&self.state);
         if st.seq > *cursor {
             *cursor = st.seq;
             st.seen = true;

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::folio::{DirtyMark, Folio};
 use crate::inode::Inode;
+use crate::locks;
 use crate::stats::Counters;
 
 struct Entry {
@@ -91,7 +92,7 @@ impl Evictor {
         let entry = Entry { folio: folio.clone(), inode: Arc::downgrade(inode), ghost_key: key };
         let bytes = folio.size_bytes() as u64;
         let live = self.live_folios.fetch_add(1, Ordering::AcqRel) + 1;
-        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = locks::lock(&self.queues);
         if q.ghost.remove(&key) {
             q.main_bytes += bytes;
             q.main.push_back(entry);
@@ -116,7 +117,7 @@ impl Evictor {
     pub fn evict(&self, counters: &Counters, want_bytes: u64) -> u64 {
         let mut freed = 0u64;
         let mut budget = {
-            let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+            let q = locks::lock(&self.queues);
             2 * (q.small.len() + q.main.len()) + 8
         };
         while freed < want_bytes && budget > 0 {
@@ -130,13 +131,13 @@ impl Evictor {
             if removed {
                 freed += bytes;
                 Counters::add(&counters.evictions, 1);
-                let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+                let mut q = locks::lock(&self.queues);
                 if from == Queue::Small {
                     q.remember_ghost(entry.ghost_key);
                 }
             } else if entry.inode.strong_count() > 0 && !entry.folio.lock().removed {
                 // Raced with a writer or a fill: keep it for another round.
-                let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+                let mut q = locks::lock(&self.queues);
                 q.main_bytes += bytes;
                 q.main.push_back(entry);
             }
@@ -148,7 +149,7 @@ impl Evictor {
     /// promoting or rotating referenced and busy ones). The candidate is
     /// returned out of the queues.
     fn pick_victim(&self) -> Option<(Entry, Queue)> {
-        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = locks::lock(&self.queues);
         let mut scans = 2 * (q.small.len() + q.main.len()) + 1;
         while scans > 0 {
             scans -= 1;
@@ -194,14 +195,15 @@ impl Evictor {
     }
 
     /// Folios currently tracked (including removed ones not yet dropped).
+    #[cfg(test)]
     pub fn tracked(&self) -> usize {
-        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let q = locks::lock(&self.queues);
         q.small.len() + q.main.len()
     }
 
     /// Forgets everything (cache close).
     pub fn clear(&self) {
-        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = locks::lock(&self.queues);
         *q = Queues::default();
     }
 }

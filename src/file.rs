@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use crate::cache::{OpGuard, Shared};
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
+use crate::locks;
 use crate::readahead::Readahead;
 use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource, IOV_MAX};
 
@@ -210,13 +211,8 @@ impl File {
         let end = (off + len).div_ceil(BLOCK);
         let dontcache = flags.contains(WriteFlags::DONTCACHE);
         let max_blocks = self.shared.readahead_max_blocks();
-        let decision = self.readahead.lock().unwrap_or_else(|e| e.into_inner()).on_read(
-            start,
-            end,
-            size.div_ceil(BLOCK),
-            max_blocks,
-            || self.inode.find(start).is_none(),
-        );
+        let decision = locks::lock(&self.readahead)
+            .on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
         // Uncached reads read ahead too; what they bring in is dropped
         // behind the reader once copied.
         if let Some((s, e)) = decision.sync {
@@ -298,7 +294,7 @@ impl File {
 
     fn sync(&self, data_only: bool) -> io::Result<()> {
         let _op = self.shared.enter_op()?;
-        let mut cursor = self.err_cursor.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cursor = locks::lock(&self.err_cursor);
         self.inode.sync(data_only, &mut cursor)
     }
 

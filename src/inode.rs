@@ -23,16 +23,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
+use crate::buf::{AlignedBuf, BulkFree};
 use crate::cache::Shared;
 use crate::errseq::ErrSeq;
-use crate::folio::{metadata_bytes_for, AlignedBuf, BulkFree, DirtyMark, Folio, FolioState};
+use crate::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
+use crate::locks;
 use crate::stats::Counters;
 use crate::userbuf::{ReadTarget, WriteSource};
 use crate::writeback::domain::{Domain, WORK_START_DONTCACHE};
@@ -59,13 +60,13 @@ struct GateState {
 
 impl StoreLenGate {
     fn lock(&self) -> MutexGuard<'_, GateState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.state)
     }
 
     fn begin_io(&self) {
         let mut st = self.lock();
         while st.resizing {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = locks::wait(&self.changed, st);
         }
         st.io_in_flight += 1;
     }
@@ -93,11 +94,11 @@ impl StoreLenGate {
     fn resize(&self) -> ResizeGuard<'_> {
         let mut st = self.lock();
         while st.resizing {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = locks::wait(&self.changed, st);
         }
         st.resizing = true;
         while st.io_in_flight > 0 {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = locks::wait(&self.changed, st);
         }
         ResizeGuard(self)
     }
@@ -160,11 +161,6 @@ pub struct WbPass {
 }
 
 impl WbPass {
-    /// How many I/Os the pass needs.
-    pub fn nr_ios(&self) -> usize {
-        self.groups.len()
-    }
-
     /// Bytes the pass writes.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -201,7 +197,6 @@ pub struct WritebackOutcome {
 pub struct Inode {
     /// Unique within the cache (for eviction ghosts and debugging).
     pub id: u64,
-    pub path: PathBuf,
     pub info: BackingInfo,
     store: Mutex<Arc<dyn BackingStore>>,
     store_writable: AtomicBool,
@@ -255,7 +250,6 @@ pub struct Inode {
 impl Inode {
     pub fn new(
         id: u64,
-        path: PathBuf,
         store: Arc<dyn BackingStore>,
         writable: bool,
         shared: Arc<Shared>,
@@ -265,7 +259,6 @@ impl Inode {
         let len = info.len_at_open;
         Inode {
             id,
-            path,
             info,
             store: Mutex::new(store),
             store_writable: AtomicBool::new(writable),
@@ -296,14 +289,14 @@ impl Inode {
     }
 
     pub fn store(&self) -> Arc<dyn BackingStore> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        locks::lock(&self.store).clone()
     }
 
     /// Replaces a read-only store with a writable one opened by a later
     /// handle, so writeback can write.
     pub fn upgrade_store(&self, store: Arc<dyn BackingStore>) {
         if !self.store_writable.swap(true, Ordering::AcqRel) {
-            *self.store.lock().unwrap_or_else(|e| e.into_inner()) = store;
+            *locks::lock(&self.store) = store;
         }
     }
 
@@ -365,23 +358,19 @@ impl Inode {
     }
 
     fn mapping_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u64, Arc<Folio>>> {
-        self.mapping.read().unwrap_or_else(|e| e.into_inner())
+        locks::read(&self.mapping)
     }
 
     fn mapping_write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, Arc<Folio>>> {
-        self.mapping.write().unwrap_or_else(|e| e.into_inner())
+        locks::write(&self.mapping)
     }
 
     fn dirty_index(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<Folio>>> {
-        self.dirty_index.lock().unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.dirty_index)
     }
 
     pub fn has_dirty(&self) -> bool {
         !self.dirty_index().is_empty()
-    }
-
-    pub fn nr_folios(&self) -> usize {
-        self.mapping_read().len()
     }
 
     /// The folio covering `block`, if cached.
@@ -547,14 +536,6 @@ impl Inode {
             b = e;
         }
         Ok(())
-    }
-
-    /// Fills every missing folio in blocks `[start, end)` with one batch of
-    /// reads. Folios inserted here are `read_in_flight` until their read
-    /// completes, so concurrent readers wait for this I/O instead of issuing
-    /// their own. Errors leave the folio out of the mapping.
-    pub fn fill_range(self: &Arc<Self>, start: u64, end: u64, priority: IoPriority) -> io::Result<()> {
-        self.fill_range_marked(start, end, priority, false, u64::MAX)
     }
 
     /// [`Inode::fill_range`]; `dropbehind` marks the folios it creates for
@@ -913,7 +894,7 @@ impl Inode {
     }
 
     fn ticket_begin(&self) -> u64 {
-        let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = locks::lock(&self.tickets);
         t.last_issued += 1;
         let ticket = t.last_issued;
         t.in_flight.insert(ticket);
@@ -921,7 +902,7 @@ impl Inode {
     }
 
     fn ticket_end(&self, ticket: u64) {
-        let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = locks::lock(&self.tickets);
         assert!(t.in_flight.remove(&ticket), "ticket {ticket} ends once");
         drop(t);
         self.tickets_done.notify_all();
@@ -929,10 +910,10 @@ impl Inode {
 
     /// Waits until every writeback that began before this call has ended.
     pub fn wait_writeback_before_now(&self) {
-        let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = locks::lock(&self.tickets);
         let sample = t.last_issued;
         while t.in_flight.first().is_some_and(|&first| first <= sample) {
-            t = self.tickets_done.wait(t).unwrap_or_else(|e| e.into_inner());
+            t = locks::wait(&self.tickets_done, t);
         }
     }
 
@@ -1386,7 +1367,7 @@ impl Inode {
         if !self.backing_size_needs_fix(self.store().len()?, self.size()) {
             return Ok(());
         }
-        let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = locks::lock(&self.size_lock);
         // No writeback I/O runs meanwhile, and none is between taking its
         // blocks and completing: the padding flag cannot be raised under us.
         let _no_io = self.store_len_gate.resize();
@@ -1476,7 +1457,7 @@ impl Inode {
             }
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a block device's size cannot change"));
         }
-        let _g = self.size_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = locks::lock(&self.size_lock);
         let old = self.size();
         if new_size >= old {
             // Refused before anything changes, as ftruncate(2) refuses it.
@@ -1602,10 +1583,6 @@ impl Inode {
 
     pub fn now_ns(&self) -> u64 {
         self.shared.epoch.elapsed().as_nanos() as u64
-    }
-
-    pub fn dirtied_at(&self) -> Instant {
-        self.shared.epoch + std::time::Duration::from_nanos(self.dirtied_when_ns.load(Ordering::Relaxed))
     }
 }
 

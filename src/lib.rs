@@ -20,12 +20,12 @@
 //!
 //! ## Glossary
 //! - **backing store**: the file or block device under a wbcache file, opened O_DIRECT.
-//! - **inode**: state for one backing store, shared by all its handles ([`inode`]).
-//! - **folio**: naturally aligned power-of-two run of blocks with one buffer ([`folio`]).
+//! - **inode**: state for one backing store, shared by all its handles .
+//! - **folio**: naturally aligned power-of-two run of blocks with one buffer .
 //! - **block**: 4 KiB, the unit of uptodate/dirty tracking and of I/O alignment.
-//! - **writeback domain**: dirty accounting and flushing unit, one per device ([`writeback`]).
+//! - **writeback domain**: dirty accounting and flushing unit, one per device .
 //! - **flusher**: the thread of a domain that writes dirty folios back.
-//! - **throttle**: delaying writers over the dirty thresholds ([`throttle`]).
+//! - **throttle**: delaying writers over the dirty thresholds .
 //! - **reason**: why a writeback happened ([`Reason`]).
 //!
 //! ## Semantics
@@ -36,25 +36,32 @@
 //! closing the [`Cache`] writes back and syncs everything. A crash loses
 //! dirty data not yet written back; `expire_ms` (default 1 s) bounds it.
 
-pub mod bufpool;
-pub mod cache;
+mod buf;
+mod cache;
 pub mod capi;
-pub mod config;
-pub mod errseq;
-pub mod evict;
-pub mod file;
-pub mod folio;
-pub mod inode;
-pub mod io;
-pub mod readahead;
-pub mod stats;
-pub mod throttle;
-pub mod userbuf;
-pub mod writeback;
+mod config;
+mod errseq;
+mod evict;
+mod file;
+mod folio;
+mod inode;
+mod io;
+mod locks;
+mod readahead;
+mod stats;
+mod throttle;
+mod userbuf;
+mod writeback;
 
+pub use buf::AlignedBuf;
 pub use cache::Cache;
-pub use config::Config;
+pub use config::{parse_size, Config};
 pub use file::{File, FileCursor, OpenOptions, WriteFlags};
+/// The simulated I/O backend: in memory, with seeded latency, faults and a
+/// crash model (written vs. durable images). Only with the `sim` feature;
+/// use it through [`Cache::with_sim`].
+#[cfg(feature = "sim")]
+pub use io::sim;
 pub use io::IoKind;
 pub use stats::Stats;
 pub use writeback::Reason;

@@ -11,7 +11,7 @@ use common::assert_same;
 use std::path::Path;
 use std::sync::Arc;
 
-use wbcache::io::sim::{Fault, SimConfig, SimIo};
+use wbcache::sim::{Fault, SimConfig, SimIo};
 use wbcache::{Cache, Config, File, OpenOptions};
 
 const BLOCK: usize = 4096;

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use wbcache::io::sim::{SimConfig, SimIo};
+use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{Cache, Config, File, OpenOptions, WriteFlags};
 
 const KIB: usize = 1024;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{assert_same, with_timeout, Rng};
-use wbcache::io::sim::{SimConfig, SimIo};
+use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{Cache, Config, OpenOptions, Reason};
 
 const KIB: u64 = 1 << 10;

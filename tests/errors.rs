@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wbcache::io::sim::{Fault, SimConfig, SimIo};
+use wbcache::sim::{Fault, SimConfig, SimIo};
 use wbcache::{Cache, Config, File, OpenOptions, WriteFlags};
 
 const KIB: usize = 1024;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use wbcache::io::sim::{SimConfig, SimIo};
+use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{Cache, Config, OpenOptions};
 
 fn cache(options: &str) -> (Cache, Arc<SimIo>) {

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use wbcache::io::sim::{Fault, SimConfig, SimIo};
+use wbcache::sim::{Fault, SimConfig, SimIo};
 use wbcache::{Cache, Config, File, OpenOptions, WriteFlags};
 
 const KIB: usize = 1024;

@@ -1,7 +1,7 @@
 //! Quick end-to-end checks through the sim backend.
 use std::path::Path;
 use std::sync::Arc;
-use wbcache::io::sim::{SimConfig, SimIo};
+use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{Cache, Config, OpenOptions};
 
 #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wbcache::io::sim::{SimConfig, SimIo};
+use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{Cache, Config, OpenOptions};
 
 const K: u64 = 1024;

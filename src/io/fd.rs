@@ -114,6 +114,7 @@ pub struct OsErrorContext {
 }
 
 impl OsErrorContext {
+    #[cfg(test)]
     pub fn errno(&self) -> i32 {
         self.errno
     }
@@ -513,7 +514,7 @@ pub(crate) mod testutil {
     /// Opens a backing store; the backend under test.
     pub type Opener<'a> = &'a dyn Fn(&Path, &OpenHow) -> io::Result<Arc<dyn BackingStore>>;
 
-    pub use crate::folio::AlignedBuf;
+    pub use crate::buf::AlignedBuf;
 
     /// Test buffers filled with a pattern.
     pub trait PatternBuf: Sized {

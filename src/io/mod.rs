@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 pub mod fd;
 pub mod queue;
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod threads;
 pub mod uring;
@@ -51,7 +52,9 @@ pub enum IoKind {
     Uring,
     /// pread/pwrite on a small thread pool.
     Threads,
-    /// In-memory simulation for tests (seeded faults, crash model).
+    /// In-memory simulation for tests (seeded faults, crash model); only
+    /// with the `sim` feature.
+    #[cfg(any(test, feature = "sim"))]
     Sim,
 }
 
@@ -61,6 +64,7 @@ impl IoKind {
         match self {
             IoKind::Uring => "uring",
             IoKind::Threads => "threads",
+            #[cfg(any(test, feature = "sim"))]
             IoKind::Sim => "sim",
         }
     }
@@ -95,6 +99,8 @@ pub struct BackingInfo {
     /// Size in bytes at open (file size, or device size for a block device).
     pub len_at_open: u64,
     /// Logical block size: the O_DIRECT alignment the device demands.
+    /// Recorded by every backend; read by their tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub logical_block_size: u32,
     /// A raw block device: fixed size, writes past its end fail.
     pub is_block_device: bool,
@@ -285,7 +291,9 @@ pub fn read_full(store: &dyn BackingStore, buf: &mut [u8], offset: u64, priority
     ops[0].result.take().expect("run_batch completes every op")
 }
 
-/// Writes all of `bufs` at consecutive offsets starting at `offset`.
+/// Writes all of `bufs` at consecutive offsets starting at `offset` (the
+/// backends' tests).
+#[cfg(test)]
 pub fn write_full(store: &dyn BackingStore, bufs: Vec<&[u8]>, offset: u64, priority: IoPriority) -> io::Result<()> {
     let mut ops = [IoOp::write(offset, bufs, priority)];
     run_batch(store, &mut ops);
@@ -295,13 +303,14 @@ pub fn write_full(store: &dyn BackingStore, bufs: Vec<&[u8]>, offset: u64, prior
 /// Opens the backend named by `kind`. `Uring` falls back to `Threads` when a
 /// ring cannot be created here (seccomp, `kernel.io_uring_disabled`, old
 /// kernel); the returned backend's `kind()` tells which one runs.
-pub fn open_backend(kind: IoKind, io_depth: u32, sim: Option<Arc<sim::SimIo>>) -> Arc<dyn Io> {
+pub fn open_backend(kind: IoKind, io_depth: u32) -> Arc<dyn Io> {
     match kind {
         IoKind::Uring => match uring::UringIo::new(io_depth) {
             Ok(u) => Arc::new(u),
             Err(_) => Arc::new(threads::ThreadsIo::new(io_depth)),
         },
         IoKind::Threads => Arc::new(threads::ThreadsIo::new(io_depth)),
-        IoKind::Sim => sim.unwrap_or_else(|| Arc::new(sim::SimIo::new(sim::SimConfig::default()))),
+        #[cfg(any(test, feature = "sim"))]
+        IoKind::Sim => Arc::new(sim::SimIo::new(sim::SimConfig::default())),
     }
 }

@@ -29,7 +29,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::{is_retryable, run_batch, Attempt, BackingStore, IoOp, IoPriority, MAX_ATTEMPTS_PER_OP};
-use crate::folio::AlignedBuf;
+use crate::buf::AlignedBuf;
 
 /// A part of a queued write: a byte range of a shared buffer.
 pub struct Segment {
@@ -186,7 +186,9 @@ pub trait WriteQueue {
     /// soon as the backend has room.
     fn push(&mut self, write: QueuedWrite);
     /// Writes pushed whose completion has not been returned yet.
+    #[cfg(test)]
     fn len(&self) -> usize;
+    #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -208,6 +210,7 @@ impl WriteQueue for BatchQueue {
         self.pending.push(write);
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.pending.len()
     }

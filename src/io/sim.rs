@@ -39,6 +39,7 @@
 //! the byte counters count bytes actually transferred.
 
 use super::{Attempt, BackingInfo, BackingStore, Io, IoKind, IoOp, OpenHow, BLOCK_SIZE, IOV_MAX};
+use crate::locks;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
@@ -227,7 +228,7 @@ impl Shared {
     /// panic: the state is still consistent between calls, so poisoning is
     /// ignored.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.state)
     }
 }
 

@@ -54,17 +54,20 @@ impl ThreadsIo {
     }
 
     /// Worker threads this pool spawned.
+    #[cfg(test)]
     pub fn workers(&self) -> usize {
         self.pool.handles.len()
     }
 
     /// Worker threads currently running (they start asynchronously).
+    #[cfg(test)]
     pub fn workers_alive(&self) -> usize {
         self.pool.stats.alive.load(Ordering::Acquire)
     }
 
     /// Attempts the workers have executed (single-op batches and the
     /// submitter's own share run inline and are not counted).
+    #[cfg(test)]
     pub fn worker_attempts(&self) -> u64 {
         self.pool.stats.attempts.load(Ordering::Relaxed)
     }
@@ -147,6 +150,8 @@ struct Pool {
     /// `None` only while dropping: closing the queue stops the workers.
     jobs: Option<mpsc::Sender<SendJob>>,
     handles: Vec<JoinHandle<()>>,
+    /// Read only by the tests' accessors; the workers update it.
+    #[cfg_attr(not(test), allow(dead_code))]
     stats: Arc<PoolStats>,
 }
 
@@ -412,6 +417,7 @@ impl WriteQueue for PoolQueue {
         self.dispatch_backlog();
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.queued
     }

@@ -63,12 +63,14 @@ impl UringIo {
     }
 
     /// Entries of each per-thread ring.
+    #[cfg(test)]
     pub fn ring_entries(&self) -> u32 {
         self.engine.entries
     }
 
     /// How many attempts ran with `preadv`/`pwritev` because a thread could
     /// not get a working ring.
+    #[cfg(test)]
     pub fn fallback_attempts(&self) -> u64 {
         self.engine.fallback_attempts.load(Ordering::Relaxed)
     }
@@ -542,6 +544,7 @@ impl WriteQueue for UringQueue {
         self.backlog.push_back(slot);
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.queued
     }
@@ -617,7 +620,7 @@ mod tests {
         let path = TempPath::new("queue-cqe");
         let store = crate::io::fd::open_fd_store(&path.0, &rw_create(), Arc::new(SyncEngine)).unwrap();
         let mut q = UringQueue::new(new_thread_ring(8).unwrap());
-        let buf = Arc::new(crate::folio::AlignedBuf::zeroed(2 * BLOCK_SIZE));
+        let buf = Arc::new(crate::buf::AlignedBuf::zeroed(2 * BLOCK_SIZE));
         let start = |q: &mut UringQueue, tag: u64| {
             let segments = vec![crate::io::queue::Segment { buf: buf.clone(), range: 0..2 * BLOCK_SIZE }];
             let slot = q.slots.insert(QueuedWrite {
@@ -697,7 +700,7 @@ mod tests {
             }
         }
         assert!(completed.iter().all(|&d| d));
-        let mut back = crate::folio::AlignedBuf::zeroed((n as usize + 1) * BLOCK_SIZE);
+        let mut back = crate::buf::AlignedBuf::zeroed((n as usize + 1) * BLOCK_SIZE);
         assert_eq!(read_full(&*store, &mut back, 0, IoPriority::Sync).unwrap(), back.len());
         for i in 0..=n as usize {
             assert!(back[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].iter().all(|&x| x == i as u8), "block {i}");

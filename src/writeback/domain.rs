@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::cache::Shared;
 use crate::inode::Inode;
+use crate::locks;
 use crate::stats::Counters;
 use crate::writeback::Reason;
 
@@ -27,7 +28,6 @@ pub const WORK_BACKGROUND: u32 = 1 << 2;
 pub const WORK_RECLAIM: u32 = 1 << 3;
 
 pub struct Domain {
-    pub device_id: u64,
     pub shared: Arc<Shared>,
     dirty_inodes: Mutex<VecDeque<Arc<Inode>>>,
     work_bits: AtomicU32,
@@ -46,7 +46,6 @@ impl Domain {
     /// A domain with its flusher thread running.
     pub fn start(device_id: u64, shared: Arc<Shared>) -> Arc<Domain> {
         let domain = Arc::new(Domain {
-            device_id,
             shared,
             dirty_inodes: Mutex::new(VecDeque::new()),
             work_bits: AtomicU32::new(0),
@@ -64,7 +63,7 @@ impl Domain {
             .name(format!("wbc-flush-{device_id:x}"))
             .spawn(move || super::flusher::run(for_thread))
             .expect("spawn flusher thread");
-        *domain.flusher.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        *locks::lock(&domain.flusher) = Some(handle);
         domain
     }
 
@@ -73,13 +72,13 @@ impl Domain {
     pub fn stop(&self) {
         self.shutdown.store(true, Ordering::Release);
         {
-            let _g = self.work_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = locks::lock(&self.work_lock);
             self.work_cond.notify_all();
         }
-        if let Some(h) = self.flusher.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(h) = locks::lock(&self.flusher).take() {
             let _ = h.join();
         }
-        self.dirty_inodes.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        locks::lock(&self.dirty_inodes).clear();
     }
 
     pub fn is_shutdown(&self) -> bool {
@@ -94,16 +93,16 @@ impl Domain {
         if self.work_bits.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
             return;
         }
-        let _g = self.work_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = locks::lock(&self.work_lock);
         self.work_cond.notify_one();
     }
 
     /// Flusher side: waits up to `interval` for work; returns and clears the
     /// bits (0 on a timeout: time for periodic writeback).
     pub fn wait_work(&self, interval: Duration) -> u32 {
-        let g = self.work_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let g = locks::lock(&self.work_lock);
         if self.work_bits.load(Ordering::Acquire) == 0 && !self.is_shutdown() {
-            let _ = self.work_cond.wait_timeout(g, interval).unwrap_or_else(|e| e.into_inner());
+            drop(locks::wait_timeout(&self.work_cond, g, interval));
         }
         self.work_bits.swap(0, Ordering::AcqRel)
     }
@@ -140,7 +139,7 @@ impl Domain {
             return;
         }
         inode.dirtied_when_ns.store(inode.now_ns(), Ordering::Relaxed);
-        self.dirty_inodes.lock().unwrap_or_else(|e| e.into_inner()).push_back(inode.clone());
+        locks::lock(&self.dirty_inodes).push_back(inode.clone());
     }
 
     /// Dirty blocks moved to writeback.
@@ -194,12 +193,12 @@ impl Domain {
     /// The oldest inode on the dirty list, taken off it (its flag stays set
     /// until [`Domain::requeue`]).
     pub fn pop_oldest(&self) -> Option<Arc<Inode>> {
-        self.dirty_inodes.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        locks::lock(&self.dirty_inodes).pop_front()
     }
 
     /// Takes every inode dirtied before `cutoff_ns` off the list.
     pub fn take_expired(&self, cutoff_ns: u64) -> Vec<Arc<Inode>> {
-        let mut list = self.dirty_inodes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = locks::lock(&self.dirty_inodes);
         let (expired, kept): (Vec<_>, Vec<_>) =
             list.drain(..).partition(|i| i.dirtied_when_ns.load(Ordering::Relaxed) <= cutoff_ns);
         list.extend(kept);
@@ -207,14 +206,14 @@ impl Domain {
     }
 
     pub fn nr_dirty_inodes(&self) -> usize {
-        self.dirty_inodes.lock().unwrap_or_else(|e| e.into_inner()).len()
+        locks::lock(&self.dirty_inodes).len()
     }
 
     /// Puts an inode taken by the flusher back: at the tail, keeping its
     /// dirtied time, if it still has dirty data; off the list otherwise.
     pub fn requeue(&self, inode: Arc<Inode>) {
         if inode.has_dirty() {
-            self.dirty_inodes.lock().unwrap_or_else(|e| e.into_inner()).push_back(inode);
+            locks::lock(&self.dirty_inodes).push_back(inode);
             return;
         }
         inode.on_dirty_list.store(false, Ordering::Release);

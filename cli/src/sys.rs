@@ -33,7 +33,7 @@ enum Memory {
     Heap(Layout),
     /// Owns the memory at `ptr` (which does not move with it).
     Folio {
-        _owner: wbcache::folio::AlignedBuf,
+        _owner: wbcache::AlignedBuf,
     },
 }
 
@@ -45,7 +45,7 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     pub fn new(len: usize) -> AlignedBuf {
         if len >= HUGE_BUF_MIN_BYTES && len % ALIGN == 0 {
-            let mut buf = wbcache::folio::AlignedBuf::zeroed(len);
+            let mut buf = wbcache::AlignedBuf::zeroed(len);
             let ptr = buf.as_mut_ptr();
             return AlignedBuf { ptr, len, memory: Memory::Folio { _owner: buf } };
         }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use wbcache::config::parse_size;
+use wbcache::parse_size;
 use wbcache::Config;
 
 use crate::engines::EngineKind;

@@ -1,0 +1,32 @@
+//! Locking that ignores poisoning, in one place.
+//!
+//! Why poisoning is ignored: a panic while one of wbcache's locks is held
+//! happens only on a failed assertion, a bug that the panic itself already
+//! reports. Refusing every later operation on that lock would turn the one
+//! report into hangs elsewhere: writers throttled on writeback progress,
+//! fsyncs waiting for tickets, the flusher waiting for work. The state under
+//! each lock is re-checked by the assertions of its next user instead.
+
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+pub(crate) fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn read<T: ?Sized>(rwlock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    rwlock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn write<T: ?Sized>(rwlock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    rwlock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn wait<'a, T>(cond: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cond.wait(guard).unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits up to `timeout`; the guard comes back either way.
+pub(crate) fn wait_timeout<'a, T>(cond: &Condvar, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
+    cond.wait_timeout(guard, timeout).unwrap_or_else(|e| e.into_inner()).0
+}
