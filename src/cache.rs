@@ -218,7 +218,7 @@ impl Shared {
                 continue;
             }
             let want = (cur + bytes).saturating_sub(capacity).max(bytes);
-            if self.evictor.evict(&self.counters, want) > 0 {
+            if self.evictor.evict(&self.counters, want, &|buf, len| self.release_folio_buf(Some(buf), len)) > 0 {
                 continue;
             }
             // Nothing clean to evict: everything is dirty, under writeback or
@@ -258,7 +258,9 @@ impl Shared {
         let from_pool = self.buf_pool.shrink(over);
         if from_pool < over {
             // Evicted buffers may land in the pool: empty it by as much.
-            let evicted = self.evictor.evict(&self.counters, over - from_pool);
+            let evicted = self
+                .evictor
+                .evict(&self.counters, over - from_pool, &|buf, len| self.release_folio_buf(Some(buf), len));
             self.buf_pool.shrink(evicted);
         }
     }

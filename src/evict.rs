@@ -10,20 +10,21 @@
 //! go round again); the dirty limit guarantees clean folios exist. The queue
 //! lock is never held while taking a mapping lock: eviction picks a victim
 //! under the queue lock, releases it, then removes the victim through its
-//! inode, which re-checks the folio under the mapping and folio locks.
+//! mapping, which re-checks the folio under the mapping and folio locks.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::folio::{DirtyMark, Folio};
-use crate::inode::Inode;
+use crate::buf::AlignedBuf;
+use crate::folio::{metadata_bytes_for, DirtyMark, Folio};
 use crate::locks;
+use crate::mapping::Mapping;
 use crate::stats::Counters;
 
 struct Entry {
     folio: Arc<Folio>,
-    inode: Weak<Inode>,
+    mapping: Weak<Mapping>,
     ghost_key: u64,
 }
 
@@ -41,8 +42,9 @@ impl Queues {
     /// Drops the entries of folios that left their mapping and of inodes
     /// that are gone; the rest keep their order.
     fn sweep_dead(&mut self) {
-        let alive =
-            |e: &Entry| e.inode.strong_count() > 0 && e.folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::REMOVED;
+        let alive = |e: &Entry| {
+            e.mapping.strong_count() > 0 && e.folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::REMOVED
+        };
         self.small.retain(alive);
         self.main.retain(alive);
         self.small_bytes = self.small.iter().map(|e| e.folio.size_bytes() as u64).sum();
@@ -87,9 +89,9 @@ enum Queue {
 
 impl Evictor {
     /// Registers a newly cached folio.
-    pub fn insert(&self, inode: &Arc<Inode>, folio: &Arc<Folio>) {
-        let key = ghost_key(inode.id, folio.index);
-        let entry = Entry { folio: folio.clone(), inode: Arc::downgrade(inode), ghost_key: key };
+    pub fn insert(&self, mapping: &Arc<Mapping>, folio: &Arc<Folio>) {
+        let key = ghost_key(mapping.id, folio.index);
+        let entry = Entry { folio: folio.clone(), mapping: Arc::downgrade(mapping), ghost_key: key };
         let bytes = folio.size_bytes() as u64;
         let live = self.live_folios.fetch_add(1, Ordering::AcqRel) + 1;
         let mut q = locks::lock(&self.queues);
@@ -113,8 +115,10 @@ impl Evictor {
     }
 
     /// Evicts clean folios until about `want_bytes` are freed or a full
-    /// round finds nothing evictable. Returns the bytes freed.
-    pub fn evict(&self, counters: &Counters, want_bytes: u64) -> u64 {
+    /// round finds nothing evictable; each evicted folio's buffer goes to
+    /// `release` (with its length), unless in-flight writeback still holds
+    /// it. Returns the bytes freed.
+    pub fn evict(&self, counters: &Counters, want_bytes: u64, release: &dyn Fn(AlignedBuf, usize)) -> u64 {
         let mut freed = 0u64;
         let mut budget = {
             let q = locks::lock(&self.queues);
@@ -124,18 +128,20 @@ impl Evictor {
             budget -= 1;
             let Some((entry, from)) = self.pick_victim() else { break };
             let bytes = entry.folio.size_bytes() as u64;
-            let removed = match entry.inode.upgrade() {
-                Some(inode) => inode.try_remove_clean(&entry.folio),
-                None => false,
-            };
-            if removed {
+            let removed = entry.mapping.upgrade().and_then(|mapping| mapping.try_remove_clean(&entry.folio));
+            if let Some(buf) = removed {
+                self.note_removed();
+                Counters::sub(&counters.metadata_bytes, metadata_bytes_for(entry.folio.nr_blocks()) as u64);
+                if let Some(buf) = buf {
+                    release(buf, entry.folio.size_bytes());
+                }
                 freed += bytes;
                 Counters::add(&counters.evictions, 1);
                 let mut q = locks::lock(&self.queues);
                 if from == Queue::Small {
                     q.remember_ghost(entry.ghost_key);
                 }
-            } else if entry.inode.strong_count() > 0 && !entry.folio.lock().removed {
+            } else if entry.mapping.strong_count() > 0 && !entry.folio.lock().removed {
                 // Raced with a writer or a fill: keep it for another round.
                 let mut q = locks::lock(&self.queues);
                 q.main_bytes += bytes;
@@ -171,7 +177,7 @@ impl Evictor {
                 Ok(st) => st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight,
                 Err(_) => true,
             };
-            if entry.inode.strong_count() == 0 {
+            if entry.mapping.strong_count() == 0 {
                 continue;
             }
             let referenced = entry.folio.reference_count();

@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::buf::{AlignedBuf, BulkFree};
@@ -34,6 +34,7 @@ use crate::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::locks;
+use crate::mapping::{choose_order, find_in, Mapping};
 use crate::stats::Counters;
 use crate::userbuf::{ReadTarget, WriteSource};
 use crate::writeback::domain::{Domain, WORK_START_DONTCACHE};
@@ -202,12 +203,7 @@ pub struct Inode {
     store_writable: AtomicBool,
     pub shared: Arc<Shared>,
     pub domain: Arc<Domain>,
-    mapping: RwLock<BTreeMap<u64, Arc<Folio>>>,
-    /// Insertions into `mapping`, counted under its write lock: a folio
-    /// placement chosen under the read lock still holds while this is
-    /// unchanged (removals only make room).
-    mapping_inserts: AtomicU64,
-    dirty_index: Mutex<BTreeMap<u64, Arc<Folio>>>,
+    pub mapping: Arc<Mapping>,
     /// Logical file size in bytes.
     size: AtomicU64,
     on_disk_len_max: AtomicU64,
@@ -264,9 +260,7 @@ impl Inode {
             store_writable: AtomicBool::new(writable),
             shared,
             domain,
-            mapping: RwLock::new(BTreeMap::new()),
-            mapping_inserts: AtomicU64::new(0),
-            dirty_index: Mutex::new(BTreeMap::new()),
+            mapping: Arc::new(Mapping::new(id)),
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
             store_padded: AtomicBool::new(false),
@@ -357,25 +351,13 @@ impl Inode {
         Ok(len.min((limit - off).try_into().unwrap_or(usize::MAX)))
     }
 
-    fn mapping_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u64, Arc<Folio>>> {
-        locks::read(&self.mapping)
-    }
-
-    fn mapping_write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u64, Arc<Folio>>> {
-        locks::write(&self.mapping)
-    }
-
-    fn dirty_index(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<Folio>>> {
-        locks::lock(&self.dirty_index)
-    }
-
     pub fn has_dirty(&self) -> bool {
-        !self.dirty_index().is_empty()
+        self.mapping.has_dirty()
     }
 
     /// The folio covering `block`, if cached.
     pub fn find(&self, block: u64) -> Option<Arc<Folio>> {
-        find_in(&self.mapping_read(), block).cloned()
+        self.mapping.find(block)
     }
 
     /// Finds the folio covering `block` or inserts a new one. A new folio is
@@ -394,20 +376,20 @@ impl Inode {
         let max_order = (self.shared.config.folio_max_bytes / BLOCK).trailing_zeros() as u8;
         loop {
             let (order, inserts_seen) = {
-                let map = self.mapping_read();
+                let map = self.mapping.read();
                 if let Some(f) = find_in(&map, block) {
                     return Ok((f.clone(), false));
                 }
-                (choose_order(&map, block, limit_block, max_order), self.mapping_inserts.load(Ordering::Acquire))
+                (choose_order(&map, block, limit_block, max_order), self.mapping.inserts())
             };
             let len = BLOCK_SIZE << order;
             // Get the memory (may evict) before taking the mapping lock:
             // eviction takes mapping locks itself.
             let buf = self.shared.reserve_folio_buf(len, may_wait)?;
-            let mut map = self.mapping_write();
+            let mut map = self.mapping.write();
             // Only an insertion can cover `block` or crowd the chosen folio
             // (removals only make room): without one, the choice stands.
-            if self.mapping_inserts.load(Ordering::Acquire) != inserts_seen {
+            if self.mapping.inserts() != inserts_seen {
                 if let Some(f) = find_in(&map, block) {
                     let f = f.clone();
                     drop(map);
@@ -424,8 +406,7 @@ impl Inode {
             }
             debug_assert!(find_in(&map, block).is_none() && choose_order(&map, block, limit_block, order) == order);
             let folio = Arc::new(Folio::with_buf(block, order, for_fill, buf));
-            map.insert(block, folio.clone());
-            self.mapping_inserts.fetch_add(1, Ordering::AcqRel);
+            self.mapping.insert(&mut map, folio.clone());
             drop(map);
             return Ok((self.register_new_folio(folio), true));
         }
@@ -433,59 +414,37 @@ impl Inode {
 
     fn register_new_folio(self: &Arc<Self>, folio: Arc<Folio>) -> Arc<Folio> {
         Counters::add(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
-        self.shared.evictor.insert(self, &folio);
+        self.shared.evictor.insert(&self.mapping, &folio);
         folio
-    }
-
-    /// A folio that just went from clean to dirty (its lock held) joins the
-    /// dirty index.
-    fn index_dirty(&self, folio: &Arc<Folio>) {
-        debug_assert_ne!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::REMOVED, "removed folios stay clean");
-        folio.dirty_mark.store(DirtyMark::DIRTY, Ordering::Release);
-        self.dirty_index().insert(folio.index, folio.clone());
-    }
-
-    /// A folio whose dirty blocks were all discarded (its lock held)
-    /// leaves the dirty index.
-    fn unindex_clean(&self, folio: &Folio) {
-        folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
-        let mut idx = self.dirty_index();
-        if idx.get(&folio.index).is_some_and(|f| std::ptr::eq(Arc::as_ptr(f), folio)) {
-            idx.remove(&folio.index);
-        }
     }
 
     /// Removes `folio` from the mapping if it is still there, clean, not
     /// under writeback and not being filled; frees its memory. Returns
-    /// whether it was removed. Used by eviction and drop-behind.
+    /// whether it was removed. Used by drop-behind and failed fills.
     pub fn try_remove_clean(&self, folio: &Arc<Folio>) -> bool {
-        let mut map = self.mapping_write();
-        let std::collections::btree_map::Entry::Occupied(entry) = map.entry(folio.index) else { return false };
-        if !Arc::ptr_eq(entry.get(), folio) {
-            return false;
+        match self.mapping.try_remove_clean(folio) {
+            Some(buf) => {
+                self.folio_removed(folio, buf);
+                true
+            }
+            None => false,
         }
-        let mut st = folio.lock();
-        if st.removed || st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight {
-            return false;
-        }
-        entry.remove();
-        self.release_removed(folio, &mut st);
-        true
     }
 
     /// Bookkeeping for a folio just taken out of the mapping (folio locked).
     fn release_removed(&self, folio: &Folio, st: &mut FolioState) {
-        assert!(!st.removed, "a folio is removed once");
-        assert_eq!(st.nr_dirty, 0, "removed folios are clean");
-        st.removed = true;
-        folio.dirty_mark.store(DirtyMark::REMOVED, Ordering::Release);
+        let buf = Mapping::mark_removed(folio, st);
+        self.folio_removed(folio, buf);
+    }
+
+    /// Gives back the memory of a folio that left the mapping now (an
+    /// eviction queue may still hold the `Arc`). Without `buf`, in-flight
+    /// writeback still holds the buffer: it stays counted and that
+    /// writeback's completion gives it back.
+    fn folio_removed(&self, folio: &Folio, buf: Option<AlignedBuf>) {
         self.shared.evictor.note_removed();
-        // Give the memory back now (an eviction queue may still hold the
-        // Arc). If in-flight writeback still holds the buffer, it stays
-        // counted and that writeback's completion gives it back.
-        let buf = std::mem::replace(&mut st.buf, Arc::new(AlignedBuf::zeroed(0)));
         Counters::sub(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
-        if let Some(buf) = Arc::into_inner(buf) {
+        if let Some(buf) = buf {
             self.shared.release_folio_buf(Some(buf), folio.size_bytes());
         }
     }
@@ -863,7 +822,7 @@ impl Inode {
                     st.dontcache_dirty += newly;
                 }
                 if was_clean {
-                    self.index_dirty(&folio);
+                    self.mapping.index_dirty(&folio);
                 }
             }
             if dontcache {
@@ -942,7 +901,7 @@ impl Inode {
         let mut went_clean: Vec<Arc<Folio>> = Vec::new();
         'scan: while taken < max_bytes && chunks.len() < max_chunks {
             let folios: Vec<Arc<Folio>> = {
-                let mut idx = self.dirty_index();
+                let mut idx = self.mapping.dirty_index();
                 Self::unindex_went_clean(&mut idx, &mut went_clean);
                 let end = if wrapped { cursor } else { u64::MAX };
                 idx.range(next_key..end).take(KEYS_PER_LOOK).map(|(_, f)| f.clone()).collect()
@@ -1019,7 +978,7 @@ impl Inode {
             }
         }
         if !went_clean.is_empty() {
-            Self::unindex_went_clean(&mut self.dirty_index(), &mut went_clean);
+            Self::unindex_went_clean(&mut self.mapping.dirty_index(), &mut went_clean);
         }
         // Stored once per pass: writers read this inode's lines on every
         // write, and a store per folio kept taking them away.
@@ -1334,7 +1293,7 @@ impl Inode {
                         redirtied_bytes += newly as u64 * BLOCK;
                         self.domain.account_dirty_bytes(newly as u64 * BLOCK, 0);
                         if was_clean && newly > 0 {
-                            self.index_dirty(&c.folio);
+                            self.mapping.index_dirty(&c.folio);
                         }
                     }
                 }
@@ -1494,7 +1453,7 @@ impl Inode {
         // mapping locks), and never held while waiting for a fill.
         let no_io;
         {
-            let mut map = self.mapping_write();
+            let mut map = self.mapping.write();
             // Fills in flight over the doomed range must finish first; wait
             // for them without holding the mapping lock (a filler may need
             // it to allocate its next folio), then look again.
@@ -1507,11 +1466,11 @@ impl Inode {
                 drop(map);
                 if let Some(f) = filling {
                     drop(f.lock_filled());
-                    map = self.mapping_write();
+                    map = self.mapping.write();
                     continue;
                 }
                 let gate = self.store_len_gate.resize();
-                map = self.mapping_write();
+                map = self.mapping.write();
                 // A fill may have begun while neither was held.
                 let began = map
                     .range(..)
@@ -1531,7 +1490,7 @@ impl Inode {
                 unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
                 st.dirty.clear_range(0, f.nr_blocks());
                 st.nr_dirty = 0;
-                self.unindex_clean(&f);
+                self.mapping.unindex_clean(&f);
                 map.remove(&key);
                 self.release_removed(&f, &mut st);
             }
@@ -1550,7 +1509,7 @@ impl Inode {
                     st.nr_dirty -= cleared;
                     unaccount_blocks += cleared as u64;
                     if st.nr_dirty == 0 {
-                        self.unindex_clean(&f);
+                        self.mapping.unindex_clean(&f);
                         unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
                     }
                     st.check(f.nr_blocks());
@@ -1575,7 +1534,7 @@ impl Inode {
 
     /// Drops every clean folio (used when the cache closes).
     pub fn drop_all_clean(&self) {
-        let folios: Vec<Arc<Folio>> = self.mapping_read().values().cloned().collect();
+        let folios: Vec<Arc<Folio>> = self.mapping.read().values().cloned().collect();
         for f in folios {
             self.try_remove_clean(&f);
         }
@@ -1590,7 +1549,7 @@ impl Drop for Inode {
     /// An inode goes away at cache close or when idle; folios still mapped
     /// (busy at that moment) give their memory back here.
     fn drop(&mut self) {
-        let map = std::mem::take(self.mapping.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let map = std::mem::take(&mut *self.mapping.write());
         for folio in map.into_values() {
             let mut st = folio.lock();
             if !st.removed {
@@ -1600,34 +1559,6 @@ impl Drop for Inode {
             }
         }
     }
-}
-
-fn find_in(map: &BTreeMap<u64, Arc<Folio>>, block: u64) -> Option<&Arc<Folio>> {
-    map.range(..=block).next_back().map(|(_, f)| f).filter(|f| f.end_index() > block)
-}
-
-/// The order of a new folio at `block`: the largest order not above
-/// `max_order` whose folio is naturally aligned at `block`, ends at or
-/// before `limit_block` (so it follows the request's size and alignment)
-/// and overlaps no folio already in `map`.
-pub fn choose_order(map: &BTreeMap<u64, Arc<Folio>>, block: u64, limit_block: u64, max_order: u8) -> u8 {
-    let fits = |order: u8, limit: u64| {
-        let n = 1u64 << order;
-        block % n == 0 && block + n <= limit
-    };
-    let mut order = max_order;
-    while order > 0 && !fits(order, limit_block) {
-        order -= 1;
-    }
-    // Only a folio larger than a block can reach a neighbour: a single
-    // block write (random 4 KiB I/O) skips the map walk.
-    if order > 0 {
-        let next_start = map.range(block + 1..block + (1 << order)).next().map_or(u64::MAX, |(&k, _)| k);
-        while order > 0 && !fits(order, next_start) {
-            order -= 1;
-        }
-    }
-    order
 }
 
 #[cfg(test)]
@@ -1692,21 +1623,5 @@ mod tests {
         gate.end_io();
         let st = gate.lock();
         assert!(!st.resizing && st.io_in_flight == 0);
-    }
-
-    #[test]
-    fn order_follows_size_alignment_and_neighbours() {
-        let mut map = BTreeMap::new();
-        assert_eq!(choose_order(&map, 0, 1, 9), 0, "a 1 KiB write gets one block");
-        assert_eq!(choose_order(&map, 0, 512, 9), 9, "2 MiB aligned write");
-        assert_eq!(choose_order(&map, 0, 10_000, 9), 9, "capped at folio_max");
-        assert_eq!(choose_order(&map, 256, 1024, 9), 8, "alignment limits the order");
-        assert_eq!(choose_order(&map, 3, 1024, 9), 0, "odd block");
-        map.insert(8, Arc::new(Folio::new(8, 0, false)));
-        assert_eq!(choose_order(&map, 0, 512, 9), 3, "a neighbour limits the order");
-        assert_eq!(choose_order(&map, 0, 8, 9), 3, "a neighbour just past the folio does not");
-        assert_eq!(choose_order(&map, 16, 512, 9), 4, "a neighbour before the block does not");
-        map.insert(1, Arc::new(Folio::new(1, 0, false)));
-        assert_eq!(choose_order(&map, 0, 512, 9), 0, "a neighbour at the next block");
     }
 }

@@ -47,6 +47,7 @@ mod folio;
 mod inode;
 mod io;
 mod locks;
+mod mapping;
 mod readahead;
 mod stats;
 mod throttle;

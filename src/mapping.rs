@@ -1,0 +1,221 @@
+//! A mapping: an inode's index from folio index (first block) to folio, and
+//! its dirty index (the folios with dirty blocks, so writeback finds them
+//! without walking the whole mapping).
+//!
+//! Invariants:
+//! - Folios in the index do not overlap; each is naturally aligned.
+//! - A folio is in the dirty index (keyed by its index) exactly when it has
+//!   dirty blocks; the index holds the folio itself, so writeback takes
+//!   dirty folios without a lookup in the main index.
+//! - A folio leaves the index once, through [`Mapping::mark_removed`], and
+//!   is clean when it does.
+//!
+//! Lock order (outer first): the index → a folio's state → the dirty index.
+//! Owned by its inode (`Arc<Mapping>`); eviction holds `Weak` references,
+//! so a mapping outlives no inode.
+
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::buf::AlignedBuf;
+use crate::folio::{DirtyMark, Folio, FolioState};
+use crate::locks;
+
+/// Folio index → folio.
+pub type FolioIndex = BTreeMap<u64, Arc<Folio>>;
+
+pub struct Mapping {
+    /// The inode's id, unique within the cache (eviction's ghosts are keyed
+    /// by it).
+    pub id: u64,
+    folios: RwLock<FolioIndex>,
+    /// Insertions into `folios`, counted under its write lock: a folio
+    /// placement chosen under the read lock still holds while this is
+    /// unchanged (removals only make room).
+    inserts: AtomicU64,
+    dirty: Mutex<FolioIndex>,
+}
+
+impl Mapping {
+    pub fn new(id: u64) -> Mapping {
+        Mapping {
+            id,
+            folios: RwLock::new(BTreeMap::new()),
+            inserts: AtomicU64::new(0),
+            dirty: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, FolioIndex> {
+        locks::read(&self.folios)
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, FolioIndex> {
+        locks::write(&self.folios)
+    }
+
+    pub fn dirty_index(&self) -> MutexGuard<'_, FolioIndex> {
+        locks::lock(&self.dirty)
+    }
+
+    pub fn has_dirty(&self) -> bool {
+        !self.dirty_index().is_empty()
+    }
+
+    /// The folio covering `block`, if cached.
+    pub fn find(&self, block: u64) -> Option<Arc<Folio>> {
+        find_in(&self.read(), block).cloned()
+    }
+
+    /// Insertions so far (see `inserts`); sampled under the read lock.
+    pub fn inserts(&self) -> u64 {
+        self.inserts.load(Ordering::Acquire)
+    }
+
+    /// Inserts a new folio; `index` is the write guard of this mapping's
+    /// index, and nothing in it may overlap the folio.
+    pub fn insert(&self, index: &mut FolioIndex, folio: Arc<Folio>) {
+        debug_assert!(find_in(index, folio.index).is_none(), "folio at {} overlaps a cached one", folio.index);
+        debug_assert!(
+            index.range(folio.index..folio.end_index()).next().is_none(),
+            "folio at {} covers a cached one",
+            folio.index
+        );
+        let before = self.inserts.fetch_add(1, Ordering::AcqRel);
+        index.insert(folio.index, folio);
+        debug_assert!(self.inserts() > before);
+    }
+
+    /// A folio that just went from clean to dirty (its lock held) joins the
+    /// dirty index.
+    pub fn index_dirty(&self, folio: &Arc<Folio>) {
+        debug_assert_ne!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::REMOVED, "removed folios stay clean");
+        folio.dirty_mark.store(DirtyMark::DIRTY, Ordering::Release);
+        self.dirty_index().insert(folio.index, folio.clone());
+    }
+
+    /// A folio whose dirty blocks were all discarded or written (its lock
+    /// held) leaves the dirty index.
+    pub fn unindex_clean(&self, folio: &Folio) {
+        folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
+        let mut idx = self.dirty_index();
+        if idx.get(&folio.index).is_some_and(|f| std::ptr::eq(Arc::as_ptr(f), folio)) {
+            idx.remove(&folio.index);
+        }
+        debug_assert!(idx.get(&folio.index).is_none_or(|f| !std::ptr::eq(Arc::as_ptr(f), folio)));
+    }
+
+    /// Removes `folio` if it is still here, clean, not under writeback and
+    /// not being filled. `Some(buffer)` when it was removed: the buffer to
+    /// free, unless in-flight writeback still holds it (that writeback's
+    /// completion frees it then).
+    pub fn try_remove_clean(&self, folio: &Arc<Folio>) -> Option<Option<AlignedBuf>> {
+        let mut index = self.write();
+        let Entry::Occupied(entry) = index.entry(folio.index) else { return None };
+        if !Arc::ptr_eq(entry.get(), folio) {
+            return None;
+        }
+        let mut st = folio.lock();
+        if st.removed || st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight {
+            return None;
+        }
+        entry.remove();
+        Some(Self::mark_removed(folio, &mut st))
+    }
+
+    /// Bookkeeping for a folio just taken out of the index (its lock held):
+    /// marks it removed and takes its buffer, returned when nothing else
+    /// (in-flight writeback) holds it.
+    pub fn mark_removed(folio: &Folio, st: &mut FolioState) -> Option<AlignedBuf> {
+        assert!(!st.removed, "a folio is removed once");
+        assert_eq!(st.nr_dirty, 0, "removed folios are clean");
+        st.removed = true;
+        folio.dirty_mark.store(DirtyMark::REMOVED, Ordering::Release);
+        let buf = std::mem::replace(&mut st.buf, Arc::new(AlignedBuf::zeroed(0)));
+        debug_assert!(st.buf.is_empty());
+        Arc::into_inner(buf)
+    }
+}
+
+/// The folio of `index` covering `block`.
+pub fn find_in(index: &FolioIndex, block: u64) -> Option<&Arc<Folio>> {
+    index.range(..=block).next_back().map(|(_, f)| f).filter(|f| f.end_index() > block)
+}
+
+/// The order of a new folio at `block`: the largest order not above
+/// `max_order` whose folio is naturally aligned at `block`, ends at or
+/// before `limit_block` (so it follows the request's size and alignment)
+/// and overlaps no folio already in `index`.
+pub fn choose_order(index: &FolioIndex, block: u64, limit_block: u64, max_order: u8) -> u8 {
+    let fits = |order: u8, limit: u64| {
+        let n = 1u64 << order;
+        block % n == 0 && block + n <= limit
+    };
+    let mut order = max_order;
+    while order > 0 && !fits(order, limit_block) {
+        order -= 1;
+    }
+    // Only a folio larger than a block can reach a neighbour: a single
+    // block write (random 4 KiB I/O) skips the map walk.
+    if order > 0 {
+        let next_start = index.range(block + 1..block + (1 << order)).next().map_or(u64::MAX, |(&k, _)| k);
+        while order > 0 && !fits(order, next_start) {
+            order -= 1;
+        }
+    }
+    debug_assert!(order <= max_order && block % (1 << order) == 0);
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_follows_size_alignment_and_neighbours() {
+        let mut map = BTreeMap::new();
+        assert_eq!(choose_order(&map, 0, 1, 9), 0, "a 1 KiB write gets one block");
+        assert_eq!(choose_order(&map, 0, 512, 9), 9, "2 MiB aligned write");
+        assert_eq!(choose_order(&map, 0, 10_000, 9), 9, "capped at folio_max");
+        assert_eq!(choose_order(&map, 256, 1024, 9), 8, "alignment limits the order");
+        assert_eq!(choose_order(&map, 3, 1024, 9), 0, "odd block");
+        map.insert(8, Arc::new(Folio::new(8, 0, false)));
+        assert_eq!(choose_order(&map, 0, 512, 9), 3, "a neighbour limits the order");
+        assert_eq!(choose_order(&map, 0, 8, 9), 3, "a neighbour just past the folio does not");
+        assert_eq!(choose_order(&map, 16, 512, 9), 4, "a neighbour before the block does not");
+        map.insert(1, Arc::new(Folio::new(1, 0, false)));
+        assert_eq!(choose_order(&map, 0, 512, 9), 0, "a neighbour at the next block");
+    }
+
+    /// Removal takes only clean, idle folios, once; the dirty index follows
+    /// the folio's transitions.
+    #[test]
+    fn only_clean_idle_folios_are_removed_and_only_once() {
+        let mapping = Mapping::new(1);
+        let folio = Arc::new(Folio::new(0, 2, false));
+        mapping.insert(&mut mapping.write(), folio.clone());
+        assert_eq!(mapping.inserts(), 1);
+        {
+            let mut st = folio.lock();
+            st.set_uptodate(folio.nr_blocks(), 0, folio.nr_blocks());
+            st.dirty.set_range(0, 1);
+            st.nr_dirty = 1;
+            mapping.index_dirty(&folio);
+        }
+        assert!(mapping.has_dirty());
+        assert!(mapping.try_remove_clean(&folio).is_none(), "a dirty folio stays");
+        {
+            let mut st = folio.lock();
+            st.dirty.clear_range(0, 1);
+            st.nr_dirty = 0;
+            mapping.unindex_clean(&folio);
+        }
+        assert!(!mapping.has_dirty());
+        let removed = mapping.try_remove_clean(&folio).expect("a clean idle folio goes");
+        assert_eq!(removed.map(|b| b.len()), Some(folio.size_bytes()), "its buffer comes back");
+        assert!(mapping.find(0).is_none());
+        assert!(mapping.try_remove_clean(&folio).is_none(), "removed once");
+    }
+}
