@@ -112,6 +112,14 @@ impl Config {
         }
     }
 
+    /// The largest readahead window in blocks: `readahead_max`, but at most
+    /// an eighth of the capacity, so windows in flight (which cannot be
+    /// evicted) never crowd out the cache.
+    pub fn readahead_max_blocks(&self) -> u64 {
+        let bytes = self.readahead_max_bytes.min(self.capacity_bytes / 8);
+        (bytes / BLOCK_SIZE as u64).max(1)
+    }
+
     /// Parses `key=value,...` (sizes take K/M/G suffixes, powers of 1024).
     /// Keys not given keep their defaults; `dirty_limit` and
     /// `dirty_background` follow `capacity` unless given. Unknown keys, bad

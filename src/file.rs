@@ -11,11 +11,11 @@ use std::io::{self, IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::cache::{OpGuard, Shared};
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::readahead::Readahead;
+use crate::shared::{OpGuard, Shared};
 use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource, IOV_MAX};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -210,7 +210,7 @@ impl File {
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
         let dontcache = flags.contains(WriteFlags::DONTCACHE);
-        let max_blocks = self.shared.readahead_max_blocks();
+        let max_blocks = self.shared.config.readahead_max_blocks();
         let decision = locks::lock(&self.readahead)
             .on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
         // Uncached reads read ahead too; what they bring in is dropped
@@ -220,13 +220,13 @@ impl File {
             let _ = self.inode.fill_range_marked(s, e, IoPriority::Sync, dontcache, u64::MAX);
         }
         if let Some((s, e)) = decision.async_ {
-            self.shared.readahead_async(&self.inode, s, e, dontcache, &self.last_read_end);
+            self.shared.workers.readahead(&self.inode, (s, e), dontcache, &self.last_read_end);
         }
         let prev_end = self.last_read_end.swap(off + len, Ordering::Relaxed);
         // The inode clips the read to the size itself.
         let result = self.inode.read_at(buf, off, dontcache, prev_end);
         // A fill may have copied a buffer under writeback (see `evict_excess`).
-        self.shared.evict_excess();
+        self.shared.memory.evict_excess();
         result
     }
 
@@ -276,7 +276,7 @@ impl File {
         };
         let result = self.inode.write_at(data, len, off, flags.contains(WriteFlags::DONTCACHE));
         // An edge-block fill may have copied a buffer under writeback.
-        self.shared.evict_excess();
+        self.shared.memory.evict_excess();
         Ok(result?.0)
     }
 
@@ -317,9 +317,9 @@ impl File {
         }
         let result = self.inode.set_len(size);
         // Zeroing the new last folio's tail may have copied its buffer.
-        self.shared.evict_excess();
+        self.shared.memory.evict_excess();
         result?;
-        self.inode.domain.queue_dirty_inode(&self.inode);
+        self.inode.queue_on_dirty_list();
         Ok(())
     }
 

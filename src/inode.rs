@@ -28,17 +28,19 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::buf::{AlignedBuf, BulkFree};
-use crate::cache::Shared;
+use crate::config::Config;
+use crate::dirty::{DomainDirty, WORK_START_DONTCACHE};
 use crate::errseq::ErrSeq;
-use crate::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
+use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::locks;
 use crate::mapping::{choose_order, find_in, Mapping};
+use crate::memory::Memory;
 use crate::stats::Counters;
+use crate::stats::Reason;
+use crate::throttle;
 use crate::userbuf::{ReadTarget, WriteSource};
-use crate::writeback::domain::{Domain, WORK_START_DONTCACHE};
-use crate::writeback::Reason;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -195,14 +197,36 @@ pub struct WritebackOutcome {
     pub first_error: Option<i32>,
 }
 
+/// The writeback layer's side of an inode, which sits above this module:
+/// the domain's list of dirty inodes, which an inode joins when it goes
+/// from clean to dirty. Implemented by `writeback::domain::Domain`.
+pub trait DirtyInodeList: Send + Sync {
+    fn queue_dirty_inode(&self, inode: &Arc<Inode>);
+}
+
+/// What an inode needs from the cache around it, and nothing more.
+pub struct InodeHandles {
+    pub config: Arc<Config>,
+    pub counters: Arc<Counters>,
+    pub memory: Arc<Memory>,
+    pub dirty: Arc<DomainDirty>,
+    pub dirty_list: Arc<dyn DirtyInodeList>,
+}
+
 pub struct Inode {
     /// Unique within the cache (for eviction ghosts and debugging).
     pub id: u64,
     pub info: BackingInfo,
     store: Mutex<Arc<dyn BackingStore>>,
     store_writable: AtomicBool,
-    pub shared: Arc<Shared>,
-    pub domain: Arc<Domain>,
+    pub config: Arc<Config>,
+    pub counters: Arc<Counters>,
+    pub memory: Arc<Memory>,
+    /// The domain's dirty accounting (and its flusher's work bits).
+    pub dirty: Arc<DomainDirty>,
+    /// The domain's dirty inode list, which this inode joins when it goes
+    /// from clean to dirty.
+    dirty_list: Arc<dyn DirtyInodeList>,
     pub mapping: Arc<Mapping>,
     /// Logical file size in bytes.
     size: AtomicU64,
@@ -244,13 +268,8 @@ pub struct Inode {
 }
 
 impl Inode {
-    pub fn new(
-        id: u64,
-        store: Arc<dyn BackingStore>,
-        writable: bool,
-        shared: Arc<Shared>,
-        domain: Arc<Domain>,
-    ) -> Inode {
+    pub fn new(id: u64, store: Arc<dyn BackingStore>, writable: bool, handles: InodeHandles) -> Inode {
+        let InodeHandles { config, counters, memory, dirty, dirty_list } = handles;
         let info = store.info().clone();
         let len = info.len_at_open;
         Inode {
@@ -258,8 +277,11 @@ impl Inode {
             info,
             store: Mutex::new(store),
             store_writable: AtomicBool::new(writable),
-            shared,
-            domain,
+            config,
+            counters,
+            memory,
+            dirty,
+            dirty_list,
             mapping: Arc::new(Mapping::new(id)),
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
@@ -373,7 +395,7 @@ impl Inode {
         may_wait: bool,
     ) -> io::Result<(Arc<Folio>, bool)> {
         debug_assert!(limit_block > block);
-        let max_order = (self.shared.config.folio_max_bytes / BLOCK).trailing_zeros() as u8;
+        let max_order = (self.config.folio_max_bytes / BLOCK).trailing_zeros() as u8;
         loop {
             let (order, inserts_seen) = {
                 let map = self.mapping.read();
@@ -385,7 +407,7 @@ impl Inode {
             let len = BLOCK_SIZE << order;
             // Get the memory (may evict) before taking the mapping lock:
             // eviction takes mapping locks itself.
-            let buf = self.shared.reserve_folio_buf(len, may_wait)?;
+            let buf = self.memory.reserve_folio_buf(len, may_wait)?;
             let mut map = self.mapping.write();
             // Only an insertion can cover `block` or crowd the chosen folio
             // (removals only make room): without one, the choice stands.
@@ -393,14 +415,14 @@ impl Inode {
                 if let Some(f) = find_in(&map, block) {
                     let f = f.clone();
                     drop(map);
-                    self.shared.release_folio_buf(Some(buf), len);
+                    self.memory.release_folio_buf(Some(buf), len);
                     return Ok((f, false));
                 }
                 // The mapping gained a neighbour meanwhile: start over with
                 // a smaller folio.
                 if choose_order(&map, block, limit_block, order) != order {
                     drop(map);
-                    self.shared.release_folio_buf(Some(buf), len);
+                    self.memory.release_folio_buf(Some(buf), len);
                     continue;
                 }
             }
@@ -413,8 +435,7 @@ impl Inode {
     }
 
     fn register_new_folio(self: &Arc<Self>, folio: Arc<Folio>) -> Arc<Folio> {
-        Counters::add(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
-        self.shared.evictor.insert(&self.mapping, &folio);
+        self.memory.folio_added(&self.mapping, &folio);
         folio
     }
 
@@ -442,21 +463,7 @@ impl Inode {
     /// writeback still holds the buffer: it stays counted and that
     /// writeback's completion gives it back.
     fn folio_removed(&self, folio: &Folio, buf: Option<AlignedBuf>) {
-        self.shared.evictor.note_removed();
-        Counters::sub(&self.shared.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
-        if let Some(buf) = buf {
-            self.shared.release_folio_buf(Some(buf), folio.size_bytes());
-        }
-    }
-
-    /// Before `Arc::make_mut` on a buffer writeback may share: the copy is
-    /// counted at once (these paths hold the folio lock and cannot wait for
-    /// memory; the old buffer is given back when its writeback completes).
-    fn account_copy_if_shared(&self, st: &FolioState) {
-        if !st.buf.is_empty() && Arc::strong_count(&st.buf) > 1 {
-            Counters::add(&self.shared.counters.cow_copies, 1);
-            Counters::add(&self.shared.counters.cached_bytes, st.buf.len() as u64);
-        }
+        self.memory.folio_removed(folio, buf);
     }
 
     /// Makes blocks `[start, end)` of a locked folio uptodate: blocks at or
@@ -476,7 +483,7 @@ impl Inode {
             }
             let abs = folio.index + b as u64;
             let read_end = (folio.index + e as u64).min(disk_blocks.max(abs));
-            self.account_copy_if_shared(st);
+            self.memory.account_shared_copy(st);
             let buf = Arc::make_mut(&mut st.buf);
             let bytes = &mut buf[b * BLOCK_SIZE..e * BLOCK_SIZE];
             bytes.fill(0);
@@ -571,7 +578,7 @@ impl Inode {
         {
             let mut ops = Vec::new();
             let mut op_folio = Vec::new();
-            let io_max = self.shared.config.io_max_bytes as usize;
+            let io_max = self.config.io_max_bytes as usize;
             for (i, (f, buf)) in created.iter().zip(bufs.iter_mut()).enumerate() {
                 let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
                 // Whole blocks (O_DIRECT) up to `on_disk_len_max`; what lies
@@ -635,7 +642,7 @@ impl Inode {
             }
         }
         if priority == IoPriority::Async {
-            Counters::add(&self.shared.counters.readahead_bytes, read_bytes);
+            Counters::add(&self.counters.readahead_bytes, read_bytes);
         }
         match first_err {
             Some(e) => Err(e),
@@ -672,7 +679,7 @@ impl Inode {
                 missed = true;
                 // At most a readahead window per fill, so one huge read
                 // cannot pin the whole cache in placeholders.
-                let fill_end = end_block.min(block + self.shared.readahead_max_blocks());
+                let fill_end = end_block.min(block + self.config.readahead_max_blocks());
                 self.fill_range_marked(block, fill_end, IoPriority::Sync, dontcache, u64::MAX)?;
                 continue;
             };
@@ -700,7 +707,7 @@ impl Inode {
             }
             done += n;
         }
-        let counter = if missed { &self.shared.counters.misses } else { &self.shared.counters.hits };
+        let counter = if missed { &self.counters.misses } else { &self.counters.hits };
         Counters::add(counter, 1);
         // A truncate that raced this read: what lies past the new end was
         // not there when the read finished, so it is not returned.
@@ -725,12 +732,12 @@ impl Inode {
         let mut done = 0usize;
         let mut newly_dirty_bytes_total = 0u64;
         let mut result = Ok(());
-        let folio_max = self.shared.config.folio_max_bytes;
+        let folio_max = self.config.folio_max_bytes;
         while done < len {
             // Throttle between folios, with no lock held, so one huge write
             // cannot run past the dirty limit or starve reclaim.
             let remaining = (len - done) as u64;
-            if let Err(e) = self.shared.wait_for_dirty_room(&self.domain, remaining.min(folio_max)) {
+            if let Err(e) = throttle::wait_for_dirty_room(&self.dirty, &self.config, remaining.min(folio_max)) {
                 result = Err(e);
                 break;
             }
@@ -751,7 +758,7 @@ impl Inode {
                 // writeback completes).
                 drop(st);
                 let folio_len = folio.size_bytes();
-                let fresh = match self.shared.reserve_folio_buf(folio_len, true) {
+                let fresh = match self.memory.reserve_folio_buf(folio_len, true) {
                     Ok(b) => b,
                     Err(e) => {
                         result = Err(e);
@@ -759,7 +766,7 @@ impl Inode {
                     }
                 };
                 let Some(relocked) = folio.lock_filled() else {
-                    self.shared.release_folio_buf(Some(fresh), folio_len);
+                    self.memory.release_folio_buf(Some(fresh), folio_len);
                     continue;
                 };
                 st = relocked;
@@ -767,10 +774,10 @@ impl Inode {
                     let mut fresh = fresh;
                     fresh.copy_from_slice(&st.buf);
                     st.buf = Arc::new(fresh);
-                    Counters::add(&self.shared.counters.cow_copies, 1);
+                    Counters::add(&self.counters.cow_copies, 1);
                 } else {
                     // The writeback finished meanwhile.
-                    self.shared.release_folio_buf(Some(fresh), folio_len);
+                    self.memory.release_folio_buf(Some(fresh), folio_len);
                 }
             }
             let folio_off = (pos - folio.offset()) as usize;
@@ -817,7 +824,7 @@ impl Inode {
                 let newly_bytes = newly as u64 * BLOCK;
                 // Account before the lock drops, so writeback can never take
                 // (and subtract) bytes not yet added.
-                self.domain.account_dirty_bytes(newly_bytes, if dontcache { newly_bytes } else { 0 });
+                self.dirty.account_dirty_bytes(newly_bytes, if dontcache { newly_bytes } else { 0 });
                 if dontcache {
                     st.dontcache_dirty += newly;
                 }
@@ -837,12 +844,12 @@ impl Inode {
             if newly > 0 {
                 let newly_bytes = newly as u64 * BLOCK;
                 newly_dirty_bytes_total += newly_bytes;
-                self.domain.queue_dirty_inode(self);
+                self.queue_on_dirty_list();
                 if dontcache {
                     // Kick the flusher; never write back inline.
-                    self.domain.kick(WORK_START_DONTCACHE);
+                    self.dirty.kick(WORK_START_DONTCACHE);
                 }
-                self.shared.balance_dirty(&self.domain, newly_bytes);
+                throttle::balance_dirty(&self.dirty, &self.config, newly_bytes);
             }
         }
         match result {
@@ -985,7 +992,7 @@ impl Inode {
         if let Some(next) = cursor_after {
             self.writeback_cursor.store(next, Ordering::Relaxed);
         }
-        self.domain.account_writeback_started(taken, taken_dontcache);
+        self.dirty.account_writeback_started(taken, taken_dontcache);
         chunks
     }
 
@@ -1038,7 +1045,7 @@ impl Inode {
         let elapsed = started.elapsed();
         pass.set_results(results);
         let outcome = self.finish_pass(pass, true);
-        self.domain.update_bandwidth(outcome.written_bytes, elapsed);
+        self.dirty.update_bandwidth(outcome.written_bytes, elapsed);
         outcome
     }
 
@@ -1055,7 +1062,7 @@ impl Inode {
             return None;
         }
         chunks.sort_by_key(|c| c.offset());
-        let io_max_bytes = self.shared.config.io_max_bytes as usize;
+        let io_max_bytes = self.config.io_max_bytes as usize;
         let io_max_blocks = io_max_bytes / BLOCK_SIZE;
         let mut split = Vec::with_capacity(chunks.len());
         for c in chunks {
@@ -1088,7 +1095,7 @@ impl Inode {
                 let buffers_after = chunks.len() - group_start + (gap_bytes / BLOCK) as usize + 1;
                 let fits = group_bytes + gap_bytes as usize + c.len_bytes() <= io_max_bytes && buffers_after <= IOV_MAX;
                 let mut joined = fits && gap_bytes == 0;
-                if fits && gap_bytes > 0 && gap_bytes <= self.shared.config.bridge_gap_bytes {
+                if fits && gap_bytes > 0 && gap_bytes <= self.config.bridge_gap_bytes {
                     if let Some(bridge) = self.take_bridge(prev_end / BLOCK, c.offset() / BLOCK) {
                         chunks.extend(bridge);
                         joined = true;
@@ -1137,7 +1144,7 @@ impl Inode {
             taken.push(chunk);
         }
         let bytes = taken.iter().map(|c| c.len_bytes() as u64).sum();
-        Counters::add(&self.shared.counters.bridged_bytes, bytes);
+        Counters::add(&self.counters.bridged_bytes, bytes);
         Some(taken)
     }
 
@@ -1187,7 +1194,7 @@ impl Inode {
         // `into_inner`, not `try_unwrap`: when the last two references end at
         // once, exactly one of them gets the buffer back.
         if let Some(buf) = Arc::into_inner(buf) {
-            self.shared.release_folio_buf(Some(buf), folio.size_bytes());
+            self.memory.release_folio_buf(Some(buf), folio.size_bytes());
         }
     }
 
@@ -1254,7 +1261,7 @@ impl Inode {
     fn record_error(&self, e: &io::Error, outcome: &mut WritebackOutcome) {
         let errno = e.raw_os_error().unwrap_or(libc::EIO);
         self.errseq.record(errno);
-        Counters::add(&self.shared.counters.writeback_errors, 1);
+        Counters::add(&self.counters.writeback_errors, 1);
         outcome.first_error.get_or_insert(errno);
     }
 
@@ -1291,7 +1298,7 @@ impl Inode {
                         let was_clean = st.nr_dirty == 0;
                         let newly = st.set_dirty(c.start, c.end);
                         redirtied_bytes += newly as u64 * BLOCK;
-                        self.domain.account_dirty_bytes(newly as u64 * BLOCK, 0);
+                        self.dirty.account_dirty_bytes(newly as u64 * BLOCK, 0);
                         if was_clean && newly > 0 {
                             self.mapping.index_dirty(&c.folio);
                         }
@@ -1305,9 +1312,9 @@ impl Inode {
                 drop_candidates.push(c.folio);
             }
         }
-        self.domain.account_writeback_done(done_bytes, written_bytes, reason);
+        self.dirty.account_writeback_done(done_bytes, written_bytes, reason);
         if redirtied_bytes > 0 {
-            self.domain.queue_dirty_inode(self);
+            self.queue_on_dirty_list();
         }
         drop_candidates.dedup_by(|a, b| Arc::ptr_eq(a, b));
         for f in drop_candidates {
@@ -1503,7 +1510,7 @@ impl Inode {
                 Some(f) => {
                     let mut st = f.lock();
                     let from = (new_size - f.offset()) as usize;
-                    self.account_copy_if_shared(&st);
+                    self.memory.account_shared_copy(&st);
                     Arc::make_mut(&mut st.buf)[from..].fill(0);
                     let cleared = st.dirty.clear_range(from.div_ceil(BLOCK_SIZE), f.nr_blocks());
                     st.nr_dirty -= cleared;
@@ -1522,7 +1529,7 @@ impl Inode {
             self.on_disk_len_max.fetch_min(new_size, Ordering::AcqRel);
         }
         drop(bulk);
-        self.domain.account_discarded(unaccount_blocks * BLOCK, unaccount_dontcache * BLOCK);
+        self.dirty.account_discarded(unaccount_blocks * BLOCK, unaccount_dontcache * BLOCK);
         // Writeback I/O of the removed blocks ended before the gate was
         // taken, and none has run since: the cut is the last word on them.
         self.size_changed.store(true, Ordering::Release);
@@ -1540,8 +1547,17 @@ impl Inode {
         }
     }
 
-    pub fn now_ns(&self) -> u64 {
-        self.shared.epoch.elapsed().as_nanos() as u64
+    /// Puts the inode on its domain's dirty list (if it is not there), so
+    /// the flusher looks at it: after it went from clean to dirty, or after
+    /// a size change whose store sync is still owed.
+    pub fn queue_on_dirty_list(self: &Arc<Self>) {
+        self.dirty_list.queue_dirty_inode(self);
+    }
+
+    /// Whether the cache this inode belongs to has closed (optional work
+    /// such as readahead stops).
+    pub fn is_cache_closed(&self) -> bool {
+        self.dirty.cache.is_closed()
     }
 }
 

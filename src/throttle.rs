@@ -9,8 +9,19 @@
 //! its newly dirtied bytes take at that rate, capped at `pause_max`. At or
 //! over the limit every check pauses `pause_max` (the caller re-checks), so
 //! dirty memory stays bounded while the pause curve has no cliff before it.
+//!
+//! The mechanism that applies the policy to a writer ([`balance_dirty`],
+//! [`wait_for_dirty_room`]) is at the end: it reads the domain's gauges,
+//! kicks its flusher and waits for writeback progress.
 
-use std::time::Duration;
+use std::cell::Cell;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::dirty::{DomainDirty, WORK_BACKGROUND};
+use crate::stats::Counters;
 
 /// Counters the policy decides from.
 #[derive(Clone, Copy, Debug)]
@@ -72,6 +83,121 @@ pub fn throttle_pause(input: &ThrottleInput) -> Duration {
 /// by much, large enough that checks are rare on the hot path.
 pub fn ratelimit_bytes(dirty_limit_bytes: u64) -> u64 {
     (dirty_limit_bytes / 256).clamp(16 << 10, 1 << 20)
+}
+
+thread_local! {
+    /// Bytes this thread dirtied since its last throttle check.
+    static DIRTIED_SINCE_CHECK: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Throttles a writer that just dirtied `newly_bytes` in `domain`, as
+/// `balance_dirty_pages` does: rate-limited checks, a pause from the pure
+/// policy above, and waiting for writeback progress while over the dirty
+/// limit.
+pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64) {
+    let cache = &domain.cache;
+    let dirtied = DIRTIED_SINCE_CHECK.with(|c| {
+        c.set(c.get() + newly_bytes);
+        c.get()
+    });
+    let dirty = cache.dirty_bytes();
+    if dirty > cfg.dirty_background_bytes {
+        domain.kick(WORK_BACKGROUND);
+    }
+    let freerun = freerun_bytes(cfg.dirty_background_bytes, cfg.dirty_limit_bytes);
+    if dirty <= freerun || (dirtied < ratelimit_bytes(cfg.dirty_limit_bytes) && dirty < cfg.dirty_limit_bytes) {
+        return;
+    }
+    DIRTIED_SINCE_CHECK.with(|c| c.set(0));
+    let started = Instant::now();
+    let mut paused = false;
+    // The pause is re-evaluated whenever writeback completes: the writer
+    // owes `pause(dirty now)` of waiting for what it dirtied, and is let
+    // go as soon as the time waited covers it. Dirty falling releases it
+    // early; dirty staying high keeps it the full pause.
+    loop {
+        let input = ThrottleInput {
+            nr_dirty_bytes: cache.dirty_bytes(),
+            dirty_background_bytes: cfg.dirty_background_bytes,
+            dirty_limit_bytes: cfg.dirty_limit_bytes,
+            write_bw_bytes_per_s: domain.write_bw_bytes_per_s.load(Ordering::Relaxed),
+            dirtied_bytes: dirtied,
+            pause_max: Duration::from_millis(cfg.throttle_pause_ms_max),
+        };
+        let pause = throttle_pause(&input);
+        let waited = started.elapsed();
+        if pause <= waited || cache.is_closed() {
+            break;
+        }
+        paused = true;
+        domain.kick(WORK_BACKGROUND);
+        cache.progress.wait((pause - waited).min(Duration::from_millis(10)));
+    }
+    if paused {
+        Counters::add(&cache.counters.throttle_events, 1);
+        Counters::add(&cache.counters.throttle_us_total, started.elapsed().as_micros() as u64);
+    }
+}
+
+/// Called before a write of `len` bytes: while the write could push
+/// dirty memory past `dirty_limit`, kick writeback and wait for it. This
+/// keeps a writer's peak dirty at or under the limit (concurrent writers
+/// can each overshoot by at most one write). Bytes under writeback count
+/// too, as in the kernel's `balance_dirty_pages`: a failed writeback
+/// makes them dirty again, and writers that had filled the room they
+/// left would push dirty past the limit (while fsyncs kept failing on a
+/// full file system, dirty grew to three times the limit).
+///
+/// A waiting writer is counted in `nr_dirty_waiters`, which makes every
+/// flusher write back whatever the background threshold says, so it is
+/// released by the writeback it kicked, never by periodic writeback.
+///
+/// When writeback keeps failing (the dirty data cannot leave the cache)
+/// the writer gets `EIO` after a second instead of hanging; nothing of
+/// its write was applied.
+pub fn wait_for_dirty_room(domain: &DomainDirty, cfg: &Config, len: u64) -> io::Result<()> {
+    let cache = &domain.cache;
+    let limit = cfg.dirty_limit_bytes;
+    let room = len.min(limit / 4);
+    if cache.unclean_bytes.load(Ordering::Acquire) + room <= limit || cache.is_closed() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let errors_before = cache.counters.writeback_errors.load(Ordering::Acquire);
+    let _waiting = DirtyWaiter::register(&cache.nr_dirty_waiters);
+    let mut result = Ok(());
+    while cache.unclean_bytes.load(Ordering::Acquire) + room > limit && !cache.is_closed() {
+        // Every domain, not only the writer's: the limit is cache-wide,
+        // and the bytes holding this writer may sit on another device.
+        cache.kick_all(WORK_BACKGROUND);
+        cache.progress.wait(Duration::from_millis(cfg.throttle_pause_ms_max.min(50)));
+        let failing = cache.counters.writeback_errors.load(Ordering::Acquire) > errors_before;
+        if failing && started.elapsed() > Duration::from_secs(1) {
+            result = Err(io::Error::from_raw_os_error(libc::EIO));
+            break;
+        }
+    }
+    Counters::add(&cache.counters.throttle_events, 1);
+    Counters::add(&cache.counters.throttle_us_total, started.elapsed().as_micros() as u64);
+    result
+}
+
+/// One writer counted in `nr_dirty_waiters` for as long as it lives,
+/// whichever way the wait ends.
+struct DirtyWaiter<'a>(&'a AtomicU64);
+
+impl<'a> DirtyWaiter<'a> {
+    fn register(nr_waiters: &'a AtomicU64) -> DirtyWaiter<'a> {
+        nr_waiters.fetch_add(1, Ordering::AcqRel);
+        DirtyWaiter(nr_waiters)
+    }
+}
+
+impl Drop for DirtyWaiter<'_> {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "dirty waiter count underflow");
+    }
 }
 
 #[cfg(test)]

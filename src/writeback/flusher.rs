@@ -19,10 +19,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::dirty::{WORK_RECLAIM, WORK_START_ALL, WORK_START_DONTCACHE};
 use crate::stats::Counters;
-use crate::writeback::domain::{Domain, WORK_RECLAIM, WORK_START_ALL, WORK_START_DONTCACHE};
+use crate::stats::Reason;
+use crate::writeback::domain::Domain;
 use crate::writeback::inflight::InFlight;
-use crate::writeback::Reason;
 
 /// An inode pass takes at most this many `io_max` I/Os' worth of dirty data
 /// (8 MiB at the default `io_max`).
@@ -46,14 +47,14 @@ pub const PASS_RUNS_PER_DEPTH: usize = 4;
 const FAILURE_BACKOFF: Duration = Duration::from_millis(50);
 
 pub fn run(domain: Arc<Domain>) {
-    let config = &domain.shared.config;
+    let config = &domain.config;
     let interval = Duration::from_millis((config.expire_ms / 4).clamp(5, 500));
     let chunk_bytes = config.io_max_bytes * PASS_IOS;
     let depth = config.io_depth as usize;
     let max_runs = PASS_RUNS_PER_DEPTH * depth;
     let queued_bytes_max = config.io_max_bytes * QUEUED_IOS;
     // Two rings' worth of I/Os queued: one in the device, one ready behind.
-    let mut inflight = InFlight::new(domain.clone(), domain.shared.io.write_queue(), 2 * depth, queued_bytes_max);
+    let mut inflight = InFlight::new(domain.clone(), domain.io.write_queue(), 2 * depth, queued_bytes_max);
     while !domain.is_shutdown() {
         if inflight.failed() {
             // Failed writes are dirty again: let them sit for a while (the
@@ -63,28 +64,27 @@ pub fn run(domain: Arc<Domain>) {
             inflight.clear_failed();
         }
         let bits = if inflight.is_empty() {
-            domain.wait_work(interval)
+            domain.dirty.wait_work(interval)
         } else {
             inflight.reap_some();
-            domain.take_work()
+            domain.dirty.take_work()
         };
         if domain.is_shutdown() {
             break;
         }
         if bits != 0 {
-            Counters::add(&domain.shared.counters.flusher_wakeups, 1);
+            Counters::add(&domain.dirty.cache.counters.flusher_wakeups, 1);
         }
         if bits & WORK_START_ALL != 0 {
             write_oldest(&domain, &mut inflight, Reason::Background, u64::MAX, (chunk_bytes, max_runs));
         }
         if bits & WORK_START_DONTCACHE != 0 {
-            let target = domain.dontcache_dirty_bytes.load(std::sync::atomic::Ordering::Acquire);
+            let target = domain.dirty.dontcache_dirty_bytes.load(std::sync::atomic::Ordering::Acquire);
             if target > 0 {
                 write_oldest(&domain, &mut inflight, Reason::Dontcache, target, (chunk_bytes, max_runs));
             }
         }
-        let cutoff_ns = (domain.shared.epoch.elapsed().as_nanos() as u64)
-            .saturating_sub(config.expire_ms.saturating_mul(1_000_000));
+        let cutoff_ns = domain.dirty.cache.now_ns().saturating_sub(config.expire_ms.saturating_mul(1_000_000));
         for inode in domain.take_expired(cutoff_ns) {
             // Everything dirty now, in one pass (it is queued whole).
             inflight.start(&inode, Reason::Periodic, u64::MAX, usize::MAX);
@@ -92,12 +92,12 @@ pub fn run(domain: Arc<Domain>) {
         }
         let reclaim = bits & WORK_RECLAIM != 0;
         loop {
-            let dirty_bytes = domain.shared.dirty_bytes();
+            let dirty_bytes = domain.dirty.cache.dirty_bytes();
             let over_background = dirty_bytes > config.dirty_background_bytes;
             // A writer waiting at the dirty limit is a reason of its own,
             // whatever the background threshold (which may sit so close to
             // the limit that the waiter's room is above it).
-            let for_waiters = dirty_bytes > 0 && domain.shared.has_dirty_waiters();
+            let for_waiters = dirty_bytes > 0 && domain.dirty.cache.has_dirty_waiters();
             if domain.is_shutdown() || !(over_background || for_waiters || reclaim) {
                 break;
             }

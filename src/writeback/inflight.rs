@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use crate::inode::{Inode, WbPass};
 use crate::io::queue::{Completion, WriteQueue};
 use crate::io::IoPriority;
+use crate::stats::Reason;
 use crate::writeback::domain::Domain;
-use crate::writeback::Reason;
 
 /// How long a bandwidth sample spans at most.
 const BANDWIDTH_SAMPLE_PERIOD: Duration = Duration::from_millis(50);
@@ -191,7 +191,7 @@ impl InFlight {
             let elapsed = since.elapsed();
             let idle = self.passes.is_empty();
             if idle || elapsed >= BANDWIDTH_SAMPLE_PERIOD {
-                self.domain.update_bandwidth(self.busy_bytes, elapsed);
+                self.domain.dirty.update_bandwidth(self.busy_bytes, elapsed);
                 self.busy_bytes = 0;
                 self.busy_since = if idle { None } else { Some(Instant::now()) };
             }

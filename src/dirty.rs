@@ -1,0 +1,319 @@
+//! Dirty accounting: the byte gauges of the cache and of each writeback
+//! domain, the coalesced work bits that wake a domain's flusher, and the
+//! progress signal that wakes whoever waits for writeback or free memory.
+//!
+//! This sits below both the inode (which accounts the bytes it dirties and
+//! throttles on them) and the writeback layer (which accounts what it writes
+//! and is woken by the bits), so neither has to reach into the other.
+//!
+//! Invariants: `CacheDirty::unclean_bytes` is every domain's dirty plus
+//! writeback bytes (a block rewritten under writeback counts twice), and the
+//! cache-wide `Counters` gauges (`dirty_bytes`, `writeback_bytes`,
+//! `dontcache_dirty_bytes`) are the sums of the domains' gauges: every
+//! method here moves a domain gauge and its cache-wide gauge together. A
+//! work bit that is already set is not set again (many uncached writers
+//! cost one wakeup).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::locks;
+use crate::stats::{Counters, Reason};
+
+/// Work bits, checked by the flusher in this order.
+pub const WORK_START_ALL: u32 = 1 << 0;
+pub const WORK_START_DONTCACHE: u32 = 1 << 1;
+/// A writer is over the background threshold or waits for dirty room. It
+/// only wakes the flusher: the gauges say how much to write.
+pub const WORK_BACKGROUND: u32 = 1 << 2;
+pub const WORK_RECLAIM: u32 = 1 << 3;
+
+/// Wakes everyone waiting for writeback progress or freed memory.
+#[derive(Default)]
+pub struct Progress {
+    generation: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Progress {
+    pub fn made(&self) {
+        let mut g = locks::lock(&self.generation);
+        *g += 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits for the next [`Progress::made`], at most `timeout`.
+    pub fn wait(&self, timeout: Duration) {
+        let g = locks::lock(&self.generation);
+        drop(locks::wait_timeout(&self.changed, g, timeout));
+    }
+}
+
+/// Cache-wide dirty state, shared by every domain of one cache.
+pub struct CacheDirty {
+    pub counters: Arc<Counters>,
+    pub progress: Arc<Progress>,
+    /// Time origin for dirtied-when stamps.
+    pub epoch: Instant,
+    /// Bytes dirty or under writeback, what the dirty limit holds writers
+    /// to. One counter, so no reader can see bytes moving between dirty and
+    /// writeback in neither: it grows when blocks become dirty and shrinks
+    /// when their writeback ends or truncation drops them; a failed
+    /// writeback makes its bytes dirty (counted again) before it ends
+    /// (uncounted).
+    pub unclean_bytes: AtomicU64,
+    /// Writers waiting for dirty room (see `throttle::wait_for_dirty_room`).
+    /// While any waits, every flusher writes back whatever the background
+    /// threshold says.
+    pub nr_dirty_waiters: AtomicU64,
+    /// Set when the cache closes: waits for dirty room or memory end.
+    closed: AtomicBool,
+    domains: Mutex<Vec<Arc<DomainDirty>>>,
+}
+
+impl CacheDirty {
+    pub fn new(counters: Arc<Counters>, progress: Arc<Progress>) -> Arc<CacheDirty> {
+        Arc::new(CacheDirty {
+            counters,
+            progress,
+            epoch: Instant::now(),
+            unclean_bytes: AtomicU64::new(0),
+            nr_dirty_waiters: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            domains: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Dirty bytes now, cache-wide.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.counters.dirty_bytes.load(Ordering::Acquire)
+    }
+
+    pub fn has_dirty_waiters(&self) -> bool {
+        self.nr_dirty_waiters.load(Ordering::Acquire) > 0
+    }
+
+    /// Nanoseconds since `epoch`.
+    pub fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Marks the cache closed and wakes every waiter. Returns whether it was
+    /// open.
+    pub fn close(&self) -> bool {
+        let was_open = !self.closed.swap(true, Ordering::AcqRel);
+        self.progress.made();
+        was_open
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Kicks every domain's flusher with `bit`.
+    pub fn kick_all(&self, bit: u32) {
+        let domains: Vec<Arc<DomainDirty>> = locks::lock(&self.domains).clone();
+        for d in domains {
+            d.kick(bit);
+        }
+    }
+
+    /// Forgets every domain (cache close): breaks the cache ↔ domain cycle.
+    pub fn clear_domains(&self) {
+        locks::lock(&self.domains).clear();
+    }
+}
+
+/// One writeback domain's dirty accounting and its flusher's wakeup.
+pub struct DomainDirty {
+    pub cache: Arc<CacheDirty>,
+    pub nr_dirty_bytes: AtomicU64,
+    pub nr_writeback_bytes: AtomicU64,
+    pub dontcache_dirty_bytes: AtomicU64,
+    /// Exponentially averaged writeback bandwidth, bytes per second.
+    pub write_bw_bytes_per_s: AtomicU64,
+    work_bits: AtomicU32,
+    work_lock: Mutex<()>,
+    work_cond: Condvar,
+    shutdown: AtomicBool,
+}
+
+impl DomainDirty {
+    /// A new domain's accounting, registered with its cache.
+    pub fn new(cache: &Arc<CacheDirty>) -> Arc<DomainDirty> {
+        let domain = Arc::new(DomainDirty {
+            cache: cache.clone(),
+            nr_dirty_bytes: AtomicU64::new(0),
+            nr_writeback_bytes: AtomicU64::new(0),
+            dontcache_dirty_bytes: AtomicU64::new(0),
+            write_bw_bytes_per_s: AtomicU64::new(100 << 20),
+            work_bits: AtomicU32::new(0),
+            work_lock: Mutex::new(()),
+            work_cond: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        locks::lock(&cache.domains).push(domain.clone());
+        domain
+    }
+
+    /// Sets a work bit and wakes the flusher, unless the bit is already set.
+    pub fn kick(&self, bit: u32) {
+        if self.work_bits.load(Ordering::Acquire) & bit != 0 {
+            return;
+        }
+        if self.work_bits.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return;
+        }
+        let _g = locks::lock(&self.work_lock);
+        self.work_cond.notify_one();
+    }
+
+    /// Flusher side: waits up to `interval` for work; returns and clears the
+    /// bits (0 on a timeout: time for periodic writeback).
+    pub fn wait_work(&self, interval: Duration) -> u32 {
+        let g = locks::lock(&self.work_lock);
+        if self.work_bits.load(Ordering::Acquire) == 0 && !self.is_shutdown() {
+            drop(locks::wait_timeout(&self.work_cond, g, interval));
+        }
+        self.work_bits.swap(0, Ordering::AcqRel)
+    }
+
+    /// Flusher side, while it has writes in flight: takes and clears the
+    /// bits without waiting.
+    pub fn take_work(&self) -> u32 {
+        self.work_bits.swap(0, Ordering::AcqRel)
+    }
+
+    /// Tells the flusher to stop and wakes it.
+    pub fn shut_down(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        let _g = locks::lock(&self.work_lock);
+        self.work_cond.notify_all();
+    }
+
+    pub fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Accounts newly dirtied bytes (`dontcache_bytes` of them by uncached
+    /// writes). Called under the folio lock that set the dirty bits; the
+    /// caller queues the inode on the domain's dirty list after.
+    pub fn account_dirty_bytes(&self, bytes: u64, dontcache_bytes: u64) {
+        debug_assert!(dontcache_bytes <= bytes);
+        if bytes == 0 {
+            return;
+        }
+        let c = &self.cache.counters;
+        let unclean_before = self.cache.unclean_bytes.fetch_add(bytes, Ordering::AcqRel);
+        debug_assert!(unclean_before.checked_add(bytes).is_some(), "unclean overflow");
+        self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
+        let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        c.peak_dirty_bytes.fetch_max(total, Ordering::Relaxed);
+        if dontcache_bytes > 0 {
+            self.dontcache_dirty_bytes.fetch_add(dontcache_bytes, Ordering::AcqRel);
+            Counters::add(&c.dontcache_dirty_bytes, dontcache_bytes);
+        }
+    }
+
+    /// Dirty blocks moved to writeback. `dontcache_bytes` is what the
+    /// folios that went clean held of uncached-dirty bytes, which a pass
+    /// takes whole, so it may exceed `bytes`.
+    pub fn account_writeback_started(&self, bytes: u64, dontcache_bytes: u64) {
+        let c = &self.cache.counters;
+        let before = self.nr_dirty_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(before >= bytes, "domain dirty underflow");
+        Counters::sub(&c.dirty_bytes, bytes);
+        self.nr_writeback_bytes.fetch_add(bytes, Ordering::AcqRel);
+        Counters::add(&c.writeback_bytes, bytes);
+        if dontcache_bytes > 0 {
+            let before = self.dontcache_dirty_bytes.fetch_sub(dontcache_bytes, Ordering::AcqRel);
+            debug_assert!(before >= dontcache_bytes, "domain uncached-dirty underflow");
+            Counters::sub(&c.dontcache_dirty_bytes, dontcache_bytes);
+        }
+    }
+
+    /// Writeback of `done_bytes` ended, `written_bytes` of them successfully.
+    pub fn account_writeback_done(&self, done_bytes: u64, written_bytes: u64, reason: Reason) {
+        debug_assert!(written_bytes <= done_bytes);
+        let c = &self.cache.counters;
+        let before = self.nr_writeback_bytes.fetch_sub(done_bytes, Ordering::AcqRel);
+        debug_assert!(before >= done_bytes, "domain writeback underflow");
+        Counters::sub(&c.writeback_bytes, done_bytes);
+        Counters::add(&c.written_bytes_by_reason[reason as usize], written_bytes);
+        // After any failed bytes were made dirty again (and counted there).
+        let before = self.cache.unclean_bytes.fetch_sub(done_bytes, Ordering::AcqRel);
+        debug_assert!(before >= done_bytes, "unclean underflow");
+        self.cache.progress.made();
+    }
+
+    /// Dirty data discarded by truncation.
+    pub fn account_discarded(&self, bytes: u64, dontcache_bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        self.account_writeback_started(bytes, dontcache_bytes);
+        self.nr_writeback_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        Counters::sub(&self.cache.counters.writeback_bytes, bytes);
+        let before = self.cache.unclean_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(before >= bytes, "unclean underflow");
+        self.cache.progress.made();
+    }
+
+    /// Folds one writeback I/O batch into the bandwidth estimate.
+    pub fn update_bandwidth(&self, bytes: u64, elapsed: Duration) {
+        if bytes < (256 << 10) || elapsed.is_zero() {
+            return; // too small to say anything about the device
+        }
+        let sample = (bytes as f64 / elapsed.as_secs_f64()) as u64;
+        let old = self.write_bw_bytes_per_s.load(Ordering::Relaxed);
+        self.write_bw_bytes_per_s.store((old * 3 + sample) / 4, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain() -> Arc<DomainDirty> {
+        DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()))
+    }
+
+    /// Bytes move dirty → writeback → done with the domain and cache-wide
+    /// gauges together, and `unclean` covers both until the end.
+    #[test]
+    fn gauges_move_together_through_writeback() {
+        let d = domain();
+        let c = &d.cache.counters;
+        d.account_dirty_bytes(12 << 10, 4 << 10);
+        assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 12 << 10);
+        assert_eq!(c.dirty_bytes.load(Ordering::Relaxed), 12 << 10);
+        assert_eq!(d.dontcache_dirty_bytes.load(Ordering::Relaxed), 4 << 10);
+        d.account_writeback_started(8 << 10, 4 << 10);
+        assert_eq!(d.nr_dirty_bytes.load(Ordering::Relaxed), 4 << 10);
+        assert_eq!(c.writeback_bytes.load(Ordering::Relaxed), 8 << 10);
+        assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 12 << 10, "writeback still counts");
+        d.account_writeback_done(8 << 10, 8 << 10, Reason::Background);
+        assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 4 << 10);
+        assert_eq!(c.written_bytes_by_reason[Reason::Background as usize].load(Ordering::Relaxed), 8 << 10);
+        d.account_discarded(4 << 10, 0);
+        assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(c.dirty_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(c.writeback_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(c.peak_dirty_bytes.load(Ordering::Relaxed), 12 << 10);
+    }
+
+    /// A bit already set costs no wakeup; taking the bits clears them.
+    #[test]
+    fn work_bits_coalesce() {
+        let d = domain();
+        d.kick(WORK_BACKGROUND);
+        d.kick(WORK_BACKGROUND);
+        d.kick(WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(), WORK_BACKGROUND | WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(), 0);
+        d.cache.kick_all(WORK_RECLAIM);
+        assert_eq!(d.wait_work(Duration::from_millis(1)), WORK_RECLAIM);
+        assert_eq!(d.wait_work(Duration::from_millis(1)), 0, "a timeout returns no bits");
+    }
+}

@@ -1,0 +1,193 @@
+//! Folio memory accounting against `capacity`: reserving a buffer for a new
+//! folio (from the pool, fresh, or after eviction or waiting for writeback),
+//! giving buffers back, and evicting back under capacity after a copy that
+//! could not wait.
+//!
+//! Invariant: `counters.cached_bytes` (folio buffers in mappings, buffers
+//! still held by in-flight writeback, and reservations being turned into
+//! folios) plus the pool's bytes never exceeds `capacity` after an
+//! operation ends. A folio is allocated only through
+//! [`Memory::reserve_folio_buf`]; the only excursions over capacity are
+//! copies of buffers under writeback made under a folio lock
+//! ([`Memory::account_shared_copy`]), which [`Memory::evict_excess`] takes
+//! back once the operation holds no lock.
+//!
+//! Owns the buffer pool and the eviction queues; folios and mappings are
+//! owned by their inodes.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::buf::{AlignedBuf, BufPool};
+use crate::dirty::{CacheDirty, WORK_RECLAIM};
+use crate::evict::Evictor;
+use crate::folio::{metadata_bytes_for, Folio, FolioState};
+use crate::stats::Counters;
+
+/// How long an allocation may wait for writeback to make memory clean before
+/// it fails with an out-of-memory error (only a stuck device gets here).
+const RESERVE_TIMEOUT_MS: u64 = 30_000;
+
+pub struct Memory {
+    capacity_bytes: u64,
+    pub pool: BufPool,
+    pub evictor: Evictor,
+    counters: Arc<Counters>,
+    /// For waiting on writeback progress, kicking reclaim, and knowing the
+    /// cache closed.
+    dirty: Arc<CacheDirty>,
+    /// [`RESERVE_TIMEOUT_MS`]; tests shorten it.
+    reserve_timeout_ms: AtomicU64,
+}
+
+impl Memory {
+    pub fn new(capacity_bytes: u64, dirty: Arc<CacheDirty>) -> Memory {
+        Memory {
+            capacity_bytes,
+            pool: BufPool::default(),
+            evictor: Evictor::default(),
+            counters: dirty.counters.clone(),
+            dirty,
+            reserve_timeout_ms: AtomicU64::new(RESERVE_TIMEOUT_MS),
+        }
+    }
+
+    /// Folio buffers plus pooled buffers, in bytes.
+    pub fn used_bytes(&self) -> u64 {
+        self.counters.cached_bytes.load(Ordering::Acquire) + self.pool.pooled_bytes()
+    }
+
+    #[cfg(test)]
+    pub fn set_reserve_timeout(&self, timeout: Duration) {
+        self.reserve_timeout_ms.store(timeout.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// A buffer of `len` bytes for a new folio, accounted in
+    /// `cached_bytes`: a pooled one if there is one of that size, else a new
+    /// one if `cached + pooled + len <= capacity`, else after shrinking the
+    /// pool, evicting clean folios, or waiting for writeback to make some
+    /// clean.
+    ///
+    /// Without `may_wait` (asynchronous readahead, which is optional work)
+    /// it fails with `ENOMEM` at once instead of waiting for writeback.
+    pub fn reserve_folio_buf(&self, len: usize, may_wait: bool) -> io::Result<AlignedBuf> {
+        let capacity = self.capacity_bytes;
+        let bytes = len as u64;
+        let started = Instant::now();
+        loop {
+            if let Some(buf) = self.pool.take(len) {
+                Counters::add(&self.counters.cached_bytes, bytes);
+                debug_assert_eq!(buf.len(), len);
+                return Ok(buf);
+            }
+            let cur = self.counters.cached_bytes.load(Ordering::Acquire);
+            let pooled = self.pool.pooled_bytes();
+            if cur + pooled + bytes <= capacity {
+                if self
+                    .counters
+                    .cached_bytes
+                    .compare_exchange(cur, cur + bytes, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Ok(AlignedBuf::zeroed(len));
+                }
+                continue;
+            }
+            if pooled > 0 && self.pool.shrink(cur + pooled + bytes - capacity) > 0 {
+                continue;
+            }
+            let want = (cur + bytes).saturating_sub(capacity).max(bytes);
+            if self.evict(want) > 0 {
+                continue;
+            }
+            // Nothing clean to evict: everything is dirty, under writeback or
+            // being filled. Make the flushers write and wait for them.
+            if !may_wait {
+                return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+            }
+            self.dirty.kick_all(WORK_RECLAIM);
+            self.dirty.progress.wait(Duration::from_millis(5));
+            let timeout = Duration::from_millis(self.reserve_timeout_ms.load(Ordering::Relaxed));
+            if started.elapsed() > timeout {
+                return Err(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!(
+                        "wbcache: no folio memory could be freed within {:.1} s (writeback stuck?)",
+                        timeout.as_secs_f64()
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Evicts about `want_bytes` of clean folios; returns the bytes freed.
+    fn evict(&self, want_bytes: u64) -> u64 {
+        self.evictor.evict(&self.counters, want_bytes, &|buf, len| self.release_folio_buf(Some(buf), len))
+    }
+
+    /// Evicts until folio memory is back under `capacity`. A copy of a
+    /// buffer under writeback made under a folio lock (a fill or a truncate
+    /// rewriting part of it) cannot wait for memory and is counted at once,
+    /// so it can go over; the operation that made it calls this once it
+    /// holds no lock, so no operation leaves the cache over capacity.
+    pub fn evict_excess(&self) {
+        let capacity = self.capacity_bytes;
+        let used = self.used_bytes();
+        if used <= capacity {
+            return;
+        }
+        let over = used - capacity;
+        let from_pool = self.pool.shrink(over);
+        if from_pool < over {
+            // Evicted buffers may land in the pool: empty it by as much.
+            let evicted = self.evict(over - from_pool);
+            self.pool.shrink(evicted);
+        }
+    }
+
+    /// Gives back the buffer of a folio that left the cache (or of a
+    /// reservation that was not used): pooled for reuse when possible.
+    pub fn release_folio_buf(&self, buf: Option<AlignedBuf>, len: usize) {
+        if let Some(buf) = buf {
+            debug_assert_eq!(buf.len(), len);
+            // A closed cache allocates nothing more: pooling would only
+            // keep the memory until the last handle goes.
+            if !self.dirty.is_closed() {
+                self.pool.put(buf, self.capacity_bytes / 4);
+            }
+        }
+        let before = self.counters.cached_bytes.fetch_sub(len as u64, Ordering::AcqRel);
+        debug_assert!(before >= len as u64, "cached bytes underflow");
+        self.dirty.progress.made();
+    }
+
+    /// A new folio entered a mapping: its metadata is counted and eviction
+    /// tracks it.
+    pub fn folio_added(&self, mapping: &Arc<crate::mapping::Mapping>, folio: &Arc<Folio>) {
+        Counters::add(&self.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
+        self.evictor.insert(mapping, folio);
+    }
+
+    /// A folio left its mapping now (an eviction queue may still hold the
+    /// `Arc`). Without `buf`, in-flight writeback still holds the buffer:
+    /// it stays counted and that writeback's completion gives it back.
+    pub fn folio_removed(&self, folio: &Folio, buf: Option<AlignedBuf>) {
+        self.evictor.note_removed();
+        Counters::sub(&self.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
+        if let Some(buf) = buf {
+            self.release_folio_buf(Some(buf), folio.size_bytes());
+        }
+    }
+
+    /// Before `Arc::make_mut` on a buffer writeback may share: the copy is
+    /// counted at once (these paths hold the folio lock and cannot wait for
+    /// memory; the old buffer is given back when its writeback completes).
+    pub fn account_shared_copy(&self, st: &FolioState) {
+        if !st.buf.is_empty() && Arc::strong_count(&st.buf) > 1 {
+            Counters::add(&self.counters.cow_copies, 1);
+            Counters::add(&self.counters.cached_bytes, st.buf.len() as u64);
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The state a cache and all its open files share: the inode table, the
+//! writeback domains, the open/closed gate, the worker threads, and the
+//! narrow handles (configuration, counters, dirty accounting, memory, I/O
+//! backend) that inodes and domains are built with.
+//!
+//! Ownership: [`crate::Cache`] and every [`crate::File`] hold `Arc<Shared>`.
+//! Shared owns the inode table and the domains; domains run the flushers
+//! and hold dirty inodes; inodes hold their domain. Those cycles are broken
+//! by [`Shared::shutdown`] (cache close or drop), which writes everything
+//! back, stops the threads and empties the tables. Nothing below this
+//! module holds `Shared`: inodes and domains get only the handles they use.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
+
+use crate::buf::BulkFree;
+use crate::config::Config;
+use crate::dirty::{CacheDirty, DomainDirty, Progress};
+use crate::inode::{Inode, InodeHandles};
+use crate::io::{BackingStore, Io};
+use crate::locks;
+use crate::memory::Memory;
+use crate::readahead::Workers;
+use crate::stats::{Counters, Reason};
+use crate::writeback::domain::Domain;
+
+/// Inodes kept in the table (each holds a descriptor); beyond this, idle
+/// ones are synced and forgotten.
+pub const MAX_CACHED_INODES: usize = 1024;
+
+/// Held by a file operation while it runs (see `Shared::ops_gate`).
+pub type OpGuard<'a> = RwLockReadGuard<'a, ()>;
+
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub counters: Arc<Counters>,
+    pub dirty: Arc<CacheDirty>,
+    pub memory: Arc<Memory>,
+    pub io: Arc<dyn Io>,
+    /// File operations hold it shared; closing takes it exclusively after
+    /// marking the cache closed, so every operation that got in has
+    /// finished before the final sync.
+    ops_gate: RwLock<()>,
+    inodes: Mutex<HashMap<(u64, u64), Arc<Inode>>>,
+    domains: Mutex<HashMap<u64, Arc<Domain>>>,
+    pub workers: Workers,
+    next_inode_id: AtomicU64,
+    pub all_direct_io: AtomicBool,
+}
+
+impl Shared {
+    pub fn new(config: Config, io: Arc<dyn Io>) -> io::Result<Arc<Shared>> {
+        let counters = Arc::new(Counters::default());
+        let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
+        let memory = Arc::new(Memory::new(config.capacity_bytes, dirty.clone()));
+        let workers = Workers::start(config.io_max_bytes)?;
+        Ok(Arc::new(Shared {
+            config: Arc::new(config),
+            counters,
+            dirty,
+            memory,
+            io,
+            ops_gate: RwLock::new(()),
+            inodes: Mutex::new(HashMap::new()),
+            domains: Mutex::new(HashMap::new()),
+            workers,
+            next_inode_id: AtomicU64::new(1),
+            all_direct_io: AtomicBool::new(true),
+        }))
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.dirty.is_closed()
+    }
+
+    /// Enters a file operation (see [`OpGuard`]); `EBADF` once closed.
+    pub fn enter_op(&self) -> io::Result<OpGuard<'_>> {
+        let guard = locks::read(&self.ops_gate);
+        self.check_open()?;
+        Ok(guard)
+    }
+
+    pub fn check_open(&self) -> io::Result<()> {
+        if self.is_closed() {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        Ok(())
+    }
+
+    pub fn nr_inodes(&self) -> usize {
+        locks::lock(&self.inodes).len()
+    }
+
+    /// The inode of an opened store: the cached one (its store upgraded
+    /// when this handle writes), or a new one in the store's device's
+    /// domain. Counts the new handle.
+    pub fn inode_for(self: &Arc<Self>, store: Arc<dyn BackingStore>, writable: bool) -> Arc<Inode> {
+        let info = store.info().clone();
+        let mut table = locks::lock(&self.inodes);
+        if let Some(inode) = table.get(&info.store_id) {
+            if writable {
+                inode.upgrade_store(store);
+            }
+            inode.handles.fetch_add(1, Ordering::AcqRel);
+            return inode.clone();
+        }
+        let domain = self.domain_for(info.device_id);
+        let id = self.next_inode_id.fetch_add(1, Ordering::Relaxed);
+        let handles = InodeHandles {
+            config: self.config.clone(),
+            counters: self.counters.clone(),
+            memory: self.memory.clone(),
+            dirty: domain.dirty.clone(),
+            dirty_list: domain.clone(),
+        };
+        let inode = Arc::new(Inode::new(id, store, writable, handles));
+        inode.handles.fetch_add(1, Ordering::AcqRel);
+        table.insert(info.store_id, inode.clone());
+        inode
+    }
+
+    /// The domain of `device_id`, started on first use.
+    fn domain_for(self: &Arc<Self>, device_id: u64) -> Arc<Domain> {
+        let mut domains = locks::lock(&self.domains);
+        let weak: Weak<Shared> = Arc::downgrade(self);
+        domains
+            .entry(device_id)
+            .or_insert_with(|| {
+                let on_idle = move |inode: &Arc<Inode>| {
+                    if let Some(shared) = weak.upgrade() {
+                        shared.forget_inode_if_idle_later(inode);
+                    }
+                };
+                Domain::start(
+                    device_id,
+                    DomainDirty::new(&self.dirty),
+                    self.config.clone(),
+                    self.io.clone(),
+                    Box::new(on_idle),
+                )
+            })
+            .clone()
+    }
+
+    /// [`Shared::forget_inode_if_idle`] for the flusher: a worker thread
+    /// does it (forgetting syncs the inode, and the flusher must never wait
+    /// for writeback: its own passes of that inode may still be in flight,
+    /// and only it completes them), if it is worth a look.
+    pub fn forget_inode_if_idle_later(self: &Arc<Self>, inode: &Arc<Inode>) {
+        if self.nr_inodes() > MAX_CACHED_INODES {
+            let shared = self.clone();
+            let inode = inode.clone();
+            self.workers.run(Box::new(move || {
+                if !shared.is_closed() {
+                    shared.forget_inode_if_idle(&inode);
+                }
+            }));
+        }
+    }
+
+    /// Called when an inode may have become idle (last handle closed, or
+    /// the flusher cleaned it). Idle inodes stay cached, like the kernel's
+    /// inode cache, so reopening a file finds its data; only past
+    /// [`MAX_CACHED_INODES`] is an idle inode forgotten, after its data was
+    /// made durable (an error keeps it, so the next open or the cache close
+    /// reports it).
+    pub fn forget_inode_if_idle(&self, inode: &Arc<Inode>) {
+        let idle = |i: &Inode| {
+            i.handles.load(Ordering::Acquire) == 0 && !i.has_dirty() && !i.on_dirty_list.load(Ordering::Acquire)
+        };
+        if !idle(inode) || self.nr_inodes() <= MAX_CACHED_INODES {
+            return;
+        }
+        if inode.needs_store_sync() && inode.write_and_sync(false, Reason::Close).is_err() {
+            return;
+        }
+        let mut table = locks::lock(&self.inodes);
+        if !idle(inode) || inode.needs_store_sync() {
+            return;
+        }
+        let key = inode.info.store_id;
+        if matches!(table.get(&key), Some(i) if Arc::ptr_eq(i, inode)) {
+            table.remove(&key);
+        }
+        drop(table);
+        let _bulk = BulkFree::begin();
+        inode.drop_all_clean();
+    }
+
+    /// Writes back and syncs every inode; returns the first error.
+    pub fn sync_everything(&self, reason: Reason) -> io::Result<()> {
+        let inodes: Vec<Arc<Inode>> = locks::lock(&self.inodes).values().cloned().collect();
+        let mut first_err = None;
+        for inode in inodes {
+            if let Err(e) = inode.write_and_sync(false, reason) {
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the cache: refuses new operations, waits for those inside,
+    /// writes back and syncs everything, stops the threads and frees the
+    /// memory. Returns the first writeback or sync error; later calls do
+    /// nothing.
+    pub fn shutdown(&self) -> io::Result<()> {
+        // Refuse new I/O first, so no write can land after the final sync.
+        if !self.dirty.close() {
+            return Ok(());
+        }
+        // Wait for operations already inside (throttled writers see
+        // `closed` and stop waiting); new ones fail with EBADF.
+        drop(locks::write(&self.ops_gate));
+        let result = self.sync_everything(Reason::Close);
+        self.workers.stop();
+        let domains: Vec<Arc<Domain>> = locks::lock(&self.domains).drain().map(|(_, d)| d).collect();
+        for d in domains {
+            d.stop();
+        }
+        self.dirty.clear_domains();
+        let inodes: Vec<Arc<Inode>> = locks::lock(&self.inodes).drain().map(|(_, i)| i).collect();
+        let bulk = BulkFree::begin();
+        for inode in &inodes {
+            inode.drop_all_clean();
+        }
+        self.memory.evictor.clear();
+        // Folios still mapped (busy, or dirty after failed writeback) go
+        // with the inodes; then the pooled buffers: nothing will reuse
+        // them, and open handles could keep the pool alive long after the
+        // close.
+        drop(inodes);
+        self.memory.pool.shrink(u64::MAX);
+        drop(bulk);
+        self.dirty.progress.made();
+        debug_assert_eq!(self.nr_inodes(), 0);
+        result
+    }
+}
