@@ -33,8 +33,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use crate::io::BLOCK_SIZE;
 use crate::locks;
+
+/// The unit of uptodate/dirty tracking and of I/O alignment: every buffer
+/// here is aligned to it, as O_DIRECT needs.
+pub const BLOCK_SIZE: usize = 4096;
 
 /// Buffers at least this large get their own populated anonymous mapping:
 /// the kernel hands them over zeroed and faulted in, about 40% cheaper here
@@ -562,7 +565,6 @@ impl BufPool {
 #[cfg(test)]
 mod pool_tests {
     use super::*;
-    use crate::io::BLOCK_SIZE;
 
     #[test]
     fn reuses_same_size_and_respects_the_cap() {

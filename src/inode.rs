@@ -1,44 +1,42 @@
 //! An inode: wbcache's state for one backing store, shared by every open
-//! handle of it. It owns the mapping (folio index → folio), the dirty index,
-//! the logical size, the error sequence and the writeback tickets, and
-//! implements the data paths on them: read, write, writeback collection and
-//! completion, truncate.
+//! handle of it. It owns its [`Mapping`] (folio index and dirty index), the
+//! logical size, the store and its length gate, the error sequence and the
+//! writeback tickets, and implements the data paths on them: read, write,
+//! fill and `set_len`. The writeback layer's methods on an inode (passes,
+//! completion, fsync) live in `writeback::pass` and `writeback::sync`; an
+//! inode reaches that layer only through [`DirtyInodeList`].
 //!
-//! Lock order (outer first): `mapping` → folio state → `dirty_index`.
-//! `size_lock` is taken before `mapping` and only by size changes. No lock
-//! is held across a call into eviction or throttling, and only a folio's own
+//! Lock order (outer first): `size_lock` (size changes only) → the
+//! mapping's index → folio state → the mapping's dirty index. No lock is
+//! held across a call into eviction or throttling, and only a folio's own
 //! lock is held across the (single-block or folio-fill) I/O that makes that
 //! folio uptodate.
 //!
 //! Invariants:
-//! - Folios in `mapping` do not overlap; each is naturally aligned.
-//! - A folio is in `dirty_index` (keyed by its index) exactly when it has
-//!   dirty blocks (checked on every transition). The index holds the folio
-//!   itself, so writeback takes dirty folios without a mapping lookup.
 //! - `on_disk_len_max` is an upper bound on the backing store's length, so a
 //!   block at or beyond it reads as zeros without I/O.
 //! - Writeback tickets are handed out before dirty bits are taken, so a
 //!   waiter that samples the newest ticket after its own pass has covered
 //!   every writeback that took a block dirty at its call.
+//! - Every byte made dirty here is accounted to the domain ([`DomainDirty`])
+//!   under the folio lock that set its bit, and the inode is on its
+//!   domain's dirty list before the write returns.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
 
 use crate::buf::{AlignedBuf, BulkFree};
 use crate::config::Config;
 use crate::dirty::{DomainDirty, WORK_START_DONTCACHE};
 use crate::errseq::ErrSeq;
-use crate::folio::{DirtyMark, Folio, FolioState};
-use crate::io::queue::{QueuedWrite, Segment};
-use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
+use crate::folio::{Folio, FolioState};
+use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::mapping::{choose_order, find_in, Mapping};
 use crate::memory::Memory;
 use crate::stats::Counters;
-use crate::stats::Reason;
 use crate::throttle;
 use crate::userbuf::{ReadTarget, WriteSource};
 
@@ -50,7 +48,7 @@ const BLOCK: u64 = BLOCK_SIZE as u64;
 /// (taken at submission, given back at completion). A pending length change
 /// holds off new I/O, so it cannot starve.
 #[derive(Default)]
-struct StoreLenGate {
+pub struct StoreLenGate {
     state: Mutex<GateState>,
     changed: Condvar,
 }
@@ -66,7 +64,7 @@ impl StoreLenGate {
         locks::lock(&self.state)
     }
 
-    fn begin_io(&self) {
+    pub fn begin_io(&self) {
         let mut st = self.lock();
         while st.resizing {
             st = locks::wait(&self.changed, st);
@@ -75,7 +73,7 @@ impl StoreLenGate {
     }
 
     /// As `begin_io`, but gives up instead of waiting for a length change.
-    fn try_begin_io(&self) -> bool {
+    pub fn try_begin_io(&self) -> bool {
         let mut st = self.lock();
         if st.resizing {
             return false;
@@ -84,7 +82,7 @@ impl StoreLenGate {
         true
     }
 
-    fn end_io(&self) {
+    pub fn end_io(&self) {
         let mut st = self.lock();
         assert!(st.io_in_flight > 0, "an I/O ends once");
         st.io_in_flight -= 1;
@@ -94,7 +92,7 @@ impl StoreLenGate {
     }
 
     /// Waits for exclusive access: no other length change, no I/O.
-    fn resize(&self) -> ResizeGuard<'_> {
+    pub fn resize(&self) -> ResizeGuard<'_> {
         let mut st = self.lock();
         while st.resizing {
             st = locks::wait(&self.changed, st);
@@ -107,7 +105,7 @@ impl StoreLenGate {
     }
 }
 
-struct ResizeGuard<'a>(&'a StoreLenGate);
+pub struct ResizeGuard<'a>(&'a StoreLenGate);
 
 impl Drop for ResizeGuard<'_> {
     fn drop(&mut self) {
@@ -121,80 +119,9 @@ impl Drop for ResizeGuard<'_> {
 
 /// In-flight writeback tickets of an inode.
 #[derive(Default)]
-struct Tickets {
-    last_issued: u64,
-    in_flight: BTreeSet<u64>,
-}
-
-/// A contiguous run of blocks taken from one folio for writeback.
-struct WbChunk {
-    folio: Arc<Folio>,
-    buf: Arc<AlignedBuf>,
-    /// Block range within the folio.
-    start: usize,
-    end: usize,
-    /// Clean, uptodate blocks written only to join two dirty neighbours
-    /// into one I/O (`Config::bridge_gap_bytes`); not dirty data, so not in
-    /// the dirty or writeback byte counts. Random 4 KiB writes leave many
-    /// dirty blocks one or two blocks apart; rewriting what is already on
-    /// disk there costs a few KiB of transfer and saves an I/O (about 4% of
-    /// the I/Os of the rand-write benchmark, whose device is bound by I/Os
-    /// per second; gaps of 4 or 8 blocks saved hardly more).
-    bridge: bool,
-    result: Option<io::Result<()>>,
-}
-
-impl WbChunk {
-    fn offset(&self) -> u64 {
-        self.folio.offset() + (self.start * BLOCK_SIZE) as u64
-    }
-    fn len_bytes(&self) -> usize {
-        (self.end - self.start) * BLOCK_SIZE
-    }
-}
-
-/// A writeback pass between collecting its blocks and completing them.
-pub struct WbPass {
-    ticket: u64,
-    reason: Reason,
-    chunks: Vec<WbChunk>,
-    /// I/O `g` writes `chunks[groups[g].0..groups[g].1]`.
-    groups: Vec<(usize, usize)>,
-    bytes: u64,
-}
-
-impl WbPass {
-    /// Bytes the pass writes.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// Dirty bytes the pass writes (without the clean blocks it bridges).
-    pub fn dirty_bytes(&self) -> u64 {
-        self.chunks.iter().filter(|c| !c.bridge).map(|c| c.len_bytes() as u64).sum()
-    }
-
-    /// Records the result of every I/O (in group order) on its chunks.
-    pub fn set_results(&mut self, results: Vec<io::Result<usize>>) {
-        assert_eq!(results.len(), self.groups.len(), "one result per I/O");
-        for (&(i, j), result) in self.groups.iter().zip(results) {
-            for c in &mut self.chunks[i..j] {
-                assert!(c.result.is_none(), "a chunk completes once");
-                c.result = Some(match &result {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))),
-                });
-            }
-        }
-    }
-}
-
-/// What one writeback pass did.
-#[derive(Debug, Default)]
-pub struct WritebackOutcome {
-    pub written_bytes: u64,
-    pub failed_bytes: u64,
-    pub first_error: Option<i32>,
+pub struct Tickets {
+    pub last_issued: u64,
+    pub in_flight: BTreeSet<u64>,
 }
 
 /// The writeback layer's side of an inode, which sits above this module:
@@ -230,13 +157,13 @@ pub struct Inode {
     pub mapping: Arc<Mapping>,
     /// Logical file size in bytes.
     size: AtomicU64,
-    on_disk_len_max: AtomicU64,
+    pub on_disk_len_max: AtomicU64,
     /// Writeback wrote a tail block that reaches past the logical size
     /// (O_DIRECT writes whole blocks): the store may hold up to a block of
     /// zeros past the size, which [`Inode::fix_backing_size`] cuts. Only
     /// such padding of our own is ever cut: a store longer for any other
     /// reason (another program appended) is left alone.
-    store_padded: AtomicBool,
+    pub store_padded: AtomicBool,
     /// A length the store's file system is known to accept (writes up to it
     /// skip the check in [`Inode::room_to_grow`]).
     len_accepted: AtomicU64,
@@ -244,19 +171,19 @@ pub struct Inode {
     /// (`u64::MAX` until then).
     len_limit: AtomicU64,
     /// Serializes size changes against each other and backing-size fixes.
-    size_lock: Mutex<()>,
+    pub size_lock: Mutex<()>,
     /// Writeback I/O holds it shared; changing the backing store's length
     /// holds it exclusively, so a truncation never races an in-flight write
     /// beyond the old length.
-    store_len_gate: StoreLenGate,
+    pub store_len_gate: StoreLenGate,
     /// Size changed since the last successful store sync: use fsync, not
     /// fdatasync.
-    size_changed: AtomicBool,
+    pub size_changed: AtomicBool,
     /// Writeback wrote data since the last successful store sync.
-    written_since_sync: AtomicBool,
+    pub written_since_sync: AtomicBool,
     pub errseq: ErrSeq,
-    tickets: Mutex<Tickets>,
-    tickets_done: Condvar,
+    pub tickets: Mutex<Tickets>,
+    pub tickets_done: Condvar,
     /// Queued on the domain's dirty list.
     pub on_dirty_list: AtomicBool,
     /// When the inode went from clean to dirty (ns since the cache epoch).
@@ -264,7 +191,7 @@ pub struct Inode {
     /// Open handles.
     pub handles: AtomicUsize,
     /// Where the next cyclic writeback pass starts (folio index).
-    writeback_cursor: AtomicU64,
+    pub writeback_cursor: AtomicU64,
 }
 
 impl Inode {
@@ -859,557 +786,6 @@ impl Inode {
         }
     }
 
-    fn ticket_begin(&self) -> u64 {
-        let mut t = locks::lock(&self.tickets);
-        t.last_issued += 1;
-        let ticket = t.last_issued;
-        t.in_flight.insert(ticket);
-        ticket
-    }
-
-    fn ticket_end(&self, ticket: u64) {
-        let mut t = locks::lock(&self.tickets);
-        assert!(t.in_flight.remove(&ticket), "ticket {ticket} ends once");
-        drop(t);
-        self.tickets_done.notify_all();
-    }
-
-    /// Waits until every writeback that began before this call has ended.
-    pub fn wait_writeback_before_now(&self) {
-        let mut t = locks::lock(&self.tickets);
-        let sample = t.last_issued;
-        while t.in_flight.first().is_some_and(|&first| first <= sample) {
-            t = locks::wait(&self.tickets_done, t);
-        }
-    }
-
-    /// Takes dirty blocks (whole folios, in file order from the cyclic
-    /// cursor, or from the start when `from_start`) until about `max_bytes`
-    /// or `max_chunks` runs, marks them under writeback and returns them as
-    /// chunks.
-    fn collect_dirty(&self, max_bytes: u64, max_chunks: usize, from_start: bool) -> Vec<WbChunk> {
-        /// Index keys copied per look at the dirty index: the index lock is
-        /// not held while folios are locked, and a pass never copies more
-        /// of a large index than it uses. Each look takes the index lock once
-        /// for all of its folios (the index holds them, so no mapping lock
-        /// is needed): writers take it on every newly dirty folio, and
-        /// per-folio locking by the flusher made them sleep on it.
-        const KEYS_PER_LOOK: usize = 64;
-        let cursor = if from_start { 0 } else { self.writeback_cursor.load(Ordering::Relaxed) };
-        let mut chunks = Vec::new();
-        let mut taken = 0u64;
-        let mut taken_dontcache = 0u64;
-        // From the cursor to the end, then from the start up to the cursor.
-        let mut next_key = cursor;
-        let mut wrapped = false;
-        let mut cursor_after = None;
-        // Folios this scan left without dirty blocks; their index entries
-        // go at the next look (or the end), under the lock taken anyway.
-        let mut went_clean: Vec<Arc<Folio>> = Vec::new();
-        'scan: while taken < max_bytes && chunks.len() < max_chunks {
-            let folios: Vec<Arc<Folio>> = {
-                let mut idx = self.mapping.dirty_index();
-                Self::unindex_went_clean(&mut idx, &mut went_clean);
-                let end = if wrapped { cursor } else { u64::MAX };
-                idx.range(next_key..end).take(KEYS_PER_LOOK).map(|(_, f)| f.clone()).collect()
-            };
-            let Some(last) = folios.last().map(|f| f.index) else {
-                if wrapped || cursor == 0 {
-                    break;
-                }
-                wrapped = true;
-                next_key = 0;
-                continue;
-            };
-            next_key = last + 1;
-            for folio in folios {
-                if taken >= max_bytes || chunks.len() >= max_chunks {
-                    break 'scan;
-                }
-                let mut st = folio.lock();
-                if st.removed || st.nr_dirty == 0 {
-                    // Evicted after an earlier pass cleaned it, before its
-                    // entry went: the entry goes now (if still its own).
-                    drop(st);
-                    went_clean.push(folio);
-                    continue;
-                }
-                let nr_blocks = folio.nr_blocks();
-                // A block rewritten while its old version is still in flight
-                // waits for that I/O: two versions of one block in flight
-                // could land in either order.
-                let mut taken_blocks = 0usize;
-                for (start, end) in st.dirty.runs_excluding(&st.writeback, nr_blocks) {
-                    st.dirty.clear_range(start, end);
-                    st.writeback.set_range(start, end);
-                    taken_blocks += end - start;
-                    // Raised while the blocks are still ours (folio locked), so
-                    // a truncate that removes them later lowers it for good.
-                    let chunk_end = folio.offset() + (end * BLOCK_SIZE) as u64;
-                    if self.on_disk_len_max.load(Ordering::Acquire) < chunk_end {
-                        self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
-                    }
-                    if chunk_end > self.size() {
-                        self.store_padded.store(true, Ordering::Release);
-                    }
-                    chunks.push(WbChunk {
-                        folio: folio.clone(),
-                        buf: st.buf.clone(),
-                        start,
-                        end,
-                        bridge: false,
-                        result: None,
-                    });
-                }
-                if taken_blocks == 0 {
-                    continue;
-                }
-                taken += taken_blocks as u64 * BLOCK;
-                st.nr_writeback += taken_blocks;
-                st.nr_dirty -= taken_blocks;
-                let dontcache_blocks = if st.nr_dirty == 0 {
-                    std::mem::take(&mut st.dontcache_dirty)
-                } else {
-                    let n = st.dontcache_dirty.min(taken_blocks);
-                    st.dontcache_dirty -= n;
-                    n
-                };
-                taken_dontcache += dontcache_blocks as u64 * BLOCK;
-                st.check(nr_blocks);
-                cursor_after = Some(folio.end_index());
-                if st.nr_dirty == 0 {
-                    folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
-                    drop(st);
-                    went_clean.push(folio);
-                }
-            }
-        }
-        if !went_clean.is_empty() {
-            Self::unindex_went_clean(&mut self.mapping.dirty_index(), &mut went_clean);
-        }
-        // Stored once per pass: writers read this inode's lines on every
-        // write, and a store per folio kept taking them away.
-        if let Some(next) = cursor_after {
-            self.writeback_cursor.store(next, Ordering::Relaxed);
-        }
-        self.dirty.account_writeback_started(taken, taken_dontcache);
-        chunks
-    }
-
-    /// Takes the folios of `went_clean` out of the dirty index (its lock
-    /// held) unless they were dirtied again since: a writer marks a folio
-    /// dirty before it inserts it, and inserts under this lock, so a folio
-    /// still marked clean (or removed) here has no newer entry. An entry
-    /// that holds another folio (a new one at the same place, after the
-    /// old one was removed) stays.
-    fn unindex_went_clean(idx: &mut BTreeMap<u64, Arc<Folio>>, went_clean: &mut Vec<Arc<Folio>>) {
-        for folio in went_clean.drain(..) {
-            if folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::DIRTY
-                && idx.get(&folio.index).is_some_and(|f| Arc::ptr_eq(f, &folio))
-            {
-                idx.remove(&folio.index);
-            }
-        }
-    }
-
-    /// One synchronous writeback pass: takes up to `max_bytes` of dirty
-    /// data, writes it with I/Os of up to `io_max` merged across folios,
-    /// and completes it. Failed blocks become dirty again and the error is
-    /// recorded in the errseq. Clean drop-behind folios are dropped
-    /// afterwards.
-    pub fn writeback(self: &Arc<Self>, reason: Reason, max_bytes: u64, priority: IoPriority) -> WritebackOutcome {
-        // The gate before the blocks are taken (as the flusher's passes do):
-        // a length change or backing-size fix never falls between taking a
-        // tail block (which marks the store padded) and writing it.
-        self.store_len_gate.begin_io();
-        let Some(mut pass) = self.begin_pass(reason, max_bytes, usize::MAX) else {
-            self.store_len_gate.end_io();
-            return WritebackOutcome::default();
-        };
-        let store = self.store();
-        let started = Instant::now();
-        let results: Vec<io::Result<usize>> = {
-            let mut ops: Vec<IoOp<'_>> = pass
-                .groups
-                .iter()
-                .map(|&(i, j)| {
-                    let bufs =
-                        pass.chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
-                    IoOp::write(pass.chunks[i].offset(), bufs, priority)
-                })
-                .collect();
-            run_batch(&*store, &mut ops);
-            ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect()
-        };
-        self.store_len_gate.end_io();
-        let elapsed = started.elapsed();
-        pass.set_results(results);
-        let outcome = self.finish_pass(pass, true);
-        self.dirty.update_bandwidth(outcome.written_bytes, elapsed);
-        outcome
-    }
-
-    /// Starts a writeback pass: takes a ticket, collects up to `max_bytes`
-    /// or `max_chunks` runs of dirty blocks (marking them under writeback),
-    /// and groups them into I/Os of at most `io_max`. `None` when nothing
-    /// was dirty (the ticket is already given back).
-    pub fn begin_pass(self: &Arc<Self>, reason: Reason, max_bytes: u64, max_chunks: usize) -> Option<WbPass> {
-        let ticket = self.ticket_begin();
-        let from_start = reason == Reason::Fsync || reason == Reason::Close;
-        let mut chunks = self.collect_dirty(max_bytes, max_chunks, from_start);
-        if chunks.is_empty() {
-            self.ticket_end(ticket);
-            return None;
-        }
-        chunks.sort_by_key(|c| c.offset());
-        let io_max_bytes = self.config.io_max_bytes as usize;
-        let io_max_blocks = io_max_bytes / BLOCK_SIZE;
-        let mut split = Vec::with_capacity(chunks.len());
-        for c in chunks {
-            let mut s = c.start;
-            while s < c.end {
-                let e = (s + io_max_blocks).min(c.end);
-                split.push(WbChunk {
-                    folio: c.folio.clone(),
-                    buf: c.buf.clone(),
-                    start: s,
-                    end: e,
-                    bridge: false,
-                    result: None,
-                });
-                s = e;
-            }
-        }
-        // Neighbouring chunks form one vectored I/O of at most `io_max` and
-        // `IOV_MAX` buffers (one per chunk), bridging a small gap of clean
-        // cached blocks where one lies between.
-        let mut chunks: Vec<WbChunk> = Vec::with_capacity(split.len());
-        let mut groups: Vec<(usize, usize)> = Vec::new();
-        let mut group_start = 0;
-        let mut group_bytes = 0usize;
-        for c in split {
-            if let Some(prev) = chunks.last() {
-                let prev_end = prev.offset() + prev.len_bytes() as u64;
-                let gap_bytes = c.offset() - prev_end;
-                // A bridge adds at most one buffer per block of the gap.
-                let buffers_after = chunks.len() - group_start + (gap_bytes / BLOCK) as usize + 1;
-                let fits = group_bytes + gap_bytes as usize + c.len_bytes() <= io_max_bytes && buffers_after <= IOV_MAX;
-                let mut joined = fits && gap_bytes == 0;
-                if fits && gap_bytes > 0 && gap_bytes <= self.config.bridge_gap_bytes {
-                    if let Some(bridge) = self.take_bridge(prev_end / BLOCK, c.offset() / BLOCK) {
-                        chunks.extend(bridge);
-                        joined = true;
-                    }
-                }
-                if joined {
-                    group_bytes += gap_bytes as usize;
-                } else {
-                    groups.push((group_start, chunks.len()));
-                    group_start = chunks.len();
-                    group_bytes = 0;
-                }
-            }
-            group_bytes += c.len_bytes();
-            chunks.push(c);
-        }
-        groups.push((group_start, chunks.len()));
-        debug_assert!(groups.iter().all(|&(i, j)| chunks[i + 1..j]
-            .iter()
-            .zip(&chunks[i..j - 1])
-            .all(|(b, a)| b.offset() == a.offset() + a.len_bytes() as u64)));
-        assert!(groups.iter().all(|&(i, j)| j - i <= IOV_MAX), "a writeback I/O carries at most IOV_MAX buffers");
-        let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
-        Some(WbPass { ticket, reason, chunks, groups, bytes })
-    }
-
-    /// Takes blocks `[start, end)` for writeback as a bridge between two
-    /// dirty runs, if cached folios hold them all and they are uptodate,
-    /// clean, not under writeback and not being filled: then the cached
-    /// bytes are what the store holds, and writing them again changes
-    /// nothing. They are marked under writeback like dirty blocks, so a
-    /// writer that dirties one meanwhile copies the folio and its new
-    /// version waits for this I/O. One chunk per folio, in order; `None`
-    /// (nothing taken) if any block does not qualify.
-    fn take_bridge(&self, start: u64, end: u64) -> Option<Vec<WbChunk>> {
-        let mut taken: Vec<WbChunk> = Vec::new();
-        let mut block = start;
-        while block < end {
-            let Some(chunk) = self.take_bridge_in_folio(block, end) else {
-                for c in taken {
-                    self.release_bridge(c);
-                }
-                return None;
-            };
-            block = chunk.folio.index + chunk.end as u64;
-            taken.push(chunk);
-        }
-        let bytes = taken.iter().map(|c| c.len_bytes() as u64).sum();
-        Counters::add(&self.counters.bridged_bytes, bytes);
-        Some(taken)
-    }
-
-    /// The part of `[block, end)` in the folio holding `block`, taken as in
-    /// [`Inode::take_bridge`].
-    fn take_bridge_in_folio(&self, block: u64, end: u64) -> Option<WbChunk> {
-        let folio = self.find(block)?;
-        let mut st = folio.lock();
-        let (first, last) = ((block - folio.index) as usize, (end.min(folio.end_index()) - folio.index) as usize);
-        let clean = st.dirty.count_range(first, last) == 0 && st.writeback.count_range(first, last) == 0;
-        if st.removed || st.read_in_flight || !st.is_uptodate(first, last) || !clean {
-            return None;
-        }
-        st.writeback.set_range(first, last);
-        st.nr_writeback += last - first;
-        st.check(folio.nr_blocks());
-        let buf = st.buf.clone();
-        drop(st);
-        Some(WbChunk { folio, buf, start: first, end: last, bridge: true, result: None })
-    }
-
-    /// Gives back a bridge chunk that will not be written.
-    fn release_bridge(&self, c: WbChunk) {
-        debug_assert!(c.bridge);
-        let mut st = c.folio.lock();
-        let cleared = st.writeback.clear_range(c.start, c.end);
-        assert_eq!(cleared, c.end - c.start, "a bridge's blocks were under writeback");
-        st.nr_writeback -= cleared;
-        st.check(c.folio.nr_blocks());
-        self.end_writeback_ref(&c.folio, st, c.buf);
-    }
-
-    /// Ends a writeback reference to a folio's buffer; `st` is the folio's
-    /// locked state and is unlocked here. A reference to the folio's current
-    /// buffer is dropped under the lock: a writer that took the lock in
-    /// between would see the buffer shared, copy it (counting the copy) and
-    /// leave the old one to this reference, which would then free it
-    /// uncounted. If the folio moved on to a copy or was removed, the last
-    /// reference gives the old buffer's memory back.
-    fn end_writeback_ref(&self, folio: &Folio, st: MutexGuard<'_, FolioState>, buf: Arc<AlignedBuf>) {
-        if Arc::ptr_eq(&buf, &st.buf) {
-            drop(buf);
-            drop(st);
-            return;
-        }
-        drop(st);
-        // `into_inner`, not `try_unwrap`: when the last two references end at
-        // once, exactly one of them gets the buffer back.
-        if let Some(buf) = Arc::into_inner(buf) {
-            self.memory.release_folio_buf(Some(buf), folio.size_bytes());
-        }
-    }
-
-    /// The pass's I/Os as writes a [`crate::io::queue::WriteQueue`] can own,
-    /// tagged `tag_base + i` for group `i`. The caller holds the store's
-    /// I/O gate from before the first is submitted until the last completes
-    /// ([`Inode::try_begin_async_io`]).
-    pub fn pass_writes(&self, pass: &WbPass, priority: IoPriority, tag_base: u64) -> Vec<QueuedWrite> {
-        let store = self.store();
-        pass.groups
-            .iter()
-            .enumerate()
-            .map(|(g, &(i, j))| QueuedWrite {
-                store: store.clone(),
-                offset: pass.chunks[i].offset(),
-                segments: pass.chunks[i..j]
-                    .iter()
-                    .map(|c| Segment { buf: c.buf.clone(), range: c.start * BLOCK_SIZE..c.end * BLOCK_SIZE })
-                    .collect(),
-                priority,
-                tag: tag_base + g as u64,
-            })
-            .collect()
-    }
-
-    /// Takes the store's I/O gate for writes that complete later; `false`
-    /// when a length change is pending (the caller must first complete the
-    /// I/O it has in flight, then use [`Inode::begin_async_io_wait`]).
-    pub fn try_begin_async_io(&self) -> bool {
-        self.store_len_gate.try_begin_io()
-    }
-
-    /// As [`Inode::try_begin_async_io`], waiting out a length change.
-    pub fn begin_async_io_wait(&self) {
-        self.store_len_gate.begin_io();
-    }
-
-    /// Gives back the gate taken for a pass's asynchronous writes, once all
-    /// of them completed.
-    pub fn end_async_io(&self) {
-        self.store_len_gate.end_io();
-    }
-
-    /// Completes a pass whose I/Os all finished: clears writeback, redirties
-    /// and records failures, drops clean drop-behind folios, gives back the
-    /// ticket and, with `fix_size`, makes the store's length the logical
-    /// size again. A caller with other passes of this inode in flight passes
-    /// `fix_size = false`: the size fix waits for all I/O of the inode.
-    pub fn finish_pass(self: &Arc<Self>, pass: WbPass, fix_size: bool) -> WritebackOutcome {
-        let mut outcome = WritebackOutcome::default();
-        self.complete_chunks(pass.chunks, pass.reason, &mut outcome);
-        if outcome.written_bytes > 0 {
-            self.written_since_sync.store(true, Ordering::Release);
-        }
-        self.ticket_end(pass.ticket);
-        if fix_size && outcome.written_bytes > 0 {
-            if let Err(e) = self.fix_backing_size() {
-                self.record_error(&e, &mut outcome);
-            }
-        }
-        outcome
-    }
-
-    fn record_error(&self, e: &io::Error, outcome: &mut WritebackOutcome) {
-        let errno = e.raw_os_error().unwrap_or(libc::EIO);
-        self.errseq.record(errno);
-        Counters::add(&self.counters.writeback_errors, 1);
-        outcome.first_error.get_or_insert(errno);
-    }
-
-    fn complete_chunks(self: &Arc<Self>, chunks: Vec<WbChunk>, reason: Reason, outcome: &mut WritebackOutcome) {
-        let mut redirtied_bytes = 0u64;
-        // Dirty data only: bridges were never counted as dirty or under
-        // writeback.
-        let mut done_bytes = 0u64;
-        let mut written_bytes = 0u64;
-        let mut drop_candidates: Vec<Arc<Folio>> = Vec::new();
-        for c in chunks {
-            let bytes = c.len_bytes() as u64;
-            if !c.bridge {
-                done_bytes += bytes;
-            }
-            let mut st = c.folio.lock();
-            let cleared = st.writeback.clear_range(c.start, c.end);
-            assert_eq!(cleared, c.end - c.start, "blocks under writeback complete once");
-            st.nr_writeback -= cleared;
-            match c.result.expect("every chunk has a result") {
-                Ok(()) => {
-                    outcome.written_bytes += bytes;
-                    if !c.bridge {
-                        written_bytes += bytes;
-                    }
-                }
-                Err(e) => {
-                    outcome.failed_bytes += bytes;
-                    self.record_error(&e, outcome);
-                    if !st.removed {
-                        // fsyncgate: the data stays dirty so a later fsync
-                        // retries it; never report it clean. A failed
-                        // bridge too: the store may now hold anything there.
-                        let was_clean = st.nr_dirty == 0;
-                        let newly = st.set_dirty(c.start, c.end);
-                        redirtied_bytes += newly as u64 * BLOCK;
-                        self.dirty.account_dirty_bytes(newly as u64 * BLOCK, 0);
-                        if was_clean && newly > 0 {
-                            self.mapping.index_dirty(&c.folio);
-                        }
-                    }
-                }
-            }
-            st.check(c.folio.nr_blocks());
-            let droppable = !st.removed && st.nr_dirty == 0 && st.nr_writeback == 0;
-            self.end_writeback_ref(&c.folio, st, c.buf);
-            if droppable && c.folio.dropbehind.load(Ordering::Relaxed) {
-                drop_candidates.push(c.folio);
-            }
-        }
-        self.dirty.account_writeback_done(done_bytes, written_bytes, reason);
-        if redirtied_bytes > 0 {
-            self.queue_on_dirty_list();
-        }
-        drop_candidates.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        for f in drop_candidates {
-            self.try_remove_clean(&f);
-        }
-    }
-
-    /// Sets the backing store's length to the logical size if they differ
-    /// (O_DIRECT writes whole tail blocks; truncation happens here).
-    pub fn fix_backing_size(&self) -> io::Result<()> {
-        if self.info.is_block_device || !self.is_store_writable() {
-            return Ok(());
-        }
-        // The common case needs no exclusion: the I/O that made the store
-        // longer than the size completed before this check.
-        if !self.backing_size_needs_fix(self.store().len()?, self.size()) {
-            return Ok(());
-        }
-        let _g = locks::lock(&self.size_lock);
-        // No writeback I/O runs meanwhile, and none is between taking its
-        // blocks and completing: the padding flag cannot be raised under us.
-        let _no_io = self.store_len_gate.resize();
-        let size = self.size();
-        let store = self.store();
-        if self.backing_size_needs_fix(store.len()?, size) {
-            store.set_len(size)?;
-            self.size_changed.store(true, Ordering::Release);
-        }
-        self.store_padded.store(false, Ordering::Release);
-        Ok(())
-    }
-
-    /// A store shorter than the size grows to it (the size is ours: our
-    /// writes made it). A longer one is cut only back from our own tail
-    /// padding: within the size's last block, and only after writeback
-    /// padded it. Data another program put past our size stays.
-    fn backing_size_needs_fix(&self, store_len: u64, size: u64) -> bool {
-        match store_len.cmp(&size) {
-            std::cmp::Ordering::Equal => false,
-            std::cmp::Ordering::Less => true,
-            std::cmp::Ordering::Greater => {
-                self.store_padded.load(Ordering::Acquire) && store_len <= size.next_multiple_of(BLOCK)
-            }
-        }
-    }
-
-    /// Writes back every block dirty now and makes it durable: a pass that
-    /// writes what is not already in flight, a wait for writeback that began
-    /// earlier, a second pass for blocks that were in flight with an older
-    /// version, a second wait, then the size fix and the store sync. Any
-    /// writeback error recorded meanwhile (by this pass or a flusher pass it
-    /// waited for) fails it, and then the store is not synced.
-    pub fn write_and_sync(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
-        let err_sample = self.errseq.sample();
-        for _pass in 0..2 {
-            self.writeback(reason, u64::MAX, IoPriority::Sync);
-            self.wait_writeback_before_now();
-        }
-        if let Some(errno) = self.errseq.error_since(err_sample) {
-            return Err(io::Error::from_raw_os_error(errno));
-        }
-        if !self.is_store_writable() {
-            return Ok(());
-        }
-        // Cleared before the sync: writeback completing later sets it again.
-        self.written_since_sync.store(false, Ordering::Release);
-        let result = self.fix_backing_size().and_then(|_| {
-            let size_changed = self.size_changed.swap(false, Ordering::AcqRel);
-            let r = self.store().sync(data_only && !size_changed);
-            if r.is_err() && size_changed {
-                self.size_changed.store(true, Ordering::Release);
-            }
-            r
-        });
-        if let Err(e) = &result {
-            self.written_since_sync.store(true, Ordering::Release);
-            let mut ignored = WritebackOutcome::default();
-            self.record_error(e, &mut ignored);
-        }
-        result
-    }
-
-    /// Data written back (or truncated) since the last successful store sync.
-    pub fn needs_store_sync(&self) -> bool {
-        self.written_since_sync.load(Ordering::Acquire) || self.size_changed.load(Ordering::Acquire)
-    }
-
-    /// fsync/fdatasync for one handle: [`Inode::write_and_sync`], then
-    /// report any error since the handle's cursor (once per handle).
-    pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
-        let result = self.write_and_sync(data_only, Reason::Fsync);
-        self.errseq.check_and_advance(cursor)?;
-        result
-    }
-
     /// Changes the logical size. Shrinking waits for writeback I/O in
     /// flight and holds off new writeback until the store is cut, drops
     /// cached data beyond the new size (dirty or not), zeroes the tail of
@@ -1580,32 +956,6 @@ impl Drop for Inode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A pass's batched index cleanup drops the entries of folios still
-    /// clean or removed; one redirtied since the pass took its blocks keeps
-    /// its entry, and so does an entry that now holds a new folio at the
-    /// same place.
-    #[test]
-    fn went_clean_folios_leave_the_dirty_index_only_while_clean() {
-        let folio_at = |index: u64, mark: u8| {
-            let f = Arc::new(Folio::new(index, 0, false));
-            f.dirty_mark.store(mark, Ordering::Relaxed);
-            f
-        };
-        let clean = folio_at(1, DirtyMark::CLEAN);
-        let redirtied = folio_at(2, DirtyMark::DIRTY);
-        let removed = folio_at(3, DirtyMark::REMOVED);
-        let replaced = folio_at(4, DirtyMark::REMOVED);
-        let successor = folio_at(4, DirtyMark::DIRTY);
-        let other = folio_at(9, DirtyMark::DIRTY);
-        let mut idx: BTreeMap<u64, Arc<Folio>> =
-            [&clean, &redirtied, &removed, &successor, &other].into_iter().map(|f| (f.index, f.clone())).collect();
-        let mut went_clean = vec![clean, redirtied.clone(), removed, replaced];
-        Inode::unindex_went_clean(&mut idx, &mut went_clean);
-        assert!(went_clean.is_empty(), "the batch is consumed");
-        assert_eq!(idx.keys().copied().collect::<Vec<_>>(), vec![2, 4, 9]);
-        assert!(Arc::ptr_eq(&idx[&2], &redirtied) && Arc::ptr_eq(&idx[&4], &successor));
-    }
 
     /// A length change waits for I/O in flight and holds off new I/O; I/O
     /// that must not wait is refused while one is pending.

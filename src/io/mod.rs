@@ -31,8 +31,9 @@ pub mod sim;
 pub mod threads;
 pub mod uring;
 
-/// The unit of uptodate/dirty tracking and of I/O alignment.
-pub const BLOCK_SIZE: usize = 4096;
+/// The unit of uptodate/dirty tracking and of I/O alignment (defined with
+/// the buffers, which are aligned to it).
+pub use crate::buf::BLOCK_SIZE;
 
 /// Most buffers one vectored I/O may carry: the kernel's `UIO_MAXIOV`.
 /// `pwritev` and io_uring's `WRITEV` fail a request with more with `EINVAL`,

@@ -21,11 +21,12 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::inode::{Inode, WbPass};
+use crate::inode::Inode;
 use crate::io::queue::{Completion, WriteQueue};
 use crate::io::IoPriority;
 use crate::stats::Reason;
 use crate::writeback::domain::Domain;
+use crate::writeback::pass::WbPass;
 
 /// How long a bandwidth sample spans at most.
 const BANDWIDTH_SAMPLE_PERIOD: Duration = Duration::from_millis(50);

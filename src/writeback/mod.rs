@@ -1,10 +1,18 @@
-//! Writeback: per-device domains with their dirty accounting and dirty inode
-//! lists ([`domain`]), and the flusher thread that drains them ([`flusher`]).
+//! Writeback: when, which and how dirty data goes to the backing store.
 //!
-//! Writeback of an inode's data (collecting dirty blocks, building I/Os,
-//! completing them) lives with the inode; this module decides *when* and
-//! *which* inodes are written, and why.
+//! - [`domain`]: a device's dirty inode list and flusher thread, over its
+//!   dirty accounting (`crate::dirty::DomainDirty`).
+//! - [`flusher`] and [`inflight`]: the flusher's loop and its passes in
+//!   flight.
+//! - [`pass`]: one writeback pass over an inode: collect, build I/Os,
+//!   complete.
+//! - [`sync`]: fsync / fdatasync.
+//!
+//! This layer sits above the inode: it reads and changes inode state; the
+//! inode reaches it only through `inode::DirtyInodeList`.
 
 pub mod domain;
 pub mod flusher;
 pub mod inflight;
+pub mod pass;
+pub mod sync;

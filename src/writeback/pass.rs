@@ -1,0 +1,579 @@
+//! A writeback pass over one inode: collect runs of dirty blocks from its
+//! dirty index (in a block range, oldest cursor first), bridge small clean
+//! gaps, build I/Os of up to `io_max` (at most `IOV_MAX` buffers each),
+//! and complete them: clear writeback, redirty what failed, record errors
+//! in the inode's error sequence, drop drop-behind folios that stayed
+//! clean, and wake ticket waiters.
+//!
+//! Invariants:
+//! - A block taken by a pass moves dirty → writeback under its folio lock,
+//!   and is accounted to the domain as started at that moment; every taken
+//!   block is completed exactly once ([`Inode::finish_pass`] asserts one
+//!   result per I/O and per chunk).
+//! - Bridged (clean) blocks are never counted as dirty or writeback bytes.
+//! - A pass holds a writeback ticket from before it takes its first dirty
+//!   bit until it completes (see `writeback::sync`).
+//! - A pass holds the inode's store-length gate for as long as any of its
+//!   I/O is in flight, so a truncation never races it.
+//!
+//! These are methods of [`Inode`], in this module because they are the
+//! writeback layer's: the inode's own paths (read, write, fill, set_len)
+//! never call them.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::Instant;
+
+use crate::buf::AlignedBuf;
+use crate::folio::{DirtyMark, Folio, FolioState};
+use crate::inode::Inode;
+use crate::io::queue::{QueuedWrite, Segment};
+use crate::io::{run_batch, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
+use crate::stats::{Counters, Reason};
+
+const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// A contiguous run of blocks taken from one folio for writeback.
+struct WbChunk {
+    folio: Arc<Folio>,
+    buf: Arc<AlignedBuf>,
+    /// Block range within the folio.
+    start: usize,
+    end: usize,
+    /// Clean, uptodate blocks written only to join two dirty neighbours
+    /// into one I/O (`Config::bridge_gap_bytes`); not dirty data, so not in
+    /// the dirty or writeback byte counts. Random 4 KiB writes leave many
+    /// dirty blocks one or two blocks apart; rewriting what is already on
+    /// disk there costs a few KiB of transfer and saves an I/O (about 4% of
+    /// the I/Os of the rand-write benchmark, whose device is bound by I/Os
+    /// per second; gaps of 4 or 8 blocks saved hardly more).
+    bridge: bool,
+    result: Option<io::Result<()>>,
+}
+
+impl WbChunk {
+    fn offset(&self) -> u64 {
+        self.folio.offset() + (self.start * BLOCK_SIZE) as u64
+    }
+    fn len_bytes(&self) -> usize {
+        (self.end - self.start) * BLOCK_SIZE
+    }
+}
+
+/// A writeback pass between collecting its blocks and completing them.
+pub struct WbPass {
+    ticket: u64,
+    reason: Reason,
+    chunks: Vec<WbChunk>,
+    /// I/O `g` writes `chunks[groups[g].0..groups[g].1]`.
+    groups: Vec<(usize, usize)>,
+    bytes: u64,
+}
+
+impl WbPass {
+    /// Bytes the pass writes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Dirty bytes the pass writes (without the clean blocks it bridges).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.chunks.iter().filter(|c| !c.bridge).map(|c| c.len_bytes() as u64).sum()
+    }
+
+    /// Records the result of every I/O (in group order) on its chunks.
+    pub fn set_results(&mut self, results: Vec<io::Result<usize>>) {
+        assert_eq!(results.len(), self.groups.len(), "one result per I/O");
+        for (&(i, j), result) in self.groups.iter().zip(results) {
+            for c in &mut self.chunks[i..j] {
+                assert!(c.result.is_none(), "a chunk completes once");
+                c.result = Some(match &result {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))),
+                });
+            }
+        }
+    }
+}
+
+/// What one writeback pass did.
+#[derive(Debug, Default)]
+pub struct WritebackOutcome {
+    pub written_bytes: u64,
+    pub failed_bytes: u64,
+    pub first_error: Option<i32>,
+}
+
+impl Inode {
+    /// Takes dirty blocks (whole folios, in file order from the cyclic
+    /// cursor, or from the start when `from_start`) until about `max_bytes`
+    /// or `max_chunks` runs, marks them under writeback and returns them as
+    /// chunks.
+    fn collect_dirty(&self, max_bytes: u64, max_chunks: usize, from_start: bool) -> Vec<WbChunk> {
+        /// Index keys copied per look at the dirty index: the index lock is
+        /// not held while folios are locked, and a pass never copies more
+        /// of a large index than it uses. Each look takes the index lock once
+        /// for all of its folios (the index holds them, so no mapping lock
+        /// is needed): writers take it on every newly dirty folio, and
+        /// per-folio locking by the flusher made them sleep on it.
+        const KEYS_PER_LOOK: usize = 64;
+        let cursor = if from_start { 0 } else { self.writeback_cursor.load(Ordering::Relaxed) };
+        let mut chunks = Vec::new();
+        let mut taken = 0u64;
+        let mut taken_dontcache = 0u64;
+        // From the cursor to the end, then from the start up to the cursor.
+        let mut next_key = cursor;
+        let mut wrapped = false;
+        let mut cursor_after = None;
+        // Folios this scan left without dirty blocks; their index entries
+        // go at the next look (or the end), under the lock taken anyway.
+        let mut went_clean: Vec<Arc<Folio>> = Vec::new();
+        'scan: while taken < max_bytes && chunks.len() < max_chunks {
+            let folios: Vec<Arc<Folio>> = {
+                let mut idx = self.mapping.dirty_index();
+                Self::unindex_went_clean(&mut idx, &mut went_clean);
+                let end = if wrapped { cursor } else { u64::MAX };
+                idx.range(next_key..end).take(KEYS_PER_LOOK).map(|(_, f)| f.clone()).collect()
+            };
+            let Some(last) = folios.last().map(|f| f.index) else {
+                if wrapped || cursor == 0 {
+                    break;
+                }
+                wrapped = true;
+                next_key = 0;
+                continue;
+            };
+            next_key = last + 1;
+            for folio in folios {
+                if taken >= max_bytes || chunks.len() >= max_chunks {
+                    break 'scan;
+                }
+                let mut st = folio.lock();
+                if st.removed || st.nr_dirty == 0 {
+                    // Evicted after an earlier pass cleaned it, before its
+                    // entry went: the entry goes now (if still its own).
+                    drop(st);
+                    went_clean.push(folio);
+                    continue;
+                }
+                let nr_blocks = folio.nr_blocks();
+                // A block rewritten while its old version is still in flight
+                // waits for that I/O: two versions of one block in flight
+                // could land in either order.
+                let mut taken_blocks = 0usize;
+                for (start, end) in st.dirty.runs_excluding(&st.writeback, nr_blocks) {
+                    st.dirty.clear_range(start, end);
+                    st.writeback.set_range(start, end);
+                    taken_blocks += end - start;
+                    // Raised while the blocks are still ours (folio locked), so
+                    // a truncate that removes them later lowers it for good.
+                    let chunk_end = folio.offset() + (end * BLOCK_SIZE) as u64;
+                    if self.on_disk_len_max.load(Ordering::Acquire) < chunk_end {
+                        self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
+                    }
+                    if chunk_end > self.size() {
+                        self.store_padded.store(true, Ordering::Release);
+                    }
+                    chunks.push(WbChunk {
+                        folio: folio.clone(),
+                        buf: st.buf.clone(),
+                        start,
+                        end,
+                        bridge: false,
+                        result: None,
+                    });
+                }
+                if taken_blocks == 0 {
+                    continue;
+                }
+                taken += taken_blocks as u64 * BLOCK;
+                st.nr_writeback += taken_blocks;
+                st.nr_dirty -= taken_blocks;
+                let dontcache_blocks = if st.nr_dirty == 0 {
+                    std::mem::take(&mut st.dontcache_dirty)
+                } else {
+                    let n = st.dontcache_dirty.min(taken_blocks);
+                    st.dontcache_dirty -= n;
+                    n
+                };
+                taken_dontcache += dontcache_blocks as u64 * BLOCK;
+                st.check(nr_blocks);
+                cursor_after = Some(folio.end_index());
+                if st.nr_dirty == 0 {
+                    folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
+                    drop(st);
+                    went_clean.push(folio);
+                }
+            }
+        }
+        if !went_clean.is_empty() {
+            Self::unindex_went_clean(&mut self.mapping.dirty_index(), &mut went_clean);
+        }
+        // Stored once per pass: writers read this inode's lines on every
+        // write, and a store per folio kept taking them away.
+        if let Some(next) = cursor_after {
+            self.writeback_cursor.store(next, Ordering::Relaxed);
+        }
+        self.dirty.account_writeback_started(taken, taken_dontcache);
+        chunks
+    }
+
+    /// Takes the folios of `went_clean` out of the dirty index (its lock
+    /// held) unless they were dirtied again since: a writer marks a folio
+    /// dirty before it inserts it, and inserts under this lock, so a folio
+    /// still marked clean (or removed) here has no newer entry. An entry
+    /// that holds another folio (a new one at the same place, after the
+    /// old one was removed) stays.
+    fn unindex_went_clean(idx: &mut BTreeMap<u64, Arc<Folio>>, went_clean: &mut Vec<Arc<Folio>>) {
+        for folio in went_clean.drain(..) {
+            if folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::DIRTY
+                && idx.get(&folio.index).is_some_and(|f| Arc::ptr_eq(f, &folio))
+            {
+                idx.remove(&folio.index);
+            }
+        }
+    }
+
+    /// One synchronous writeback pass: takes up to `max_bytes` of dirty
+    /// data, writes it with I/Os of up to `io_max` merged across folios,
+    /// and completes it. Failed blocks become dirty again and the error is
+    /// recorded in the errseq. Clean drop-behind folios are dropped
+    /// afterwards.
+    pub fn writeback(self: &Arc<Self>, reason: Reason, max_bytes: u64, priority: IoPriority) -> WritebackOutcome {
+        // The gate before the blocks are taken (as the flusher's passes do):
+        // a length change or backing-size fix never falls between taking a
+        // tail block (which marks the store padded) and writing it.
+        self.store_len_gate.begin_io();
+        let Some(mut pass) = self.begin_pass(reason, max_bytes, usize::MAX) else {
+            self.store_len_gate.end_io();
+            return WritebackOutcome::default();
+        };
+        let store = self.store();
+        let started = Instant::now();
+        let results: Vec<io::Result<usize>> = {
+            let mut ops: Vec<IoOp<'_>> = pass
+                .groups
+                .iter()
+                .map(|&(i, j)| {
+                    let bufs =
+                        pass.chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
+                    IoOp::write(pass.chunks[i].offset(), bufs, priority)
+                })
+                .collect();
+            run_batch(&*store, &mut ops);
+            ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect()
+        };
+        self.store_len_gate.end_io();
+        let elapsed = started.elapsed();
+        pass.set_results(results);
+        let outcome = self.finish_pass(pass, true);
+        self.dirty.update_bandwidth(outcome.written_bytes, elapsed);
+        outcome
+    }
+
+    /// Starts a writeback pass: takes a ticket, collects up to `max_bytes`
+    /// or `max_chunks` runs of dirty blocks (marking them under writeback),
+    /// and groups them into I/Os of at most `io_max`. `None` when nothing
+    /// was dirty (the ticket is already given back).
+    pub fn begin_pass(self: &Arc<Self>, reason: Reason, max_bytes: u64, max_chunks: usize) -> Option<WbPass> {
+        let ticket = self.ticket_begin();
+        let from_start = reason == Reason::Fsync || reason == Reason::Close;
+        let mut chunks = self.collect_dirty(max_bytes, max_chunks, from_start);
+        if chunks.is_empty() {
+            self.ticket_end(ticket);
+            return None;
+        }
+        chunks.sort_by_key(|c| c.offset());
+        let io_max_bytes = self.config.io_max_bytes as usize;
+        let io_max_blocks = io_max_bytes / BLOCK_SIZE;
+        let mut split = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            let mut s = c.start;
+            while s < c.end {
+                let e = (s + io_max_blocks).min(c.end);
+                split.push(WbChunk {
+                    folio: c.folio.clone(),
+                    buf: c.buf.clone(),
+                    start: s,
+                    end: e,
+                    bridge: false,
+                    result: None,
+                });
+                s = e;
+            }
+        }
+        // Neighbouring chunks form one vectored I/O of at most `io_max` and
+        // `IOV_MAX` buffers (one per chunk), bridging a small gap of clean
+        // cached blocks where one lies between.
+        let mut chunks: Vec<WbChunk> = Vec::with_capacity(split.len());
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        let mut group_start = 0;
+        let mut group_bytes = 0usize;
+        for c in split {
+            if let Some(prev) = chunks.last() {
+                let prev_end = prev.offset() + prev.len_bytes() as u64;
+                let gap_bytes = c.offset() - prev_end;
+                // A bridge adds at most one buffer per block of the gap.
+                let buffers_after = chunks.len() - group_start + (gap_bytes / BLOCK) as usize + 1;
+                let fits = group_bytes + gap_bytes as usize + c.len_bytes() <= io_max_bytes && buffers_after <= IOV_MAX;
+                let mut joined = fits && gap_bytes == 0;
+                if fits && gap_bytes > 0 && gap_bytes <= self.config.bridge_gap_bytes {
+                    if let Some(bridge) = self.take_bridge(prev_end / BLOCK, c.offset() / BLOCK) {
+                        chunks.extend(bridge);
+                        joined = true;
+                    }
+                }
+                if joined {
+                    group_bytes += gap_bytes as usize;
+                } else {
+                    groups.push((group_start, chunks.len()));
+                    group_start = chunks.len();
+                    group_bytes = 0;
+                }
+            }
+            group_bytes += c.len_bytes();
+            chunks.push(c);
+        }
+        groups.push((group_start, chunks.len()));
+        debug_assert!(groups.iter().all(|&(i, j)| chunks[i + 1..j]
+            .iter()
+            .zip(&chunks[i..j - 1])
+            .all(|(b, a)| b.offset() == a.offset() + a.len_bytes() as u64)));
+        assert!(groups.iter().all(|&(i, j)| j - i <= IOV_MAX), "a writeback I/O carries at most IOV_MAX buffers");
+        let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
+        Some(WbPass { ticket, reason, chunks, groups, bytes })
+    }
+
+    /// Takes blocks `[start, end)` for writeback as a bridge between two
+    /// dirty runs, if cached folios hold them all and they are uptodate,
+    /// clean, not under writeback and not being filled: then the cached
+    /// bytes are what the store holds, and writing them again changes
+    /// nothing. They are marked under writeback like dirty blocks, so a
+    /// writer that dirties one meanwhile copies the folio and its new
+    /// version waits for this I/O. One chunk per folio, in order; `None`
+    /// (nothing taken) if any block does not qualify.
+    fn take_bridge(&self, start: u64, end: u64) -> Option<Vec<WbChunk>> {
+        let mut taken: Vec<WbChunk> = Vec::new();
+        let mut block = start;
+        while block < end {
+            let Some(chunk) = self.take_bridge_in_folio(block, end) else {
+                for c in taken {
+                    self.release_bridge(c);
+                }
+                return None;
+            };
+            block = chunk.folio.index + chunk.end as u64;
+            taken.push(chunk);
+        }
+        let bytes = taken.iter().map(|c| c.len_bytes() as u64).sum();
+        Counters::add(&self.counters.bridged_bytes, bytes);
+        Some(taken)
+    }
+
+    /// The part of `[block, end)` in the folio holding `block`, taken as in
+    /// [`Inode::take_bridge`].
+    fn take_bridge_in_folio(&self, block: u64, end: u64) -> Option<WbChunk> {
+        let folio = self.find(block)?;
+        let mut st = folio.lock();
+        let (first, last) = ((block - folio.index) as usize, (end.min(folio.end_index()) - folio.index) as usize);
+        let clean = st.dirty.count_range(first, last) == 0 && st.writeback.count_range(first, last) == 0;
+        if st.removed || st.read_in_flight || !st.is_uptodate(first, last) || !clean {
+            return None;
+        }
+        st.writeback.set_range(first, last);
+        st.nr_writeback += last - first;
+        st.check(folio.nr_blocks());
+        let buf = st.buf.clone();
+        drop(st);
+        Some(WbChunk { folio, buf, start: first, end: last, bridge: true, result: None })
+    }
+
+    /// Gives back a bridge chunk that will not be written.
+    fn release_bridge(&self, c: WbChunk) {
+        debug_assert!(c.bridge);
+        let mut st = c.folio.lock();
+        let cleared = st.writeback.clear_range(c.start, c.end);
+        assert_eq!(cleared, c.end - c.start, "a bridge's blocks were under writeback");
+        st.nr_writeback -= cleared;
+        st.check(c.folio.nr_blocks());
+        self.end_writeback_ref(&c.folio, st, c.buf);
+    }
+
+    /// Ends a writeback reference to a folio's buffer; `st` is the folio's
+    /// locked state and is unlocked here. A reference to the folio's current
+    /// buffer is dropped under the lock: a writer that took the lock in
+    /// between would see the buffer shared, copy it (counting the copy) and
+    /// leave the old one to this reference, which would then free it
+    /// uncounted. If the folio moved on to a copy or was removed, the last
+    /// reference gives the old buffer's memory back.
+    fn end_writeback_ref(&self, folio: &Folio, st: MutexGuard<'_, FolioState>, buf: Arc<AlignedBuf>) {
+        if Arc::ptr_eq(&buf, &st.buf) {
+            drop(buf);
+            drop(st);
+            return;
+        }
+        drop(st);
+        // `into_inner`, not `try_unwrap`: when the last two references end at
+        // once, exactly one of them gets the buffer back.
+        if let Some(buf) = Arc::into_inner(buf) {
+            self.memory.release_folio_buf(Some(buf), folio.size_bytes());
+        }
+    }
+
+    /// The pass's I/Os as writes a [`crate::io::queue::WriteQueue`] can own,
+    /// tagged `tag_base + i` for group `i`. The caller holds the store's
+    /// I/O gate from before the first is submitted until the last completes
+    /// ([`Inode::try_begin_async_io`]).
+    pub fn pass_writes(&self, pass: &WbPass, priority: IoPriority, tag_base: u64) -> Vec<QueuedWrite> {
+        let store = self.store();
+        pass.groups
+            .iter()
+            .enumerate()
+            .map(|(g, &(i, j))| QueuedWrite {
+                store: store.clone(),
+                offset: pass.chunks[i].offset(),
+                segments: pass.chunks[i..j]
+                    .iter()
+                    .map(|c| Segment { buf: c.buf.clone(), range: c.start * BLOCK_SIZE..c.end * BLOCK_SIZE })
+                    .collect(),
+                priority,
+                tag: tag_base + g as u64,
+            })
+            .collect()
+    }
+
+    /// Takes the store's I/O gate for writes that complete later; `false`
+    /// when a length change is pending (the caller must first complete the
+    /// I/O it has in flight, then use [`Inode::begin_async_io_wait`]).
+    pub fn try_begin_async_io(&self) -> bool {
+        self.store_len_gate.try_begin_io()
+    }
+
+    /// As [`Inode::try_begin_async_io`], waiting out a length change.
+    pub fn begin_async_io_wait(&self) {
+        self.store_len_gate.begin_io();
+    }
+
+    /// Gives back the gate taken for a pass's asynchronous writes, once all
+    /// of them completed.
+    pub fn end_async_io(&self) {
+        self.store_len_gate.end_io();
+    }
+
+    /// Completes a pass whose I/Os all finished: clears writeback, redirties
+    /// and records failures, drops clean drop-behind folios, gives back the
+    /// ticket and, with `fix_size`, makes the store's length the logical
+    /// size again. A caller with other passes of this inode in flight passes
+    /// `fix_size = false`: the size fix waits for all I/O of the inode.
+    pub fn finish_pass(self: &Arc<Self>, pass: WbPass, fix_size: bool) -> WritebackOutcome {
+        let mut outcome = WritebackOutcome::default();
+        self.complete_chunks(pass.chunks, pass.reason, &mut outcome);
+        if outcome.written_bytes > 0 {
+            self.written_since_sync.store(true, Ordering::Release);
+        }
+        self.ticket_end(pass.ticket);
+        if fix_size && outcome.written_bytes > 0 {
+            if let Err(e) = self.fix_backing_size() {
+                self.record_error(&e, &mut outcome);
+            }
+        }
+        outcome
+    }
+
+    pub fn record_error(&self, e: &io::Error, outcome: &mut WritebackOutcome) {
+        let errno = e.raw_os_error().unwrap_or(libc::EIO);
+        self.errseq.record(errno);
+        Counters::add(&self.counters.writeback_errors, 1);
+        outcome.first_error.get_or_insert(errno);
+    }
+
+    fn complete_chunks(self: &Arc<Self>, chunks: Vec<WbChunk>, reason: Reason, outcome: &mut WritebackOutcome) {
+        let mut redirtied_bytes = 0u64;
+        // Dirty data only: bridges were never counted as dirty or under
+        // writeback.
+        let mut done_bytes = 0u64;
+        let mut written_bytes = 0u64;
+        let mut drop_candidates: Vec<Arc<Folio>> = Vec::new();
+        for c in chunks {
+            let bytes = c.len_bytes() as u64;
+            if !c.bridge {
+                done_bytes += bytes;
+            }
+            let mut st = c.folio.lock();
+            let cleared = st.writeback.clear_range(c.start, c.end);
+            assert_eq!(cleared, c.end - c.start, "blocks under writeback complete once");
+            st.nr_writeback -= cleared;
+            match c.result.expect("every chunk has a result") {
+                Ok(()) => {
+                    outcome.written_bytes += bytes;
+                    if !c.bridge {
+                        written_bytes += bytes;
+                    }
+                }
+                Err(e) => {
+                    outcome.failed_bytes += bytes;
+                    self.record_error(&e, outcome);
+                    if !st.removed {
+                        // fsyncgate: the data stays dirty so a later fsync
+                        // retries it; never report it clean. A failed
+                        // bridge too: the store may now hold anything there.
+                        let was_clean = st.nr_dirty == 0;
+                        let newly = st.set_dirty(c.start, c.end);
+                        redirtied_bytes += newly as u64 * BLOCK;
+                        self.dirty.account_dirty_bytes(newly as u64 * BLOCK, 0);
+                        if was_clean && newly > 0 {
+                            self.mapping.index_dirty(&c.folio);
+                        }
+                    }
+                }
+            }
+            st.check(c.folio.nr_blocks());
+            let droppable = !st.removed && st.nr_dirty == 0 && st.nr_writeback == 0;
+            self.end_writeback_ref(&c.folio, st, c.buf);
+            if droppable && c.folio.dropbehind.load(Ordering::Relaxed) {
+                drop_candidates.push(c.folio);
+            }
+        }
+        self.dirty.account_writeback_done(done_bytes, written_bytes, reason);
+        if redirtied_bytes > 0 {
+            self.queue_on_dirty_list();
+        }
+        drop_candidates.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        for f in drop_candidates {
+            self.try_remove_clean(&f);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pass's batched index cleanup drops the entries of folios still
+    /// clean or removed; one redirtied since the pass took its blocks keeps
+    /// its entry, and so does an entry that now holds a new folio at the
+    /// same place.
+    #[test]
+    fn went_clean_folios_leave_the_dirty_index_only_while_clean() {
+        let folio_at = |index: u64, mark: u8| {
+            let f = Arc::new(Folio::new(index, 0, false));
+            f.dirty_mark.store(mark, Ordering::Relaxed);
+            f
+        };
+        let clean = folio_at(1, DirtyMark::CLEAN);
+        let redirtied = folio_at(2, DirtyMark::DIRTY);
+        let removed = folio_at(3, DirtyMark::REMOVED);
+        let replaced = folio_at(4, DirtyMark::REMOVED);
+        let successor = folio_at(4, DirtyMark::DIRTY);
+        let other = folio_at(9, DirtyMark::DIRTY);
+        let mut idx: BTreeMap<u64, Arc<Folio>> =
+            [&clean, &redirtied, &removed, &successor, &other].into_iter().map(|f| (f.index, f.clone())).collect();
+        let mut went_clean = vec![clean, redirtied.clone(), removed, replaced];
+        Inode::unindex_went_clean(&mut idx, &mut went_clean);
+        assert!(went_clean.is_empty(), "the batch is consumed");
+        assert_eq!(idx.keys().copied().collect::<Vec<_>>(), vec![2, 4, 9]);
+        assert!(Arc::ptr_eq(&idx[&2], &redirtied) && Arc::ptr_eq(&idx[&4], &successor));
+    }
+}

@@ -1,0 +1,139 @@
+//! fsync / fdatasync of an inode: write back every block dirty at the call
+//! (including blocks redirtied while under writeback), wait for the
+//! writebacks already in flight that took any of them, then flush the
+//! backing store (`fdatasync`, or `fsync` when the size changed) and report
+//! the first error since the caller's sample of the error sequence.
+//!
+//! Tickets: every writeback pass takes a ticket before it takes its first
+//! dirty bit and gives it back when it completes. A syncer that samples the
+//! newest ticket after its own pass and waits until every ticket up to it
+//! is done has covered every writeback that took a block dirty at its call.
+//!
+//! These are methods of [`Inode`], in this module because they are the
+//! writeback layer's: the inode's own paths never call them.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::inode::Inode;
+use crate::io::{IoPriority, BLOCK_SIZE};
+use crate::locks;
+use crate::stats::Reason;
+use crate::writeback::pass::WritebackOutcome;
+
+const BLOCK: u64 = BLOCK_SIZE as u64;
+
+impl Inode {
+    pub fn ticket_begin(&self) -> u64 {
+        let mut t = locks::lock(&self.tickets);
+        t.last_issued += 1;
+        let ticket = t.last_issued;
+        t.in_flight.insert(ticket);
+        ticket
+    }
+
+    pub fn ticket_end(&self, ticket: u64) {
+        let mut t = locks::lock(&self.tickets);
+        assert!(t.in_flight.remove(&ticket), "ticket {ticket} ends once");
+        drop(t);
+        self.tickets_done.notify_all();
+    }
+
+    /// Waits until every writeback that began before this call has ended.
+    pub fn wait_writeback_before_now(&self) {
+        let mut t = locks::lock(&self.tickets);
+        let sample = t.last_issued;
+        while t.in_flight.first().is_some_and(|&first| first <= sample) {
+            t = locks::wait(&self.tickets_done, t);
+        }
+    }
+
+    /// Sets the backing store's length to the logical size if they differ
+    /// (O_DIRECT writes whole tail blocks; truncation happens here).
+    pub fn fix_backing_size(&self) -> io::Result<()> {
+        if self.info.is_block_device || !self.is_store_writable() {
+            return Ok(());
+        }
+        // The common case needs no exclusion: the I/O that made the store
+        // longer than the size completed before this check.
+        if !self.backing_size_needs_fix(self.store().len()?, self.size()) {
+            return Ok(());
+        }
+        let _g = locks::lock(&self.size_lock);
+        // No writeback I/O runs meanwhile, and none is between taking its
+        // blocks and completing: the padding flag cannot be raised under us.
+        let _no_io = self.store_len_gate.resize();
+        let size = self.size();
+        let store = self.store();
+        if self.backing_size_needs_fix(store.len()?, size) {
+            store.set_len(size)?;
+            self.size_changed.store(true, Ordering::Release);
+        }
+        self.store_padded.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// A store shorter than the size grows to it (the size is ours: our
+    /// writes made it). A longer one is cut only back from our own tail
+    /// padding: within the size's last block, and only after writeback
+    /// padded it. Data another program put past our size stays.
+    fn backing_size_needs_fix(&self, store_len: u64, size: u64) -> bool {
+        match store_len.cmp(&size) {
+            std::cmp::Ordering::Equal => false,
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => {
+                self.store_padded.load(Ordering::Acquire) && store_len <= size.next_multiple_of(BLOCK)
+            }
+        }
+    }
+
+    /// Writes back every block dirty now and makes it durable: a pass that
+    /// writes what is not already in flight, a wait for writeback that began
+    /// earlier, a second pass for blocks that were in flight with an older
+    /// version, a second wait, then the size fix and the store sync. Any
+    /// writeback error recorded meanwhile (by this pass or a flusher pass it
+    /// waited for) fails it, and then the store is not synced.
+    pub fn write_and_sync(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
+        let err_sample = self.errseq.sample();
+        for _pass in 0..2 {
+            self.writeback(reason, u64::MAX, IoPriority::Sync);
+            self.wait_writeback_before_now();
+        }
+        if let Some(errno) = self.errseq.error_since(err_sample) {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        if !self.is_store_writable() {
+            return Ok(());
+        }
+        // Cleared before the sync: writeback completing later sets it again.
+        self.written_since_sync.store(false, Ordering::Release);
+        let result = self.fix_backing_size().and_then(|_| {
+            let size_changed = self.size_changed.swap(false, Ordering::AcqRel);
+            let r = self.store().sync(data_only && !size_changed);
+            if r.is_err() && size_changed {
+                self.size_changed.store(true, Ordering::Release);
+            }
+            r
+        });
+        if let Err(e) = &result {
+            self.written_since_sync.store(true, Ordering::Release);
+            let mut ignored = WritebackOutcome::default();
+            self.record_error(e, &mut ignored);
+        }
+        result
+    }
+
+    /// Data written back (or truncated) since the last successful store sync.
+    pub fn needs_store_sync(&self) -> bool {
+        self.written_since_sync.load(Ordering::Acquire) || self.size_changed.load(Ordering::Acquire)
+    }
+
+    /// fsync/fdatasync for one handle: [`Inode::write_and_sync`], then
+    /// report any error since the handle's cursor (once per handle).
+    pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
+        let result = self.write_and_sync(data_only, Reason::Fsync);
+        self.errseq.check_and_advance(cursor)?;
+        result
+    }
+}
