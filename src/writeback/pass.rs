@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::Instant;
@@ -106,105 +107,47 @@ pub struct WritebackOutcome {
     pub first_error: Option<i32>,
 }
 
+/// Where a dirty-index scan of one pass stands.
+struct DirtyScan {
+    /// Folio indexes the pass may take.
+    range: Range<u64>,
+    /// Where the scan began; it wraps to `range.start` and stops here.
+    cursor: u64,
+    next_key: u64,
+    wrapped: bool,
+}
+
 impl Inode {
-    /// Takes dirty blocks (whole folios, in file order from the cyclic
-    /// cursor, or from the start when `from_start`) until about `max_bytes`
-    /// or `max_chunks` runs, marks them under writeback and returns them as
+    /// Takes dirty blocks of the folios whose index lies in `range`
+    /// (blocks; whole folios, in file order from the cyclic cursor, or from
+    /// the range's start when `from_start`) until about `max_bytes` or
+    /// `max_chunks` runs, marks them under writeback and returns them as
     /// chunks.
-    fn collect_dirty(&self, max_bytes: u64, max_chunks: usize, from_start: bool) -> Vec<WbChunk> {
-        /// Index keys copied per look at the dirty index: the index lock is
-        /// not held while folios are locked, and a pass never copies more
-        /// of a large index than it uses. Each look takes the index lock once
-        /// for all of its folios (the index holds them, so no mapping lock
-        /// is needed): writers take it on every newly dirty folio, and
-        /// per-folio locking by the flusher made them sleep on it.
-        const KEYS_PER_LOOK: usize = 64;
-        let cursor = if from_start { 0 } else { self.writeback_cursor.load(Ordering::Relaxed) };
+    fn collect_dirty(&self, range: Range<u64>, max_bytes: u64, max_chunks: usize, from_start: bool) -> Vec<WbChunk> {
+        debug_assert!(range.start < range.end, "an empty range collects nothing");
+        let cursor = if from_start {
+            range.start
+        } else {
+            self.writeback_cursor.load(Ordering::Relaxed).clamp(range.start, range.end)
+        };
+        let mut scan = DirtyScan { range, cursor, next_key: cursor, wrapped: false };
         let mut chunks = Vec::new();
-        let mut taken = 0u64;
-        let mut taken_dontcache = 0u64;
-        // From the cursor to the end, then from the start up to the cursor.
-        let mut next_key = cursor;
-        let mut wrapped = false;
+        let (mut taken, mut taken_dontcache) = (0u64, 0u64);
         let mut cursor_after = None;
         // Folios this scan left without dirty blocks; their index entries
         // go at the next look (or the end), under the lock taken anyway.
         let mut went_clean: Vec<Arc<Folio>> = Vec::new();
         'scan: while taken < max_bytes && chunks.len() < max_chunks {
-            let folios: Vec<Arc<Folio>> = {
-                let mut idx = self.mapping.dirty_index();
-                Self::unindex_went_clean(&mut idx, &mut went_clean);
-                let end = if wrapped { cursor } else { u64::MAX };
-                idx.range(next_key..end).take(KEYS_PER_LOOK).map(|(_, f)| f.clone()).collect()
-            };
-            let Some(last) = folios.last().map(|f| f.index) else {
-                if wrapped || cursor == 0 {
-                    break;
-                }
-                wrapped = true;
-                next_key = 0;
-                continue;
-            };
-            next_key = last + 1;
+            let Some(folios) = self.next_dirty_folios(&mut scan, &mut went_clean) else { break };
             for folio in folios {
                 if taken >= max_bytes || chunks.len() >= max_chunks {
                     break 'scan;
                 }
-                let mut st = folio.lock();
-                if st.removed || st.nr_dirty == 0 {
-                    // Evicted after an earlier pass cleaned it, before its
-                    // entry went: the entry goes now (if still its own).
-                    drop(st);
-                    went_clean.push(folio);
-                    continue;
-                }
-                let nr_blocks = folio.nr_blocks();
-                // A block rewritten while its old version is still in flight
-                // waits for that I/O: two versions of one block in flight
-                // could land in either order.
-                let mut taken_blocks = 0usize;
-                for (start, end) in st.dirty.runs_excluding(&st.writeback, nr_blocks) {
-                    st.dirty.clear_range(start, end);
-                    st.writeback.set_range(start, end);
-                    taken_blocks += end - start;
-                    // Raised while the blocks are still ours (folio locked), so
-                    // a truncate that removes them later lowers it for good.
-                    let chunk_end = folio.offset() + (end * BLOCK_SIZE) as u64;
-                    if self.on_disk_len_max.load(Ordering::Acquire) < chunk_end {
-                        self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
-                    }
-                    if chunk_end > self.size() {
-                        self.store_padded.store(true, Ordering::Release);
-                    }
-                    chunks.push(WbChunk {
-                        folio: folio.clone(),
-                        buf: st.buf.clone(),
-                        start,
-                        end,
-                        bridge: false,
-                        result: None,
-                    });
-                }
-                if taken_blocks == 0 {
-                    continue;
-                }
-                taken += taken_blocks as u64 * BLOCK;
-                st.nr_writeback += taken_blocks;
-                st.nr_dirty -= taken_blocks;
-                let dontcache_blocks = if st.nr_dirty == 0 {
-                    std::mem::take(&mut st.dontcache_dirty)
-                } else {
-                    let n = st.dontcache_dirty.min(taken_blocks);
-                    st.dontcache_dirty -= n;
-                    n
-                };
-                taken_dontcache += dontcache_blocks as u64 * BLOCK;
-                st.check(nr_blocks);
-                cursor_after = Some(folio.end_index());
-                if st.nr_dirty == 0 {
-                    folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
-                    drop(st);
-                    went_clean.push(folio);
+                let (blocks, dontcache_blocks) = self.take_dirty_runs(&folio, &mut chunks, &mut went_clean);
+                if blocks > 0 {
+                    taken += blocks as u64 * BLOCK;
+                    taken_dontcache += dontcache_blocks as u64 * BLOCK;
+                    cursor_after = Some(folio.end_index());
                 }
             }
         }
@@ -216,8 +159,102 @@ impl Inode {
         if let Some(next) = cursor_after {
             self.writeback_cursor.store(next, Ordering::Relaxed);
         }
+        debug_assert_eq!(taken, chunks.iter().map(|c| c.len_bytes() as u64).sum::<u64>());
         self.dirty.account_writeback_started(taken, taken_dontcache);
         chunks
+    }
+
+    /// The next few dirty folios of the scan (from the cursor to the
+    /// range's end, then from its start up to the cursor), clearing the
+    /// index entries of `went_clean` under the same lock. `None` when the
+    /// scan is done.
+    fn next_dirty_folios(&self, scan: &mut DirtyScan, went_clean: &mut Vec<Arc<Folio>>) -> Option<Vec<Arc<Folio>>> {
+        /// Index keys copied per look at the dirty index: the index lock is
+        /// not held while folios are locked, and a pass never copies more
+        /// of a large index than it uses. Each look takes the index lock once
+        /// for all of its folios (the index holds them, so no mapping lock
+        /// is needed): writers take it on every newly dirty folio, and
+        /// per-folio locking by the flusher made them sleep on it.
+        const KEYS_PER_LOOK: usize = 64;
+        loop {
+            let folios: Vec<Arc<Folio>> = {
+                let mut idx = self.mapping.dirty_index();
+                Self::unindex_went_clean(&mut idx, went_clean);
+                let end = if scan.wrapped { scan.cursor } else { scan.range.end };
+                idx.range(scan.next_key..end).take(KEYS_PER_LOOK).map(|(_, f)| f.clone()).collect()
+            };
+            if let Some(last) = folios.last() {
+                scan.next_key = last.index + 1;
+                debug_assert!(folios.iter().all(|f| scan.range.contains(&f.index)));
+                return Some(folios);
+            }
+            if scan.wrapped || scan.cursor == scan.range.start {
+                return None;
+            }
+            scan.wrapped = true;
+            scan.next_key = scan.range.start;
+        }
+    }
+
+    /// Moves the dirty runs of `folio` that are not already under
+    /// writeback to writeback, as chunks. Returns the blocks taken and the
+    /// uncached-dirty blocks they account for; a folio left clean goes on
+    /// `went_clean`.
+    fn take_dirty_runs(
+        &self,
+        folio: &Arc<Folio>,
+        chunks: &mut Vec<WbChunk>,
+        went_clean: &mut Vec<Arc<Folio>>,
+    ) -> (usize, usize) {
+        let mut st = folio.lock();
+        if st.removed || st.nr_dirty == 0 {
+            // Evicted after an earlier pass cleaned it, before its entry
+            // went: the entry goes now (if still its own).
+            drop(st);
+            went_clean.push(folio.clone());
+            return (0, 0);
+        }
+        let nr_blocks = folio.nr_blocks();
+        let (dirty_before, writeback_before) = (st.nr_dirty, st.nr_writeback);
+        // A block rewritten while its old version is still in flight waits
+        // for that I/O: two versions of one block in flight could land in
+        // either order.
+        let mut taken_blocks = 0usize;
+        for (start, end) in st.dirty.runs_excluding(&st.writeback, nr_blocks) {
+            st.dirty.clear_range(start, end);
+            st.writeback.set_range(start, end);
+            taken_blocks += end - start;
+            // Raised while the blocks are still ours (folio locked), so a
+            // truncate that removes them later lowers it for good.
+            let chunk_end = folio.offset() + (end * BLOCK_SIZE) as u64;
+            if self.on_disk_len_max.load(Ordering::Acquire) < chunk_end {
+                self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
+            }
+            if chunk_end > self.size() {
+                self.store_padded.store(true, Ordering::Release);
+            }
+            chunks.push(WbChunk { folio: folio.clone(), buf: st.buf.clone(), start, end, bridge: false, result: None });
+        }
+        if taken_blocks == 0 {
+            return (0, 0);
+        }
+        st.nr_writeback += taken_blocks;
+        st.nr_dirty -= taken_blocks;
+        let dontcache_blocks = if st.nr_dirty == 0 {
+            std::mem::take(&mut st.dontcache_dirty)
+        } else {
+            let n = st.dontcache_dirty.min(taken_blocks);
+            st.dontcache_dirty -= n;
+            n
+        };
+        st.check(nr_blocks);
+        debug_assert_eq!(st.nr_dirty + st.nr_writeback, dirty_before + writeback_before);
+        if st.nr_dirty == 0 {
+            folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
+            drop(st);
+            went_clean.push(folio.clone());
+        }
+        (taken_blocks, dontcache_blocks)
     }
 
     /// Takes the folios of `went_clean` out of the dirty index (its lock
@@ -280,7 +317,7 @@ impl Inode {
     pub fn begin_pass(self: &Arc<Self>, reason: Reason, max_bytes: u64, max_chunks: usize) -> Option<WbPass> {
         let ticket = self.ticket_begin();
         let from_start = reason == Reason::Fsync || reason == Reason::Close;
-        let mut chunks = self.collect_dirty(max_bytes, max_chunks, from_start);
+        let mut chunks = self.collect_dirty(0..u64::MAX, max_bytes, max_chunks, from_start);
         if chunks.is_empty() {
             self.ticket_end(ticket);
             return None;
