@@ -25,7 +25,7 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLockWriteGuard};
 
 use crate::buf::{AlignedBuf, BulkFree};
 use crate::config::Config;
@@ -34,7 +34,7 @@ use crate::errseq::ErrSeq;
 use crate::folio::{Folio, FolioState};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::locks;
-use crate::mapping::{choose_order, find_in, Mapping};
+use crate::mapping::{choose_order, find_in, FolioIndex, Mapping};
 use crate::memory::Memory;
 use crate::stats::Counters;
 use crate::throttle;
@@ -138,6 +138,20 @@ pub struct InodeHandles {
     pub memory: Arc<Memory>,
     pub dirty: Arc<DomainDirty>,
     pub dirty_list: Arc<dyn DirtyInodeList>,
+}
+
+/// Where one folio's part of a write lies (see [`Inode::write_at`]).
+struct WritePart {
+    /// Bytes of the write already copied: the part starts at this offset
+    /// of the source.
+    done: usize,
+    /// Bytes of the write left.
+    len: usize,
+    /// File offset of the part.
+    pos: u64,
+    /// Block after the write's last byte: a new folio ends at or before it.
+    end_block: u64,
+    dontcache: bool,
 }
 
 pub struct Inode {
@@ -492,51 +506,12 @@ impl Inode {
     /// Reads placeholders (`read_in_flight` folios) from the store as one
     /// batch of `io_max` reads and publishes them.
     fn fill_folios(&self, created: &[Arc<Folio>], priority: IoPriority) -> io::Result<()> {
+        debug_assert!(created.iter().all(|f| f.lock().read_in_flight));
         // Take the buffers out so the I/O can write them without the lock;
         // nobody else touches a read_in_flight folio's buffer.
         let mut bufs: Vec<Arc<AlignedBuf>> =
             created.iter().map(|f| std::mem::replace(&mut f.lock().buf, Arc::new(AlignedBuf::zeroed(0)))).collect();
-        let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
-        let store = self.store();
-        let mut results: Vec<io::Result<()>> = Vec::with_capacity(created.len());
-        // Bytes of each buffer the store supplied: the contiguous prefix up
-        // to the first short read (end of file); the rest is zeroed below.
-        let mut supplied: Vec<usize> = vec![0; created.len()];
-        {
-            let mut ops = Vec::new();
-            let mut op_folio = Vec::new();
-            let io_max = self.config.io_max_bytes as usize;
-            for (i, (f, buf)) in created.iter().zip(bufs.iter_mut()).enumerate() {
-                let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
-                // Whole blocks (O_DIRECT) up to `on_disk_len_max`; what lies
-                // past it is zeroed below.
-                let want = disk_len.saturating_sub(f.offset()).next_multiple_of(BLOCK).min(buf.len() as u64) as usize;
-                // io_max-sized reads keep several requests in flight on the
-                // device even for one large folio.
-                for (k, piece) in buf[..want].chunks_mut(io_max).enumerate() {
-                    ops.push(IoOp::read(f.offset() + (k * io_max) as u64, piece, priority));
-                    op_folio.push((i, k * io_max));
-                }
-                results.push(Ok(()));
-            }
-            run_batch(&*store, &mut ops);
-            let mut short = vec![false; created.len()];
-            for (op, (i, start)) in ops.iter_mut().zip(op_folio) {
-                match op.result.take().expect("run_batch completes every op") {
-                    Ok(n) if !short[i] => {
-                        supplied[i] = start + n;
-                        short[i] = n < op.len();
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        short[i] = true;
-                        if results[i].is_ok() {
-                            results[i] = Err(e);
-                        }
-                    }
-                }
-            }
-        }
+        let (results, supplied) = self.read_placeholders(created, &mut bufs, priority);
         let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
         for ((buf, &n), f) in bufs.iter_mut().zip(&supplied).zip(created) {
             let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
@@ -545,14 +520,76 @@ impl Inode {
             let valid = n.min(disk_len.saturating_sub(f.offset()) as usize);
             buf[valid..].fill(0);
         }
+        self.publish_fills(created, bufs, results, priority)
+    }
+
+    /// Reads each placeholder's buffer (whole blocks up to
+    /// `on_disk_len_max`) in pieces of `io_max`, all in one batch. Returns
+    /// each folio's result and the bytes the store supplied to it: the
+    /// contiguous prefix up to its first short read (end of file).
+    fn read_placeholders(
+        &self,
+        created: &[Arc<Folio>],
+        bufs: &mut [Arc<AlignedBuf>],
+        priority: IoPriority,
+    ) -> (Vec<io::Result<()>>, Vec<usize>) {
+        let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
+        let store = self.store();
+        let mut results: Vec<io::Result<()>> = (0..created.len()).map(|_| Ok(())).collect();
+        let mut supplied: Vec<usize> = vec![0; created.len()];
+        let mut ops = Vec::new();
+        let mut op_folio = Vec::new();
+        let io_max = self.config.io_max_bytes as usize;
+        for (i, (f, buf)) in created.iter().zip(bufs.iter_mut()).enumerate() {
+            let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
+            // Whole blocks (O_DIRECT) up to `on_disk_len_max`; what lies
+            // past it is zeroed by the caller.
+            let want = disk_len.saturating_sub(f.offset()).next_multiple_of(BLOCK).min(buf.len() as u64) as usize;
+            // io_max-sized reads keep several requests in flight on the
+            // device even for one large folio.
+            for (k, piece) in buf[..want].chunks_mut(io_max).enumerate() {
+                ops.push(IoOp::read(f.offset() + (k * io_max) as u64, piece, priority));
+                op_folio.push((i, k * io_max));
+            }
+        }
+        run_batch(&*store, &mut ops);
+        let mut short = vec![false; created.len()];
+        for (op, (i, start)) in ops.iter_mut().zip(op_folio) {
+            match op.result.take().expect("run_batch completes every op") {
+                Ok(n) if !short[i] => {
+                    supplied[i] = start + n;
+                    short[i] = n < op.len();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    short[i] = true;
+                    if results[i].is_ok() {
+                        results[i] = Err(e);
+                    }
+                }
+            }
+        }
+        (results, supplied)
+    }
+
+    /// Gives each filled folio its buffer back, uptodate where its read
+    /// succeeded, and wakes its waiters; a folio whose read failed leaves
+    /// the mapping (unless a writer dirtied it meanwhile) so the next
+    /// reader retries. Returns the first error.
+    fn publish_fills(
+        &self,
+        created: &[Arc<Folio>],
+        bufs: Vec<Arc<AlignedBuf>>,
+        results: Vec<io::Result<()>>,
+        priority: IoPriority,
+    ) -> io::Result<()> {
         let mut first_err = None;
         let mut read_bytes = 0u64;
         for ((f, buf), result) in created.iter().zip(bufs).zip(results) {
             let mut st = f.lock();
             st.buf = buf;
             st.read_in_flight = false;
-            let ok = result.is_ok();
-            if ok {
+            if result.is_ok() {
                 st.set_uptodate(f.nr_blocks(), 0, f.nr_blocks());
                 read_bytes += f.size_bytes() as u64;
             }
@@ -562,8 +599,6 @@ impl Inode {
             // it may be one of them.
             f.filled.notify_all();
             if let Err(e) = result {
-                // Unless a writer dirtied it meanwhile, forget the folio so
-                // the next reader retries the read.
                 self.try_remove_clean(f);
                 first_err.get_or_insert(e);
             }
@@ -654,136 +689,160 @@ impl Inode {
         dontcache: bool,
     ) -> io::Result<(usize, u64)> {
         assert!(len <= data.len(), "a write of {len} bytes from a source of {}", data.len());
-        let end = off + len as u64;
-        let end_block = end.div_ceil(BLOCK);
+        let end_block = (off + len as u64).div_ceil(BLOCK);
         let mut done = 0usize;
         let mut newly_dirty_bytes_total = 0u64;
         let mut result = Ok(());
-        let folio_max = self.config.folio_max_bytes;
         while done < len {
-            // Throttle between folios, with no lock held, so one huge write
-            // cannot run past the dirty limit or starve reclaim.
-            let remaining = (len - done) as u64;
-            if let Err(e) = throttle::wait_for_dirty_room(&self.dirty, &self.config, remaining.min(folio_max)) {
-                result = Err(e);
-                break;
-            }
-            let pos = off + done as u64;
-            let block = pos / BLOCK;
-            let folio = match self.find_or_create(block, end_block, false, true) {
-                Ok((f, _)) => f,
+            let part = WritePart { done, len: len - done, pos: off + done as u64, end_block, dontcache };
+            match self.write_folio_part(data, &part) {
+                // The folio left the mapping before it could be locked.
+                Ok(None) => continue,
+                Ok(Some((n, newly_bytes))) => {
+                    debug_assert!(n > 0 && n <= part.len);
+                    done += n;
+                    newly_dirty_bytes_total += newly_bytes;
+                    if newly_bytes > 0 {
+                        self.dirtied(newly_bytes, dontcache);
+                    }
+                }
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
-            };
-            let Some(mut st) = folio.lock_filled() else { continue };
-            if Arc::strong_count(&st.buf) > 1 {
-                // Writeback holds the buffer: write into a copy instead of
-                // waiting for the I/O. The copy's memory is reserved like a
-                // new folio's (the old buffer stays counted until that
-                // writeback completes).
-                drop(st);
-                let folio_len = folio.size_bytes();
-                let fresh = match self.memory.reserve_folio_buf(folio_len, true) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                };
-                let Some(relocked) = folio.lock_filled() else {
-                    self.memory.release_folio_buf(Some(fresh), folio_len);
-                    continue;
-                };
-                st = relocked;
-                if Arc::strong_count(&st.buf) > 1 {
-                    let mut fresh = fresh;
-                    fresh.copy_from_slice(&st.buf);
-                    st.buf = Arc::new(fresh);
-                    Counters::add(&self.counters.cow_copies, 1);
-                } else {
-                    // The writeback finished meanwhile.
-                    self.memory.release_folio_buf(Some(fresh), folio_len);
-                }
-            }
-            let folio_off = (pos - folio.offset()) as usize;
-            let n = (folio.size_bytes() - folio_off).min(len - done);
-            let first = folio_off / BLOCK_SIZE;
-            let last = (folio_off + n).div_ceil(BLOCK_SIZE);
-            if !st.all_uptodate {
-                // Only a partly covered edge block needs its old contents.
-                if folio_off % BLOCK_SIZE != 0 {
-                    if let Err(e) = self.fill_blocks(&folio, &mut st, first, first + 1) {
-                        result = Err(e);
-                        break;
-                    }
-                }
-                if (folio_off + n) % BLOCK_SIZE != 0 {
-                    if let Err(e) = self.fill_blocks(&folio, &mut st, last - 1, last) {
-                        result = Err(e);
-                        break;
-                    }
-                }
-            }
-            // Whole blocks that held nothing cached are new data on its way
-            // to the device: stream them past the CPU caches. Blocks that
-            // were cached may be read again soon and are copied normally.
-            let fresh_blocks = n % BLOCK_SIZE == 0
-                && folio_off % BLOCK_SIZE == 0
-                && !st.all_uptodate
-                && st.uptodate.next(first, last, true).is_none();
-            let dst = Arc::get_mut(&mut st.buf).expect("the buffer was made private above");
-            data.copy_out(done, n, dst, folio_off, fresh_blocks);
-            st.set_uptodate(folio.nr_blocks(), first, last);
-            // The size covers these bytes before they can be written back,
-            // so a backing-size fix never cuts them off.
-            let new_end = pos + n as u64;
-            // Load first: an overwrite leaves the size alone, and a locked
-            // read-modify-write on every write took the line from the
-            // flusher (80% of this function's time under random writes).
-            if self.size.load(Ordering::Acquire) < new_end && self.size.fetch_max(new_end, Ordering::AcqRel) < new_end {
-                self.size_changed.store(true, Ordering::Release);
-            }
-            let was_clean = st.nr_dirty == 0;
-            let newly = st.set_dirty(first, last);
-            if newly > 0 {
-                let newly_bytes = newly as u64 * BLOCK;
-                // Account before the lock drops, so writeback can never take
-                // (and subtract) bytes not yet added.
-                self.dirty.account_dirty_bytes(newly_bytes, if dontcache { newly_bytes } else { 0 });
-                if dontcache {
-                    st.dontcache_dirty += newly;
-                }
-                if was_clean {
-                    self.mapping.index_dirty(&folio);
-                }
-            }
-            if dontcache {
-                folio.dropbehind.store(true, Ordering::Relaxed);
-            } else {
-                folio.dropbehind.store(false, Ordering::Relaxed);
-                folio.mark_accessed();
-            }
-            st.check(folio.nr_blocks());
-            drop(st);
-            done += n;
-            if newly > 0 {
-                let newly_bytes = newly as u64 * BLOCK;
-                newly_dirty_bytes_total += newly_bytes;
-                self.queue_on_dirty_list();
-                if dontcache {
-                    // Kick the flusher; never write back inline.
-                    self.dirty.kick(WORK_START_DONTCACHE);
-                }
-                throttle::balance_dirty(&self.dirty, &self.config, newly_bytes);
             }
         }
+        debug_assert!(done <= len && newly_dirty_bytes_total <= (done as u64).next_multiple_of(BLOCK) + BLOCK);
         match result {
             // Bytes copied before an error stay written, as a short write.
             Err(e) if done == 0 => Err(e),
             _ => Ok((done, newly_dirty_bytes_total)),
         }
+    }
+
+    /// One folio's part of a write: wait for dirty room, find or create the
+    /// folio, make its buffer private, read a partly covered edge block,
+    /// copy, mark dirty. Returns the bytes copied and newly dirtied, or
+    /// `None` when the folio left the mapping meanwhile.
+    fn write_folio_part<S: WriteSource + ?Sized>(
+        self: &Arc<Self>,
+        data: &S,
+        part: &WritePart,
+    ) -> io::Result<Option<(usize, u64)>> {
+        // Throttle between folios, with no lock held, so one huge write
+        // cannot run past the dirty limit or starve reclaim.
+        let room = (part.len as u64).min(self.config.folio_max_bytes);
+        throttle::wait_for_dirty_room(&self.dirty, &self.config, room)?;
+        let (folio, _) = self.find_or_create(part.pos / BLOCK, part.end_block, false, true)?;
+        let Some(mut st) = self.lock_private(&folio)? else { return Ok(None) };
+        let folio_off = (part.pos - folio.offset()) as usize;
+        let n = (folio.size_bytes() - folio_off).min(part.len);
+        let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
+        if !st.all_uptodate {
+            // Only a partly covered edge block needs its old contents.
+            if folio_off % BLOCK_SIZE != 0 {
+                self.fill_blocks(&folio, &mut st, first, first + 1)?;
+            }
+            if (folio_off + n) % BLOCK_SIZE != 0 {
+                self.fill_blocks(&folio, &mut st, last - 1, last)?;
+            }
+        }
+        // Whole blocks that held nothing cached are new data on its way to
+        // the device: stream them past the CPU caches. Blocks that were
+        // cached may be read again soon and are copied normally.
+        let fresh_blocks = n % BLOCK_SIZE == 0
+            && folio_off % BLOCK_SIZE == 0
+            && !st.all_uptodate
+            && st.uptodate.next(first, last, true).is_none();
+        let dst = Arc::get_mut(&mut st.buf).expect("the buffer was made private above");
+        data.copy_out(part.done, n, dst, folio_off, fresh_blocks);
+        st.set_uptodate(folio.nr_blocks(), first, last);
+        // The size covers these bytes before they can be written back, so a
+        // backing-size fix never cuts them off.
+        let new_end = part.pos + n as u64;
+        // Load first: an overwrite leaves the size alone, and a locked
+        // read-modify-write on every write took the line from the flusher
+        // (80% of this function's time under random writes).
+        if self.size.load(Ordering::Acquire) < new_end && self.size.fetch_max(new_end, Ordering::AcqRel) < new_end {
+            self.size_changed.store(true, Ordering::Release);
+        }
+        let newly = self.mark_dirty(&folio, &mut st, (first, last), part.dontcache);
+        if part.dontcache {
+            folio.dropbehind.store(true, Ordering::Relaxed);
+        } else {
+            folio.dropbehind.store(false, Ordering::Relaxed);
+            folio.mark_accessed();
+        }
+        st.check(folio.nr_blocks());
+        debug_assert!(self.size() >= new_end && st.is_uptodate(first, last));
+        Ok(Some((n, newly as u64 * BLOCK)))
+    }
+
+    /// Locks a filled folio whose buffer only this folio holds. When
+    /// writeback holds the buffer, the write goes into a copy instead of
+    /// waiting for the I/O; the copy's memory is reserved like a new
+    /// folio's (the old buffer stays counted until that writeback
+    /// completes). `None` when the folio left the mapping meanwhile.
+    fn lock_private<'f>(&self, folio: &'f Folio) -> io::Result<Option<MutexGuard<'f, FolioState>>> {
+        let Some(st) = folio.lock_filled() else { return Ok(None) };
+        if Arc::strong_count(&st.buf) <= 1 {
+            return Ok(Some(st));
+        }
+        drop(st);
+        let folio_len = folio.size_bytes();
+        let mut fresh = self.memory.reserve_folio_buf(folio_len, true)?;
+        let Some(mut st) = folio.lock_filled() else {
+            self.memory.release_folio_buf(Some(fresh), folio_len);
+            return Ok(None);
+        };
+        if Arc::strong_count(&st.buf) > 1 {
+            fresh.copy_from_slice(&st.buf);
+            st.buf = Arc::new(fresh);
+            Counters::add(&self.counters.cow_copies, 1);
+        } else {
+            // The writeback finished meanwhile.
+            self.memory.release_folio_buf(Some(fresh), folio_len);
+        }
+        debug_assert_eq!(Arc::strong_count(&st.buf), 1);
+        Ok(Some(st))
+    }
+
+    /// Marks blocks `[first, last)` of a locked folio dirty and accounts
+    /// the newly dirty ones before the lock drops, so writeback can never
+    /// take (and subtract) bytes not yet added. Returns the newly dirty
+    /// blocks.
+    fn mark_dirty(
+        &self,
+        folio: &Arc<Folio>,
+        st: &mut FolioState,
+        (first, last): (usize, usize),
+        dontcache: bool,
+    ) -> usize {
+        let was_clean = st.nr_dirty == 0;
+        let newly = st.set_dirty(first, last);
+        if newly > 0 {
+            let newly_bytes = newly as u64 * BLOCK;
+            self.dirty.account_dirty_bytes(newly_bytes, if dontcache { newly_bytes } else { 0 });
+            if dontcache {
+                st.dontcache_dirty += newly;
+            }
+            if was_clean {
+                self.mapping.index_dirty(folio);
+            }
+        }
+        debug_assert!(st.nr_dirty >= newly);
+        newly
+    }
+
+    /// After a folio's lock dropped with `newly_bytes` newly dirty: the
+    /// inode joins the dirty list, an uncached write kicks the flusher
+    /// (never writing back inline), and the writer is throttled.
+    fn dirtied(self: &Arc<Self>, newly_bytes: u64, dontcache: bool) {
+        self.queue_on_dirty_list();
+        if dontcache {
+            self.dirty.kick(WORK_START_DONTCACHE);
+        }
+        throttle::balance_dirty(&self.dirty, &self.config, newly_bytes);
     }
 
     /// Changes the logical size. Shrinking waits for writeback I/O in
@@ -800,30 +859,39 @@ impl Inode {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a block device's size cannot change"));
         }
         let _g = locks::lock(&self.size_lock);
-        let old = self.size();
-        if new_size >= old {
-            // Refused before anything changes, as ftruncate(2) refuses it.
-            if new_size > self.len_accepted.load(Ordering::Acquire) && !self.store().accepts_len(new_size)? {
-                return Err(io::Error::from_raw_os_error(libc::EFBIG));
-            }
-            // Writers may have extended past `new_size` meanwhile: never
-            // shrink here. The store grows with zeros, which is what
-            // `on_disk_len_max` already says lies past the old end.
-            self.size.fetch_max(new_size, Ordering::AcqRel);
-            self.size_changed.store(true, Ordering::Release);
-            // Only ever grow the store here: a writer that extended the file
-            // past `new_size` since `old` was read may have had those blocks
-            // written back already, and cutting them would lose them.
-            let _no_io = self.store_len_gate.resize();
-            let store = self.store();
-            if store.len()? < new_size {
-                store.set_len(new_size)?;
-            }
-            return Ok(());
+        if new_size >= self.size() {
+            self.grow(new_size)
+        } else {
+            self.shrink(new_size)
         }
-        let first_gone_block = new_size.div_ceil(BLOCK);
-        let mut unaccount_blocks = 0u64;
-        let mut unaccount_dontcache = 0u64;
+    }
+
+    /// [`Inode::set_len`] to a size at least the current one (size lock
+    /// held).
+    fn grow(&self, new_size: u64) -> io::Result<()> {
+        // Refused before anything changes, as ftruncate(2) refuses it.
+        if new_size > self.len_accepted.load(Ordering::Acquire) && !self.store().accepts_len(new_size)? {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        // Writers may have extended past `new_size` meanwhile: never shrink
+        // here. The store grows with zeros, which is what
+        // `on_disk_len_max` already says lies past the old end.
+        self.size.fetch_max(new_size, Ordering::AcqRel);
+        self.size_changed.store(true, Ordering::Release);
+        // Only ever grow the store here: a writer that extended the file
+        // past `new_size` since the size was read may have had those blocks
+        // written back already, and cutting them would lose them.
+        let _no_io = self.store_len_gate.resize();
+        let store = self.store();
+        if store.len()? < new_size {
+            store.set_len(new_size)?;
+        }
+        debug_assert!(self.size() >= new_size);
+        Ok(())
+    }
+
+    /// [`Inode::set_len`] to a smaller size (size lock held).
+    fn shrink(&self, new_size: u64) -> io::Result<()> {
         // A large cut frees folios in file order, their buffers in no useful
         // order: they go back to the kernel together once the mapping lock
         // is given back (see `BulkFree`).
@@ -831,81 +899,31 @@ impl Inode {
         // No writeback I/O from before the new size is published until the
         // store is cut: a writer may extend the file again meanwhile, and a
         // block of its extension written back before the cut would be lost
-        // by it (and a fill could read the old bytes the cut removes). The
-        // gate is taken before the mapping lock (writeback completions take
-        // mapping locks), and never held while waiting for a fill.
-        let no_io;
-        {
-            let mut map = self.mapping.write();
-            // Fills in flight over the doomed range must finish first; wait
-            // for them without holding the mapping lock (a filler may need
-            // it to allocate its next folio), then look again.
-            loop {
-                let filling = map
-                    .range(..)
-                    .filter(|(_, f)| f.end_index() > new_size / BLOCK)
-                    .find(|(_, f)| f.lock().read_in_flight)
-                    .map(|(_, f)| f.clone());
-                drop(map);
-                if let Some(f) = filling {
-                    drop(f.lock_filled());
-                    map = self.mapping.write();
-                    continue;
-                }
-                let gate = self.store_len_gate.resize();
-                map = self.mapping.write();
-                // A fill may have begun while neither was held.
-                let began = map
-                    .range(..)
-                    .filter(|(_, f)| f.end_index() > new_size / BLOCK)
-                    .any(|(_, f)| f.lock().read_in_flight);
-                if !began {
-                    no_io = gate;
-                    break;
-                }
-                drop(gate);
-            }
-            for key in map.range(first_gone_block..).map(|(&k, _)| k).collect::<Vec<_>>() {
-                let f = map.get(&key).expect("key just listed").clone();
+        // by it (and a fill could read the old bytes the cut removes).
+        let (mut map, no_io) = self.quiesce_for_cut(new_size);
+        let (mut discarded_blocks, mut discarded_dontcache) = self.drop_folios_from(&mut map, new_size.div_ceil(BLOCK));
+        // Zero the tail of a folio straddling the new size, and publish the
+        // size under its lock: a writer of that folio either came before
+        // (its bytes past the end are cut) or after (its write extends the
+        // file again), never half of each.
+        let straddling = find_in(&map, new_size / BLOCK).filter(|f| f.offset() < new_size).cloned();
+        match straddling {
+            Some(f) => {
                 let mut st = f.lock();
-                assert!(!st.read_in_flight, "no fill runs under the mapping lock");
-                unaccount_blocks += st.nr_dirty as u64;
-                unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
-                st.dirty.clear_range(0, f.nr_blocks());
-                st.nr_dirty = 0;
-                self.mapping.unindex_clean(&f);
-                map.remove(&key);
-                self.release_removed(&f, &mut st);
+                let (blocks, dontcache) = self.cut_tail(&f, &mut st, new_size);
+                discarded_blocks += blocks;
+                discarded_dontcache += dontcache;
+                self.size.store(new_size, Ordering::Release);
             }
-            // Zero the tail of a folio straddling the new size, and publish
-            // the size under its lock: a writer of that folio either came
-            // before (its bytes past the end are cut) or after (its write
-            // extends the file again), never half of each.
-            let straddling = find_in(&map, new_size / BLOCK).filter(|f| f.offset() < new_size).cloned();
-            match straddling {
-                Some(f) => {
-                    let mut st = f.lock();
-                    let from = (new_size - f.offset()) as usize;
-                    self.memory.account_shared_copy(&st);
-                    Arc::make_mut(&mut st.buf)[from..].fill(0);
-                    let cleared = st.dirty.clear_range(from.div_ceil(BLOCK_SIZE), f.nr_blocks());
-                    st.nr_dirty -= cleared;
-                    unaccount_blocks += cleared as u64;
-                    if st.nr_dirty == 0 {
-                        self.mapping.unindex_clean(&f);
-                        unaccount_dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
-                    }
-                    st.check(f.nr_blocks());
-                    self.size.store(new_size, Ordering::Release);
-                }
-                None => self.size.store(new_size, Ordering::Release),
-            }
-            // From now on fills treat bytes past the new size as zeros, even
-            // before the store is truncated below.
-            self.on_disk_len_max.fetch_min(new_size, Ordering::AcqRel);
+            None => self.size.store(new_size, Ordering::Release),
         }
+        // From now on fills treat bytes past the new size as zeros, even
+        // before the store is truncated below.
+        self.on_disk_len_max.fetch_min(new_size, Ordering::AcqRel);
+        debug_assert!(map.range(new_size.div_ceil(BLOCK)..).next().is_none());
+        drop(map);
         drop(bulk);
-        self.dirty.account_discarded(unaccount_blocks * BLOCK, unaccount_dontcache * BLOCK);
+        self.dirty.account_discarded(discarded_blocks * BLOCK, discarded_dontcache * BLOCK);
         // Writeback I/O of the removed blocks ended before the gate was
         // taken, and none has run since: the cut is the last word on them.
         self.size_changed.store(true, Ordering::Release);
@@ -913,6 +931,72 @@ impl Inode {
         self.store_padded.store(false, Ordering::Release);
         drop(no_io);
         Ok(())
+    }
+
+    /// The mapping's write lock with no fill in flight over blocks past
+    /// `new_size`, and the store's length gate (no writeback I/O in flight
+    /// or starting). Fills are waited for without holding the mapping lock
+    /// (a filler may need it to allocate its next folio); the gate is taken
+    /// before the mapping lock (writeback completions take mapping locks)
+    /// and never held while waiting for a fill.
+    fn quiesce_for_cut(&self, new_size: u64) -> (RwLockWriteGuard<'_, FolioIndex>, ResizeGuard<'_>) {
+        let filling_past_cut = |map: &FolioIndex| {
+            map.range(..)
+                .filter(|(_, f)| f.end_index() > new_size / BLOCK)
+                .find(|(_, f)| f.lock().read_in_flight)
+                .map(|(_, f)| f.clone())
+        };
+        loop {
+            let filling = filling_past_cut(&self.mapping.write());
+            if let Some(f) = filling {
+                drop(f.lock_filled());
+                continue;
+            }
+            let gate = self.store_len_gate.resize();
+            let map = self.mapping.write();
+            // A fill may have begun while neither was held.
+            if filling_past_cut(&map).is_none() {
+                return (map, gate);
+            }
+        }
+    }
+
+    /// Removes every folio from `first_gone_block` on, dirty or not.
+    /// Returns the dirty and uncached-dirty blocks discarded.
+    fn drop_folios_from(&self, map: &mut FolioIndex, first_gone_block: u64) -> (u64, u64) {
+        let (mut blocks, mut dontcache) = (0u64, 0u64);
+        for key in map.range(first_gone_block..).map(|(&k, _)| k).collect::<Vec<_>>() {
+            let f = map.get(&key).expect("key just listed").clone();
+            let mut st = f.lock();
+            assert!(!st.read_in_flight, "no fill runs under the mapping lock");
+            blocks += st.nr_dirty as u64;
+            dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
+            st.dirty.clear_range(0, f.nr_blocks());
+            st.nr_dirty = 0;
+            self.mapping.unindex_clean(&f);
+            map.remove(&key);
+            self.release_removed(&f, &mut st);
+        }
+        (blocks, dontcache)
+    }
+
+    /// Zeroes a locked folio from `new_size` on and drops the dirty bits of
+    /// its blocks wholly past it. Returns the dirty and uncached-dirty
+    /// blocks discarded.
+    fn cut_tail(&self, f: &Folio, st: &mut FolioState, new_size: u64) -> (u64, u64) {
+        debug_assert!(f.offset() < new_size && new_size < f.offset() + f.size_bytes() as u64);
+        let from = (new_size - f.offset()) as usize;
+        self.memory.account_shared_copy(st);
+        Arc::make_mut(&mut st.buf)[from..].fill(0);
+        let cleared = st.dirty.clear_range(from.div_ceil(BLOCK_SIZE), f.nr_blocks());
+        st.nr_dirty -= cleared;
+        let mut dontcache = 0;
+        if st.nr_dirty == 0 {
+            self.mapping.unindex_clean(f);
+            dontcache = std::mem::take(&mut st.dontcache_dirty) as u64;
+        }
+        st.check(f.nr_blocks());
+        (cleared as u64, dontcache)
     }
 
     /// Drops every clean folio (used when the cache closes).
