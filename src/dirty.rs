@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 use crate::locks;
 use crate::stats::{Counters, Reason};
 
-/// Work bits, checked by the flusher in this order.
-pub const WORK_START_ALL: u32 = 1 << 0;
+/// Work bits, checked by the flusher in this order. Uncached writes wrote
+/// dirty data the flusher writes back for them (as many bytes as the
+/// domain's uncached-dirty count).
 pub const WORK_START_DONTCACHE: u32 = 1 << 1;
 /// A writer is over the background threshold or waits for dirty room. It
 /// only wakes the flusher: the gauges say how much to write.

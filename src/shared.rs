@@ -30,6 +30,9 @@ use crate::writeback::domain::Domain;
 /// ones are synced and forgotten.
 pub const MAX_CACHED_INODES: usize = 1024;
 
+/// Writeback workers per domain (see `Domain::start`).
+const WRITEBACK_WORKERS_PER_DOMAIN: usize = 1;
+
 /// Held by a file operation while it runs (see `Shared::ops_gate`).
 pub type OpGuard<'a> = RwLockReadGuard<'a, ()>;
 
@@ -135,6 +138,7 @@ impl Shared {
                 };
                 Domain::start(
                     device_id,
+                    WRITEBACK_WORKERS_PER_DOMAIN,
                     DomainDirty::new(&self.dirty),
                     self.config.clone(),
                     self.io.clone(),

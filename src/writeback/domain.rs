@@ -1,6 +1,6 @@
 //! A writeback domain (the kernel's `bdi_writeback`): the unit of dirty
 //! accounting and flushing, one per backing device. It owns the dirty inode
-//! list (oldest dirtied first) and the flusher thread; its byte gauges, its
+//! list (oldest dirtied first) and its writeback workers (flusher threads); its byte gauges, its
 //! bandwidth estimate and the coalesced work bits that wake the flusher are
 //! its [`DomainDirty`] (in [`crate::dirty`], below the inode, which accounts
 //! into it directly).
@@ -29,32 +29,44 @@ pub struct Domain {
     pub io: Arc<dyn Io>,
     dirty_inodes: Mutex<VecDeque<Arc<Inode>>>,
     on_idle: OnIdle,
-    flusher: Mutex<Option<JoinHandle<()>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Domain {
-    /// A domain with its flusher thread running.
+    /// A domain with `nr_workers` writeback workers running.
+    ///
+    /// Only one for now: the workers of a domain pop inodes from one dirty
+    /// list, and two of them writing the same inode at once could each
+    /// wait, to fix the store's length, for I/O only the other completes.
+    /// Several workers need routing by inode or region first.
     pub fn start(
         device_id: u64,
+        nr_workers: usize,
         dirty: Arc<DomainDirty>,
         config: Arc<Config>,
         io: Arc<dyn Io>,
         on_idle: OnIdle,
     ) -> Arc<Domain> {
+        assert_eq!(nr_workers, 1, "one writeback worker per domain until routing exists");
         let domain = Arc::new(Domain {
             dirty,
             config,
             io,
             dirty_inodes: Mutex::new(VecDeque::new()),
             on_idle,
-            flusher: Mutex::new(None),
+            workers: Mutex::new(Vec::new()),
         });
-        let for_thread = domain.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("wbc-flush-{device_id:x}"))
-            .spawn(move || super::flusher::run(for_thread))
-            .expect("spawn flusher thread");
-        *locks::lock(&domain.flusher) = Some(handle);
+        for n in 0..nr_workers {
+            let for_thread = domain.clone();
+            // The first keeps the name it always had (`top`, `perf` users).
+            let name = if n == 0 { format!("wbc-flush-{device_id:x}") } else { format!("wbc-flush-{device_id:x}-{n}") };
+            let handle = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || super::worker::run(for_thread))
+                .expect("spawn flusher thread");
+            locks::lock(&domain.workers).push(handle);
+        }
+        debug_assert_eq!(locks::lock(&domain.workers).len(), nr_workers);
         domain
     }
 
@@ -62,7 +74,8 @@ impl Domain {
     /// the dirty list, breaking the domain ↔ inode reference cycle.
     pub fn stop(&self) {
         self.dirty.shut_down();
-        if let Some(h) = locks::lock(&self.flusher).take() {
+        let workers: Vec<JoinHandle<()>> = locks::lock(&self.workers).drain(..).collect();
+        for h in workers {
             let _ = h.join();
         }
         locks::lock(&self.dirty_inodes).clear();

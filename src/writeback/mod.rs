@@ -2,8 +2,8 @@
 //!
 //! - [`domain`]: a device's dirty inode list and flusher thread, over its
 //!   dirty accounting (`crate::dirty::DomainDirty`).
-//! - [`flusher`] and [`inflight`]: the flusher's loop and its passes in
-//!   flight.
+//! - [`worker`] and [`inflight`]: a flusher worker's loop and its passes in
+//!   flight; [`policy`]: its decisions, as pure functions.
 //! - [`pass`]: one writeback pass over an inode: collect, build I/Os,
 //!   complete.
 //! - [`sync`]: fsync / fdatasync.
@@ -12,7 +12,8 @@
 //! inode reaches it only through `inode::DirtyInodeList`.
 
 pub mod domain;
-pub mod flusher;
 pub mod inflight;
 pub mod pass;
+pub mod policy;
 pub mod sync;
+pub mod worker;
