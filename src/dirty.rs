@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::io::BLOCK_SIZE;
 use crate::locks;
 use crate::stats::{Counters, Reason};
 
@@ -105,6 +106,7 @@ impl CacheDirty {
     pub fn close(&self) -> bool {
         let was_open = !self.closed.swap(true, Ordering::AcqRel);
         self.progress.made();
+        debug_assert!(self.is_closed(), "a closed cache stays closed");
         was_open
     }
 
@@ -160,6 +162,10 @@ impl DomainDirty {
 
     /// Sets a work bit and wakes the flusher, unless the bit is already set.
     pub fn kick(&self, bit: u32) {
+        debug_assert!(
+            [WORK_START_DONTCACHE, WORK_BACKGROUND, WORK_RECLAIM].contains(&bit),
+            "one known work bit at a time, not {bit:#x}"
+        );
         if self.work_bits.load(Ordering::Acquire) & bit != 0 {
             return;
         }
@@ -202,17 +208,20 @@ impl DomainDirty {
     /// caller queues the inode on the domain's dirty list after.
     pub fn account_dirty_bytes(&self, bytes: u64, dontcache_bytes: u64) {
         debug_assert!(dontcache_bytes <= bytes);
+        debug_assert!(bytes % BLOCK_SIZE as u64 == 0, "blocks become dirty whole, not {bytes} bytes");
         if bytes == 0 {
             return;
         }
         let c = &self.cache.counters;
         let unclean_before = self.cache.unclean_bytes.fetch_add(bytes, Ordering::AcqRel);
         debug_assert!(unclean_before.checked_add(bytes).is_some(), "unclean overflow");
-        self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
+        let dirty_before = self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
+        debug_assert!(dirty_before.checked_add(bytes).is_some(), "domain dirty overflow");
         let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
         c.peak_dirty_bytes.fetch_max(total, Ordering::Relaxed);
         if dontcache_bytes > 0 {
-            self.dontcache_dirty_bytes.fetch_add(dontcache_bytes, Ordering::AcqRel);
+            let dontcache_before = self.dontcache_dirty_bytes.fetch_add(dontcache_bytes, Ordering::AcqRel);
+            debug_assert!(dontcache_before.checked_add(dontcache_bytes).is_some(), "domain uncached-dirty overflow");
             Counters::add(&c.dontcache_dirty_bytes, dontcache_bytes);
         }
     }
@@ -221,11 +230,13 @@ impl DomainDirty {
     /// folios that went clean held of uncached-dirty bytes, which a pass
     /// takes whole, so it may exceed `bytes`.
     pub fn account_writeback_started(&self, bytes: u64, dontcache_bytes: u64) {
+        debug_assert!(bytes % BLOCK_SIZE as u64 == 0, "blocks go to writeback whole, not {bytes} bytes");
         let c = &self.cache.counters;
         let before = self.nr_dirty_bytes.fetch_sub(bytes, Ordering::AcqRel);
         debug_assert!(before >= bytes, "domain dirty underflow");
         Counters::sub(&c.dirty_bytes, bytes);
-        self.nr_writeback_bytes.fetch_add(bytes, Ordering::AcqRel);
+        let writeback_before = self.nr_writeback_bytes.fetch_add(bytes, Ordering::AcqRel);
+        debug_assert!(writeback_before.checked_add(bytes).is_some(), "domain writeback overflow");
         Counters::add(&c.writeback_bytes, bytes);
         if dontcache_bytes > 0 {
             let before = self.dontcache_dirty_bytes.fetch_sub(dontcache_bytes, Ordering::AcqRel);
@@ -237,6 +248,10 @@ impl DomainDirty {
     /// Writeback of `done_bytes` ended, `written_bytes` of them successfully.
     pub fn account_writeback_done(&self, done_bytes: u64, written_bytes: u64, reason: Reason) {
         debug_assert!(written_bytes <= done_bytes);
+        debug_assert!(
+            done_bytes % BLOCK_SIZE as u64 == 0 && written_bytes % BLOCK_SIZE as u64 == 0,
+            "writeback ends in whole blocks ({written_bytes} of {done_bytes} bytes)"
+        );
         let c = &self.cache.counters;
         let before = self.nr_writeback_bytes.fetch_sub(done_bytes, Ordering::AcqRel);
         debug_assert!(before >= done_bytes, "domain writeback underflow");
@@ -254,7 +269,8 @@ impl DomainDirty {
             return;
         }
         self.account_writeback_started(bytes, dontcache_bytes);
-        self.nr_writeback_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        let writeback_before = self.nr_writeback_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(writeback_before >= bytes, "domain writeback underflow");
         Counters::sub(&self.cache.counters.writeback_bytes, bytes);
         let before = self.cache.unclean_bytes.fetch_sub(bytes, Ordering::AcqRel);
         debug_assert!(before >= bytes, "unclean underflow");

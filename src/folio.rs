@@ -74,21 +74,25 @@ impl Bitmap {
 
     /// Sets `[start, end)`; returns how many bits were newly set.
     pub fn set_range(&mut self, start: usize, end: usize) -> usize {
+        debug_assert!(start <= end && end <= self.words().len() * 64, "a range within the bitmap");
         let mut newly = 0;
         self.for_range(start, end, |w, m| {
             newly += (m & !*w).count_ones() as usize;
             *w |= m;
         });
+        debug_assert!(newly <= end - start && self.next(start, end, false).is_none(), "the range is set");
         newly
     }
 
     /// Clears `[start, end)`; returns how many bits were set before.
     pub fn clear_range(&mut self, start: usize, end: usize) -> usize {
+        debug_assert!(start <= end && end <= self.words().len() * 64, "a range within the bitmap");
         let mut cleared = 0;
         self.for_range(start, end, |w, m| {
             cleared += (m & *w).count_ones() as usize;
             *w &= !m;
         });
+        debug_assert!(cleared <= end - start && self.next(start, end, true).is_none(), "the range is clear");
         cleared
     }
 
@@ -309,11 +313,13 @@ impl Folio {
 impl FolioState {
     /// Marks blocks `[start, end)` uptodate.
     pub fn set_uptodate(&mut self, nr_blocks: usize, start: usize, end: usize) {
+        debug_assert!(start <= end && end <= nr_blocks, "blocks of this folio");
         if self.all_uptodate {
             return;
         }
         self.uptodate.set_range(start, end);
         self.all_uptodate = self.uptodate.count() == nr_blocks;
+        debug_assert!(self.all_uptodate || self.uptodate.next(start, end, false).is_none(), "the range is uptodate");
     }
 
     pub fn is_uptodate(&mut self, start: usize, end: usize) -> bool {
@@ -322,8 +328,11 @@ impl FolioState {
 
     /// Marks `[start, end)` dirty; returns the number of newly dirty blocks.
     pub fn set_dirty(&mut self, start: usize, end: usize) -> usize {
+        debug_assert!(!self.removed, "a removed folio has no dirty blocks");
+        debug_assert!(self.is_uptodate(start, end), "only uptodate blocks become dirty");
         let newly = self.dirty.set_range(start, end);
         self.nr_dirty += newly;
+        debug_assert!(self.nr_dirty == self.dirty.count(), "nr_dirty matches the dirty bitmap");
         newly
     }
 
@@ -338,6 +347,13 @@ impl FolioState {
                 assert!(!self.removed, "a removed folio has no dirty blocks");
             }
         }
+    }
+
+    /// [`FolioState::check`] for `debug_assert!`: panics on a violated
+    /// invariant, true otherwise (release builds never call it).
+    pub fn invariants_hold(&self, nr_blocks: usize) -> bool {
+        self.check(nr_blocks);
+        true
     }
 }
 

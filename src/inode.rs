@@ -31,7 +31,7 @@ use crate::buf::{AlignedBuf, BulkFree};
 use crate::config::Config;
 use crate::dirty::{DomainDirty, WORK_START_DONTCACHE};
 use crate::errseq::ErrSeq;
-use crate::folio::{Folio, FolioState};
+use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::mapping::{choose_order, find_in, FolioIndex, Mapping};
@@ -70,6 +70,7 @@ impl StoreLenGate {
             st = locks::wait(&self.changed, st);
         }
         st.io_in_flight += 1;
+        debug_assert!(!st.resizing && st.io_in_flight > 0, "I/O never overlaps a length change");
     }
 
     /// As `begin_io`, but gives up instead of waiting for a length change.
@@ -79,6 +80,7 @@ impl StoreLenGate {
             return false;
         }
         st.io_in_flight += 1;
+        debug_assert!(!st.resizing && st.io_in_flight > 0, "I/O never overlaps a length change");
         true
     }
 
@@ -101,6 +103,7 @@ impl StoreLenGate {
         while st.io_in_flight > 0 {
             st = locks::wait(&self.changed, st);
         }
+        debug_assert!(st.resizing && st.io_in_flight == 0, "a length change excludes I/O");
         ResizeGuard(self)
     }
 }
@@ -370,6 +373,8 @@ impl Inode {
             debug_assert!(find_in(&map, block).is_none() && choose_order(&map, block, limit_block, order) == order);
             let folio = Arc::new(Folio::with_buf(block, order, for_fill, buf));
             self.mapping.insert(&mut map, folio.clone());
+            debug_assert!(find_in(&map, block).is_some_and(|f| Arc::ptr_eq(f, &folio)), "the new folio is cached");
+            debug_assert!(folio.index == block && folio.end_index() <= limit_block, "the folio starts at the block");
             drop(map);
             return Ok((self.register_new_folio(folio), true));
         }
@@ -387,6 +392,7 @@ impl Inode {
         match self.mapping.try_remove_clean(folio) {
             Some(buf) => {
                 self.folio_removed(folio, buf);
+                debug_assert_eq!(folio.dirty_mark.load(Ordering::Acquire), DirtyMark::REMOVED, "removed for good");
                 true
             }
             None => false,
@@ -395,8 +401,10 @@ impl Inode {
 
     /// Bookkeeping for a folio just taken out of the mapping (folio locked).
     fn release_removed(&self, folio: &Folio, st: &mut FolioState) {
+        debug_assert!(folio.state.try_lock().is_err(), "the folio's lock is held");
         let buf = Mapping::mark_removed(folio, st);
         self.folio_removed(folio, buf);
+        debug_assert!(st.removed && st.nr_dirty == 0 && st.buf.is_empty(), "a removed folio is clean, its buffer gone");
     }
 
     /// Gives back the memory of a folio that left the mapping now (an
@@ -411,6 +419,8 @@ impl Inode {
     /// beyond the on-disk length become zeros, the rest are read (one I/O
     /// per contiguous run). Only the named blocks are read, never the folio.
     fn fill_blocks(&self, folio: &Folio, st: &mut FolioState, start: usize, end: usize) -> io::Result<()> {
+        debug_assert!(start < end && end <= folio.nr_blocks(), "blocks {start}..{end} of the folio");
+        debug_assert!(!st.removed && !st.read_in_flight, "a cached folio no fill is reading");
         let disk_blocks = self.on_disk_len_max.load(Ordering::Acquire).div_ceil(BLOCK);
         let mut b = start;
         while b < end {
@@ -442,6 +452,7 @@ impl Inode {
             st.set_uptodate(folio.nr_blocks(), b, e);
             b = e;
         }
+        debug_assert!(st.is_uptodate(start, end), "blocks {start}..{end} filled");
         Ok(())
     }
 
@@ -497,6 +508,7 @@ impl Inode {
             }
             rest = &rest[n..];
         }
+        debug_assert!(created.iter().all(|f| !f.lock().read_in_flight), "every placeholder was published");
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
@@ -587,6 +599,8 @@ impl Inode {
         let mut read_bytes = 0u64;
         for ((f, buf), result) in created.iter().zip(bufs).zip(results) {
             let mut st = f.lock();
+            debug_assert!(st.read_in_flight && st.buf.is_empty(), "a placeholder's buffer is out for its read");
+            debug_assert!(!st.removed && st.nr_dirty == 0 && st.nr_writeback == 0, "no one but the fill touches it");
             st.buf = buf;
             st.read_in_flight = false;
             if result.is_ok() {
@@ -594,6 +608,7 @@ impl Inode {
                 read_bytes += f.size_bytes() as u64;
             }
             st.check(f.nr_blocks());
+            debug_assert!(result.is_err() || st.all_uptodate, "a filled folio is uptodate");
             drop(st);
             // Wake waiters before taking the mapping lock: a truncate holding
             // it may be one of them.
@@ -729,6 +744,7 @@ impl Inode {
         data: &S,
         part: &WritePart,
     ) -> io::Result<Option<(usize, u64)>> {
+        debug_assert!(part.len > 0 && part.pos / BLOCK < part.end_block, "a part of the write is left");
         // Throttle between folios, with no lock held, so one huge write
         // cannot run past the dirty limit or starve reclaim.
         let room = (part.len as u64).min(self.config.folio_max_bytes);
@@ -818,6 +834,12 @@ impl Inode {
         (first, last): (usize, usize),
         dontcache: bool,
     ) -> usize {
+        debug_assert!(first < last && last <= folio.nr_blocks(), "blocks {first}..{last} of the folio");
+        debug_assert_eq!(
+            folio.dirty_mark.load(Ordering::Relaxed),
+            if st.nr_dirty > 0 { DirtyMark::DIRTY } else { DirtyMark::CLEAN },
+            "a cached folio's mark follows its dirty blocks"
+        );
         let was_clean = st.nr_dirty == 0;
         let newly = st.set_dirty(first, last);
         if newly > 0 {
@@ -831,6 +853,10 @@ impl Inode {
             }
         }
         debug_assert!(st.nr_dirty >= newly);
+        debug_assert!(
+            self.mapping.dirty_index().get(&folio.index).is_some_and(|f| Arc::ptr_eq(f, folio)),
+            "a dirty folio is in its dirty index"
+        );
         newly
     }
 
@@ -838,6 +864,7 @@ impl Inode {
     /// inode joins the dirty list, an uncached write kicks the flusher
     /// (never writing back inline), and the writer is throttled.
     fn dirtied(self: &Arc<Self>, newly_bytes: u64, dontcache: bool) {
+        debug_assert!(newly_bytes > 0 && newly_bytes % BLOCK == 0, "whole blocks newly dirty");
         self.queue_on_dirty_list();
         if dontcache {
             self.dirty.kick(WORK_START_DONTCACHE);
@@ -869,6 +896,7 @@ impl Inode {
     /// [`Inode::set_len`] to a size at least the current one (size lock
     /// held).
     fn grow(&self, new_size: u64) -> io::Result<()> {
+        debug_assert!(self.size_lock.try_lock().is_err(), "the size lock is held");
         // Refused before anything changes, as ftruncate(2) refuses it.
         if new_size > self.len_accepted.load(Ordering::Acquire) && !self.store().accepts_len(new_size)? {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
@@ -892,6 +920,8 @@ impl Inode {
 
     /// [`Inode::set_len`] to a smaller size (size lock held).
     fn shrink(&self, new_size: u64) -> io::Result<()> {
+        debug_assert!(self.size_lock.try_lock().is_err(), "the size lock is held");
+        debug_assert!(new_size < self.size(), "a shrink cuts");
         // A large cut frees folios in file order, their buffers in no useful
         // order: they go back to the kernel together once the mapping lock
         // is given back (see `BulkFree`).
@@ -929,7 +959,10 @@ impl Inode {
         self.size_changed.store(true, Ordering::Release);
         self.store().set_len(new_size)?;
         self.store_padded.store(false, Ordering::Release);
+        // Raised only by writeback taking blocks, which the gate holds off.
+        debug_assert!(self.on_disk_len_max.load(Ordering::Acquire) <= new_size, "nothing on disk past the cut");
         drop(no_io);
+        debug_assert!(self.size() >= new_size, "writers only extend the file again");
         Ok(())
     }
 
@@ -976,7 +1009,9 @@ impl Inode {
             self.mapping.unindex_clean(&f);
             map.remove(&key);
             self.release_removed(&f, &mut st);
+            debug_assert!(st.removed && st.dontcache_dirty == 0, "folio {key} left clean");
         }
+        debug_assert!(map.range(first_gone_block..).next().is_none(), "nothing cached from block {first_gone_block}");
         (blocks, dontcache)
     }
 
@@ -985,6 +1020,7 @@ impl Inode {
     /// blocks discarded.
     fn cut_tail(&self, f: &Folio, st: &mut FolioState, new_size: u64) -> (u64, u64) {
         debug_assert!(f.offset() < new_size && new_size < f.offset() + f.size_bytes() as u64);
+        debug_assert!(!st.removed && !st.read_in_flight, "a cached folio no fill is reading");
         let from = (new_size - f.offset()) as usize;
         self.memory.account_shared_copy(st);
         Arc::make_mut(&mut st.buf)[from..].fill(0);
@@ -996,6 +1032,14 @@ impl Inode {
             dontcache = std::mem::take(&mut st.dontcache_dirty) as u64;
         }
         st.check(f.nr_blocks());
+        debug_assert!(
+            st.dirty.next(from.div_ceil(BLOCK_SIZE), f.nr_blocks(), true).is_none(),
+            "nothing dirty past the cut"
+        );
+        debug_assert!(
+            st.nr_dirty > 0 || (st.dontcache_dirty == 0 && f.dirty_mark.load(Ordering::Relaxed) == DirtyMark::CLEAN),
+            "a folio the cut left clean is marked clean"
+        );
         (cleared as u64, dontcache)
     }
 
@@ -1033,6 +1077,7 @@ impl Drop for Inode {
                 st.nr_dirty = 0;
                 self.release_removed(&folio, &mut st);
             }
+            debug_assert!(st.removed && st.nr_dirty == 0, "every folio leaves with its inode");
         }
     }
 }

@@ -83,6 +83,7 @@ impl Mapping {
             "folio at {} covers a cached one",
             folio.index
         );
+        debug_assert_eq!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::CLEAN, "a new folio is clean");
         let before = self.inserts.fetch_add(1, Ordering::AcqRel);
         index.insert(folio.index, folio);
         debug_assert!(self.inserts() > before);
@@ -91,14 +92,23 @@ impl Mapping {
     /// A folio that just went from clean to dirty (its lock held) joins the
     /// dirty index.
     pub fn index_dirty(&self, folio: &Arc<Folio>) {
+        debug_assert!(folio.state.try_lock().is_err(), "the folio's lock is held");
         debug_assert_ne!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::REMOVED, "removed folios stay clean");
+        debug_assert_eq!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::CLEAN, "only a clean folio joins");
         folio.dirty_mark.store(DirtyMark::DIRTY, Ordering::Release);
         self.dirty_index().insert(folio.index, folio.clone());
+        debug_assert!(
+            self.dirty_index().get(&folio.index).is_some_and(|f| Arc::ptr_eq(f, folio)),
+            "folio {} indexed",
+            folio.index
+        );
     }
 
     /// A folio whose dirty blocks were all discarded or written (its lock
     /// held) leaves the dirty index.
     pub fn unindex_clean(&self, folio: &Folio) {
+        debug_assert!(folio.state.try_lock().is_err(), "the folio's lock is held");
+        debug_assert_ne!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::REMOVED, "a removed folio left already");
         folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
         let mut idx = self.dirty_index();
         if idx.get(&folio.index).is_some_and(|f| std::ptr::eq(Arc::as_ptr(f), folio)) {
@@ -121,7 +131,9 @@ impl Mapping {
         if st.removed || st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight {
             return None;
         }
+        debug_assert_eq!(st.dontcache_dirty, 0, "a clean folio holds no uncached-dirty blocks");
         entry.remove();
+        debug_assert!(index.get(&folio.index).is_none(), "folio {} left the index", folio.index);
         Some(Self::mark_removed(folio, &mut st))
     }
 
@@ -131,10 +143,12 @@ impl Mapping {
     pub fn mark_removed(folio: &Folio, st: &mut FolioState) -> Option<AlignedBuf> {
         assert!(!st.removed, "a folio is removed once");
         assert_eq!(st.nr_dirty, 0, "removed folios are clean");
+        debug_assert!(!st.read_in_flight, "a folio being filled is not removed");
         st.removed = true;
         folio.dirty_mark.store(DirtyMark::REMOVED, Ordering::Release);
         let buf = std::mem::replace(&mut st.buf, Arc::new(AlignedBuf::zeroed(0)));
         debug_assert!(st.buf.is_empty());
+        debug_assert!(st.invariants_hold(folio.nr_blocks()));
         Arc::into_inner(buf)
     }
 }

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use crate::buf::{AlignedBuf, BufPool};
 use crate::dirty::{CacheDirty, WORK_RECLAIM};
 use crate::evict::Evictor;
-use crate::folio::{metadata_bytes_for, Folio, FolioState};
+use crate::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
+use crate::io::BLOCK_SIZE;
 use crate::stats::Counters;
 
 /// How long an allocation may wait for writeback to make memory clean before
@@ -73,6 +74,7 @@ impl Memory {
     /// Without `may_wait` (asynchronous readahead, which is optional work)
     /// it fails with `ENOMEM` at once instead of waiting for writeback.
     pub fn reserve_folio_buf(&self, len: usize, may_wait: bool) -> io::Result<AlignedBuf> {
+        debug_assert!(len.is_power_of_two() && len >= BLOCK_SIZE, "a folio's buffer, not {len} bytes");
         let capacity = self.capacity_bytes;
         let bytes = len as u64;
         let started = Instant::now();
@@ -160,6 +162,7 @@ impl Memory {
         }
         let before = self.counters.cached_bytes.fetch_sub(len as u64, Ordering::AcqRel);
         debug_assert!(before >= len as u64, "cached bytes underflow");
+        debug_assert!(len.is_power_of_two() && len >= BLOCK_SIZE, "a folio's buffer, not {len} bytes");
         self.dirty.progress.made();
     }
 
@@ -174,6 +177,8 @@ impl Memory {
     /// `Arc`). Without `buf`, in-flight writeback still holds the buffer:
     /// it stays counted and that writeback's completion gives it back.
     pub fn folio_removed(&self, folio: &Folio, buf: Option<AlignedBuf>) {
+        debug_assert_eq!(folio.dirty_mark.load(Ordering::Acquire), DirtyMark::REMOVED, "the folio left its mapping");
+        debug_assert!(buf.as_ref().is_none_or(|b| b.len() == folio.size_bytes()), "the folio's own buffer");
         self.evictor.note_removed();
         Counters::sub(&self.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
         if let Some(buf) = buf {
@@ -185,6 +190,7 @@ impl Memory {
     /// counted at once (these paths hold the folio lock and cannot wait for
     /// memory; the old buffer is given back when its writeback completes).
     pub fn account_shared_copy(&self, st: &FolioState) {
+        debug_assert!(!st.removed && !st.read_in_flight, "only a cached, filled folio's buffer is copied");
         if !st.buf.is_empty() && Arc::strong_count(&st.buf) > 1 {
             Counters::add(&self.counters.cow_copies, 1);
             Counters::add(&self.counters.cached_bytes, st.buf.len() as u64);

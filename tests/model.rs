@@ -15,8 +15,7 @@
 //!   an error could have happened since that handle last synced (errseq); once
 //!   faults are cleared the next syncs succeed and everything is durable.
 //! - `model_random_ops_with_crashes_quiet_flusher`: the crash model with the
-//!   flusher idle (only the test thread writes back); runs by default while
-//!   the two above are ignored for engine bugs (see their `ignore` reasons).
+//!   flusher idle (only the test thread writes back), so syncs race nothing.
 //!
 //! Seeds: `WBCACHE_MODEL_SEEDS=N` runs seeds `0..N` (default 8, 8 and 4),
 //! `WBCACHE_MODEL_SEED=n` runs only seed `n`, `WBCACHE_MODEL_OPS=n` sets the
@@ -830,8 +829,9 @@ fn model_random_ops_with_crashes() {
     });
 }
 
-/// Runs by default: the crash model without the races the ignored tests
-/// still trip on.
+/// The crash model with the flusher idle: every writeback is the test
+/// thread's own, so the durable image is checked without racing the
+/// flusher.
 #[test]
 fn model_random_ops_with_crashes_quiet_flusher() {
     run_seeds("model_random_ops_with_crashes_quiet_flusher", 8, |progress| {

@@ -79,6 +79,7 @@ impl Domain {
             let _ = h.join();
         }
         locks::lock(&self.dirty_inodes).clear();
+        debug_assert!(self.is_shutdown() && locks::lock(&self.workers).is_empty(), "no worker outlives the domain");
     }
 
     pub fn is_shutdown(&self) -> bool {
@@ -97,6 +98,7 @@ impl Domain {
         let (expired, kept): (Vec<_>, Vec<_>) =
             list.drain(..).partition(|i| i.dirtied_when_ns.load(Ordering::Relaxed) <= cutoff_ns);
         list.extend(kept);
+        debug_assert!(expired.iter().all(|i| i.on_dirty_list.load(Ordering::Acquire)), "a listed inode is flagged");
         expired
     }
 
@@ -107,6 +109,11 @@ impl Domain {
     /// Puts an inode taken by the flusher back: at the tail, keeping its
     /// dirtied time, if it still has dirty data; off the list otherwise.
     pub fn requeue(&self, inode: Arc<Inode>) {
+        debug_assert!(inode.on_dirty_list.load(Ordering::Acquire), "a taken inode keeps its flag until requeued");
+        debug_assert!(
+            !locks::lock(&self.dirty_inodes).iter().any(|i| Arc::ptr_eq(i, &inode)),
+            "a taken inode is off the list"
+        );
         if inode.has_dirty() {
             locks::lock(&self.dirty_inodes).push_back(inode);
             return;
@@ -131,6 +138,8 @@ impl DirtyInodeList for Domain {
             return;
         }
         inode.dirtied_when_ns.store(self.dirty.cache.now_ns(), Ordering::Relaxed);
-        locks::lock(&self.dirty_inodes).push_back(inode.clone());
+        let mut list = locks::lock(&self.dirty_inodes);
+        debug_assert!(!list.iter().any(|i| Arc::ptr_eq(i, inode)), "an unflagged inode is not listed");
+        list.push_back(inode.clone());
     }
 }

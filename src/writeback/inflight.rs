@@ -120,6 +120,7 @@ impl InFlight {
         };
         let id = self.next_pass_id;
         self.next_pass_id += 1;
+        debug_assert!(!self.passes.contains_key(&id) && id < 1 << (64 - TAG_SHIFT), "pass id {id} is free");
         let writes = inode.pass_writes(&pass, IoPriority::Async, id << TAG_SHIFT);
         let dirty_bytes = pass.dirty_bytes();
         self.ios_queued += writes.len();
@@ -140,6 +141,7 @@ impl InFlight {
             let done = self.queue.reap(true);
             self.complete(done);
         }
+        debug_assert!(self.ios_queued <= self.ios_queued_max && self.bytes_queued <= self.bytes_queued_max);
         dirty_bytes
     }
 
@@ -154,6 +156,10 @@ impl InFlight {
         while !self.passes.is_empty() {
             self.reap_some();
         }
+        debug_assert!(
+            self.passes_per_inode.is_empty() && self.ios_queued == 0 && self.bytes_queued == 0,
+            "nothing is in flight after a drain"
+        );
     }
 
     fn complete(&mut self, done: Vec<Completion>) {
@@ -186,6 +192,9 @@ impl InFlight {
                 self.failed = true;
             }
         }
+        debug_assert_eq!(self.passes.values().map(|p| p.remaining).sum::<usize>(), self.ios_queued, "queued I/Os");
+        debug_assert_eq!(self.passes.values().map(|p| p.pass.bytes()).sum::<u64>(), self.bytes_queued, "queued bytes");
+        debug_assert_eq!(self.passes_per_inode.values().sum::<usize>(), self.passes.len(), "passes per inode");
         // Bandwidth samples: bytes completed over a stretch of time in which
         // our writes were queued all along (the device's rate for us).
         if let Some(since) = self.busy_since {

@@ -32,6 +32,7 @@ use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
+use crate::locks;
 use crate::stats::{Counters, Reason};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -87,6 +88,7 @@ impl WbPass {
     /// Records the result of every I/O (in group order) on its chunks.
     pub fn set_results(&mut self, results: Vec<io::Result<usize>>) {
         assert_eq!(results.len(), self.groups.len(), "one result per I/O");
+        debug_assert_eq!(self.groups.last().map(|g| g.1), Some(self.chunks.len()), "the I/Os cover every chunk");
         for (&(i, j), result) in self.groups.iter().zip(results) {
             for c in &mut self.chunks[i..j] {
                 assert!(c.result.is_none(), "a chunk completes once");
@@ -96,6 +98,7 @@ impl WbPass {
                 });
             }
         }
+        debug_assert!(self.chunks.iter().all(|c| c.result.is_some()), "every chunk has its result");
     }
 }
 
@@ -160,6 +163,10 @@ impl Inode {
             self.writeback_cursor.store(next, Ordering::Relaxed);
         }
         debug_assert_eq!(taken, chunks.iter().map(|c| c.len_bytes() as u64).sum::<u64>());
+        debug_assert!(
+            chunks.iter().all(|c| !c.bridge && c.start < c.end && c.end <= c.folio.nr_blocks()),
+            "chunks are non-empty dirty runs within their folios"
+        );
         self.dirty.account_writeback_started(taken, taken_dontcache);
         chunks
     }
@@ -215,6 +222,8 @@ impl Inode {
             return (0, 0);
         }
         let nr_blocks = folio.nr_blocks();
+        debug_assert_eq!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::DIRTY, "a dirty folio is marked dirty");
+        debug_assert!(!st.read_in_flight, "a folio being filled has no dirty blocks");
         let (dirty_before, writeback_before) = (st.nr_dirty, st.nr_writeback);
         // A block rewritten while its old version is still in flight waits
         // for that I/O: two versions of one block in flight could land in
@@ -249,6 +258,11 @@ impl Inode {
         };
         st.check(nr_blocks);
         debug_assert_eq!(st.nr_dirty + st.nr_writeback, dirty_before + writeback_before);
+        debug_assert!(
+            st.dirty.runs_excluding(&st.writeback, nr_blocks).is_empty(),
+            "every dirty block not in flight was taken"
+        );
+        debug_assert!(st.nr_dirty > 0 || st.dontcache_dirty == 0, "a clean folio holds no uncached-dirty blocks");
         if st.nr_dirty == 0 {
             folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
             drop(st);
@@ -271,6 +285,7 @@ impl Inode {
                 idx.remove(&folio.index);
             }
         }
+        debug_assert!(went_clean.is_empty(), "the batch is consumed");
     }
 
     /// One synchronous writeback pass: takes up to `max_bytes` of dirty
@@ -379,6 +394,16 @@ impl Inode {
             .zip(&chunks[i..j - 1])
             .all(|(b, a)| b.offset() == a.offset() + a.len_bytes() as u64)));
         assert!(groups.iter().all(|&(i, j)| j - i <= IOV_MAX), "a writeback I/O carries at most IOV_MAX buffers");
+        debug_assert!(
+            groups.first().map(|g| g.0) == Some(0)
+                && groups.windows(2).all(|w| w[0].1 == w[1].0 && w[0].0 < w[0].1)
+                && groups.last().is_some_and(|&(i, j)| i < j && j == chunks.len()),
+            "the I/Os cover every chunk once, in order"
+        );
+        debug_assert!(
+            groups.iter().all(|&(i, j)| chunks[i..j].iter().map(|c| c.len_bytes()).sum::<usize>() <= io_max_bytes),
+            "a writeback I/O is at most io_max"
+        );
         let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
         Some(WbPass { ticket, reason, chunks, groups, bytes })
     }
@@ -392,6 +417,7 @@ impl Inode {
     /// version waits for this I/O. One chunk per folio, in order; `None`
     /// (nothing taken) if any block does not qualify.
     fn take_bridge(&self, start: u64, end: u64) -> Option<Vec<WbChunk>> {
+        debug_assert!(start < end, "a bridge spans a gap");
         let mut taken: Vec<WbChunk> = Vec::new();
         let mut block = start;
         while block < end {
@@ -404,6 +430,7 @@ impl Inode {
             block = chunk.folio.index + chunk.end as u64;
             taken.push(chunk);
         }
+        debug_assert_eq!(block, end, "the bridge covers the gap exactly");
         let bytes = taken.iter().map(|c| c.len_bytes() as u64).sum();
         Counters::add(&self.counters.bridged_bytes, bytes);
         Some(taken)
@@ -419,9 +446,11 @@ impl Inode {
         if st.removed || st.read_in_flight || !st.is_uptodate(first, last) || !clean {
             return None;
         }
+        debug_assert!(first < last && last <= folio.nr_blocks(), "blocks {first}..{last} of the folio");
         st.writeback.set_range(first, last);
         st.nr_writeback += last - first;
         st.check(folio.nr_blocks());
+        debug_assert_eq!(st.writeback.count_range(first, last), last - first, "the bridge is under writeback");
         let buf = st.buf.clone();
         drop(st);
         Some(WbChunk { folio, buf, start: first, end: last, bridge: true, result: None })
@@ -430,6 +459,7 @@ impl Inode {
     /// Gives back a bridge chunk that will not be written.
     fn release_bridge(&self, c: WbChunk) {
         debug_assert!(c.bridge);
+        debug_assert!(c.result.is_none(), "a released bridge was never written");
         let mut st = c.folio.lock();
         let cleared = st.writeback.clear_range(c.start, c.end);
         assert_eq!(cleared, c.end - c.start, "a bridge's blocks were under writeback");
@@ -505,8 +535,13 @@ impl Inode {
     /// size again. A caller with other passes of this inode in flight passes
     /// `fix_size = false`: the size fix waits for all I/O of the inode.
     pub fn finish_pass(self: &Arc<Self>, pass: WbPass, fix_size: bool) -> WritebackOutcome {
+        debug_assert!(
+            locks::lock(&self.tickets).in_flight.contains(&pass.ticket),
+            "a pass holds its ticket until it completes"
+        );
         let mut outcome = WritebackOutcome::default();
         self.complete_chunks(pass.chunks, pass.reason, &mut outcome);
+        debug_assert_eq!(outcome.written_bytes + outcome.failed_bytes, pass.bytes, "every byte completes once");
         if outcome.written_bytes > 0 {
             self.written_since_sync.store(true, Ordering::Release);
         }
@@ -527,6 +562,7 @@ impl Inode {
     }
 
     fn complete_chunks(self: &Arc<Self>, chunks: Vec<WbChunk>, reason: Reason, outcome: &mut WritebackOutcome) {
+        debug_assert!(chunks.iter().all(|c| c.result.is_some()), "every chunk has its result");
         let mut redirtied_bytes = 0u64;
         // Dirty data only: bridges were never counted as dirty or under
         // writeback.
@@ -563,6 +599,10 @@ impl Inode {
                         if was_clean && newly > 0 {
                             self.mapping.index_dirty(&c.folio);
                         }
+                        debug_assert!(
+                            st.nr_dirty > 0 && c.folio.dirty_mark.load(Ordering::Relaxed) == DirtyMark::DIRTY,
+                            "failed blocks are dirty again, and their folio marked dirty"
+                        );
                     }
                 }
             }

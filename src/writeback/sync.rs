@@ -27,14 +27,17 @@ const BLOCK: u64 = BLOCK_SIZE as u64;
 impl Inode {
     pub fn ticket_begin(&self) -> u64 {
         let mut t = locks::lock(&self.tickets);
+        debug_assert!(t.in_flight.last().is_none_or(|&last| last <= t.last_issued), "tickets in flight were issued");
         t.last_issued += 1;
         let ticket = t.last_issued;
-        t.in_flight.insert(ticket);
+        let inserted = t.in_flight.insert(ticket);
+        debug_assert!(inserted, "ticket {ticket} is issued once");
         ticket
     }
 
     pub fn ticket_end(&self, ticket: u64) {
         let mut t = locks::lock(&self.tickets);
+        debug_assert!(ticket > 0 && ticket <= t.last_issued, "ticket {ticket} was issued");
         assert!(t.in_flight.remove(&ticket), "ticket {ticket} ends once");
         drop(t);
         self.tickets_done.notify_all();
@@ -47,6 +50,7 @@ impl Inode {
         while t.in_flight.first().is_some_and(|&first| first <= sample) {
             t = locks::wait(&self.tickets_done, t);
         }
+        debug_assert!(t.in_flight.range(..=sample).next().is_none(), "every ticket up to {sample} ended");
     }
 
     /// Sets the backing store's length to the logical size if they differ
@@ -71,6 +75,8 @@ impl Inode {
             self.size_changed.store(true, Ordering::Release);
         }
         self.store_padded.store(false, Ordering::Release);
+        // Only writeback taking blocks raises it, and the gate holds that off.
+        debug_assert!(!self.store_padded.load(Ordering::Acquire), "the padding is cut");
         Ok(())
     }
 
