@@ -97,7 +97,7 @@ impl Cache {
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
         let s = &self.shared;
-        let mut st = Stats::from_counters(&s.counters);
+        let mut st = Stats::from_counters(&s.counters, s.memory.cached_bytes());
         st.capacity_bytes = s.config.capacity_bytes;
         st.io_backend = s.io.kind().name();
         st.direct_io = s.all_direct_io.load(Ordering::Acquire);
@@ -134,7 +134,6 @@ mod tests {
     use crate::buf::AlignedBuf;
     use crate::io::sim::{SimConfig, SimIo};
     use crate::io::BLOCK_SIZE;
-    use crate::stats::Counters;
     use crate::OpenOptions;
 
     /// A cache over a fresh sim backend, and its shared state.
@@ -170,7 +169,7 @@ mod tests {
         assert_eq!(shared.memory.pool.pooled_bytes(), 0, "close empties the pool");
         shared.memory.release_folio_buf(Some(held), BLOCK_SIZE);
         assert_eq!(shared.memory.pool.pooled_bytes(), 0, "a buffer freed after close is not pooled");
-        assert_eq!(shared.counters.cached_bytes.load(Ordering::Acquire), 0, "nothing stays counted");
+        assert_eq!(shared.memory.cached_bytes(), 0, "nothing stays counted");
         let err = file.read_at(&mut buf, 0).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EBADF));
     }
@@ -219,18 +218,18 @@ mod tests {
         f.sync_all().unwrap();
         let mut buf = vec![0u8; 1 << 20];
         f.read_at(&mut buf, 1 << 20).unwrap();
-        let full = shared.counters.cached_bytes.load(Ordering::Acquire) + shared.memory.pool.pooled_bytes();
+        let full = shared.memory.cached_bytes() + shared.memory.pool.pooled_bytes();
         assert!(full > (1 << 20) - (64 << 10), "the cache is full: {full}");
         // The copy: counted without a reservation.
-        Counters::add(&shared.counters.cached_bytes, 64 << 10);
+        shared.memory.cached_bytes.fetch_add(64 << 10, Ordering::AcqRel);
         let evictions = shared.counters.evictions.load(Ordering::Acquire);
         shared.memory.evict_excess();
-        let after = shared.counters.cached_bytes.load(Ordering::Acquire) + shared.memory.pool.pooled_bytes();
+        let after = shared.memory.cached_bytes() + shared.memory.pool.pooled_bytes();
         assert!(after <= 1 << 20, "still over: {after}");
         assert!(
             shared.counters.evictions.load(Ordering::Acquire) > evictions || shared.memory.pool.pooled_bytes() == 0
         );
-        Counters::sub(&shared.counters.cached_bytes, 64 << 10);
+        shared.memory.cached_bytes.fetch_sub(64 << 10, Ordering::AcqRel);
         drop(f);
         cache.close().unwrap();
     }
@@ -257,7 +256,7 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::OutOfMemory);
         assert!(err.to_string().contains("0.2 s"), "{err}");
         assert!(waited >= Duration::from_millis(200), "gave up after {waited:?}");
-        assert_eq!(shared.counters.cached_bytes.load(Ordering::Acquire), 1 << 20, "a failure reserves nothing");
+        assert_eq!(shared.memory.cached_bytes(), 1 << 20, "a failure reserves nothing");
         assert!(shared.counters.flusher_wakeups.load(Ordering::Acquire) > wakeups_before, "the flusher was kicked");
         for b in held {
             shared.memory.release_folio_buf(Some(b), BLOCK_SIZE);

@@ -19,12 +19,12 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::buf::AlignedBuf;
 use crate::folio::{metadata_bytes_for, DirtyMark, Folio};
 use crate::locks;
-use crate::mapping::Mapping;
+use crate::mapping::MappingOwner;
 use crate::stats::Counters;
 
 struct Entry {
     folio: Arc<Folio>,
-    mapping: Weak<Mapping>,
+    owner: Weak<dyn MappingOwner>,
     ghost_key: u64,
 }
 
@@ -42,9 +42,8 @@ impl Queues {
     /// Drops the entries of folios that left their mapping and of inodes
     /// that are gone; the rest keep their order.
     fn sweep_dead(&mut self) {
-        let alive = |e: &Entry| {
-            e.mapping.strong_count() > 0 && e.folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::REMOVED
-        };
+        let alive =
+            |e: &Entry| e.owner.strong_count() > 0 && e.folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::REMOVED;
         self.small.retain(alive);
         self.main.retain(alive);
         self.small_bytes = self.small.iter().map(|e| e.folio.size_bytes() as u64).sum();
@@ -89,9 +88,10 @@ enum Queue {
 
 impl Evictor {
     /// Registers a newly cached folio.
-    pub fn insert(&self, mapping: &Arc<Mapping>, folio: &Arc<Folio>) {
-        let key = ghost_key(mapping.id, folio.index);
-        let entry = Entry { folio: folio.clone(), mapping: Arc::downgrade(mapping), ghost_key: key };
+    pub fn insert<O: MappingOwner + 'static>(&self, owner: &Arc<O>, folio: &Arc<Folio>) {
+        let key = ghost_key(owner.mapping().id, folio.index);
+        let owner: Weak<dyn MappingOwner> = Arc::downgrade(owner) as Weak<dyn MappingOwner>;
+        let entry = Entry { folio: folio.clone(), owner, ghost_key: key };
         let bytes = folio.size_bytes() as u64;
         let live = self.live_folios.fetch_add(1, Ordering::AcqRel) + 1;
         let mut q = locks::lock(&self.queues);
@@ -128,7 +128,7 @@ impl Evictor {
             budget -= 1;
             let Some((entry, from)) = self.pick_victim() else { break };
             let bytes = entry.folio.size_bytes() as u64;
-            let removed = entry.mapping.upgrade().and_then(|mapping| mapping.try_remove_clean(&entry.folio));
+            let removed = entry.owner.upgrade().and_then(|owner| owner.mapping().try_remove_clean(&entry.folio));
             if let Some(buf) = removed {
                 self.note_removed();
                 Counters::sub(&counters.metadata_bytes, metadata_bytes_for(entry.folio.nr_blocks()) as u64);
@@ -141,7 +141,7 @@ impl Evictor {
                 if from == Queue::Small {
                     q.remember_ghost(entry.ghost_key);
                 }
-            } else if entry.mapping.strong_count() > 0 && !entry.folio.lock().removed {
+            } else if entry.owner.strong_count() > 0 && !entry.folio.lock().removed {
                 // Raced with a writer or a fill: keep it for another round.
                 let mut q = locks::lock(&self.queues);
                 q.main_bytes += bytes;
@@ -177,7 +177,7 @@ impl Evictor {
                 Ok(st) => st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight,
                 Err(_) => true,
             };
-            if entry.mapping.strong_count() == 0 {
+            if entry.owner.strong_count() == 0 {
                 continue;
             }
             let referenced = entry.folio.reference_count();
@@ -221,6 +221,7 @@ mod tests {
 
     use super::*;
     use crate::io::BLOCK_SIZE;
+    use crate::mapping::Mapping;
 
     const BLOCK: u64 = BLOCK_SIZE as u64;
 

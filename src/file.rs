@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
+use crate::memory::Memory;
 use crate::readahead::Readahead;
 use crate::shared::{OpGuard, Shared};
 use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource, IOV_MAX};
@@ -112,6 +113,11 @@ impl WriteFlags {
 pub struct File {
     inode: Arc<Inode>,
     shared: Arc<Shared>,
+    /// The cache's memory account, held directly: every operation ends by
+    /// checking it (`evict_excess`), so it is one pointer away.
+    memory: Arc<Memory>,
+    /// `Config::readahead_max_blocks`, fixed for the cache's life.
+    readahead_max_blocks: u64,
     readable: bool,
     writable: bool,
     err_cursor: Mutex<u64>,
@@ -125,6 +131,8 @@ impl File {
         let cursor = inode.errseq.open_cursor();
         File {
             inode,
+            memory: shared.memory.clone(),
+            readahead_max_blocks: shared.config.readahead_max_blocks(),
             shared,
             readable: options.read,
             writable: options.write,
@@ -210,7 +218,7 @@ impl File {
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
         let dontcache = flags.contains(WriteFlags::DONTCACHE);
-        let max_blocks = self.shared.config.readahead_max_blocks();
+        let max_blocks = self.readahead_max_blocks;
         let decision = locks::lock(&self.readahead)
             .on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
         // Uncached reads read ahead too; what they bring in is dropped
@@ -226,7 +234,7 @@ impl File {
         // The inode clips the read to the size itself.
         let result = self.inode.read_at(buf, off, dontcache, prev_end);
         // A fill may have copied a buffer under writeback (see `evict_excess`).
-        self.shared.memory.evict_excess();
+        self.memory.evict_excess();
         result
     }
 
@@ -276,7 +284,7 @@ impl File {
         };
         let result = self.inode.write_at(data, len, off, flags.contains(WriteFlags::DONTCACHE));
         // An edge-block fill may have copied a buffer under writeback.
-        self.shared.memory.evict_excess();
+        self.memory.evict_excess();
         Ok(result?.0)
     }
 
@@ -317,7 +325,7 @@ impl File {
         }
         let result = self.inode.set_len(size);
         // Zeroing the new last folio's tail may have copied its buffer.
-        self.shared.memory.evict_excess();
+        self.memory.evict_excess();
         result?;
         self.inode.queue_on_dirty_list();
         Ok(())

@@ -34,7 +34,7 @@ use crate::errseq::ErrSeq;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::locks;
-use crate::mapping::{choose_order, find_in, FolioIndex, Mapping};
+use crate::mapping::{choose_order, find_in, FolioIndex, Mapping, MappingOwner};
 use crate::memory::Memory;
 use crate::stats::Counters;
 use crate::throttle;
@@ -171,7 +171,7 @@ pub struct Inode {
     /// The domain's dirty inode list, which this inode joins when it goes
     /// from clean to dirty.
     dirty_list: Arc<dyn DirtyInodeList>,
-    pub mapping: Arc<Mapping>,
+    pub mapping: Mapping,
     /// Logical file size in bytes.
     size: AtomicU64,
     pub on_disk_len_max: AtomicU64,
@@ -226,7 +226,7 @@ impl Inode {
             memory,
             dirty,
             dirty_list,
-            mapping: Arc::new(Mapping::new(id)),
+            mapping: Mapping::new(id),
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
             store_padded: AtomicBool::new(false),
@@ -381,7 +381,7 @@ impl Inode {
     }
 
     fn register_new_folio(self: &Arc<Self>, folio: Arc<Folio>) -> Arc<Folio> {
-        self.memory.folio_added(&self.mapping, &folio);
+        self.memory.folio_added(self, &folio);
         folio
     }
 
@@ -1062,6 +1062,12 @@ impl Inode {
     /// such as readahead stops).
     pub fn is_cache_closed(&self) -> bool {
         self.dirty.cache.is_closed()
+    }
+}
+
+impl MappingOwner for Inode {
+    fn mapping(&self) -> &Mapping {
+        &self.mapping
     }
 }
 

@@ -11,8 +11,8 @@
 //!   is clean when it does.
 //!
 //! Lock order (outer first): the index → a folio's state → the dirty index.
-//! Owned by its inode (`Arc<Mapping>`); eviction holds `Weak` references,
-//! so a mapping outlives no inode.
+//! Owned by its inode (inline); eviction holds the inode weakly through
+//! [`MappingOwner`], so a mapping outlives no inode.
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
@@ -25,6 +25,20 @@ use crate::locks;
 
 /// Folio index → folio.
 pub type FolioIndex = BTreeMap<u64, Arc<Folio>>;
+
+/// What owns a mapping (an inode). Eviction holds owners weakly and
+/// reaches their mappings through them, so a mapping lives inside its
+/// owner: no allocation and no pointer to follow on the data paths.
+pub trait MappingOwner: Send + Sync {
+    fn mapping(&self) -> &Mapping;
+}
+
+/// A bare mapping owns itself (tests of the layers below the inode).
+impl MappingOwner for Mapping {
+    fn mapping(&self) -> &Mapping {
+        self
+    }
+}
 
 pub struct Mapping {
     /// The inode's id, unique within the cache (eviction's ghosts are keyed

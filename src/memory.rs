@@ -3,7 +3,7 @@
 //! giving buffers back, and evicting back under capacity after a copy that
 //! could not wait.
 //!
-//! Invariant: `counters.cached_bytes` (folio buffers in mappings, buffers
+//! Invariant: `cached_bytes` (folio buffers in mappings, buffers
 //! still held by in-flight writeback, and reservations being turned into
 //! folios) plus the pool's bytes never exceeds `capacity` after an
 //! operation ends. A folio is allocated only through
@@ -25,6 +25,7 @@ use crate::dirty::{CacheDirty, WORK_RECLAIM};
 use crate::evict::Evictor;
 use crate::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
 use crate::io::BLOCK_SIZE;
+use crate::mapping::MappingOwner;
 use crate::stats::Counters;
 
 /// How long an allocation may wait for writeback to make memory clean before
@@ -33,6 +34,11 @@ const RESERVE_TIMEOUT_MS: u64 = 30_000;
 
 pub struct Memory {
     capacity_bytes: u64,
+    /// Folio buffers in mappings, buffers still held by in-flight
+    /// writeback, and reservations being turned into folios, in bytes.
+    /// Kept here, next to `capacity_bytes`, because every file operation
+    /// reads it (see [`Memory::evict_excess`]).
+    pub cached_bytes: AtomicU64,
     pub pool: BufPool,
     pub evictor: Evictor,
     counters: Arc<Counters>,
@@ -47,6 +53,7 @@ impl Memory {
     pub fn new(capacity_bytes: u64, dirty: Arc<CacheDirty>) -> Memory {
         Memory {
             capacity_bytes,
+            cached_bytes: AtomicU64::new(0),
             pool: BufPool::default(),
             evictor: Evictor::default(),
             counters: dirty.counters.clone(),
@@ -55,9 +62,13 @@ impl Memory {
         }
     }
 
+    pub fn cached_bytes(&self) -> u64 {
+        self.cached_bytes.load(Ordering::Acquire)
+    }
+
     /// Folio buffers plus pooled buffers, in bytes.
     pub fn used_bytes(&self) -> u64 {
-        self.counters.cached_bytes.load(Ordering::Acquire) + self.pool.pooled_bytes()
+        self.cached_bytes.load(Ordering::Acquire) + self.pool.pooled_bytes()
     }
 
     #[cfg(test)]
@@ -80,19 +91,14 @@ impl Memory {
         let started = Instant::now();
         loop {
             if let Some(buf) = self.pool.take(len) {
-                Counters::add(&self.counters.cached_bytes, bytes);
+                self.cached_bytes.fetch_add(bytes, Ordering::AcqRel);
                 debug_assert_eq!(buf.len(), len);
                 return Ok(buf);
             }
-            let cur = self.counters.cached_bytes.load(Ordering::Acquire);
+            let cur = self.cached_bytes.load(Ordering::Acquire);
             let pooled = self.pool.pooled_bytes();
             if cur + pooled + bytes <= capacity {
-                if self
-                    .counters
-                    .cached_bytes
-                    .compare_exchange(cur, cur + bytes, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
+                if self.cached_bytes.compare_exchange(cur, cur + bytes, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     return Ok(AlignedBuf::zeroed(len));
                 }
                 continue;
@@ -160,7 +166,7 @@ impl Memory {
                 self.pool.put(buf, self.capacity_bytes / 4);
             }
         }
-        let before = self.counters.cached_bytes.fetch_sub(len as u64, Ordering::AcqRel);
+        let before = self.cached_bytes.fetch_sub(len as u64, Ordering::AcqRel);
         debug_assert!(before >= len as u64, "cached bytes underflow");
         debug_assert!(len.is_power_of_two() && len >= BLOCK_SIZE, "a folio's buffer, not {len} bytes");
         self.dirty.progress.made();
@@ -168,9 +174,9 @@ impl Memory {
 
     /// A new folio entered a mapping: its metadata is counted and eviction
     /// tracks it.
-    pub fn folio_added(&self, mapping: &Arc<crate::mapping::Mapping>, folio: &Arc<Folio>) {
+    pub fn folio_added<O: MappingOwner + 'static>(&self, owner: &Arc<O>, folio: &Arc<Folio>) {
         Counters::add(&self.counters.metadata_bytes, metadata_bytes_for(folio.nr_blocks()) as u64);
-        self.evictor.insert(mapping, folio);
+        self.evictor.insert(owner, folio);
     }
 
     /// A folio left its mapping now (an eviction queue may still hold the
@@ -193,7 +199,7 @@ impl Memory {
         debug_assert!(!st.removed && !st.read_in_flight, "only a cached, filled folio's buffer is copied");
         if !st.buf.is_empty() && Arc::strong_count(&st.buf) > 1 {
             Counters::add(&self.counters.cow_copies, 1);
-            Counters::add(&self.counters.cached_bytes, st.buf.len() as u64);
+            self.cached_bytes.fetch_add(st.buf.len() as u64, Ordering::AcqRel);
         }
     }
 }

@@ -49,6 +49,9 @@ pub struct Shared {
     inodes: Mutex<HashMap<(u64, u64), Arc<Inode>>>,
     domains: Mutex<HashMap<u64, Arc<Domain>>>,
     pub workers: Workers,
+    /// Set first when the cache closes; file operations check it on entry
+    /// (the dirty accounting's own flag ends waits for room or memory).
+    closed: AtomicBool,
     next_inode_id: AtomicU64,
     pub all_direct_io: AtomicBool,
 }
@@ -69,13 +72,14 @@ impl Shared {
             inodes: Mutex::new(HashMap::new()),
             domains: Mutex::new(HashMap::new()),
             workers,
+            closed: AtomicBool::new(false),
             next_inode_id: AtomicU64::new(1),
             all_direct_io: AtomicBool::new(true),
         }))
     }
 
     pub fn is_closed(&self) -> bool {
-        self.dirty.is_closed()
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Enters a file operation (see [`OpGuard`]); `EBADF` once closed.
@@ -214,9 +218,11 @@ impl Shared {
     /// nothing.
     pub fn shutdown(&self) -> io::Result<()> {
         // Refuse new I/O first, so no write can land after the final sync.
-        if !self.dirty.close() {
+        if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        let was_open = self.dirty.close();
+        debug_assert!(was_open, "the dirty accounting closes with the cache");
         // Wait for operations already inside (throttled writers see
         // `closed` and stop waiting); new ones fail with EBADF.
         drop(locks::write(&self.ops_gate));

@@ -46,7 +46,6 @@ impl Reason {
 /// Live counters shared by the whole cache.
 #[derive(Default)]
 pub struct Counters {
-    pub cached_bytes: AtomicU64,
     pub metadata_bytes: AtomicU64,
     pub dirty_bytes: AtomicU64,
     pub writeback_bytes: AtomicU64,
@@ -111,13 +110,15 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub(crate) fn from_counters(c: &Counters) -> Stats {
+    /// A snapshot of `c`; `cached_bytes` (kept by the memory account, not
+    /// in `c`) is the caller's to fill.
+    pub(crate) fn from_counters(c: &Counters, cached_bytes: u64) -> Stats {
         let mut by_reason = [0u64; Reason::COUNT];
         for (slot, counter) in by_reason.iter_mut().zip(&c.written_bytes_by_reason) {
             *slot = counter.load(Relaxed);
         }
         Stats {
-            cached_bytes: c.cached_bytes.load(Relaxed),
+            cached_bytes,
             metadata_bytes: c.metadata_bytes.load(Relaxed),
             dirty_bytes: c.dirty_bytes.load(Relaxed),
             peak_dirty_bytes: c.peak_dirty_bytes.load(Relaxed),
