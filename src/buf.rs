@@ -60,7 +60,14 @@ pub const MAPPED_BUF_MIN_BYTES: usize = HUGE_PAGE_BYTES;
 /// before.
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
-/// A zero-initialised, `BLOCK_SIZE`-aligned buffer, as O_DIRECT needs.
+/// A zero-initialised, 4 KiB-aligned buffer, as O_DIRECT needs: the buffer
+/// every folio holds, and public for programs (such as `wbcache bench`)
+/// that do their own O_DIRECT I/O next to the cache. Buffers of 2 MiB and
+/// more are anonymous mappings of their own (those a multiple of 2 MiB long
+/// are aligned to 2 MiB and asked for transparent huge pages, so an I/O on
+/// them is few physically contiguous segments where the kernel has huge
+/// pages to give); smaller ones are slots of shared 2 MiB slabs. It derefs
+/// to `[u8]` and frees its memory on drop.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,

@@ -252,7 +252,10 @@ fn parse_number(key: &str, value: &str) -> io::Result<u64> {
     value.parse::<u64>().map_err(|_| invalid(format!("option {key}: '{value}' is not a non-negative integer")))
 }
 
-/// Parses `123`, `4K`, `64M`, `1G` (also lower case, optional `B`/`iB`).
+/// Parses a size as the option string takes it: `123`, `4K`, `64M`, `1G`
+/// (powers of 1024; also lower case, with an optional `B`/`iB`). `key`
+/// names the value in the error (`EINVAL`, `InvalidInput`) a bad one gets,
+/// so command-line tools can parse their own size flags the same way.
 pub fn parse_size(key: &str, value: &str) -> io::Result<u64> {
     let bad = || invalid(format!("option {key}: '{value}' is not a size (e.g. 4096, 64K, 256M, 1G)"));
     let v = value.trim();

@@ -20,12 +20,12 @@
 //!
 //! ## Glossary
 //! - **backing store**: the file or block device under a wbcache file, opened O_DIRECT.
-//! - **inode**: state for one backing store, shared by all its handles .
-//! - **folio**: naturally aligned power-of-two run of blocks with one buffer .
+//! - **inode**: state for one backing store, shared by all its handles.
+//! - **folio**: naturally aligned power-of-two run of blocks with one buffer.
 //! - **block**: 4 KiB, the unit of uptodate/dirty tracking and of I/O alignment.
-//! - **writeback domain**: dirty accounting and flushing unit, one per device .
+//! - **writeback domain**: dirty accounting and flushing unit, one per device.
 //! - **flusher**: the thread of a domain that writes dirty folios back.
-//! - **throttle**: delaying writers over the dirty thresholds .
+//! - **throttle**: delaying writers over the dirty thresholds.
 //! - **reason**: why a writeback happened ([`Reason`]).
 //!
 //! ## Semantics
