@@ -167,6 +167,10 @@ pub fn exact_size(bytes: u64) -> String {
 }
 
 /// Parses `10`, `5s`, `500ms`, `2m`, `1.5` (seconds).
+/// The longest `--runtime` or `--timeout` accepted, in seconds: a week.
+/// Longer values (`1e30`) would overflow the durations built from them.
+pub const SECONDS_MAX: f64 = 7.0 * 24.0 * 3600.0;
+
 pub fn parse_duration(s: &str) -> Result<f64, String> {
     let t = s.trim();
     let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
@@ -181,6 +185,9 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
     let v: f64 = num.trim().parse().map_err(|_| format!("'{s}' is not a duration (e.g. 10, 5s, 500ms)"))?;
     if !(v > 0.0 && v.is_finite()) {
         return Err(format!("duration '{s}' must be positive"));
+    }
+    if v * mult > SECONDS_MAX {
+        return Err(format!("duration '{s}' is longer than a week"));
     }
     Ok(v * mult)
 }
@@ -269,6 +276,15 @@ impl Plan {
         if size < 4 * MIB {
             return Err("--size must be at least 4M".into());
         }
+        if let Some(t) = args.timeout {
+            // Checked before anything runs: a negative, NaN or huge value
+            // would panic building the timeout's `Duration` mid-run.
+            if !(t > 0.0 && t <= SECONDS_MAX) {
+                return Err(format!(
+                    "--timeout {t}: must be a number of seconds above 0 and at most {SECONDS_MAX} (a week)"
+                ));
+            }
+        }
         let runtime_s = match &args.runtime {
             Some(r) => parse_duration(r)?,
             None => default_runtime,
@@ -342,5 +358,26 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), 0.5);
         assert_eq!(parse_duration("5s").unwrap(), 5.0);
         assert!(parse_duration("-1").is_err());
+    }
+
+    /// Bad numbers are refused while the plan is made, before any
+    /// directory or process exists: negative, zero, NaN, infinite and
+    /// overflowing timeouts and runtimes.
+    #[test]
+    fn numeric_flags_are_checked_before_anything_runs() {
+        for t in [-1.0, 0.0, f64::NAN, f64::INFINITY, 1e30, SECONDS_MAX + 1.0] {
+            let e = Plan::from_args(BenchArgs { timeout: Some(t), ..BenchArgs::default() }).err();
+            assert!(e.as_deref().is_some_and(|e| e.starts_with("--timeout")), "--timeout {t}: {e:?}");
+        }
+        for t in [0.5, 60.0, SECONDS_MAX] {
+            assert!(Plan::from_args(BenchArgs { timeout: Some(t), ..BenchArgs::default() }).is_ok(), "--timeout {t}");
+        }
+        for r in ["1e30", "nan", "inf", "-5s", "0", "169h", "10081m"] {
+            assert!(
+                Plan::from_args(BenchArgs { runtime: Some(r.into()), ..BenchArgs::default() }).is_err(),
+                "--runtime {r}"
+            );
+        }
+        assert_eq!(parse_duration("10080m").unwrap(), SECONDS_MAX);
     }
 }
