@@ -231,6 +231,9 @@ impl Plan {
                 }
             }
         }
+        if groups.is_empty() {
+            return Err("no workload selected (see --list)".into());
+        }
         // Keep each workload's groups together, in catalog order.
         let rank = |g: &Group| WORKLOADS.iter().position(|w| w.name == g.workload).unwrap_or(usize::MAX);
         groups.sort_by_key(rank);
@@ -379,5 +382,14 @@ mod tests {
             );
         }
         assert_eq!(parse_duration("10080m").unwrap(), SECONDS_MAX);
+    }
+
+    /// An empty selection is a usage error, not an empty run.
+    #[test]
+    fn nothing_selected_is_an_error() {
+        for w in [vec![String::new()], vec![" ".into(), "".into()]] {
+            let e = Plan::from_args(BenchArgs { workloads: w.clone(), ..BenchArgs::default() }).err();
+            assert!(e.as_deref().is_some_and(|e| e.contains("no workload selected")), "{w:?}: {e:?}");
+        }
     }
 }

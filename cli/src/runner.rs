@@ -562,6 +562,12 @@ pub fn run(args: BenchArgs) -> i32 {
     }
     if let Some(t) = targets(&rows, plan.dirty_limit, &references) {
         print_stdout(&mut progress, &t);
+        if t.contains("NOT met") {
+            print_stdout(
+                &mut progress,
+                "\n\"NOT met\" marks a goal wbcache did not reach in this run; it is a result, not an error.\n",
+            );
+        }
     }
 
     let config = json!({
@@ -584,9 +590,10 @@ pub fn run(args: BenchArgs) -> i32 {
         "drop_caches": can_drop,
         "notes": notes,
     });
-    // Rows that failed are results too (status error/unsupported): the
-    // exit code only reports that the bench itself could not finish.
-    let mut code = 0;
+    // Rows that failed are results too, and are written out; a run with
+    // errored measurements still exits 1 (unsupported ones are not errors).
+    let nr_errors = rows.iter().filter(|r| r.status == Status::Error.name()).count();
+    let mut code = if nr_errors > 0 { 1 } else { 0 };
     if let Some(path) = &plan.args.json {
         if let Err(e) = fs::write(path, to_json(&machine, &config, &rows, &references) + "\n") {
             eprintln!("wbcache bench: writing {}: {e}", path.display());
@@ -616,12 +623,21 @@ pub fn run(args: BenchArgs) -> i32 {
             eprintln!("note: could not remove {}: {e}", d.display());
         }
     }
-    eprintln!("bench: {} results from {} measurements in {:.0} s", rows.len(), total, progress.elapsed_s());
+    eprintln!("{}", finish_line(rows.len(), total, progress.elapsed_s(), nr_errors));
     if INTERRUPTED.load(Ordering::SeqCst) {
         eprintln!("bench: interrupted");
         return 130;
     }
     code
+}
+
+/// The run's last line: what it produced, and how many measurements failed.
+fn finish_line(nr_rows: usize, nr_measurements: usize, elapsed_s: f64, nr_errors: usize) -> String {
+    let mut line = format!("bench: {nr_rows} results from {nr_measurements} measurements in {elapsed_s:.0} s");
+    if nr_errors > 0 {
+        line += &format!("; {nr_errors} failed (status error, exit status 1)");
+    }
+    line
 }
 
 fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate::workloads::Params) -> String {
@@ -641,6 +657,15 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_line_counts_failed_measurements() {
+        assert_eq!(finish_line(80, 70, 363.2, 0), "bench: 80 results from 70 measurements in 363 s");
+        assert_eq!(
+            finish_line(5, 5, 0.0, 5),
+            "bench: 5 results from 5 measurements in 0 s; 5 failed (status error, exit status 1)"
+        );
+    }
 
     fn run(status: &str, mb_s: f64) -> Vec<ResultRow> {
         vec![ResultRow { status: status.into(), throughput_mb_s: Some(mb_s), ..ResultRow::default() }]
