@@ -64,7 +64,7 @@ pub struct BenchArgs {
     pub set: Vec<String>,
     /// Directory for the test files; a fresh subdirectory is made in it and
     /// removed afterwards (default: under /var/tmp or the current directory,
-    /// never a tmpfs).
+    /// never a tmpfs). It must exist: a missing one is refused, not created.
     #[arg(long, value_name = "DIR", conflicts_with = "device")]
     pub dir: Option<PathBuf>,
     /// Run on a raw block device instead of files. DESTROYS ITS CONTENTS;
@@ -192,6 +192,37 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
     Ok(v * mult)
 }
 
+/// Checks the paths the run writes to or under, before anything is
+/// measured: the `--json` file's directory exists (and the path is not a
+/// directory), `--svg` is a directory or is created now, and `--dir`
+/// exists.
+fn check_outputs(args: &BenchArgs) -> Result<(), String> {
+    if let Some(path) = &args.json {
+        if path.is_dir() {
+            return Err(format!("--json {}: is a directory, not a file", path.display()));
+        }
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        if !parent.is_dir() {
+            return Err(format!("--json {}: directory {} does not exist", path.display(), parent.display()));
+        }
+    }
+    if let Some(dir) = &args.svg {
+        if dir.exists() && !dir.is_dir() {
+            return Err(format!("--svg {}: exists and is not a directory", dir.display()));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("--svg {}: {e}", dir.display()))?;
+    }
+    if let Some(dir) = &args.dir {
+        if !dir.is_dir() {
+            return Err(format!("--dir {}: no such directory (create it first)", dir.display()));
+        }
+    }
+    Ok(())
+}
+
 impl Plan {
     pub fn from_args(args: BenchArgs) -> Result<Plan, String> {
         let explicit = !args.workloads.is_empty() && !args.workloads.iter().all(|w| w == "default");
@@ -288,6 +319,7 @@ impl Plan {
                 ));
             }
         }
+        check_outputs(&args)?;
         let runtime_s = match &args.runtime {
             Some(r) => parse_duration(r)?,
             None => default_runtime,
@@ -382,6 +414,39 @@ mod tests {
             );
         }
         assert_eq!(parse_duration("10080m").unwrap(), SECONDS_MAX);
+    }
+
+    /// Output paths are checked before the run: a missing `--json`
+    /// directory, a `--json` that is a directory, an `--svg` that is a
+    /// file and a missing `--dir` are refused; a missing `--svg` directory
+    /// is created.
+    #[test]
+    fn output_paths_are_checked_first() {
+        let tmp = std::env::temp_dir().join(format!("wbcache-cli-outputs-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let file = tmp.join("existing-file");
+        std::fs::write(&file, b"x").unwrap();
+        let refused = [
+            BenchArgs { json: Some(tmp.join("missing/out.json")), ..BenchArgs::default() },
+            BenchArgs { json: Some(tmp.clone()), ..BenchArgs::default() },
+            BenchArgs { svg: Some(file.clone()), ..BenchArgs::default() },
+            BenchArgs { dir: Some(tmp.join("missing")), ..BenchArgs::default() },
+        ];
+        for args in refused {
+            let what = format!("{:?} {:?} {:?}", args.json, args.svg, args.dir);
+            assert!(Plan::from_args(args).is_err(), "{what}");
+        }
+        assert!(!tmp.join("missing").exists(), "nothing refused was created");
+        let svg = tmp.join("charts/new");
+        let ok = BenchArgs {
+            json: Some(tmp.join("out.json")),
+            svg: Some(svg.clone()),
+            dir: Some(tmp.clone()),
+            ..BenchArgs::default()
+        };
+        assert!(Plan::from_args(ok).is_ok());
+        assert!(svg.is_dir(), "--svg is created up front");
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     /// An empty selection is a usage error, not an empty run.

@@ -90,10 +90,8 @@ fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String
         });
     }
     let parent = match &plan.args.dir {
-        Some(d) => {
-            fs::create_dir_all(d).map_err(|e| format!("--dir {}: {e}", d.display()))?;
-            d.clone()
-        }
+        // Checked when the plan was made: it exists.
+        Some(d) => d.clone(),
         None => pick_default_parent()?,
     };
     let dir = parent.join(format!("wbcache-bench-{}", std::process::id()));
