@@ -391,7 +391,7 @@ impl Inode {
     pub fn try_remove_clean(&self, folio: &Arc<Folio>) -> bool {
         match self.mapping.try_remove_clean(folio) {
             Some(buf) => {
-                self.folio_removed(folio, buf);
+                self.memory.folio_removed(folio, buf);
                 debug_assert_eq!(folio.dirty_mark.load(Ordering::Acquire), DirtyMark::REMOVED, "removed for good");
                 true
             }
@@ -403,16 +403,8 @@ impl Inode {
     fn release_removed(&self, folio: &Folio, st: &mut FolioState) {
         debug_assert!(folio.state.try_lock().is_err(), "the folio's lock is held");
         let buf = Mapping::mark_removed(folio, st);
-        self.folio_removed(folio, buf);
-        debug_assert!(st.removed && st.nr_dirty == 0 && st.buf.is_empty(), "a removed folio is clean, its buffer gone");
-    }
-
-    /// Gives back the memory of a folio that left the mapping now (an
-    /// eviction queue may still hold the `Arc`). Without `buf`, in-flight
-    /// writeback still holds the buffer: it stays counted and that
-    /// writeback's completion gives it back.
-    fn folio_removed(&self, folio: &Folio, buf: Option<AlignedBuf>) {
         self.memory.folio_removed(folio, buf);
+        debug_assert!(st.removed && st.nr_dirty == 0 && st.buf.is_empty(), "a removed folio is clean, its buffer gone");
     }
 
     /// Makes blocks `[start, end)` of a locked folio uptodate: blocks at or
