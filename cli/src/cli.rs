@@ -9,7 +9,7 @@ use wbcache::Config;
 
 use crate::engines::EngineKind;
 use crate::sys::fmt_size;
-use crate::workloads::{groups_for, overwrite_variants, Group, Params, WORKLOADS};
+use crate::workloads::{groups_for, overwrite_variants, FioJob, FioRw, Group, Kind, Params, WORKLOADS};
 
 const MIB: u64 = 1 << 20;
 
@@ -26,8 +26,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the seeds' workloads against the kernel's buffered, RWF_DONTCACHE
-    /// and O_DIRECT paths and against wbcache, side by side.
+    /// Measure Linux writeback workloads on the kernel's buffered,
+    /// RWF_DONTCACHE and O_DIRECT paths and on wbcache, side by side.
     #[command(after_long_help = long_help())]
     Bench(Box<BenchArgs>),
     /// Internal: runs one measurement described on stdin (used by `bench`).
@@ -46,15 +46,14 @@ pub struct BenchArgs {
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub engines: Vec<String>,
     /// Memory for both sides: wbcache's capacity and the kernel engines'
-    /// memory cgroup limit. Default 1G (256M for the default suite, 128M
-    /// with --quick).
+    /// memory cgroup limit. Default 256M (128M with --quick).
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
     /// File size of the streaming and random workloads (default 2 × --memory).
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
-    /// Duration of the time-based workloads, e.g. 10, 5s, 500ms (default 10 s;
-    /// 5 s for the default suite, 1 s with --quick). Size-based workloads stop
+    /// Duration of the time-based workloads, e.g. 10, 5s, 500ms (default 5 s;
+    /// 1 s with --quick). Size-based workloads stop
     /// at 6 × this; per-call workloads at a quarter of it (0.25-2 s).
     #[arg(long, value_name = "TIME")]
     pub runtime: Option<String>,
@@ -106,13 +105,49 @@ pub struct BenchArgs {
     /// Print wbcache's stats after each wbcache run (stderr).
     #[arg(short, long)]
     pub verbose: bool,
+    /// Run one job described with fio's options (below) on every engine,
+    /// instead of the built-in workloads: same tables, JSON and charts.
+    /// `--size` is each thread's I/O (default 2 × --memory) and `--runtime`,
+    /// when given, caps it. Example: --custom --rw=randrw --rwmixread=70
+    /// --bs=4k --numjobs=4 --fsync=32.
+    #[arg(long, conflicts_with_all = ["workloads", "quick"], help_heading = "fio-style job")]
+    pub custom: bool,
+    /// fio's --rw: read, write, randread, randwrite or randrw (default read).
+    #[arg(long, requires = "custom", value_name = "MODE", help_heading = "fio-style job")]
+    pub rw: Option<String>,
+    /// fio's --bs: the size of each request (default 4k).
+    #[arg(long, requires = "custom", value_name = "SIZE", help_heading = "fio-style job")]
+    pub bs: Option<String>,
+    /// fio's --numjobs: threads, each with its own files (default 1, at most 64).
+    #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
+    pub numjobs: Option<u64>,
+    /// fio's --nrfiles: files per thread, used round robin; --size is split
+    /// between them (default 1, at most 1024).
+    #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
+    pub nrfiles: Option<u64>,
+    /// fio's --rwmixread: percentage of reads with --rw=randrw (default 50).
+    #[arg(long, requires = "custom", value_name = "PERCENT", help_heading = "fio-style job")]
+    pub rwmixread: Option<u64>,
+    /// fio's --fsync: fsync a file after every N writes to it (default 0: never).
+    #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
+    pub fsync: Option<u64>,
+    /// fio's --end_fsync: fsync every file when the thread finishes.
+    #[arg(long, alias = "end_fsync", requires = "custom", help_heading = "fio-style job")]
+    pub end_fsync: bool,
+    /// Uncached I/O (RWF_DONTCACHE, fio's --uncached): runs kernel-dontcache and
+    /// wbcache-dontcache, with kernel-buffered as the ratio's baseline, unless
+    /// --engines says otherwise.
+    #[arg(long, requires = "custom", help_heading = "fio-style job")]
+    pub dontcache: bool,
 }
 
 fn long_help() -> String {
-    let mut s = String::from("Workloads (each says which seed table it reproduces):\n");
+    let mut s = String::from("Workloads (what each models, and the public measurement it follows):\n");
     for w in WORKLOADS {
-        let slot = if w.slot { " [slot: every engine reports unsupported; not in the suites]" } else { "" };
-        s.push_str(&format!("  {:<19} {}{slot}\n  {:<19} reproduces: {}\n", w.name, w.about, "", w.reproduces));
+        s.push_str(&format!("  {:<19} {}\n  {:<19} models: {}\n", w.name, w.about, "", w.models));
+        if let Some(source) = w.source {
+            s.push_str(&format!("  {:<19} follows: {source}\n", ""));
+        }
     }
     s.push_str("\nEngines:\n");
     for e in EngineKind::ALL {
@@ -124,8 +159,10 @@ fn long_help() -> String {
          and pwrite to one write_at and writev to one write_vectored_at)\n",
     );
     s.push_str(&format!(
-        "\nDefault suite (no --workloads): every workload except the slots, small-overwrite variants {}, \
-         --memory 256M, --runtime 5s.\n--quick: the same with small-overwrite {}, --memory 128M, --runtime 1s.\n",
+        "\nDefault suite (no --workloads): every workload, small-overwrite variants {}.\n\
+         --quick: the same with small-overwrite {}, --memory 128M, --runtime 1s.\n\
+         Without --quick, any selection runs with --memory 256M, --size 2 × memory, --runtime 5s unless given, \
+         so a workload alone measures what it measures in the default suite.\n",
         DEFAULT_OVERWRITES.join(", "),
         QUICK_OVERWRITES.join(", ")
     ));
@@ -153,6 +190,10 @@ pub struct Plan {
     pub engines: Vec<EngineKind>,
     pub params: Params,
     pub dirty_limit: u64,
+    /// The fio-style job of `--custom`.
+    pub custom: Option<FioJob>,
+    /// Adjustments the plan made that the report should mention.
+    pub notes: Vec<String>,
     pub args: BenchArgs,
 }
 
@@ -164,6 +205,86 @@ pub fn exact_size(bytes: u64) -> String {
         }
     }
     bytes.to_string()
+}
+
+/// The wbcache options of the run: `capacity` from `--memory`, then each
+/// `--set`, which may override `capacity` (the kernel engines keep
+/// `--memory` as their limit) but may not name a key twice.
+fn merge_options(memory: u64, sets: &[String]) -> Result<String, String> {
+    let mut pairs: Vec<(String, String)> = vec![("capacity".into(), exact_size(memory))];
+    let mut given: Vec<String> = Vec::new();
+    for set in sets {
+        for item in set.split([',', ';']).map(str::trim).filter(|s| !s.is_empty()) {
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(format!("--set {item}: expected KEY=VALUE"));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if given.iter().any(|k| k == key) {
+                return Err(format!("--set {key}: given twice"));
+            }
+            given.push(key.to_string());
+            match pairs.iter_mut().find(|(k, _)| k == key) {
+                Some(pair) => pair.1 = value.to_string(),
+                None => pairs.push((key.to_string(), value.to_string())),
+            }
+        }
+    }
+    Ok(pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
+}
+
+/// The fio-style job of `--custom`, checked: every value in range, and
+/// every file at least one request long.
+fn fio_job(args: &BenchArgs, size: u64) -> Result<FioJob, String> {
+    let rw = match args.rw.as_deref().map(str::trim) {
+        None => FioRw::Read,
+        Some(name) => FioRw::parse(name).ok_or_else(|| {
+            let known: Vec<&str> = FioRw::ALL.iter().map(|rw| rw.name()).collect();
+            format!("--rw {name}: not one of {}", known.join(", "))
+        })?,
+    };
+    let bs = match &args.bs {
+        Some(b) => parse_size("--bs", b).map_err(|e| e.to_string())?,
+        None => 4096,
+    };
+    if bs == 0 || bs > 64 * MIB {
+        return Err(format!("--bs {bs}: must be between 1 byte and 64M"));
+    }
+    let in_range = |flag: &str, v: Option<u64>, default: u64, max: u64| match v {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(n) => Err(format!("--{flag} {n}: must be between 1 and {max}")),
+    };
+    let numjobs = in_range("numjobs", args.numjobs, 1, 64)?;
+    let nrfiles = in_range("nrfiles", args.nrfiles, 1, 1024)?;
+    let rwmixread = match args.rwmixread {
+        None => 50,
+        Some(_) if rw != FioRw::RandRw => return Err("--rwmixread applies to --rw=randrw only".into()),
+        Some(p) if p <= 100 => p as u8,
+        Some(p) => return Err(format!("--rwmixread {p}: a percentage, 0 to 100")),
+    };
+    let fsync_every = args.fsync.unwrap_or(0);
+    if fsync_every > 0 && rw.read_percent(rwmixread) == 100 {
+        return Err(format!("--fsync {fsync_every}: --rw={} does not write", rw.name()));
+    }
+    let job = FioJob {
+        rw,
+        bs,
+        size,
+        numjobs,
+        nrfiles,
+        rwmixread,
+        fsync_every,
+        end_fsync: args.end_fsync,
+        runtime_capped: args.runtime.is_some(),
+    };
+    if size / nrfiles < bs {
+        return Err(format!(
+            "--size {} split over --nrfiles {nrfiles} leaves less than one --bs {} per file",
+            fmt_size(size),
+            fmt_size(bs)
+        ));
+    }
+    Ok(job)
 }
 
 /// Parses `10`, `5s`, `500ms`, `2m`, `1.5` (seconds).
@@ -226,7 +347,9 @@ fn check_outputs(args: &BenchArgs) -> Result<(), String> {
 impl Plan {
     pub fn from_args(args: BenchArgs) -> Result<Plan, String> {
         let explicit = !args.workloads.is_empty() && !args.workloads.iter().all(|w| w == "default");
-        let suite = if args.quick {
+        let suite = if args.custom {
+            "fio-job"
+        } else if args.quick {
             "quick"
         } else if explicit {
             "custom"
@@ -238,7 +361,9 @@ impl Plan {
             "default" => Some(DEFAULT_OVERWRITES),
             _ => None,
         };
-        let names: Vec<String> = if explicit {
+        let names: Vec<String> = if args.custom {
+            Vec::new()
+        } else if explicit {
             args.workloads.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
         } else {
             DEFAULT_WORKLOADS.iter().map(|s| s.to_string()).collect()
@@ -262,7 +387,7 @@ impl Plan {
                 }
             }
         }
-        if groups.is_empty() {
+        if groups.is_empty() && !args.custom {
             return Err("no workload selected (see --list)".into());
         }
         // Keep each workload's groups together, in catalog order.
@@ -284,17 +409,19 @@ impl Plan {
             })?;
             engines.push(kind);
         }
+        let engines_given = !engines.is_empty();
+        if !engines_given && args.dontcache {
+            engines.extend([EngineKind::KernelBuffered, EngineKind::KernelDontcache, EngineKind::WbcacheDontcache]);
+        }
         if engines.is_empty() {
             engines.extend(EngineKind::ALL);
         }
         engines.sort();
         engines.dedup();
 
-        let (default_memory, default_runtime) = match suite {
-            "quick" => (128 * MIB, 1.0),
-            "default" => (256 * MIB, 5.0),
-            _ => (1024 * MIB, 10.0),
-        };
+        // One set of defaults for every selection, so a workload run alone
+        // measures exactly what its row in the default suite measures.
+        let (default_memory, default_runtime) = if args.quick { (128 * MIB, 1.0) } else { (256 * MIB, 5.0) };
         let memory = match &args.memory {
             Some(m) => parse_size("--memory", m).map_err(|e| e.to_string())?,
             None => default_memory,
@@ -324,16 +451,26 @@ impl Plan {
             Some(r) => parse_duration(r)?,
             None => default_runtime,
         };
-        let mut options = format!("capacity={}", exact_size(memory));
-        for s in &args.set {
-            let s = s.trim();
-            if !s.contains('=') {
-                return Err(format!("--set {s}: expected KEY=VALUE"));
-            }
-            options.push(',');
-            options.push_str(s);
-        }
+        let options = merge_options(memory, &args.set)?;
         let config = Config::from_options(&options).map_err(|e| format!("wbcache options '{options}': {e}"))?;
+        let mut notes = Vec::new();
+        let custom = if args.custom {
+            let job = fio_job(&args, size)?;
+            if job.bs % 4096 != 0 && engines.contains(&EngineKind::KernelDirect) {
+                if engines_given {
+                    return Err(format!(
+                        "--bs {}: kernel-direct (O_DIRECT) needs requests in multiples of 4k; drop it from --engines",
+                        job.bs
+                    ));
+                }
+                engines.retain(|e| *e != EngineKind::KernelDirect);
+                notes.push(format!("kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is {}", job.bs));
+            }
+            groups.push(Group { workload: "custom", variant: Some(job.variant()), kind: Kind::Custom(job.clone()) });
+            Some(job)
+        } else {
+            None
+        };
         let quick = suite == "quick";
         let params = Params {
             memory,
@@ -352,7 +489,7 @@ impl Plan {
                 dev.display()
             ));
         }
-        Ok(Plan { suite, groups, engines, params, dirty_limit: config.dirty_limit_bytes, args })
+        Ok(Plan { suite, groups, engines, params, dirty_limit: config.dirty_limit_bytes, custom, notes, args })
     }
 }
 
@@ -367,23 +504,23 @@ mod tests {
         assert_eq!(p.params.memory, 256 * MIB);
         assert_eq!(p.params.size, 512 * MIB);
         assert_eq!(p.engines.len(), 5);
-        assert!(p.groups.iter().all(|g| g.kind != crate::workloads::Kind::Slot));
         assert_eq!(p.groups.iter().filter(|g| g.workload == "small-overwrite").count(), DEFAULT_OVERWRITES.len());
     }
 
     #[test]
     fn selections_and_errors() {
         let args = BenchArgs {
-            workloads: vec!["pwrite-1k-2m-file".into(), "seq-write".into(), "fsync-under-load".into()],
+            workloads: vec!["pwrite-1k-2m-file".into(), "seq-write".into(), "rand-read".into()],
             engines: vec!["wbcache".into(), "kernel-buffered".into()],
             set: vec!["dirty_limit=512M".into()],
             ..BenchArgs::default()
         };
         let p = Plan::from_args(args).unwrap();
         assert_eq!(p.suite, "custom");
-        assert_eq!(p.params.memory, 1024 * MIB);
+        assert_eq!(p.params.memory, 256 * MIB, "a selection measures with the default suite's memory");
+        assert_eq!(p.params.runtime_s, 5.0);
         assert_eq!(p.groups[0].workload, "seq-write");
-        assert_eq!(p.groups.len(), 3);
+        assert_eq!(p.groups.len(), 5, "seq-write, three rand-read groups, one overwrite");
         assert_eq!(p.engines, vec![EngineKind::KernelBuffered, EngineKind::Wbcache]);
         assert_eq!(p.dirty_limit, 512 * MIB);
         assert!(Plan::from_args(BenchArgs { workloads: vec!["nope".into()], ..BenchArgs::default() }).is_err());
@@ -447,6 +584,32 @@ mod tests {
         assert!(Plan::from_args(ok).is_ok());
         assert!(svg.is_dir(), "--svg is created up front");
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// `--set` overrides `--memory`'s capacity instead of repeating it, and
+    /// a key set twice is refused.
+    #[test]
+    fn options_are_merged_once() {
+        let sets = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(merge_options(1 << 30, &[]).unwrap(), "capacity=1G");
+        assert_eq!(
+            merge_options(1 << 30, &sets(&["capacity=512M", "io=threads"])).unwrap(),
+            "capacity=512M,io=threads"
+        );
+        assert_eq!(
+            merge_options(1 << 30, &sets(&["dirty_limit=64M;expire_ms=5"])).unwrap(),
+            "capacity=1G,dirty_limit=64M,expire_ms=5"
+        );
+        assert!(merge_options(1 << 30, &sets(&["io=threads", "io=uring"])).unwrap_err().contains("io"));
+        assert!(merge_options(1 << 30, &sets(&["bogus"])).unwrap_err().contains("KEY=VALUE"));
+        let p = Plan::from_args(BenchArgs {
+            memory: Some("1G".into()),
+            set: sets(&["capacity=512M"]),
+            ..BenchArgs::default()
+        })
+        .unwrap();
+        assert_eq!(p.params.wbcache_options, "capacity=512M");
+        assert_eq!(p.params.memory, 1 << 30, "the kernel engines keep --memory");
     }
 
     /// An empty selection is a usage error, not an empty run.

@@ -1,6 +1,6 @@
 //! `wbcache`: command line tools for the wbcache page cache.
 //!
-//! `wbcache bench` runs the seeds' workloads against the kernel's buffered,
+//! `wbcache bench` runs Linux writeback workloads against the kernel's buffered,
 //! `RWF_DONTCACHE` and O_DIRECT paths and against wbcache, in the same run on
 //! the same disk, and prints a Markdown table per workload (optionally JSON
 //! and SVG charts). See `wbcache bench --help` and `wbcache bench --list`.
@@ -26,7 +26,27 @@ mod workloads;
 use clap::Parser;
 
 fn main() {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            {
+                e.exit();
+            }
+            // Every usage error is one line, as the bench's own checks are.
+            let text = e.render().to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(|l| l.trim().trim_start_matches("error: "))
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .collect();
+            eprintln!("wbcache: {} (see --help)", message.join(" "));
+            std::process::exit(2);
+        }
+    };
     let code = match cli.command {
         cli::Command::Bench(args) => runner::run(*args),
         cli::Command::BenchWorker => worker::main(),

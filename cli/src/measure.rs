@@ -80,7 +80,6 @@ impl Histogram {
         self.max_ns = self.max_ns.max(ns);
     }
 
-    #[cfg(test)]
     pub fn count(&self) -> u64 {
         self.count
     }
@@ -184,6 +183,45 @@ impl Series {
     }
 }
 
+/// Sums several jobs' `(seconds, bytes so far)` samples, taken at the same
+/// instants (a job that ended keeps its last count).
+pub fn sum_samples(jobs: &[&[(f64, u64)]]) -> Vec<(f64, u64)> {
+    let len = jobs.iter().map(|j| j.len()).max().unwrap_or(0);
+    (0..len)
+        .map(|i| {
+            let t = jobs.iter().find_map(|j| j.get(i)).map_or(0.0, |p| p.0);
+            let bytes = jobs.iter().map(|j| j.get(i).or(j.last()).map_or(0, |p| p.1)).sum();
+            (t, bytes)
+        })
+        .collect()
+}
+
+/// Throughput points `(end of interval in seconds, MB/s)` from cumulative
+/// samples, up to `until_s` (the end of the I/O phase: the final fsync is
+/// charted on its own). The interval grows with the run so that a 1 s run
+/// and a 60 s run both give a readable line: 100 ms up to 10 s, 500 ms up
+/// to 50 s, 1 s beyond.
+pub fn rate_points(samples: &[(f64, u64)], until_s: f64) -> Vec<(f64, f64)> {
+    let width_s = if until_s <= 10.0 {
+        0.1
+    } else if until_s <= 50.0 {
+        0.5
+    } else {
+        1.0
+    };
+    let mut points = Vec::new();
+    let mut prev = (0.0, 0u64);
+    for &(t, bytes) in samples.iter().filter(|p| p.0 <= until_s + 0.05) {
+        // Samples are about 100 ms apart; a point closes once the interval
+        // is (nearly) full.
+        if t - prev.0 >= width_s * 0.95 {
+            points.push((round3(t), round3(bytes.saturating_sub(prev.1) as f64 / (t - prev.0) / 1e6)));
+            prev = (t, bytes);
+        }
+    }
+    points
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +234,25 @@ mod tests {
             assert!(err < 0.016, "{v} -> {got}");
         }
         assert_eq!(index_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn rates_from_samples() {
+        // 100 MB/s for 1 s, sampled every 100 ms.
+        let job: Vec<(f64, u64)> = (1..=10).map(|i| (i as f64 / 10.0, i * 10_000_000)).collect();
+        let pts = rate_points(&job, 1.0);
+        assert_eq!(pts.len(), 10);
+        assert!(pts.iter().all(|p| (p.1 - 100.0).abs() < 1e-6), "{pts:?}");
+        assert_eq!(rate_points(&job, 0.45).len(), 4, "nothing after the I/O phase");
+        // Two jobs, one ending early: the sum carries its last count.
+        let short: Vec<(f64, u64)> = job[..3].to_vec();
+        let sum = sum_samples(&[&job[..], &short[..]]);
+        assert_eq!(sum.len(), 10);
+        assert_eq!(sum[2].1, 60_000_000);
+        assert_eq!(sum[9].1, 100_000_000 + 30_000_000);
+        // A long run gets wider intervals.
+        let long: Vec<(f64, u64)> = (1..=600).map(|i| (i as f64 / 10.0, i * 1_000_000)).collect();
+        assert_eq!(rate_points(&long, 60.0).len(), 60);
     }
 
     #[test]

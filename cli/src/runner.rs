@@ -9,7 +9,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,14 +19,17 @@ use crate::cgroup::MemCgroups;
 use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
 use crate::progress::Progress;
-use crate::report::{failed_row, markdown_table, rows_from, slot_rows, targets, to_json, Reference, ResultRow};
+use crate::report::{failed_row, markdown_table, rows_from, targets, to_json, Reference, ResultRow};
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
 use crate::worker::{memcpy_reference_us, Outcome, Status};
-use crate::workloads::{build_spec, cached_span, data_len, describe, info, Group, Kind, Place, Spec, KIB};
+use crate::workloads::{build_spec, cached_span, data_len, describe, info, FioJob, Group, Kind, Place, Spec, KIB};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The signal that interrupted the run (its exit status is 128 + it).
+static INTERRUPTED_BY: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(_sig: libc::c_int) {
+extern "C" fn on_signal(sig: libc::c_int) {
+    INTERRUPTED_BY.store(sig, Ordering::SeqCst);
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
@@ -78,6 +81,17 @@ fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String
         if dev_size < 8 * mib {
             return Err(format!("{} is too small ({} bytes)", dev.display(), dev_size));
         }
+        if let Some(job) = &plan.custom {
+            let need = job.numjobs * job.nrfiles * job.file_len();
+            if need > dev_size {
+                return Err(format!(
+                    "{} holds {}; --numjobs × --size need {}",
+                    dev.display(),
+                    fmt_size(dev_size),
+                    fmt_size(need)
+                ));
+            }
+        }
         if plan.params.size > dev_size {
             plan.params.size = (dev_size / mib) * mib;
             notes.push(format!("--size reduced to the device size, {}", fmt_size(plan.params.size)));
@@ -102,11 +116,14 @@ fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String
     }
     let (fs_type, source) = sys::mount_of(&dir).map(|(t, s, _)| (t, s)).unwrap_or(("unknown".into(), "unknown".into()));
     let free = sys::free_bytes(&dir).unwrap_or(u64::MAX);
-    let need = 2 * plan.params.size + (256 << 20);
+    let need = match &plan.custom {
+        Some(job) => job.numjobs * job.nrfiles * job.file_len() + (256 << 20),
+        None => 2 * plan.params.size + (256 << 20),
+    };
     if free < need {
         let _ = fs::remove_dir(&dir);
         return Err(format!(
-            "{} has {} free; this run needs about {} (lower --size or --memory)",
+            "{} has {} free; this run needs about {} (lower --size, --memory or --numjobs)",
             dir.display(),
             fmt_size(free),
             fmt_size(need)
@@ -123,17 +140,34 @@ fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String
 /// Writes `len` bytes of real data at the start of the data file or device
 /// (O_DIRECT where possible, so the parent does not fill the page cache).
 fn lay_out(place: &Place, len: u64) -> io::Result<()> {
-    let path = place.data_path();
+    lay_out_file(&place.data_path(), len, place.device.is_some())
+}
+
+/// Lays out the files of a fio-style job that reads or overwrites (fio
+/// does the same before its jobs start); on a device, the data is there.
+fn lay_out_custom(place: &Place, job: &FioJob) -> io::Result<()> {
+    if place.device.is_some() || !job.rw.needs_layout() {
+        return Ok(());
+    }
+    for j in 0..job.numjobs {
+        for f in 0..job.nrfiles {
+            lay_out_file(&place.custom_file(job, j, f).path, job.file_len(), false)?;
+        }
+    }
+    Ok(())
+}
+
+fn lay_out_file(path: &std::path::Path, len: u64, is_device: bool) -> io::Result<()> {
     let open = |direct: bool| {
         let mut o = fs::OpenOptions::new();
         o.write(true);
-        if place.device.is_none() {
+        if !is_device {
             o.create(true).truncate(true);
         }
         if direct {
             o.custom_flags(libc::O_DIRECT);
         }
-        o.open(&path)
+        o.open(path)
     };
     let file = match open(true) {
         Ok(f) => f,
@@ -144,6 +178,9 @@ fn lay_out(place: &Place, len: u64) -> io::Result<()> {
     let buf = AlignedBuf::filled(chunk, 0x5eed);
     let mut off = 0u64;
     while off < len {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+        }
         let n = (chunk as u64).min(len - off) as usize;
         std::os::unix::fs::FileExt::write_all_at(&file, &buf[..n], off)?;
         off += n as u64;
@@ -339,7 +376,7 @@ fn summary(rows: &[ResultRow]) -> String {
         s.push_str(&format!(", p99.9 {:.1} µs", l.p999));
     }
     if let Some(p) = r.peak_dirty_bytes {
-        s.push_str(&format!(", peak dirty {:.1} MiB", p as f64 / (1u64 << 20) as f64));
+        s.push_str(&format!(", peak dirty+wb {:.1} MiB", p as f64 / (1u64 << 20) as f64));
     }
     if let Some(t) = r.total_s {
         s.push_str(&format!(" ({t:.1} s)"));
@@ -367,7 +404,7 @@ pub fn run(args: BenchArgs) -> i32 {
         }
     };
     install_signal_handlers();
-    let mut notes: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = std::mem::take(&mut plan.notes);
     let site = match prepare_site(&mut plan, &mut notes) {
         Ok(s) => s,
         Err(e) => {
@@ -432,7 +469,8 @@ pub fn run(args: BenchArgs) -> i32 {
     };
     let header = format!(
         "## wbcache bench ({} suite)\n\n- machine: Linux {}, {} CPUs, {} RAM; files in {}\n- memory {} (wbcache `{}`; kernel engines: {}), size {}, runtime {} s\n\
-         - ratio column: MB/s ÷ kernel-buffered's MB/s; for per-call rows (µs/call), µs/call ÷ kernel-buffered's (lower is better)\n",
+         - ratio column: MB/s ÷ kernel-buffered's MB/s; for per-call rows (µs/call), µs/call ÷ kernel-buffered's (lower is better)\n\
+         - peak dirty+wb: the most bytes dirty or under writeback at once (the quantity `dirty_limit` bounds), sampled every 100 ms and, for wbcache, its own exact peak\n",
         plan.suite,
         machine.kernel,
         machine.cpus,
@@ -478,14 +516,24 @@ pub fn run(args: BenchArgs) -> i32 {
                 Err(e) => layout_error = Some(format!("laying out the data file: {e}")),
             }
         }
+        if let Kind::Custom(job) = &group.kind {
+            if job.rw.needs_layout() && site.place.device.is_none() {
+                progress.note(&format!(
+                    "laying out {} file(s) of {}",
+                    job.numjobs * job.nrfiles,
+                    fmt_size(job.file_len())
+                ));
+            }
+            if let Err(e) = lay_out_custom(&site.place, job) {
+                layout_error = Some(format!("laying out the job's files: {e}"));
+            }
+        }
         for &engine in &plan.engines {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 break;
             }
             progress.begin(&format!("{} · {}", group.label(), engine.name()));
-            let new_rows = if group.kind == Kind::Slot {
-                vec![slot_rows(group, engine)]
-            } else if let Some(e) = &layout_error {
+            let new_rows = if let Some(e) = &layout_error {
                 vec![failed_row(group, engine, Status::Error, e.clone())]
             } else {
                 let mut runs = Vec::new();
@@ -493,7 +541,7 @@ pub fn run(args: BenchArgs) -> i32 {
                     if INTERRUPTED.load(Ordering::SeqCst) {
                         break;
                     }
-                    let spec = build_spec(group, engine, &p, &site.place, true).expect("not a slot");
+                    let spec = build_spec(group, engine, &p, &site.place, true);
                     if can_drop {
                         let _ = sys::drop_caches();
                     }
@@ -506,10 +554,8 @@ pub fn run(args: BenchArgs) -> i32 {
                         &mut worker_stderr,
                     );
                     if site.place.device.is_none() {
-                        for j in &spec.jobs {
-                            if j.target.create {
-                                let _ = fs::remove_file(&j.target.path);
-                            }
+                        for t in spec.jobs.iter().flat_map(|j| j.targets()).filter(|t| t.create) {
+                            let _ = fs::remove_file(&t.path);
                         }
                     }
                     if io_backend.is_none() {
@@ -623,10 +669,20 @@ pub fn run(args: BenchArgs) -> i32 {
     }
     eprintln!("{}", finish_line(rows.len(), total, progress.elapsed_s(), nr_errors));
     if INTERRUPTED.load(Ordering::SeqCst) {
-        eprintln!("bench: interrupted");
-        return 130;
+        // The shell's convention: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM).
+        let sig = INTERRUPTED_BY.load(Ordering::SeqCst);
+        eprintln!("bench: interrupted by {}; partial results above", signal_name(sig));
+        return 128 + sig;
     }
     code
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
 }
 
 /// The run's last line: what it produced, and how many measurements failed.
@@ -639,17 +695,38 @@ fn finish_line(nr_rows: usize, nr_measurements: usize, elapsed_s: f64, nr_errors
 }
 
 fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate::workloads::Params) -> String {
-    let w = info(group.workload).expect("catalog workload");
     let mine: Vec<&Group> = groups.iter().filter(|g| g.workload == group.workload).collect();
-    let about = if mine.len() == 1 {
-        format!("{}. Reproduces {}.", describe(mine[0], p), w.reproduces)
+    let what = if mine.len() == 1 {
+        describe(mine[0], p)
     } else {
         let parts: Vec<String> =
             mine.iter().map(|g| format!("{}: {}", g.variant.as_deref().unwrap_or("main"), describe(g, p))).collect();
-        format!("{}. Reproduces {}.", parts.join("; "), w.reproduces)
+        parts.join("; ")
     };
+    // The catalog's workloads say what they model; a custom job is the user's.
+    let context = match info(group.workload) {
+        Some(w) => {
+            let source = w.source.map(|s| format!(" Follows {s}.")).unwrap_or_default();
+            format!(" Models {}.{source}", w.models)
+        }
+        None => String::new(),
+    };
+    let about = format!("{what}.{context}\n\n{}", run_settings(p));
     let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == group.workload).collect();
     markdown_table(group.workload, &about, &table_rows)
+}
+
+/// The sizes and times behind a table, printed with each one so that a
+/// table read alone (or a workload run alone) says what it measured.
+fn run_settings(p: &crate::workloads::Params) -> String {
+    format!(
+        "Measured with memory {}, size {}, runtime {} s (caps: {} s for size-based runs, {} s for per-call runs).",
+        fmt_size(p.memory),
+        fmt_size(p.size),
+        p.runtime_s,
+        p.stream_cap_s,
+        p.call_cap_s
+    )
 }
 
 #[cfg(test)]

@@ -140,11 +140,16 @@ pub struct Line {
     pub color: &'static str,
     pub dash: &'static str,
     pub points: Vec<(f64, f64)>,
+    /// A phase without points of its own, `(start, end)` on the x axis
+    /// (the final fsync of a write run): drawn as a bar along the axis in
+    /// the line's colour, not as a drop to zero.
+    pub tail: Option<(f64, f64)>,
 }
 
 /// A line chart with linear axes from zero.
 pub fn line_chart(title: &str, subtitle: &str, x_label: &str, y_label: &str, lines: &[Line]) -> String {
-    let max_x = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)).fold(0.0, f64::max).max(1.0);
+    let max_x =
+        lines.iter().flat_map(|l| l.points.iter().map(|p| p.0).chain(l.tail.map(|t| t.1))).fold(0.0, f64::max).max(1.0);
     let max_y = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
     let (xs, ys) = (nice_step(max_x), nice_step(max_y));
     let (top_x, top_y) = ((max_x / xs).ceil() * xs, (max_y / ys).ceil() * ys);
@@ -179,6 +184,18 @@ pub fn line_chart(title: &str, subtitle: &str, x_label: &str, y_label: &str, lin
         v += xs;
     }
     axes(&mut out, x_label, y_label);
+    for (lane, (l, (start, end))) in lines.iter().filter_map(|l| l.tail.map(|t| (l, t))).enumerate() {
+        let y = H - BOTTOM - 5.0 - lane as f64 * 7.0;
+        let _ = writeln!(
+            out,
+            "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"5\" stroke-opacity=\"0.6\"><title>{}: final fsync, {:.2} s</title></line>",
+            px(start),
+            px(end).max(px(start) + 2.0),
+            l.color,
+            esc(&l.label),
+            end - start
+        );
+    }
     for l in lines {
         if l.points.is_empty() {
             continue;
@@ -198,8 +215,11 @@ pub fn line_chart(title: &str, subtitle: &str, x_label: &str, y_label: &str, lin
             }
         }
     }
-    let entries: Vec<(String, &str, &str, bool)> =
+    let mut entries: Vec<(String, &str, &str, bool)> =
         lines.iter().map(|l| (l.label.clone(), l.color, l.dash, false)).collect();
+    if lines.iter().any(|l| l.tail.is_some()) {
+        entries.push(("bars on the axis: final fsync".into(), "#888888", "", true));
+    }
     legend(&mut out, &entries);
     out.push_str("</svg>\n");
     out
@@ -322,24 +342,28 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
     let mut files = Vec::new();
     for g in &order {
         let rows = &groups[g];
+        // Every engine that ran appears, even one too short for a line: a
+        // missing line must never read as a missing engine.
         let lines: Vec<Line> = rows
             .iter()
-            .filter_map(|r| {
-                let ps = r.per_second_mb_s.as_ref()?;
-                (ps.len() >= 2).then(|| Line {
-                    label: r.series_label(),
+            .filter(|r| r.us_per_call.is_none())
+            .map(|r| {
+                let label = match (r.rate_points.len(), r.runtime_s) {
+                    (0, Some(t)) => format!("{} (no point: I/O took {t:.2} s)", r.series_label()),
+                    _ => r.series_label(),
+                };
+                Line {
+                    label,
                     color: engine_color(&r.engine),
                     dash: dash_for(r.variant.as_deref()),
-                    points: ps.iter().enumerate().map(|(i, v)| (i as f64 + 1.0, *v)).collect(),
-                })
+                    points: r.rate_points.clone(),
+                    tail: r.fsync_tail_s,
+                }
             })
             .collect();
         if !lines.is_empty() {
             let name = format!("{g}-throughput.svg");
-            fs::write(
-                dir.join(&name),
-                line_chart(&format!("{g}: throughput per second"), subtitle, "seconds", "MB/s", &lines),
-            )?;
+            fs::write(dir.join(&name), line_chart(&format!("{g}: throughput"), subtitle, "seconds", "MB/s", &lines))?;
             files.push(name);
         }
         let with_lat: Vec<&&ResultRow> = rows.iter().filter(|r| r.lat_us.is_some()).collect();
@@ -381,6 +405,7 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
                 color: engine_color(&r.engine),
                 dash: "",
                 points: r.dirty.iter().map(|(t, b)| (*t, *b as f64 / (1u64 << 20) as f64)).collect(),
+                tail: None,
             })
             .collect();
         if !dirty.is_empty() {
@@ -425,10 +450,19 @@ mod tests {
 
     #[test]
     fn charts_are_well_formed() {
-        let l = Line { label: "a <b>".into(), color: "#000", dash: "", points: vec![(1.0, 2.0), (2.0, 3.0)] };
-        let svg = line_chart("t", "s", "x", "y", &[l]);
+        let l = Line {
+            label: "a <b>".into(),
+            color: "#000",
+            dash: "",
+            points: vec![(1.0, 2.0), (2.0, 3.0)],
+            tail: Some((2.0, 2.5)),
+        };
+        let empty = Line { label: "short".into(), color: "#111", dash: "", points: Vec::new(), tail: None };
+        let svg = line_chart("t", "s", "x", "y", &[l, empty]);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
         assert!(svg.contains("a &lt;b&gt;"));
+        assert!(svg.contains("final fsync, 0.50 s"), "the fsync tail is drawn");
+        assert!(svg.contains(">short</text>"), "a line without points stays in the legend");
         let b = log_bar_chart("t", "s", "y", &["e".into()], &[("p50", "#111")], &[vec![Some(3.0)]]);
         assert!(b.contains("<rect x="));
     }

@@ -54,6 +54,10 @@ pub struct JobResult {
     /// Mean cost of one call in microseconds (per-call workloads).
     pub us_per_call: Option<f64>,
     pub series: Series,
+    /// `(seconds, bytes done so far)` every 100 ms of the timed phase, for
+    /// the throughput charts (finer than `series`, which is per second).
+    #[serde(default)]
+    pub samples: Vec<(f64, u64)>,
 }
 
 /// What a worker prints.
@@ -123,6 +127,7 @@ struct JobRaw {
 /// Per-job series bookkeeping for the sampler.
 struct SeriesState {
     series: Series,
+    samples: Vec<(f64, u64)>,
     last_bytes: u64,
     last_t: f64,
 }
@@ -140,8 +145,9 @@ pub fn run(spec: &Spec) -> Outcome {
     let running: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(true)).collect();
     let mut dirty = Vec::new();
     let mut peak_sampled = 0u64;
-    let mut states: Vec<SeriesState> =
-        (0..n).map(|_| SeriesState { series: Series::default(), last_bytes: 0, last_t: 0.0 }).collect();
+    let mut states: Vec<SeriesState> = (0..n)
+        .map(|_| SeriesState { series: Series::default(), samples: Vec::new(), last_bytes: 0, last_t: 0.0 })
+        .collect();
 
     let (raws, peak_before) = std::thread::scope(|s| {
         let handles: Vec<_> = spec
@@ -177,6 +183,7 @@ pub fn run(spec: &Spec) -> Outcome {
             dirty.push((crate::measure::round3(t), d));
             let whole_second = t.floor();
             for (i, st) in states.iter_mut().enumerate() {
+                st.samples.push((crate::measure::round3(t), counters[i].load(Relaxed)));
                 if running[i].load(Relaxed) && whole_second > st.last_t + 0.5 && whole_second >= 1.0 {
                     let b = counters[i].load(Relaxed);
                     st.series.intervals.push((b - st.last_bytes, t - st.last_t));
@@ -220,6 +227,7 @@ pub fn run(spec: &Spec) -> Outcome {
                     fsync: r.fsync.map(|h| h.to_data()),
                     us_per_call: r.us_per_call,
                     series: std::mem::take(&mut st.series),
+                    samples: std::mem::take(&mut st.samples),
                 });
             }
             Err(e) => {
@@ -302,6 +310,15 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
     sys.open(job.engine, &target)
 }
 
+/// Opens a fio-style job's files after the first (the first is the
+/// job's target, opened by [`prepare`]).
+fn open_more_targets(sys: &System, job: &JobSpec) -> io::Result<Vec<Box<dyn EngineFile>>> {
+    match &job.pattern {
+        Pattern::Fio { more_targets, .. } => more_targets.iter().map(|t| sys.open(job.engine, t)).collect(),
+        _ => Ok(Vec::new()),
+    }
+}
+
 fn run_job(
     sys: &System,
     spec: &Spec,
@@ -310,13 +327,13 @@ fn run_job(
     cancel: &AtomicBool,
     counter: &AtomicU64,
 ) -> io::Result<JobRaw> {
-    let prepared = prepare(sys, job);
+    let prepared = prepare(sys, job).and_then(|f| Ok((f, open_more_targets(sys, job)?)));
     if prepared.is_err() {
         cancel.store(true, Relaxed);
     }
     barrier.wait();
     let started = Instant::now();
-    let mut file = prepared?;
+    let (mut file, mut others) = prepared?;
     if cancel.load(Relaxed) {
         return Err(io::Error::other(CANCELLED));
     }
@@ -410,6 +427,66 @@ fn run_job(
             }
             us_per_call = Some(hist.mean_ns() / 1000.0);
         }
+        Pattern::Fio { job: fio, more_targets } => {
+            let bs = fio.bs;
+            let bases: Vec<u64> = std::iter::once(base).chain(more_targets.iter().map(|t| t.offset)).collect();
+            let walk = if fio.rw.random() {
+                Pattern::Rand { write: false, bs, ops: None }
+            } else {
+                Pattern::Seq { write: false, bs, total: None }
+            };
+            let mut gens: Vec<OpGen> =
+                (0..bases.len()).map(|i| OpGen::new(&walk, fio.file_len(), job.seed.wrapping_add(i as u64))).collect();
+            let wbuf = AlignedBuf::filled(bs as usize, job.seed);
+            let mut rbuf = AlignedBuf::new(bs as usize);
+            let mut mix = Rng::new(job.seed ^ 0xf10);
+            let read_percent = u64::from(fio.rw.read_percent(fio.rwmixread));
+            let mut writes_since_fsync = vec![0u64; bases.len()];
+            let mut fsyncs = Histogram::default();
+            let deadline = Instant::now() + deadline_after;
+            let mut request = 0usize;
+            while !cancel.load(Relaxed) && bytes < fio.size {
+                // Round robin over the job's files, one request each.
+                let index = request % bases.len();
+                request += 1;
+                let off = bases[index] + gens[index].next().expect("fio walks never end");
+                let read = mix.below(100) < read_percent;
+                let f: &mut dyn EngineFile = if index == 0 { &mut *file } else { &mut *others[index - 1] };
+                let t = Instant::now();
+                if t >= deadline {
+                    break;
+                }
+                let n = if read {
+                    let n = f.read_at(&mut rbuf, off)?;
+                    if n == 0 {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("read at {off} hit end of file"),
+                        ));
+                    }
+                    n as u64
+                } else {
+                    f.write_at(&wbuf, off)?;
+                    bs
+                };
+                hist.record(t.elapsed().as_nanos() as u64);
+                bytes += n;
+                ops += 1;
+                counter.fetch_add(n, Relaxed);
+                if !read && fio.fsync_every > 0 {
+                    writes_since_fsync[index] += 1;
+                    if writes_since_fsync[index] == fio.fsync_every {
+                        writes_since_fsync[index] = 0;
+                        let t = Instant::now();
+                        f.fsync()?;
+                        fsyncs.record(t.elapsed().as_nanos() as u64);
+                    }
+                }
+            }
+            if fsyncs.count() > 0 {
+                fsync_hist = Some(fsyncs);
+            }
+        }
         Pattern::CachedReads { bs, span, iterations, warmup } => {
             let bs = *bs;
             let blocks = (span / bs).max(1);
@@ -441,9 +518,10 @@ fn run_job(
     if job.fsync_at_end && !cancel.load(Relaxed) {
         let t = Instant::now();
         file.fsync()?;
-        let mut h = Histogram::default();
-        h.record(t.elapsed().as_nanos() as u64);
-        fsync_hist = Some(h);
+        for other in &mut others {
+            other.fsync()?;
+        }
+        fsync_hist.get_or_insert_with(Histogram::default).record(t.elapsed().as_nanos() as u64);
     }
     let end_s = started.elapsed().as_secs_f64();
     drop(file);

@@ -1,4 +1,4 @@
-//! The workload catalog (names fixed by the bench issue), their expansion
+//! The workload catalog (names are part of the CLI and JSON), their expansion
 //! into measurement groups (a workload and variant, run once per engine),
 //! and the job specs a worker executes.
 
@@ -15,72 +15,65 @@ const MIB: u64 = 1 << 20;
 pub struct WorkloadInfo {
     pub name: &'static str,
     pub about: &'static str,
-    /// Which seed table (or design target) the workload reproduces.
-    pub reproduces: &'static str,
-    /// A slot reserved for a later issue: runs as `unsupported`.
-    pub slot: bool,
+    /// What the workload stands for in an application, in plain words.
+    pub models: &'static str,
+    /// The public measurement it follows (a patch series by its subject
+    /// line, a libMicro case), if there is one.
+    pub source: Option<&'static str>,
 }
+
+/// The flusher-kick series whose tables several write workloads follow.
+const DONTCACHE_KICK: &str =
+    "the tables of the LKML series \"mm: kick writeback flusher for IOCB_DONTCACHE with targeted dirty tracking\" (v5, 2026)";
 
 pub const WORKLOADS: &[WorkloadInfo] = &[
     WorkloadInfo {
         name: "seq-write",
         about: "one writer, 1 MiB sequential writes to a new file of --size, then fsync",
-        reproduces: "dontcache-flusher-kick: single-stream seq-write MB/s and its p99/p99.9 tail latency; DESIGN: buffered 0.8 GB/s vs O_DIRECT 1.7 GB/s",
-        slot: false,
+        models: "a backup, a log or a bulk load streaming one large file: MB/s and the tail latency of each write",
+        source: Some(DONTCACHE_KICK),
     },
     WorkloadInfo {
         name: "rand-write",
         about: "one writer, 4 KiB random writes (every block once, random order) over an existing file of --size, stopped after --runtime, then fsync",
-        reproduces: "dontcache-flusher-kick: single-stream rand-write MB/s",
-        slot: false,
+        models: "a database updating pages of a table larger than memory",
+        source: Some(DONTCACHE_KICK),
     },
     WorkloadInfo {
         name: "multi-writer",
         about: "4 writers, 1 MiB sequential writes, one new file each (--size split between them), then fsync",
-        reproduces: "dontcache-flusher-kick: multi-writer (4 jobs, sequential write) aggregate MB/s, p99, p99.9",
-        slot: false,
+        models: "several streams written at once (parallel backups, compaction outputs): aggregate MB/s and tail latency",
+        source: Some(DONTCACHE_KICK),
     },
     WorkloadInfo {
         name: "files-32",
-        about: "32 writers, 64 KiB sequential writes, one new file each, for --runtime, then fsync (the \"Axboe test\")",
-        reproduces: "dontcache-flusher-kick: 32-file write aggregate MB/s, p99 and peak dirty MB",
-        slot: false,
+        about: "32 writers, 64 KiB sequential writes, one new file each, for --runtime, then fsync",
+        models: "many files written at once (a build, an unpacking archive, a sharded log): MB/s, tail latency and how much dirty data piles up",
+        source: Some(DONTCACHE_KICK),
     },
     WorkloadInfo {
         name: "competing",
         about: "the engine's writer against one buffered writer of the same system (kernel or wbcache), separate files, 1 MiB sequential, for --runtime, then fsync: per-writer MB/s and p99.9 (rows: writer, buffered-peer, aggregate)",
-        reproduces: "dontcache-flusher-kick: competing writers (dontcache vs buffered, separate files), and the buffered-vs-buffered baseline (kernel-buffered row)",
-        slot: false,
+        models: "an uncached stream (a backup) next to an ordinary buffered writer: does either starve the other",
+        source: Some(DONTCACHE_KICK),
     },
     WorkloadInfo {
         name: "seq-read",
-        about: "read a cold file of --size sequentially, 1 MiB reads",
-        reproduces: "dontcache-block-devices: READS table (per-second MB/s over ~2x RAM, normal vs dontcache)",
-        slot: false,
+        about: "read a cold file of --size (twice the memory) sequentially, 1 MiB reads",
+        models: "a scan, a backup or a restore reading a file larger than memory for the first time",
+        source: Some("the read table of the LKML series \"block: enable RWF_DONTCACHE for block devices\" (v6)"),
     },
     WorkloadInfo {
         name: "rand-read",
-        about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M, past the L2 caches: the copy's memory traffic dominates; a bare memcpy of the same pattern is measured as the reference); cached-4k-offset0, libMicro's pread_u4k shape, the same cached 4 KiB at offset 0 (the read path's own cost)",
-        reproduces: "no seed table: the issue's targets (a cached 4 KiB read costs <= 0.2 us) and the scan/hit behaviour of the cache",
-        slot: false,
+        about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M, past the L2 caches: the copy's memory traffic dominates; a bare memcpy of the same pattern is measured as the reference); cached-4k-offset0, the same cached 4 KiB at offset 0 (the read path's own cost)",
+        models: "point lookups: cold over a table larger than memory, and hot inside a cached working set",
+        source: Some("libMicro's pread_u4k case (the cached-4k-offset0 variant)"),
     },
     WorkloadInfo {
         name: "small-overwrite",
-        about: "libMicro shape: overwrite offset 0 of an already cached file (written once and fsynced), per-call cost in us; variants {write,pwrite,writev}-{1k,10k}-{4k,1m,2m}-file (writev: 10 iovecs of the size, as libMicro)",
-        reproduces: "ext4-large-folio-tail-walk: libMicro write_u1k/u10k, pwrite_u1k/u10k, writev_u1k/u10k usecs/call",
-        slot: false,
-    },
-    WorkloadInfo {
-        name: "fsync-under-load",
-        about: "fsync of a small file while bulk writeback runs (filled in by the fsync issue; the slot exists)",
-        reproduces: "fsync-boost-async-writeback (filled in by a later issue)",
-        slot: true,
-    },
-    WorkloadInfo {
-        name: "parallel-writeback",
-        about: "writeback parallelism by region or inode (filled in by the parallel-writeback issue; the slot exists)",
-        reproduces: "xfs-ag-parallel-writeback (filled in by a later issue)",
-        slot: true,
+        about: "overwrite offset 0 of an already cached file (written once and fsynced), per-call cost in µs; variants {write,pwrite,writev}-{1k,10k}-{4k,1m,2m}-file (writev: 10 iovecs of the size)",
+        models: "small in-place updates of a cached file (a database header, a counter, a WAL tail): the cost of one write call",
+        source: Some("libMicro's write_u1k/u10k, pwrite_u1k/u10k and writev_u1k/u10k cases, as run in the LKML series \"ext4: avoid tail walks for cached large-folio writes\" (v3)"),
     },
 ];
 
@@ -108,7 +101,101 @@ pub enum Kind {
         bs: u64,
         file_size: u64,
     },
-    Slot,
+    /// A job described with fio's words (`bench --custom`).
+    Custom(FioJob),
+}
+
+/// fio's `--rw` values that make sense for a synchronous API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FioRw {
+    Read,
+    Write,
+    RandRead,
+    RandWrite,
+    RandRw,
+}
+
+impl FioRw {
+    pub const ALL: [FioRw; 5] = [FioRw::Read, FioRw::Write, FioRw::RandRead, FioRw::RandWrite, FioRw::RandRw];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FioRw::Read => "read",
+            FioRw::Write => "write",
+            FioRw::RandRead => "randread",
+            FioRw::RandWrite => "randwrite",
+            FioRw::RandRw => "randrw",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FioRw> {
+        FioRw::ALL.into_iter().find(|rw| rw.name() == s)
+    }
+
+    pub fn random(self) -> bool {
+        matches!(self, FioRw::RandRead | FioRw::RandWrite | FioRw::RandRw)
+    }
+
+    /// The share of reads, in percent, given fio's `--rwmixread`.
+    pub fn read_percent(self, rwmixread: u8) -> u8 {
+        match self {
+            FioRw::Read | FioRw::RandRead => 100,
+            FioRw::Write | FioRw::RandWrite => 0,
+            FioRw::RandRw => rwmixread,
+        }
+    }
+
+    /// Reads need files with data in them before the timed phase (fio lays
+    /// them out first); a sequential write starts from new, empty files.
+    pub fn needs_layout(self) -> bool {
+        self != FioRw::Write
+    }
+}
+
+/// One fio-style job, as `bench --custom` was given it. Each of `numjobs`
+/// threads does `size` bytes of I/O (or stops at the runtime) over its own
+/// `nrfiles` files of `size / nrfiles` bytes, switching file after every
+/// request (fio's default `file_service_type=roundrobin`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FioJob {
+    pub rw: FioRw,
+    pub bs: u64,
+    pub size: u64,
+    pub numjobs: u64,
+    pub nrfiles: u64,
+    pub rwmixread: u8,
+    /// fsync a file after every this many writes to it; 0 never.
+    pub fsync_every: u64,
+    /// fsync every file when the job ends (fio's `end_fsync=1`).
+    pub end_fsync: bool,
+    /// `--runtime` was given: it caps the job (otherwise the size does).
+    pub runtime_capped: bool,
+}
+
+impl FioJob {
+    pub fn file_len(&self) -> u64 {
+        round_down(self.size / self.nrfiles, self.bs)
+    }
+
+    /// The variant name: the job in fio's words, short.
+    pub fn variant(&self) -> String {
+        let mut v = format!("{}-{}", self.rw.name(), fmt_size(self.bs).replace(' ', "").to_lowercase());
+        if self.rw == FioRw::RandRw {
+            v += &format!("-mix{}", self.rwmixread);
+        }
+        if self.fsync_every > 0 {
+            v += &format!("-fsync{}", self.fsync_every);
+        }
+        if self.end_fsync {
+            v += "-endfsync";
+        }
+        v + &format!("-j{}-f{}", self.numjobs, self.nrfiles)
+    }
+
+    /// The file of `job`'s `file`-th file on a file system.
+    pub fn file_name(job: u64, file: u64) -> String {
+        format!("custom-{job}.{file}.bin")
+    }
 }
 
 /// One workload (and variant), run once per engine.
@@ -138,6 +225,7 @@ impl Group {
 
     /// Needs the shared data file (real data, laid out before the runs).
     pub fn needs_data(&self) -> bool {
+        // (Custom jobs lay out files of their own: see the runner.)
         matches!(self.kind, Kind::RandWrite | Kind::SeqRead | Kind::RandRead | Kind::CachedRead { .. })
     }
 }
@@ -205,8 +293,6 @@ pub fn groups_for(name: &str, overwrite_subset: Option<&[&str]>) -> Option<Vec<G
                 kind: Kind::CachedRead { offset0: true },
             },
         ],
-        "fsync-under-load" => vec![g("fsync-under-load", Kind::Slot)],
-        "parallel-writeback" => vec![g("parallel-writeback", Kind::Slot)],
         "small-overwrite" => {
             let names: Vec<String> = match overwrite_subset {
                 Some(subset) => subset.iter().map(|s| s.to_string()).collect(),
@@ -258,6 +344,8 @@ pub enum Pattern {
     Calls { call: CallKind, bs: u64, iovecs: u64, iterations: u64, warmup: u64 },
     /// Random `bs` reads inside the first `span` bytes.
     CachedReads { bs: u64, span: u64, iterations: u64, warmup: u64 },
+    /// A fio-style job over the target and `more_targets` (its other files).
+    Fio { job: FioJob, more_targets: Vec<Target> },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -270,6 +358,17 @@ pub struct JobSpec {
     pub pattern: Pattern,
     pub fsync_at_end: bool,
     pub seed: u64,
+}
+
+impl JobSpec {
+    /// Every file or device region the job touches.
+    pub fn targets(&self) -> impl Iterator<Item = &Target> {
+        let more = match &self.pattern {
+            Pattern::Fio { more_targets, .. } => more_targets.as_slice(),
+            _ => &[],
+        };
+        std::iter::once(&self.target).chain(more)
+    }
 }
 
 /// Everything a worker needs for one measurement.
@@ -336,6 +435,21 @@ impl Place {
         }
     }
 
+    /// File `file` of custom job `job`: laid out by the runner (in place
+    /// on a device) unless the job only writes sequentially.
+    pub fn custom_file(&self, fio: &FioJob, job: u64, file: u64) -> Target {
+        let len = fio.file_len();
+        match (&self.device, &self.dir) {
+            (Some(dev), _) => {
+                Target { path: dev.clone(), offset: (job * fio.nrfiles + file) * len, len, create: false }
+            }
+            (None, Some(dir)) => {
+                Target { path: dir.join(FioJob::file_name(job, file)), offset: 0, len, create: !fio.rw.needs_layout() }
+            }
+            (None, None) => unreachable!("a place has a dir or a device"),
+        }
+    }
+
     /// Per-file length for `n` time-based writers: `want`, bounded by the
     /// space there is (writers wrap around at this length).
     fn per_writer(&self, n: u64, want: u64) -> u64 {
@@ -370,6 +484,27 @@ pub fn describe(group: &Group, p: &Params) -> String {
         Kind::CachedRead { offset0: true } => {
             "4 KiB pread at offset 0 of a cached file (libMicro pread_u4k), µs per call".into()
         }
+        Kind::Custom(job) => {
+            let mix = match job.rw {
+                FioRw::RandRw => format!(" ({}% reads)", job.rwmixread),
+                _ => String::new(),
+            };
+            let fsync = match (job.fsync_every, job.end_fsync) {
+                (0, false) => String::new(),
+                (0, true) => ", fsync at the end".into(),
+                (n, end) => format!(", fsync every {n} writes{}", if end { " and at the end" } else { "" }),
+            };
+            let stop = if job.runtime_capped { format!(" or {rt} s, whichever comes first") } else { String::new() };
+            format!(
+                "fio-style job: rw={}{mix}, bs={}, {} thread(s), each over {} file(s) of {}, {} of I/O per thread{stop}{fsync}",
+                job.rw.name(),
+                fmt_size(job.bs),
+                job.numjobs,
+                job.nrfiles,
+                fmt_size(job.file_len()),
+                fmt_size(job.size)
+            )
+        }
         Kind::Overwrite { call, bs, file_size } => format!(
             "{}{} {} at offset 0 of a cached {} file, µs per call",
             call.name(),
@@ -377,7 +512,6 @@ pub fn describe(group: &Group, p: &Params) -> String {
             fmt_size(*bs),
             fmt_size(*file_size)
         ),
-        Kind::Slot => "filled in by a later issue".into(),
     }
 }
 
@@ -391,8 +525,8 @@ pub fn data_len(p: &Params) -> u64 {
     p.size
 }
 
-/// The spec of one measurement; `None` for slots.
-pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, progress: bool) -> Option<Spec> {
+/// The spec of one measurement.
+pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, progress: bool) -> Spec {
     let name = format!("{}-{}", group.slug(), engine.name());
     let job = |engine: EngineKind, target: Target, setup: Setup, pattern: Pattern, fsync: bool, seed: u64| JobSpec {
         role: None,
@@ -405,7 +539,6 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
     };
     let seq_w = |bs: u64, total: Option<u64>| Pattern::Seq { write: true, bs, total };
     let (jobs, deadline_s, pipelined) = match &group.kind {
-        Kind::Slot => return None,
         Kind::SeqWrite => {
             let t = place.fresh(&name, 0, p.size);
             (vec![job(engine, t, Setup::None, seq_w(MIB, Some(p.size)), true, 1)], p.stream_cap_s, true)
@@ -449,6 +582,18 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
             let pat = Pattern::CachedReads { bs: 4 * KIB, span, iterations: p.iterations_1k, warmup: p.warmup };
             (vec![job(engine, place.data(span), Setup::Warm { bytes: span }, pat, false, 9)], p.call_cap_s, false)
         }
+        Kind::Custom(fio) => {
+            let jobs = (0..fio.numjobs)
+                .map(|j| {
+                    let targets: Vec<Target> = (0..fio.nrfiles).map(|f| place.custom_file(fio, j, f)).collect();
+                    let pattern = Pattern::Fio { job: fio.clone(), more_targets: targets[1..].to_vec() };
+                    job(engine, targets[0].clone(), Setup::None, pattern, fio.end_fsync, 11 + j)
+                })
+                .collect();
+            let deadline = if fio.runtime_capped { p.runtime_s } else { p.stream_cap_s };
+            // fio's psync engine: one request at a time per thread.
+            (jobs, deadline, false)
+        }
         Kind::Overwrite { call, bs, file_size } => {
             let iovecs = if *call == CallKind::Writev { 10 } else { 1 };
             let iterations = if *bs >= 10 * KIB { p.iterations_10k } else { p.iterations_1k };
@@ -457,7 +602,7 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
             (vec![job(engine, t, Setup::Prefill { bytes: *file_size }, pat, false, 10)], p.call_cap_s, false)
         }
     };
-    Some(Spec {
+    Spec {
         workload: group.workload.to_string(),
         variant: group.variant.clone(),
         engine,
@@ -466,7 +611,7 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
         wbcache_options: p.wbcache_options.clone(),
         pipelined,
         progress,
-    })
+    }
 }
 
 #[cfg(test)]

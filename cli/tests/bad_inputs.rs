@@ -1,0 +1,170 @@
+//! `wbcache bench` driven as a user drives it, with bad input: each case
+//! must exit 2 with one line on stderr, print nothing on stdout, and leave
+//! no scratch directory behind; SIGINT and SIGTERM mid-run must stop the
+//! workers, remove the scratch directory and exit 130 and 143.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn wbcache() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wbcache"))
+}
+
+/// A fresh, empty directory for one test (the bench's `--dir`).
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wbcache-cli-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
+fn run(args: &[&str]) -> Output {
+    wbcache().arg("bench").args(args).stdin(Stdio::null()).output().expect("run wbcache")
+}
+
+/// Asserts a usage error: exit 2, one line naming `needle`, nothing on
+/// stdout, and no `wbcache-bench-<pid>` directory left under /var/tmp.
+fn assert_usage_error(args: &[&str], needle: &str) {
+    let child = wbcache()
+        .arg("bench")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wbcache");
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: exit status {:?}, stderr {stderr}", out.status);
+    assert_eq!(lines.len(), 1, "{args:?}: one line expected, got {stderr:?}");
+    assert!(lines[0].contains(needle), "{args:?}: {:?} does not mention {needle:?}", lines[0]);
+    assert!(out.stdout.is_empty(), "{args:?}: printed {:?}", String::from_utf8_lossy(&out.stdout));
+    for parent in ["/var/tmp", "/tmp"] {
+        let left = Path::new(parent).join(format!("wbcache-bench-{pid}"));
+        assert!(!left.exists(), "{args:?}: left {} behind", left.display());
+    }
+}
+
+#[test]
+fn bad_numbers_are_refused_before_anything_runs() {
+    let w = "pwrite-1k-4k-file";
+    for t in ["-1", "1e30", "nan", "0", "inf"] {
+        assert_usage_error(&["-w", w, &format!("--timeout={t}")], "--timeout");
+    }
+    for r in ["-5", "nan", "0", "1e30", "5 parsecs"] {
+        assert_usage_error(&["-w", w, &format!("--runtime={r}")], r.split(' ').next().unwrap());
+    }
+    assert_usage_error(&["-w", w, "--memory", "1M"], "--memory");
+    assert_usage_error(&["-w", w, "--memory", "lots"], "--memory");
+    assert_usage_error(&["-w", w, "--size", "1K"], "--size");
+    assert_usage_error(&["-w", w, "--repeat", "0"], "--repeat");
+    assert_usage_error(&["-w", w, "--repeat", "-1"], "-1");
+}
+
+#[test]
+fn bad_selections_and_options_are_refused() {
+    assert_usage_error(&["-w", ""], "no workload selected");
+    assert_usage_error(&["-w", "nope"], "unknown workload 'nope'");
+    assert_usage_error(&["-e", "nope"], "unknown engine 'nope'");
+    assert_usage_error(&["--set", "bogus=1"], "bogus");
+    assert_usage_error(&["--set", "dirty_limit"], "KEY=VALUE");
+    assert_usage_error(&["--set", "io=threads", "--set", "io=uring"], "io");
+    assert_usage_error(&["--device", "/dev/null"], "--yes-destroy");
+    assert_usage_error(&["--bogus"], "--bogus");
+    assert_usage_error(&["--rw", "read"], "--custom");
+    assert_usage_error(&["--custom", "-w", "seq-write"], "--custom");
+}
+
+#[test]
+fn bad_custom_jobs_are_refused() {
+    assert_usage_error(&["--custom", "--rw=readwrite"], "--rw readwrite");
+    assert_usage_error(&["--custom", "--numjobs=0"], "--numjobs");
+    assert_usage_error(&["--custom", "--numjobs=65"], "--numjobs");
+    assert_usage_error(&["--custom", "--nrfiles=0"], "--nrfiles");
+    assert_usage_error(&["--custom", "--rw=randrw", "--rwmixread=101"], "--rwmixread");
+    assert_usage_error(&["--custom", "--rw=randwrite", "--rwmixread=50"], "randrw");
+    assert_usage_error(&["--custom", "--rw=read", "--fsync=8"], "--fsync");
+    assert_usage_error(&["--custom", "--bs=0"], "--bs");
+    assert_usage_error(&["--custom", "--bs=1k", "-e", "kernel-direct"], "kernel-direct");
+    assert_usage_error(&["--custom", "--size=4M", "--nrfiles=1024", "--bs=8k"], "--nrfiles");
+}
+
+#[test]
+fn bad_output_paths_are_refused_first() {
+    let dir = scratch("outputs");
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let missing = dir.join("missing");
+    assert_usage_error(&["--json", &missing.join("out.json").to_string_lossy()], "does not exist");
+    assert_usage_error(&["--json", &dir.to_string_lossy()], "directory");
+    assert_usage_error(&["--svg", &file.to_string_lossy()], "not a directory");
+    assert_usage_error(&["--dir", &missing.to_string_lossy()], "no such directory");
+    assert!(!missing.exists(), "nothing was created for a refused path");
+    assert_eq!(entries(&dir), vec!["a-file".to_string()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Starts a run that would take a minute, waits until its scratch
+/// directory exists and a measurement is under way, sends `signal`, and
+/// checks the exit status and that the directory is gone.
+fn interrupt_mid_run(signal: libc::c_int, expected_status: i32) {
+    let dir = scratch(&format!("signal-{signal}"));
+    let child = wbcache()
+        .args(["bench", "-w", "files-32", "-e", "wbcache", "--memory", "32M", "--runtime", "60", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wbcache");
+    let started = Instant::now();
+    while entries(&dir).is_empty() || started.elapsed() < Duration::from_secs(2) {
+        assert!(started.elapsed() < Duration::from_secs(60), "the run never created its scratch directory");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+    let waited = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(waited.elapsed() < Duration::from_secs(30), "took {:?} to stop", waited.elapsed());
+    assert_eq!(out.status.code(), Some(expected_status), "stderr: {stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(entries(&dir).is_empty(), "left behind: {:?}", entries(&dir));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sigint_stops_the_run_and_cleans_up() {
+    interrupt_mid_run(libc::SIGINT, 130);
+}
+
+#[test]
+fn sigterm_stops_the_run_and_cleans_up() {
+    interrupt_mid_run(libc::SIGTERM, 143);
+}
+
+#[test]
+fn list_and_help_succeed() {
+    let out = run(&["--list"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("seq-write") && text.contains("models:"), "{text}");
+    let out = run(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    for insider in ["seed", "slot", "issue", "reproduces"] {
+        assert!(!help.contains(insider), "--help says {insider:?}");
+    }
+    let list = text.to_lowercase();
+    for insider in ["seed", "slot", "issue", "reproduces", "design:"] {
+        assert!(!list.contains(insider), "--list says {insider:?}");
+    }
+}
