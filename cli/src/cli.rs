@@ -512,7 +512,7 @@ mod tests {
         let args = BenchArgs {
             workloads: vec!["pwrite-1k-2m-file".into(), "seq-write".into(), "rand-read".into()],
             engines: vec!["wbcache".into(), "kernel-buffered".into()],
-            set: vec!["dirty_limit=512M".into()],
+            set: vec!["dirty_limit=128M".into()],
             ..BenchArgs::default()
         };
         let p = Plan::from_args(args).unwrap();
@@ -522,7 +522,7 @@ mod tests {
         assert_eq!(p.groups[0].workload, "seq-write");
         assert_eq!(p.groups.len(), 5, "seq-write, three rand-read groups, one overwrite");
         assert_eq!(p.engines, vec![EngineKind::KernelBuffered, EngineKind::Wbcache]);
-        assert_eq!(p.dirty_limit, 512 * MIB);
+        assert_eq!(p.dirty_limit, 128 * MIB);
         assert!(Plan::from_args(BenchArgs { workloads: vec!["nope".into()], ..BenchArgs::default() }).is_err());
         assert!(Plan::from_args(BenchArgs { engines: vec!["nope".into()], ..BenchArgs::default() }).is_err());
         assert!(Plan::from_args(BenchArgs { set: vec!["bogus=1".into()], ..BenchArgs::default() }).is_err());

@@ -211,7 +211,7 @@ pub fn rate_points(samples: &[(f64, u64)], until_s: f64) -> Vec<(f64, f64)> {
     };
     let mut points = Vec::new();
     let mut prev = (0.0, 0u64);
-    for &(t, bytes) in samples.iter().filter(|p| p.0 <= until_s + 0.05) {
+    for &(t, bytes) in samples.iter().filter(|p| p.0 <= until_s) {
         // Samples are about 100 ms apart; a point closes once the interval
         // is (nearly) full.
         if t - prev.0 >= width_s * 0.95 {
