@@ -53,16 +53,17 @@ typedef struct wbc_file wbc_file;
 /**
  * Creates a cache.
  *
- * options: NULL for all defaults, or "key=value,..." with sizes taking
- * K/M/G suffixes (powers of 1024), e.g. "capacity=256M,dirty_limit=64M,
- * io=threads". Keys: capacity, dirty_limit, dirty_background, expire_ms,
- * folio_max, io_max, io (uring or threads), io_depth, readahead_max,
+ * options: NULL for all defaults, or "key=value,..." (pairs separated by
+ * ',' or ';') with sizes taking K/M/G/T suffixes (powers of 1024; "4k",
+ * "4KB" and "4KiB" alike), e.g. "capacity=256M,dirty_limit=64M,io=threads".
+ * Keys: capacity, dirty_limit, dirty_background, expire_ms, folio_max,
+ * io_max, io (uring or threads), io_depth, readahead_max,
  * throttle_pause_ms_max, bridge_gap.
  *
  * On success stores the new handle in *out and returns 0. Otherwise stores
  * NULL in *out (if out is not NULL) and returns -errno: -EINVAL for an
- * unknown key, a bad value or an inconsistent combination (wbc_last_error
- * names it).
+ * unknown key, a key given twice, a bad value or an inconsistent
+ * combination (wbc_last_error names it).
  */
 int wbc_cache_open(const char *options, wbc_cache **out);
 
@@ -186,7 +187,10 @@ int wbc_truncate(wbc_file *f, uint64_t size);
 /**
  * The cache's statistics as one JSON object, e.g.
  * {"capacity_bytes":...,"cached_bytes":...,"dirty_bytes":...,
- *  "written_bytes_by_reason":{...},"io_backend":"uring","direct_io":true}.
+ *  "written_bytes_by_reason":{...},"io_backend":"uring","direct_io":true,
+ *  "config":{"capacity":268435456,...,"io":"uring",...}}.
+ * "config" holds every option key with the value in use (sizes in bytes),
+ * derived defaults included.
  *
  * If buf is not NULL and len is larger than the JSON's length, copies the
  * JSON and a terminating NUL into buf; otherwise writes nothing to buf.

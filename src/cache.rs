@@ -6,8 +6,10 @@
 //! [`crate::memory`]); dirty memory under `dirty_limit` (see
 //! [`crate::throttle`]).
 
+use std::error::Error;
+use std::fmt;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -57,8 +59,19 @@ impl Cache {
     }
 
     /// Opens (or creates) the file or block device at `path`.
+    ///
+    /// An error names `path` and has the kind of the failure, e.g.
+    /// `NotFound`. Its `raw_os_error()` is `None`, because an `io::Error`
+    /// cannot hold an errno and a message together: the failure itself, with
+    /// its errno, is the error's [`source()`](std::error::Error::source), and
+    /// [`capi::errno_of`](crate::capi::errno_of) reads it from there.
     pub fn open(&self, path: impl AsRef<Path>, options: &OpenOptions) -> io::Result<File> {
         let path = path.as_ref();
+        self.open_path(path, options)
+            .map_err(|source| io::Error::new(source.kind(), OpenError { path: path.to_path_buf(), source }))
+    }
+
+    fn open_path(&self, path: &Path, options: &OpenOptions) -> io::Result<File> {
         let shared = &self.shared;
         shared.check_open()?;
         options.validate()?;
@@ -79,7 +92,7 @@ impl Cache {
         if info.is_block_device && info.len_at_open % crate::io::BLOCK_SIZE as u64 != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{}: block device size {} is not a multiple of 4096", path.display(), info.len_at_open),
+                format!("block device size {} is not a multiple of 4096", info.len_at_open),
             ));
         }
         if !info.direct_io {
@@ -102,6 +115,7 @@ impl Cache {
         st.io_backend = s.io.kind().name();
         st.direct_io = s.all_direct_io.load(Ordering::Acquire);
         st.open_inodes = s.nr_inodes() as u64;
+        st.config = Some((*s.config).clone());
         st
     }
 
@@ -117,6 +131,25 @@ impl Cache {
     /// first writeback or sync error (that data is lost with the cache).
     pub fn close(self) -> io::Result<()> {
         self.shared.shutdown()
+    }
+}
+
+/// A failed [`Cache::open`]: the path, and the failure with its errno.
+#[derive(Debug)]
+struct OpenError {
+    path: PathBuf,
+    source: io::Error,
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.source)
+    }
+}
+
+impl Error for OpenError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&self.source)
     }
 }
 
@@ -142,6 +175,36 @@ mod tests {
         let cache = Cache::with_sim(Config::from_options(options).unwrap(), sim).unwrap();
         let shared = cache.shared.clone();
         (cache, shared)
+    }
+
+    /// Open errors name the path, keep the failure's kind, and keep its
+    /// errno for the C ABI, which returns the exact errno.
+    #[test]
+    fn open_errors_name_the_path_and_keep_the_errno() {
+        use crate::capi::errno_of;
+        use std::error::Error as _;
+
+        let cache = Cache::new(Config::from_options("capacity=16M,io=threads").unwrap()).unwrap();
+        let missing = std::env::temp_dir().join(format!("wbcache-missing-{}/x", std::process::id()));
+        let err = cache.open(&missing, &OpenOptions::new()).err().expect("no such file");
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().starts_with(&format!("{}: ", missing.display())), "{err}");
+        assert_eq!(errno_of(&err), libc::ENOENT);
+        let os = err.source().and_then(|s| s.downcast_ref::<io::Error>()).expect("the OS error is the source");
+        assert_eq!(os.raw_os_error(), Some(libc::ENOENT));
+
+        // EISDIR's kind maps to no errno (EIO by kind): it comes from the source.
+        let dir = std::env::temp_dir();
+        let err = cache.open(&dir, &OpenOptions::new()).err().expect("a directory");
+        assert!(err.to_string().contains(&dir.display().to_string()), "{err}");
+        assert_eq!(errno_of(&err), libc::EISDIR, "{err}");
+
+        let (closed, shared) = sim_cache("capacity=8M");
+        shared.shutdown().unwrap();
+        let err = closed.open("/late", &OpenOptions::read_write_create()).err().expect("closed");
+        assert!(err.to_string().starts_with("/late: "), "{err}");
+        assert_eq!(errno_of(&err), libc::EBADF, "{err}");
+        cache.close().unwrap();
     }
 
     /// A closed cache keeps no buffer pool: the pool is emptied at close,

@@ -90,13 +90,19 @@ thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// The positive errno for `e`: its raw OS error if it has one, else by kind
-/// (`InvalidInput`→`EINVAL`, `NotFound`→`ENOENT`, `AlreadyExists`→`EEXIST`,
-/// `PermissionDenied`→`EACCES`, `OutOfMemory`→`ENOMEM`, `WriteZero`→`EIO`,
-/// `Unsupported`→`EOPNOTSUPP`, anything else `EIO`).
+/// The positive errno for `e`: its raw OS error if it has one, or that of
+/// the `io::Error` it wraps as its source (as [`Cache::open`]'s errors wrap
+/// the failure to name the path), else by kind (`InvalidInput`→`EINVAL`,
+/// `NotFound`→`ENOENT`, `AlreadyExists`→`EEXIST`, `PermissionDenied`→`EACCES`,
+/// `OutOfMemory`→`ENOMEM`, `WriteZero`→`EIO`, `Unsupported`→`EOPNOTSUPP`,
+/// anything else `EIO`).
 pub fn errno_of(e: &io::Error) -> i32 {
-    if let Some(code) = e.raw_os_error().filter(|&c| c > 0) {
-        return code;
+    let mut inner = Some(e);
+    while let Some(err) = inner {
+        if let Some(code) = err.raw_os_error().filter(|&c| c > 0) {
+            return code;
+        }
+        inner = std::error::Error::source(err).and_then(|s| s.downcast_ref::<io::Error>());
     }
     match e.kind() {
         io::ErrorKind::InvalidInput => libc::EINVAL,
@@ -335,9 +341,8 @@ pub unsafe extern "C" fn wbc_open(
         // SAFETY: non-NULL, and the caller guarantees NUL termination.
         let path = Path::new(OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes()));
         let options = open_options(oflags, mode)?;
-        let file = cache
-            .open(path, &options)
-            .map_err(|e| Failure { errno: errno_of(&e), message: format!("{}: {e}", path.display()) })?;
+        // The error names the path already.
+        let file = cache.open(path, &options)?;
         // SAFETY: as above.
         unsafe { out.write(Box::into_raw(Box::new(wbc_file { file }))) };
         Ok(())
@@ -637,7 +642,12 @@ pub unsafe extern "C" fn wbc_truncate(f: *mut wbc_file, size: u64) -> c_int {
 pub unsafe extern "C" fn wbc_stats_json(c: *mut wbc_cache, buf: *mut c_char, len: usize) -> i64 {
     guard("wbc_stats_json", || {
         // SAFETY: the caller guarantees `c` is NULL or live.
-        let json = unsafe { cache_ref(c) }?.stats().to_json();
+        let cache = unsafe { cache_ref(c) }?;
+        let mut stats = cache.stats();
+        // A C caller has only its options string, which leaves derived
+        // values (dirty thresholds) implicit: the JSON says what is in use.
+        stats.config.get_or_insert_with(|| cache.config().clone());
+        let json = stats.to_json();
         // SAFETY: the caller guarantees `buf` is NULL or valid for `len`.
         Ok(unsafe { copy_out(&json, buf, len) })
     })
@@ -867,6 +877,24 @@ mod tests {
         assert_eq!(unsafe { wbc_cache_close(c) }, 0);
     }
 
+    /// The stats JSON spells out the configuration in use, thresholds the
+    /// options string left to their defaults included.
+    #[test]
+    fn stats_json_carries_the_effective_configuration() {
+        let c = open_cache("capacity=64M;dirty_limit=16M,io=sim");
+        let json = stats_json(c);
+        let config = format!(
+            "\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},",
+            64 << 20,
+            16 << 20,
+            8 << 20
+        );
+        assert!(json.contains(&config), "{json}");
+        assert!(json.contains("\"io\":\"sim\",\"io_depth\":128,"), "{json}");
+        // SAFETY: `c` is live and closed once.
+        assert_eq!(unsafe { wbc_cache_close(c) }, 0);
+    }
+
     #[test]
     fn open_flags_are_validated_and_mapped() {
         assert_eq!(open_options(libc::O_APPEND | libc::O_RDWR, 0).unwrap_err().errno, libc::EINVAL);
@@ -890,6 +918,7 @@ mod tests {
         let c = open_cache(options);
         assert_eq!(open_file(c, missing, libc::O_RDWR).unwrap_err(), -i64::from(libc::ENOENT));
         assert!(last_error().contains("wbc_open"), "{}", last_error());
+        assert_eq!(last_error().matches(missing.to_str().unwrap()).count(), 1, "{}", last_error());
         let f = open_file(c, path, libc::O_CREAT | libc::O_RDWR | libc::O_CLOEXEC).unwrap();
         assert_eq!(
             open_file(c, path, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR).unwrap_err(),

@@ -1,5 +1,6 @@
 //! Every knob of a [`Cache`](crate::Cache), with its default and unit, and the
-//! `key=value,...` option-string parser shared by the C ABI and the CLI.
+//! `key=value,...` option-string parser shared by the C ABI and the CLI
+//! (and its inverse, [`Config::to_options`]).
 //!
 //! Invariants checked by [`Config::validate`]: sizes are positive, `folio_max`
 //! and `io_max` are powers of two between one block and 1 GiB,
@@ -15,7 +16,7 @@ use crate::io::{IoKind, BLOCK_SIZE};
 /// string with [`Config::from_options`]. `Config::default()` is
 /// `with_capacity(1 GiB)`: lowering only its `capacity_bytes` leaves
 /// thresholds sized for 1 GiB, which `validate` rejects below 512 MiB.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Upper bound on folio memory, in bytes. Default 1 GiB.
     pub capacity_bytes: u64,
@@ -79,6 +80,15 @@ pub const OPTION_KEYS: &[&str] = &[
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
+/// One option's effective value, typed so that each output form (option
+/// string, JSON) can print it in its own way from one list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OptionValue {
+    Bytes(u64),
+    Number(u64),
+    Name(&'static str),
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config::with_capacity(GIB)
@@ -120,23 +130,30 @@ impl Config {
         (bytes / BLOCK_SIZE as u64).max(1)
     }
 
-    /// Parses `key=value,...` (sizes take K/M/G suffixes, powers of 1024).
-    /// Keys not given keep their defaults; `dirty_limit` and
-    /// `dirty_background` follow `capacity` unless given. Unknown keys, bad
-    /// values and inconsistent combinations are `InvalidInput` errors that
-    /// name the offending option.
+    /// Parses `key=value,...`: pairs separated by `,` or `;` (RocksDB's
+    /// separator), freely mixed. Sizes are bytes with an optional suffix
+    /// (see [`parse_size`]). Keys not given keep their defaults;
+    /// `dirty_limit` and `dirty_background` follow `capacity` unless given.
+    /// Unknown keys, keys given twice, bad values and inconsistent
+    /// combinations are `InvalidInput` errors that name the offending option.
     pub fn from_options(options: &str) -> io::Result<Config> {
-        let mut pairs = Vec::new();
-        for item in options.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        for item in options.split([',', ';']).map(str::trim).filter(|s| !s.is_empty()) {
             let (key, value) =
                 item.split_once('=').ok_or_else(|| invalid(format!("option '{item}' is not key=value")))?;
-            let key = key.trim();
+            let (key, value) = (key.trim(), value.trim());
             if !OPTION_KEYS.contains(&key) {
                 return Err(invalid(format!("unknown option '{key}' (known: {})", OPTION_KEYS.join(", "))));
             }
-            pairs.push((key.to_string(), value.trim().to_string()));
+            // Refused rather than last-one-wins: two values for one key are
+            // usually two sources (a default string and an override) that
+            // disagree, and silently picking one hides which was meant.
+            if let Some((_, first)) = pairs.iter().find(|(k, _)| *k == key) {
+                return Err(invalid(format!("option '{key}' is given twice ('{key}={first}' and '{key}={value}')")));
+            }
+            pairs.push((key, value));
         }
-        let capacity = match pairs.iter().rev().find(|(k, _)| k == "capacity") {
+        let capacity = match pairs.iter().find(|(k, _)| *k == "capacity") {
             Some((_, v)) => parse_size("capacity", v)?,
             None => GIB,
         };
@@ -146,12 +163,47 @@ impl Config {
         }
         // A lowered dirty_limit takes the default background threshold down
         // with it (keeping the default 1:2 ratio) unless that was given.
-        let given = |k: &str| pairs.iter().any(|(key, _)| key == k);
+        let given = |k: &str| pairs.iter().any(|(key, _)| *key == k);
         if given("dirty_limit") && !given("dirty_background") {
             config.dirty_background_bytes = config.dirty_background_bytes.min(config.dirty_limit_bytes / 2);
         }
         config.validate()?;
         Ok(config)
+    }
+
+    /// The whole configuration as an option string: every key, in
+    /// documentation order, with its effective value (derived defaults
+    /// spelled out), e.g. `capacity=1G,dirty_limit=512M,...`. For a valid
+    /// configuration, [`Config::from_options`] gives it back unchanged.
+    pub fn to_options(&self) -> String {
+        let items: Vec<String> = self
+            .option_values()
+            .iter()
+            .map(|(key, value)| match value {
+                OptionValue::Bytes(n) => format!("{key}={}", format_size(*n)),
+                OptionValue::Number(n) => format!("{key}={n}"),
+                OptionValue::Name(name) => format!("{key}={name}"),
+            })
+            .collect();
+        items.join(",")
+    }
+
+    /// Every option's effective value, keyed and ordered as [`OPTION_KEYS`].
+    pub(crate) fn option_values(&self) -> [(&'static str, OptionValue); OPTION_KEYS.len()] {
+        use OptionValue::{Bytes, Name, Number};
+        [
+            ("capacity", Bytes(self.capacity_bytes)),
+            ("dirty_limit", Bytes(self.dirty_limit_bytes)),
+            ("dirty_background", Bytes(self.dirty_background_bytes)),
+            ("expire_ms", Number(self.expire_ms)),
+            ("folio_max", Bytes(self.folio_max_bytes)),
+            ("io_max", Bytes(self.io_max_bytes)),
+            ("io", Name(self.io.name())),
+            ("io_depth", Number(u64::from(self.io_depth))),
+            ("readahead_max", Bytes(self.readahead_max_bytes)),
+            ("throttle_pause_ms_max", Number(self.throttle_pause_ms_max)),
+            ("bridge_gap", Bytes(self.bridge_gap_bytes)),
+        ]
     }
 
     /// Sets one option by its key (as in the option string).
@@ -252,23 +304,47 @@ fn parse_number(key: &str, value: &str) -> io::Result<u64> {
     value.parse::<u64>().map_err(|_| invalid(format!("option {key}: '{value}' is not a non-negative integer")))
 }
 
-/// Parses a size as the option string takes it: `123`, `4K`, `64M`, `1G`
-/// (powers of 1024; also lower case, with an optional `B`/`iB`). `key`
+/// Suffixes [`parse_size`] accepts, for its error message.
+const SIZE_SUFFIXES: &str = "K, M, G or T, optionally followed by B or iB, in either case";
+
+/// Parses a size as the option string takes it: a number of bytes with an
+/// optional binary suffix, `K`, `M`, `G` or `T`, in either case and
+/// optionally followed by `B` or `iB`. Every spelling is a power of 1024
+/// (`4k`, `4K`, `4KB` and `4KiB` are all 4096), as fio reads `4k` and as
+/// memory sizes are conventionally given (PostgreSQL's `1GB`, RocksDB's
+/// `1G`); a plain number, optionally followed by `B`, is bytes. `key`
 /// names the value in the error (`EINVAL`, `InvalidInput`) a bad one gets,
 /// so command-line tools can parse their own size flags the same way.
 pub fn parse_size(key: &str, value: &str) -> io::Result<u64> {
-    let bad = || invalid(format!("option {key}: '{value}' is not a size (e.g. 4096, 64K, 256M, 1G)"));
-    let v = value.trim();
-    let v = v.strip_suffix("iB").or_else(|| v.strip_suffix('B')).unwrap_or(v);
-    let (digits, shift) = match v.chars().last() {
-        Some('k' | 'K') => (&v[..v.len() - 1], 10),
-        Some('m' | 'M') => (&v[..v.len() - 1], 20),
-        Some('g' | 'G') => (&v[..v.len() - 1], 30),
-        Some('t' | 'T') => (&v[..v.len() - 1], 40),
-        _ => (v, 0),
+    let value = value.trim();
+    let bad = |why: &str| {
+        invalid(format!(
+            "option {key}: '{value}' is not a size{why}: expected a number of bytes, optionally followed by \
+             {SIZE_SUFFIXES} (powers of 1024; e.g. 4096, 64K, 256MiB, 1G)"
+        ))
     };
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    n.checked_mul(1u64 << shift).ok_or_else(bad)
+    let split = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
+    let (digits, suffix) = value.split_at(split);
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad("")),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad(""))?;
+    n.checked_mul(1u64 << shift).ok_or_else(|| bad(" (too large)"))
+}
+
+/// `n` with the largest suffix that [`parse_size`] reads back exactly.
+fn format_size(n: u64) -> String {
+    for (shift, suffix) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if n != 0 && n % (1u64 << shift) == 0 {
+            return format!("{}{suffix}", n >> shift);
+        }
+    }
+    n.to_string()
 }
 
 #[cfg(test)]
@@ -359,5 +435,94 @@ mod tests {
         assert_eq!(parse_size("x", "512").unwrap(), 512);
         assert!(parse_size("x", "").is_err());
         assert!(parse_size("x", "-1").is_err());
+    }
+
+    /// fio's and RocksDB's spellings all mean powers of 1024; anything else
+    /// is refused with the key and the accepted suffixes in the message.
+    #[test]
+    fn size_spellings() {
+        for (spelling, bytes) in [
+            ("4k", 4096),
+            ("4K", 4096),
+            ("4KB", 4096),
+            ("4kb", 4096),
+            ("4KiB", 4096),
+            ("4kib", 4096),
+            ("64m", 64 * MIB),
+            ("64MB", 64 * MIB),
+            ("1g", GIB),
+            ("1GB", GIB),
+            ("1GiB", GIB),
+            ("1T", GIB << 10),
+            ("1tib", GIB << 10),
+            ("4096B", 4096),
+            (" 8K ", 8192),
+        ] {
+            assert_eq!(parse_size("capacity", spelling).unwrap(), bytes, "{spelling}");
+        }
+        for bad in ["1X", "1KiBB", "4iB", "1 G", "1.5G", "G", "1P", "0x10", "+4K", "1Gi"] {
+            let err = Config::from_options(&format!("capacity={bad}")).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad}");
+            let message = err.to_string();
+            assert!(message.contains("capacity") && message.contains(SIZE_SUFFIXES), "{bad}: {message}");
+        }
+        let c = Config::from_options("capacity=1GiB,dirty_limit=256MB,dirty_background=64mib").unwrap();
+        assert_eq!((c.capacity_bytes, c.dirty_limit_bytes, c.dirty_background_bytes), (GIB, 256 * MIB, 64 * MIB));
+    }
+
+    #[test]
+    fn semicolons_separate_like_commas() {
+        let commas = Config::from_options("capacity=256M,dirty_limit=64M,io=threads").unwrap();
+        assert_eq!(Config::from_options("capacity=256M;dirty_limit=64M;io=threads").unwrap(), commas);
+        assert_eq!(Config::from_options("capacity=256M;dirty_limit=64M,io=threads").unwrap(), commas);
+        assert_eq!(Config::from_options(" capacity=256M ; dirty_limit=64M ;, io=threads;").unwrap(), commas);
+        assert_eq!(Config::from_options(";").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_by_name() {
+        for (opts, key) in [
+            ("capacity=1G,capacity=512M", "capacity"),
+            ("capacity=1G;capacity=1G", "capacity"),
+            ("io=threads,dirty_limit=64M;io=uring", "io"),
+            ("bridge_gap=0, bridge_gap =0", "bridge_gap"),
+        ] {
+            let err = Config::from_options(opts).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{opts}");
+            assert!(err.to_string().contains(&format!("option '{key}' is given twice")), "{opts}: {err}");
+        }
+    }
+
+    #[test]
+    fn to_options_spells_out_every_key_and_round_trips() {
+        let c = Config::from_options("capacity=256M,dirty_limit=64M,io=threads").unwrap();
+        assert_eq!(
+            c.to_options(),
+            "capacity=256M,dirty_limit=64M,dirty_background=32M,expire_ms=1000,folio_max=2M,io_max=1M,\
+             io=threads,io_depth=128,readahead_max=16M,throttle_pause_ms_max=200,bridge_gap=8K"
+        );
+        let keys: Vec<&str> = c.option_values().iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, OPTION_KEYS);
+        for opts in [
+            "",
+            "capacity=256M,dirty_limit=64M,io=threads",
+            "capacity=100000K,dirty_limit=12345678,dirty_background=0,bridge_gap=0,expire_ms=7",
+            "capacity=3G,folio_max=4K,io_max=1G,io_depth=4096,readahead_max=4097,throttle_pause_ms_max=1",
+            "io=sim",
+        ] {
+            let c = Config::from_options(opts).unwrap();
+            let again = Config::from_options(&c.to_options()).unwrap();
+            assert_eq!(again, c, "{opts} -> {}", c.to_options());
+        }
+    }
+
+    #[test]
+    fn format_size_is_exact() {
+        for (n, text) in [(0, "0"), (1, "1"), (1023, "1023"), (1024, "1K"), (1536, "1536"), (3 << 20, "3M")] {
+            assert_eq!(format_size(n), text);
+            assert_eq!(parse_size("x", text).unwrap(), n);
+        }
+        assert_eq!(format_size(u64::MAX), u64::MAX.to_string());
+        assert_eq!(format_size(1 << 50), "1024T");
     }
 }

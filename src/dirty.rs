@@ -215,6 +215,7 @@ impl DomainDirty {
         let c = &self.cache.counters;
         let unclean_before = self.cache.unclean_bytes.fetch_add(bytes, Ordering::AcqRel);
         debug_assert!(unclean_before.checked_add(bytes).is_some(), "unclean overflow");
+        c.peak_dirty_writeback_bytes.fetch_max(unclean_before + bytes, Ordering::Relaxed);
         let dirty_before = self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
         debug_assert!(dirty_before.checked_add(bytes).is_some(), "domain dirty overflow");
         let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
@@ -318,6 +319,22 @@ mod tests {
         assert_eq!(c.dirty_bytes.load(Ordering::Relaxed), 0);
         assert_eq!(c.writeback_bytes.load(Ordering::Relaxed), 0);
         assert_eq!(c.peak_dirty_bytes.load(Ordering::Relaxed), 12 << 10);
+    }
+
+    /// The two peaks differ by what is under writeback: bytes dirtied while
+    /// others are being written raise the dirty + writeback peak only.
+    #[test]
+    fn peaks_count_dirty_alone_and_with_writeback() {
+        let d = domain();
+        let c = &d.cache.counters;
+        d.account_dirty_bytes(12 << 10, 0);
+        d.account_writeback_started(8 << 10, 0);
+        d.account_dirty_bytes(8 << 10, 0);
+        assert_eq!(c.peak_dirty_bytes.load(Ordering::Relaxed), 12 << 10, "dirty alone never exceeded 12K");
+        assert_eq!(c.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 20 << 10);
+        d.account_writeback_done(8 << 10, 8 << 10, Reason::Background);
+        d.account_discarded(12 << 10, 0);
+        assert_eq!(c.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 20 << 10, "a peak stays");
     }
 
     /// A bit already set costs no wakeup; taking the bits clears them.

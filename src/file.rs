@@ -187,8 +187,8 @@ impl File {
 
     /// Reads into `bufs` in order, as [`File::read_at`] into their
     /// concatenation would (`preadv`): up to their total length, fewer only
-    /// at end of file. More than [`IOV_MAX`](crate::userbuf::IOV_MAX)
-    /// buffers, or a total past `isize::MAX`, is `InvalidInput`.
+    /// at end of file. More than 1024 buffers (`IOV_MAX`), or a total past
+    /// `isize::MAX`, is `InvalidInput`.
     pub fn read_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], off: u64) -> io::Result<usize> {
         self.read_vectored_at_with(bufs, off, WriteFlags::NONE)
     }
@@ -252,9 +252,8 @@ impl File {
 
     /// Writes all of `bufs`, in order, as [`File::write_at`] of their
     /// concatenation would (`pwritev`): one call, one pass over the folios,
-    /// whatever the number of buffers. More than
-    /// [`IOV_MAX`](crate::userbuf::IOV_MAX) buffers, or a total past
-    /// `isize::MAX`, is `InvalidInput`.
+    /// whatever the number of buffers. More than 1024 buffers (`IOV_MAX`),
+    /// or a total past `isize::MAX`, is `InvalidInput`.
     pub fn write_vectored_at(&self, bufs: &[IoSlice<'_>], off: u64) -> io::Result<usize> {
         self.write_vectored_at_with(bufs, off, WriteFlags::NONE)
     }
@@ -373,8 +372,8 @@ impl Read for FileCursor<'_> {
         self.pos += n as u64;
         Ok(n)
     }
-    /// As `std::fs::File`: past [`IOV_MAX`] buffers, a short read of the
-    /// first `IOV_MAX`.
+    /// As `std::fs::File`: past 1024 buffers (`IOV_MAX`), a short read of
+    /// the first 1024.
     fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
         let first = bufs.len().min(IOV_MAX);
         let n = self.file.read_vectored_at(&mut bufs[..first], self.pos)?;
@@ -389,8 +388,8 @@ impl Write for FileCursor<'_> {
         self.pos += n as u64;
         Ok(n)
     }
-    /// As `std::fs::File`: past [`IOV_MAX`] buffers, a short write of the
-    /// first `IOV_MAX`, which `write_all_vectored`-style loops continue.
+    /// As `std::fs::File`: past 1024 buffers (`IOV_MAX`), a short write of
+    /// the first 1024, which `write_all_vectored`-style loops continue.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let n = self.file.write_vectored_at(&bufs[..bufs.len().min(IOV_MAX)], self.pos)?;
         self.pos += n as u64;

@@ -9,6 +9,8 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::config::{Config, OptionValue};
+
 /// Why a writeback happened; written bytes are counted per reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -62,6 +64,7 @@ pub struct Counters {
     pub cow_copies: AtomicU64,
     pub bridged_bytes: AtomicU64,
     pub peak_dirty_bytes: AtomicU64,
+    pub peak_dirty_writeback_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -85,6 +88,9 @@ pub struct Stats {
     pub metadata_bytes: u64,
     pub dirty_bytes: u64,
     pub peak_dirty_bytes: u64,
+    /// The most bytes that were dirty or under writeback at once: the
+    /// quantity `dirty_limit` bounds (the kernel's Dirty + Writeback).
+    pub peak_dirty_writeback_bytes: u64,
     pub writeback_bytes: u64,
     pub dontcache_dirty_bytes: u64,
     pub hits: u64,
@@ -107,6 +113,9 @@ pub struct Stats {
     /// False if any backing store fell back to buffered I/O.
     pub direct_io: bool,
     pub open_inodes: u64,
+    /// The cache's effective configuration (every option, derived defaults
+    /// included), printed as the JSON's `config` object when present.
+    pub config: Option<Config>,
 }
 
 impl Stats {
@@ -122,6 +131,7 @@ impl Stats {
             metadata_bytes: c.metadata_bytes.load(Relaxed),
             dirty_bytes: c.dirty_bytes.load(Relaxed),
             peak_dirty_bytes: c.peak_dirty_bytes.load(Relaxed),
+            peak_dirty_writeback_bytes: c.peak_dirty_writeback_bytes.load(Relaxed),
             writeback_bytes: c.writeback_bytes.load(Relaxed),
             dontcache_dirty_bytes: c.dontcache_dirty_bytes.load(Relaxed),
             hits: c.hits.load(Relaxed),
@@ -144,7 +154,10 @@ impl Stats {
         self.written_bytes_by_reason[reason as usize]
     }
 
-    /// The stats as one JSON object (keys as the field names).
+    /// The stats as one JSON object (keys as the field names). The
+    /// configuration, when the snapshot carries it, is a `config` object
+    /// keyed by option name: sizes in bytes and times in milliseconds as
+    /// numbers, `io` as a string.
     pub fn to_json(&self) -> String {
         let mut s = String::from("{");
         let mut num = |k: &str, v: u64| {
@@ -155,6 +168,7 @@ impl Stats {
         num("metadata_bytes", self.metadata_bytes);
         num("dirty_bytes", self.dirty_bytes);
         num("peak_dirty_bytes", self.peak_dirty_bytes);
+        num("peak_dirty_writeback_bytes", self.peak_dirty_writeback_bytes);
         num("writeback_bytes", self.writeback_bytes);
         num("dontcache_dirty_bytes", self.dontcache_dirty_bytes);
         num("hits", self.hits);
@@ -172,7 +186,22 @@ impl Stats {
         let reasons: Vec<String> =
             Reason::ALL.iter().map(|r| format!("\"{}\":{}", r.name(), self.written_bytes(*r))).collect();
         s.push_str(&reasons.join(","));
-        let _ = write!(s, "}},\"io_backend\":\"{}\",\"direct_io\":{}}}", self.io_backend, self.direct_io);
+        let _ = write!(s, "}},\"io_backend\":\"{}\",\"direct_io\":{}", self.io_backend, self.direct_io);
+        if let Some(config) = &self.config {
+            s.push_str(",\"config\":{");
+            let fields: Vec<String> = config
+                .option_values()
+                .iter()
+                .map(|(key, value)| match value {
+                    OptionValue::Bytes(n) | OptionValue::Number(n) => format!("\"{key}\":{n}"),
+                    // Option names are plain identifiers: nothing to escape.
+                    OptionValue::Name(name) => format!("\"{key}\":\"{name}\""),
+                })
+                .collect();
+            s.push_str(&fields.join(","));
+            s.push('}');
+        }
+        s.push('}');
         s
     }
 }
@@ -208,5 +237,33 @@ mod tests {
         assert!(json.contains("\"fsync\":42"));
         assert!(json.contains("\"direct_io\":true"));
         assert!(json.starts_with('{') && json.ends_with('}'));
+        assert!(!json.contains("\"config\""), "no configuration, no config object: {json}");
+    }
+
+    /// The configuration is added after the counters, every option by its
+    /// key with the value the cache uses (derived defaults included).
+    #[test]
+    fn json_carries_the_effective_configuration() {
+        let bare = Stats { io_backend: "threads", ..Stats::default() };
+        let config = Config::from_options("capacity=256M;dirty_limit=64M,io=threads").unwrap();
+        let st = Stats { config: Some(config), ..bare.clone() };
+        let json = st.to_json();
+        let counters = bare.to_json();
+        assert!(json.starts_with(&counters[..counters.len() - 1]), "existing fields unchanged: {json}");
+        let expected = format!(
+            ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\
+             \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
+             \"throttle_pause_ms_max\":200,\"bridge_gap\":8192}}}}",
+            256 << 20,
+            64 << 20,
+            32 << 20,
+            2 << 20,
+            1 << 20,
+            16 << 20
+        );
+        assert!(json.ends_with(&expected), "{json}");
+        for key in crate::config::OPTION_KEYS {
+            assert!(json.contains(&format!("\"{key}\":")), "{key} missing in {json}");
+        }
     }
 }

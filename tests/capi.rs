@@ -1,121 +1,14 @@
 //! The C ABI from C: builds `tests/c/abi_test.c` against `include/wbcache.h`
 //! and the static library, runs it on a temporary directory, and checks that
 //! the header declares exactly the functions `src/capi.rs` exports.
-//!
-//! Finding the library: `cargo test` compiles the lib target with all its
-//! crate types, leaving the staticlib in `target/<profile>/deps/` (only
-//! `cargo build` copies it up to `target/<profile>/`). The test uses the
-//! newest of those two that is newer than every source file, and otherwise
-//! runs `cargo build --lib` for the same profile first.
+//! `common::programs` finds (or builds) the static library.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::SystemTime;
 
-fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `target/<profile>`: the test executable lives in `target/<profile>/deps`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("test executable has a directory");
-    assert_eq!(deps.file_name().and_then(|n| n.to_str()), Some("deps"), "unexpected test location {exe:?}");
-    deps.parent().expect("deps has a parent").to_path_buf()
-}
-
-fn mtime(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// The newest modification time of the library's sources.
-fn newest_source() -> SystemTime {
-    fn walk(dir: &Path, newest: &mut SystemTime) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, newest);
-            } else if let Some(t) = mtime(&path) {
-                *newest = (*newest).max(t);
-            }
-        }
-    }
-    let root = manifest_dir();
-    let mut newest = SystemTime::UNIX_EPOCH;
-    walk(&root.join("src"), &mut newest);
-    for file in ["Cargo.toml", "Cargo.lock"] {
-        if let Some(t) = mtime(&root.join(file)) {
-            newest = newest.max(t);
-        }
-    }
-    newest
-}
-
-/// A `libwbcache.a` built from the current sources.
-fn static_library() -> PathBuf {
-    let profile_dir = profile_dir();
-    let sources = newest_source();
-    let fresh = |p: &Path| mtime(p).filter(|t| *t >= sources).map(|t| (t, p.to_path_buf()));
-    let candidates = [profile_dir.join("deps/libwbcache.a"), profile_dir.join("libwbcache.a")];
-    if std::env::var_os("WBCACHE_CAPI_FORCE_BUILD").is_none() {
-        if let Some((_, lib)) = candidates.iter().filter_map(|p| fresh(p)).max() {
-            return lib;
-        }
-    }
-    // Not built (or stale): build the lib target for this profile.
-    let profile = profile_dir.file_name().and_then(|n| n.to_str()).expect("profile directory name").to_string();
-    let target_dir = profile_dir.parent().expect("target directory");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(manifest_dir()).env("CARGO_TARGET_DIR", target_dir).args(["build", "--lib"]);
-    match profile.as_str() {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    let status = cmd.status().expect("run cargo build --lib");
-    assert!(status.success(), "cargo build --lib failed: {status}");
-    let lib = profile_dir.join("libwbcache.a");
-    assert!(lib.exists(), "{} missing after cargo build --lib", lib.display());
-    lib
-}
-
-/// A fresh, empty directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let unique = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("wbcache-{tag}-{}-{unique}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn c_compiler() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".to_string())
-}
-
-fn run(cmd: &mut Command, what: &str) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what} failed ({}):\n{stdout}\n{stderr}", out.status);
-    stdout
-}
+use common::programs::{c_compiler, manifest_dir, run, static_library, TempDir};
 
 /// Compiles `tests/c/abi_test.c` with `cflags`, statically linked against
 /// the library; `None` if `allow_compile_failure` and the compiler refused

@@ -190,6 +190,8 @@ pub struct Plan {
     pub engines: Vec<EngineKind>,
     pub params: Params,
     pub dirty_limit: u64,
+    /// Every wbcache option's value as used (given or derived).
+    pub effective_options: String,
     /// The fio-style job of `--custom`.
     pub custom: Option<FioJob>,
     /// Adjustments the plan made that the report should mention.
@@ -453,6 +455,8 @@ impl Plan {
         };
         let options = merge_options(memory, &args.set)?;
         let config = Config::from_options(&options).map_err(|e| format!("wbcache options '{options}': {e}"))?;
+        // Every key's value as the cache will run it, printed once.
+        let effective_options = config.to_options();
         let mut notes = Vec::new();
         let custom = if args.custom {
             let job = fio_job(&args, size)?;
@@ -489,7 +493,17 @@ impl Plan {
                 dev.display()
             ));
         }
-        Ok(Plan { suite, groups, engines, params, dirty_limit: config.dirty_limit_bytes, custom, notes, args })
+        Ok(Plan {
+            suite,
+            groups,
+            engines,
+            params,
+            dirty_limit: config.dirty_limit_bytes,
+            effective_options,
+            custom,
+            notes,
+            args,
+        })
     }
 }
 
@@ -609,6 +623,8 @@ mod tests {
         })
         .unwrap();
         assert_eq!(p.params.wbcache_options, "capacity=512M");
+        assert!(p.effective_options.starts_with("capacity=512M,dirty_limit=256M,"), "{}", p.effective_options);
+        assert_eq!(p.effective_options.matches("capacity=").count(), 1);
         assert_eq!(p.params.memory, 1 << 30, "the kernel engines keep --memory");
     }
 

@@ -240,10 +240,12 @@ impl System {
         }
     }
 
+    /// The cache's own exact peak of dirty + writeback bytes (the kernel
+    /// has none: its figure is sampled).
     pub fn peak_dirty_bytes(&self) -> Option<u64> {
         match self {
             System::Kernel => None,
-            System::Wbcache(c) => Some(c.stats().peak_dirty_bytes),
+            System::Wbcache(c) => Some(c.stats().peak_dirty_writeback_bytes),
         }
     }
 

@@ -477,7 +477,7 @@ pub fn run(args: BenchArgs) -> i32 {
         fmt_size(machine.mem_bytes),
         where_,
         fmt_size(p.memory),
-        p.wbcache_options,
+        plan.effective_options,
         match &cgroups {
             Some(cg) => format!("memory cgroup {} limited to {}", cg.version(), fmt_size(p.memory)),
             None => "no memory cgroup".into(),
@@ -625,6 +625,7 @@ pub fn run(args: BenchArgs) -> i32 {
         "engines": plan.engines.iter().map(|e| e.name()).collect::<Vec<_>>(),
         "workloads": groups.iter().map(Group::slug).collect::<Vec<_>>(),
         "wbcache_options": p.wbcache_options,
+        "wbcache_effective_options": plan.effective_options,
         "wbcache_dirty_limit_bytes": plan.dirty_limit,
         "wbcache_io_backend": io_backend,
         "kernel_direct_queue_depth": DIRECT_DEPTH,

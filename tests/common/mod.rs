@@ -1,8 +1,10 @@
 //! Helpers shared by the integration tests: a seeded generator, a watchdog
 //! for tests that could hang, polling, and byte comparisons that say where
-//! two buffers differ.
+//! two buffers differ; [`programs`] builds and runs C programs and examples.
 // Each test crate uses a different subset.
 #![allow(dead_code)]
+
+pub mod programs;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

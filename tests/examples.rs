@@ -1,0 +1,145 @@
+//! The quick-start programs: the README shows `examples/quickstart.rs` and
+//! `examples/quickstart.c` whole, and both run as the README says.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::programs::{c_compiler, example, manifest_dir, run, static_library, TempDir};
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(manifest_dir().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// The README's section under `heading` (a `## ` line), up to the next one.
+fn readme_section(readme: &str, heading: &str) -> String {
+    let start = readme.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("README has no {heading:?}")) + 1;
+    let rest = &readme[start..];
+    let end = rest[heading.len()..].find("\n## ").map_or(rest.len(), |i| i + heading.len() + 1);
+    rest[..end].to_string()
+}
+
+/// The contents of the first code block fenced as ```` ```lang ```` in `section`.
+fn fenced_block(section: &str, lang: &str) -> String {
+    let open = format!("```{lang}\n");
+    let start = section.find(&open).unwrap_or_else(|| panic!("no ```{lang} block in:\n{section}")) + open.len();
+    let len = section[start..].find("\n```").unwrap_or_else(|| panic!("unclosed ```{lang} block")) + 1;
+    section[start..start + len].to_string()
+}
+
+/// The README's command line that builds the C example.
+fn readme_cc_command() -> Vec<String> {
+    let readme = read("README.md");
+    let block = fenced_block(&readme_section(&readme, "## C"), "sh");
+    let line = block.lines().find(|l| l.starts_with("cc ")).expect("a cc command in the README's C section");
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+#[test]
+fn readme_shows_the_examples_verbatim() {
+    let readme = read("README.md");
+    let rust = fenced_block(&readme_section(&readme, "## Rust"), "rust");
+    assert!(rust == read("examples/quickstart.rs"), "the README's Rust example differs from examples/quickstart.rs");
+    let c = fenced_block(&readme_section(&readme, "## C"), "c");
+    assert!(c == read("examples/quickstart.c"), "the README's C example differs from examples/quickstart.c");
+    // The program's own comment says how to build it, as the README does.
+    let cc = readme_cc_command().join(" ");
+    assert!(c.contains(&cc), "examples/quickstart.c does not give the README's command `{cc}`");
+}
+
+/// Checks a quick-start run: it exits 0, prints what it read back and the
+/// statistics as one JSON object, and left `data` (when given) holding what
+/// it wrote.
+fn check_run(out: &Output, data: Option<&Path>, wrote: &[(u64, &[u8])]) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "quickstart failed ({}):\n{stdout}\n{stderr}", out.status);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"read back: hello"), "{stdout}");
+    let json = lines.last().expect("output");
+    assert!(json.starts_with('{') && json.ends_with('}'), "the last line is not a JSON object: {json}");
+    for key in ["\"capacity_bytes\":268435456", "\"written_bytes_by_reason\":", "\"io_backend\":"] {
+        assert!(json.contains(key), "{key} missing from {json}");
+    }
+    if let Some(data) = data {
+        let bytes = std::fs::read(data).unwrap_or_else(|e| panic!("{}: {e}", data.display()));
+        for &(off, want) in wrote {
+            let at = &bytes[off as usize..off as usize + want.len()];
+            assert_eq!(at, want, "bytes at {off} of {}", data.display());
+        }
+    }
+}
+
+/// Runs a quick-start program on a path in a directory that does not exist:
+/// it exits 1 and its message names the path and the error.
+fn check_missing_directory(exe: &Path, work: &Path, message_end: &str) {
+    let missing = work.join("no-such-directory/data.db");
+    let out = Command::new(exe).arg(&missing).output().unwrap_or_else(|e| panic!("cannot run {exe:?}: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let want = format!("quickstart: {}: {message_end}", missing.display());
+    assert_eq!(stderr.trim_end(), want);
+}
+
+/// Runs `cmd` with no path argument; returns its output and process id.
+fn run_with_default_path(cmd: &mut Command) -> (Output, u32) {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let pid = child.id();
+    (child.wait_with_output().expect("wait for quickstart"), pid)
+}
+
+#[test]
+fn c_example_builds_with_the_readme_command_and_runs() {
+    let work = TempDir::new("example-c");
+    let exe = work.0.join("quickstart");
+    let lib = static_library();
+    // The README's command with this build's library and a scratch output.
+    let mut args = readme_cc_command().into_iter().skip(1).collect::<Vec<_>>();
+    for arg in &mut args {
+        if arg == "target/release/libwbcache.a" {
+            *arg = lib.display().to_string();
+        }
+    }
+    let o = args.iter().position(|a| a == "-o").expect("-o in the README's cc command");
+    args[o + 1] = exe.display().to_string();
+    run(
+        Command::new(c_compiler()).current_dir(manifest_dir()).args(["-Wall", "-Wextra", "-Werror"]).args(&args),
+        "compiling examples/quickstart.c",
+    );
+
+    let data = work.0.join("data.db");
+    let out = Command::new(&exe).arg(&data).output().expect("run quickstart");
+    check_run(&out, Some(&data), &[(0, b"log"), (4096, b"hello"), (8192, b"abcd")]);
+
+    let (out, pid) = run_with_default_path(&mut Command::new(&exe));
+    check_run(&out, None, &[]);
+    let default = PathBuf::from(format!("/tmp/wbcache-quickstart-{pid}.db"));
+    assert!(!default.exists(), "{} left behind", default.display());
+
+    check_missing_directory(&exe, &work.0, "No such file or directory");
+}
+
+/// `cargo test` builds the examples before it runs the tests (a run of
+/// this file alone builds the example itself).
+#[test]
+fn rust_example_runs() {
+    let exe = example("quickstart");
+    let work = TempDir::new("example-rust");
+    let data = work.0.join("data.db");
+    let out = Command::new(&exe).arg(&data).output().unwrap_or_else(|e| panic!("cannot run {exe:?}: {e}"));
+    check_run(&out, Some(&data), &[(0, b"log"), (4096, b"hello")]);
+
+    // By default it works on a file in the temporary directory and removes it.
+    let tmp = TempDir::new("example-rust-tmp");
+    let (out, _) = run_with_default_path(Command::new(&exe).env("TMPDIR", &tmp.0));
+    check_run(&out, None, &[]);
+    let left: Vec<_> = std::fs::read_dir(&tmp.0).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    check_missing_directory(&exe, &work.0, "No such file or directory (os error 2)");
+}
