@@ -65,6 +65,9 @@ pub struct Counters {
     pub bridged_bytes: AtomicU64,
     pub peak_dirty_bytes: AtomicU64,
     pub peak_dirty_writeback_bytes: AtomicU64,
+    /// The errno of the latest failed writeback: what a writer held at the
+    /// dirty limit by writeback that cannot complete is told.
+    pub last_writeback_errno: std::sync::atomic::AtomicI32,
 }
 
 impl Counters {

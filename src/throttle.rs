@@ -153,8 +153,10 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64) {
 /// released by the writeback it kicked, never by periodic writeback.
 ///
 /// When writeback keeps failing (the dirty data cannot leave the cache)
-/// the writer gets `EIO` after a second instead of hanging; nothing of
-/// its write was applied.
+/// the writer gets the failure's errno (`ENOSPC` on a full file system,
+/// `EIO` when there is none) after a second instead of hanging, as
+/// `write(2)` reports a recorded writeback error; nothing of its write
+/// was applied.
 pub fn wait_for_dirty_room(domain: &DomainDirty, cfg: &Config, len: u64) -> io::Result<()> {
     let cache = &domain.cache;
     let limit = cfg.dirty_limit_bytes;
@@ -173,7 +175,8 @@ pub fn wait_for_dirty_room(domain: &DomainDirty, cfg: &Config, len: u64) -> io::
         cache.progress.wait(Duration::from_millis(cfg.throttle_pause_ms_max.min(50)));
         let failing = cache.counters.writeback_errors.load(Ordering::Acquire) > errors_before;
         if failing && started.elapsed() > Duration::from_secs(1) {
-            result = Err(io::Error::from_raw_os_error(libc::EIO));
+            let errno = cache.counters.last_writeback_errno.load(Ordering::Acquire);
+            result = Err(io::Error::from_raw_os_error(if errno > 0 { errno } else { libc::EIO }));
             break;
         }
     }

@@ -484,16 +484,23 @@ fn cache_close_syncs_data_of_files_closed_earlier() {
     assert_same(&durable(&sim, "/closed-early"), &data, "Cache::close returned Ok, so the data must be durable");
 }
 
-/// A writer at the dirty limit while every writeback fails gets EIO instead
-/// of hanging; nothing of the refused write is applied, and once the disk
-/// recovers the dirty data syncs.
+/// A writer at the dirty limit while every writeback fails gets the
+/// failure's errno (EIO, or ENOSPC on a full disk) instead of hanging;
+/// nothing of the refused write is applied, and once the disk recovers the
+/// dirty data syncs.
 #[test]
-fn writer_at_the_dirty_limit_with_failing_writeback_gets_eio() {
-    with_timeout(Duration::from_secs(60), || {
+fn writer_at_the_dirty_limit_with_failing_writeback_gets_its_errno() {
+    for errno in [libc::EIO, libc::ENOSPC] {
+        writer_held_by_failing_writeback(errno);
+    }
+}
+
+fn writer_held_by_failing_writeback(errno: i32) {
+    with_timeout(Duration::from_secs(60), move || {
         let sim = sim();
         let cache = new_cache(&sim, "capacity=16M,dirty_limit=2M,dirty_background=1M,folio_max=256K");
         let f = cache.open("/full", &OpenOptions::read_write_create()).unwrap();
-        sim.set_write_error_all(Some(libc::EIO));
+        sim.set_write_error_all(Some(errno));
         let chunk = vec![3u8; 256 * KIB];
         let mut written = 0u64;
         let err = loop {
@@ -503,7 +510,7 @@ fn writer_at_the_dirty_limit_with_failing_writeback_gets_eio() {
             }
             assert!(written < 64 << 20, "writes never refused although no writeback succeeds");
         };
-        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+        assert_eq!(err.raw_os_error(), Some(errno), "{err}");
         assert_eq!(f.len().unwrap(), written, "the refused write changed nothing");
         sim.set_write_error_all(None);
         assert!(f.sync_all().is_err(), "the failed writebacks are reported once");

@@ -335,6 +335,21 @@ fn check_dio_alignment(logical_block_size: u32, mem_align: u32) -> io::Result<()
     Ok(())
 }
 
+/// `BackingInfo::store_id`'s first half for a block device: not a device
+/// number any file system reports as `st_dev` (the kernel's `dev_t` has 32
+/// bits), so a device's key never equals a regular file's.
+const BLOCK_DEVICE_STORE_DEV: u64 = u64::MAX;
+
+/// The identity of a block device: the device itself (`st_rdev`), not the
+/// node that named it. `/dev/loop0` and a node made with `mknod` for the
+/// same major:minor are two inodes (on two file systems, even) of one
+/// device; keyed by node, the cache would hold two copies of the device's
+/// blocks, each blind to the other's writes, and write the stale one back
+/// over the new.
+fn block_device_store_id(st_rdev: u64) -> (u64, u64) {
+    (BLOCK_DEVICE_STORE_DEV, st_rdev)
+}
+
 impl FdStore {
     /// Opens `path`; see [`open_fd_store`].
     pub fn open(path: &Path, how: &OpenHow, engine: Arc<dyn FdEngine>) -> io::Result<FdStore> {
@@ -380,16 +395,16 @@ impl FdStore {
         #[allow(clippy::unnecessary_cast)] // dev_t and ino_t are not u64 on every target.
         let (st_dev, st_rdev, st_ino) = (st.st_dev as u64, st.st_rdev as u64, st.st_ino as u64);
 
-        let (len_at_open, logical_block_size, mem_align, device_id) = match kind {
+        let (len_at_open, logical_block_size, mem_align, device_id, store_id) = match kind {
             StoreKind::Block => {
                 let lbs = block_device_logical_block_size(raw)?;
                 // Block devices want memory aligned to the logical block size.
-                (block_device_size_bytes(raw)?, lbs, lbs, st_rdev)
+                (block_device_size_bytes(raw)?, lbs, lbs, st_rdev, block_device_store_id(st_rdev))
             }
             StoreKind::Regular => {
                 let size = u64::try_from(st.st_size).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
                 let (lbs, mem_align) = dio_alignment(raw).unwrap_or((DEFAULT_LOGICAL_BLOCK_SIZE, 0));
-                (size, lbs, mem_align, st_dev)
+                (size, lbs, mem_align, st_dev, (st_dev, st_ino))
             }
         };
         check_dio_alignment(logical_block_size, if direct_io { mem_align } else { 0 })?;
@@ -400,7 +415,7 @@ impl FdStore {
             is_block_device: kind == StoreKind::Block,
             direct_io,
             device_id,
-            store_id: (st_dev, st_ino),
+            store_id,
         };
         Ok(FdStore { fd, info, engine })
     }
@@ -1069,7 +1084,22 @@ mod tests {
             let meta = std::fs::metadata(&dev).unwrap();
             use std::os::unix::fs::MetadataExt;
             assert_eq!(info.device_id, meta.rdev());
-            assert_eq!(info.store_id, (meta.dev(), meta.ino()));
+            assert_eq!(info.store_id, block_device_store_id(meta.rdev()), "keyed by the device, not the node");
+            // A second node of the same device (root only): another inode
+            // number, the same identity.
+            let alias = TempPath::new("blkalias");
+            let c = CString::new(alias.0.as_os_str().as_bytes()).unwrap();
+            #[allow(clippy::useless_conversion)] // dev_t is not u64 on every target.
+            let rdev: libc::dev_t = meta.rdev().try_into().unwrap();
+            // SAFETY: `c` is a NUL-terminated path that outlives the call.
+            if unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, rdev) } == 0 {
+                let again = sync_open(&alias.0, &read_only()).expect("open the second node");
+                assert_ne!(std::fs::metadata(&alias.0).unwrap().ino(), meta.ino());
+                assert_eq!(again.info().store_id, info.store_id, "two nodes, one device");
+                assert_eq!(again.info().device_id, info.device_id);
+            } else {
+                eprintln!("no second node: {}", io::Error::last_os_error());
+            }
             store.set_len(info.len_at_open).expect("same size is fine");
             let err = store.set_len(info.len_at_open + BLOCK_SIZE as u64).unwrap_err();
             assert_eq!(errno(&err), libc::EINVAL, "{err}");

@@ -557,6 +557,7 @@ impl Inode {
     pub fn record_error(&self, e: &io::Error, outcome: &mut WritebackOutcome) {
         let errno = e.raw_os_error().unwrap_or(libc::EIO);
         self.errseq.record(errno);
+        self.counters.last_writeback_errno.store(errno, Ordering::Release);
         Counters::add(&self.counters.writeback_errors, 1);
         outcome.first_error.get_or_insert(errno);
     }
