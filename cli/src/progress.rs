@@ -54,13 +54,13 @@ impl Progress {
         self.done += 1;
         self.clear();
         if !self.tty {
-            eprintln!(
+            say(&format!(
                 "bench [{}/{}] {} {}: {summary}",
                 self.done,
                 self.total,
                 clock(self.started.elapsed().as_secs()),
                 self.label
-            );
+            ));
         }
         self.draw();
     }
@@ -68,7 +68,7 @@ impl Progress {
     /// A message line (notes, warnings), never interleaved with the bar.
     pub fn note(&mut self, msg: &str) {
         self.clear();
-        eprintln!("{msg}");
+        say(msg);
         self.draw();
     }
 
@@ -102,4 +102,11 @@ impl Progress {
         let _ = err.flush();
         self.drawn = true;
     }
+}
+
+/// One line on stderr. Unlike `eprintln!`, a closed stderr (`bench 2>&1 |
+/// head`) is not a panic: the run goes on to clean up after itself.
+pub fn say(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
 }

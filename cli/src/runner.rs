@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::cgroup::MemCgroups;
 use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
-use crate::progress::Progress;
+use crate::progress::{say, Progress};
 use crate::report::{failed_row, markdown_table, rows_from, targets, to_json, Reference, ResultRow};
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
 use crate::worker::{memcpy_reference_us, Outcome, Status};
@@ -42,11 +42,26 @@ fn install_signal_handlers() {
     }
 }
 
+/// The fresh directory a run works in. Dropping it removes it, so every
+/// way out of the run (an error, a signal, a panic while unwinding) leaves
+/// nothing behind.
+struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.0) {
+            if e.kind() != io::ErrorKind::NotFound {
+                say(&format!("note: could not remove {}: {e}", self.0.display()));
+            }
+        }
+    }
+}
+
 /// Where the run happens, and what to remove afterwards.
 struct Site {
     place: Place,
-    /// The fresh directory we created (removed at the end).
-    created_dir: Option<PathBuf>,
+    /// The fresh directory we created (removed when dropped).
+    created_dir: Option<ScratchDir>,
     fs: String,
     device: String,
 }
@@ -111,6 +126,7 @@ fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String
     let dir = parent.join(format!("wbcache-bench-{}", std::process::id()));
     fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let dir = fs::canonicalize(&dir).unwrap_or(dir);
+    let scratch = ScratchDir(dir.clone());
     if sys::is_memory_fs(&dir) {
         notes.push(format!("{} is a memory file system: O_DIRECT engines will fail there", dir.display()));
     }
@@ -121,7 +137,6 @@ fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String
         None => 2 * plan.params.size + (256 << 20),
     };
     if free < need {
-        let _ = fs::remove_dir(&dir);
         return Err(format!(
             "{} has {} free; this run needs about {} (lower --size, --memory or --numjobs)",
             dir.display(),
@@ -131,7 +146,7 @@ fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String
     }
     Ok(Site {
         place: Place { dir: Some(dir.clone()), device: None, device_size: 0, free_bytes: free },
-        created_dir: Some(dir),
+        created_dir: Some(scratch),
         fs: fs_type,
         device: source,
     })
@@ -384,11 +399,16 @@ fn summary(rows: &[ResultRow]) -> String {
     s
 }
 
+/// Prints a table. When nobody reads the output any more (`bench | head`),
+/// the run stops as if interrupted: the rest would be measured for nobody.
 fn print_stdout(progress: &mut Progress, text: &str) {
     progress.clear();
     let mut out = io::stdout().lock();
-    let _ = writeln!(out, "{text}");
-    let _ = out.flush();
+    let written = writeln!(out, "{text}").and_then(|()| out.flush());
+    if written.is_err_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
+        INTERRUPTED_BY.store(libc::SIGPIPE, Ordering::SeqCst);
+        INTERRUPTED.store(true, Ordering::SeqCst);
+    }
 }
 
 pub fn run(args: BenchArgs) -> i32 {
@@ -405,7 +425,7 @@ pub fn run(args: BenchArgs) -> i32 {
     };
     install_signal_handlers();
     let mut notes: Vec<String> = std::mem::take(&mut plan.notes);
-    let site = match prepare_site(&mut plan, &mut notes) {
+    let mut site = match prepare_site(&mut plan, &mut notes) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("wbcache bench: {e}");
@@ -641,7 +661,7 @@ pub fn run(args: BenchArgs) -> i32 {
     let mut code = if nr_errors > 0 { 1 } else { 0 };
     if let Some(path) = &plan.args.json {
         if let Err(e) = fs::write(path, to_json(&machine, &config, &rows, &references) + "\n") {
-            eprintln!("wbcache bench: writing {}: {e}", path.display());
+            say(&format!("wbcache bench: writing {}: {e}", path.display()));
             code = 1;
         }
     }
@@ -656,41 +676,49 @@ pub fn run(args: BenchArgs) -> i32 {
             fmt_size(p.size)
         );
         match crate::svg::write_all(dir, &rows, &subtitle) {
-            Ok(files) => eprintln!("bench: {} charts in {}", files.len(), dir.display()),
+            Ok(files) => say(&format!("bench: {} charts in {}", files.len(), dir.display())),
             Err(e) => {
-                eprintln!("wbcache bench: writing charts to {}: {e}", dir.display());
+                say(&format!("wbcache bench: writing charts to {}: {e}", dir.display()));
                 code = 1;
             }
         }
     }
-    if let Some(d) = &site.created_dir {
-        if let Err(e) = fs::remove_dir_all(d) {
-            eprintln!("note: could not remove {}: {e}", d.display());
-        }
+    drop(site.created_dir.take());
+    let interrupted_by = INTERRUPTED.load(Ordering::SeqCst).then(|| INTERRUPTED_BY.load(Ordering::SeqCst));
+    say(&finish_line(rows.len(), total, progress.elapsed_s(), nr_errors, interrupted_by));
+    match interrupted_by {
+        // The shell's convention: 128 + the signal (130 for Ctrl-C, 143 for
+        // SIGTERM, 141 for a closed stdout).
+        Some(sig) => 128 + sig,
+        None => code,
     }
-    eprintln!("{}", finish_line(rows.len(), total, progress.elapsed_s(), nr_errors));
-    if INTERRUPTED.load(Ordering::SeqCst) {
-        // The shell's convention: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM).
-        let sig = INTERRUPTED_BY.load(Ordering::SeqCst);
-        eprintln!("bench: interrupted by {}; partial results above", signal_name(sig));
-        return 128 + sig;
-    }
-    code
 }
 
 fn signal_name(sig: i32) -> &'static str {
     match sig {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
+        libc::SIGPIPE => "a closed output (SIGPIPE)",
         _ => "a signal",
     }
 }
 
-/// The run's last line: what it produced, and how many measurements failed.
-fn finish_line(nr_rows: usize, nr_measurements: usize, elapsed_s: f64, nr_errors: usize) -> String {
+/// The run's last line: what it produced, how many measurements failed,
+/// and what stopped it early, with the exit status that follows.
+fn finish_line(
+    nr_rows: usize,
+    nr_measurements: usize,
+    elapsed_s: f64,
+    nr_errors: usize,
+    interrupted_by: Option<i32>,
+) -> String {
     let mut line = format!("bench: {nr_rows} results from {nr_measurements} measurements in {elapsed_s:.0} s");
-    if nr_errors > 0 {
-        line += &format!("; {nr_errors} failed (status error, exit status 1)");
+    match interrupted_by {
+        Some(sig) => {
+            line += &format!("; interrupted by {} (exit status {})", signal_name(sig), 128 + sig);
+        }
+        None if nr_errors > 0 => line += &format!("; {nr_errors} failed (status error, exit status 1)"),
+        None => {}
     }
     line
 }
@@ -736,10 +764,14 @@ mod tests {
 
     #[test]
     fn the_last_line_counts_failed_measurements() {
-        assert_eq!(finish_line(80, 70, 363.2, 0), "bench: 80 results from 70 measurements in 363 s");
+        assert_eq!(finish_line(80, 70, 363.2, 0, None), "bench: 80 results from 70 measurements in 363 s");
         assert_eq!(
-            finish_line(5, 5, 0.0, 5),
+            finish_line(5, 5, 0.0, 5, None),
             "bench: 5 results from 5 measurements in 0 s; 5 failed (status error, exit status 1)"
+        );
+        assert_eq!(
+            finish_line(1, 70, 4.0, 1, Some(libc::SIGINT)),
+            "bench: 1 results from 70 measurements in 4 s; interrupted by SIGINT (exit status 130)"
         );
     }
 

@@ -168,3 +168,25 @@ fn list_and_help_succeed() {
         assert!(!list.contains(insider), "--list says {insider:?}");
     }
 }
+
+/// `bench | head`: once nobody reads the tables, the run stops as if
+/// interrupted (exit 141, SIGPIPE's status), and cleans up.
+#[test]
+fn a_closed_output_stops_the_run_and_cleans_up() {
+    let dir = scratch("closed-output");
+    let mut child = wbcache()
+        .args(["bench", "-w", "files-32", "-e", "wbcache", "--memory", "32M", "--runtime", "60", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn wbcache");
+    drop(child.stdout.take());
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?} to stop", started.elapsed());
+    assert_eq!(status.code(), Some(141));
+    assert!(entries(&dir).is_empty(), "left behind: {:?}", entries(&dir));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
