@@ -13,7 +13,24 @@
  *   set. wbc_last_error() gives a message for the last failure.
  * - A NULL handle, path, buffer or output pointer is -EINVAL.
  * - Failures inside the library never unwind into the caller; an internal
- *   error is reported as -EIO.
+ *   error is reported as -EIO (wbc_last_error then says "internal panic").
+ * - Exhausted resources are errors, not crashes: no thread can be started
+ *   (RLIMIT_NPROC) is -EAGAIN, no descriptor (RLIMIT_NOFILE) is -EMFILE
+ *   from wbc_open with the path in the message, no memory for a cache
+ *   buffer is -ENOMEM from the call that needed it; what the cache already
+ *   holds is kept. io_uring that cannot be set up (seccomp, no descriptor,
+ *   kernel.io_uring_disabled) falls back to a thread pool silently.
+ *
+ * What the library cannot check
+ * Arguments are checked where C lets a callee check them: NULL handles,
+ * buffers, paths and output pointers, lengths past SSIZE_MAX, iovec counts
+ * outside 0..1024, unknown flag bits. It cannot tell a live handle from a
+ * freed one or from any other pointer, so these are undefined behaviour:
+ * a handle used after wbc_close/wbc_cache_close or closed twice, a close
+ * racing another call on the same handle, a non-NULL pointer that is not
+ * what its parameter says (dangling, foreign, misaligned), a buffer or
+ * iovec array shorter than the length or count passed with it, and a
+ * string without its terminating NUL.
  *
  * Handles and ownership
  * - wbc_cache: created by wbc_cache_open, freed by wbc_cache_close.
@@ -63,7 +80,8 @@ typedef struct wbc_file wbc_file;
  * On success stores the new handle in *out and returns 0. Otherwise stores
  * NULL in *out (if out is not NULL) and returns -errno: -EINVAL for an
  * unknown key, a key given twice, a bad value or an inconsistent
- * combination (wbc_last_error names it).
+ * combination (wbc_last_error names it); -EAGAIN when the cache's threads
+ * cannot be started (RLIMIT_NPROC); -ENOMEM.
  */
 int wbc_cache_open(const char *options, wbc_cache **out);
 
@@ -95,8 +113,12 @@ int wbc_cache_sync(wbc_cache *c);
  * mode: permission bits for a created file (the umask applies).
  *
  * On success stores the new handle in *out and returns 0. Otherwise stores
- * NULL in *out (if out is not NULL) and returns -errno (-ENOENT, -EEXIST,
- * -EACCES, -EINVAL, -EBADF after the cache was closed, ...).
+ * NULL in *out (if out is not NULL) and returns -errno: what open(2) would
+ * (-ENOENT, -EEXIST, -EACCES, -EISDIR, -ENOTDIR, -ELOOP, -ENAMETOOLONG,
+ * -EMFILE, ...), -EINVAL also for a path that is neither a regular file nor
+ * a block device, -EBADF after the cache was closed, -EAGAIN when the first
+ * file on a new device needs a writeback thread that cannot be started.
+ * wbc_last_error names the path.
  */
 int wbc_open(wbc_cache *c, const char *path, int oflags, unsigned mode, wbc_file **out);
 
@@ -116,7 +138,7 @@ int wbc_close(wbc_file *f);
  * Returns the number of bytes read (0 at or past end of file) or -errno:
  * -EBADF on a write-only handle or after wbc_cache_close, -EINVAL for a
  * NULL buf (even with len 0) or len > SSIZE_MAX, -EIO (etc.) when the
- * backing store fails.
+ * backing store fails, -ENOMEM when no cache buffer can be allocated.
  */
 int64_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off, uint32_t flags);
 
@@ -131,8 +153,11 @@ int64_t wbc_pread(wbc_file *f, void *buf, size_t len, uint64_t off, uint32_t fla
  * Returns the number of bytes written (all of them, except at the end of a
  * block device or at the file system's largest file size) or -errno:
  * -EBADF on a read-only handle or after
- * wbc_cache_close, -EFBIG past INT64_MAX, -ENOSPC at the end of a block
- * device, -EINVAL for a NULL buf or len > SSIZE_MAX.
+ * wbc_cache_close, -EFBIG past INT64_MAX (or the file system's largest
+ * file), -ENOSPC at the end of a block device, -EINVAL for a NULL buf or
+ * len > SSIZE_MAX, -ENOMEM when the write needs a new cache buffer and none
+ * can be allocated (what the cache already holds is kept), -EIO when
+ * writeback keeps failing while the cache is at dirty_limit.
  */
 int64_t wbc_pwrite(wbc_file *f, const void *buf, size_t len, uint64_t off, uint32_t flags);
 
@@ -163,7 +188,8 @@ int64_t wbc_pwritev(wbc_file *f, const struct iovec *iov, int iovcnt, uint64_t o
  * Writes back and syncs the file's data and metadata (fsync): on return 0,
  * every byte written to the file before the call is on the backing store.
  * A writeback error that happened since this handle's last sync is
- * reported once (-EIO etc.); a later call retries the data.
+ * reported once (-EIO, -ENOSPC, -EDQUOT, ...); a later call retries the
+ * data.
  */
 int wbc_fsync(wbc_file *f);
 

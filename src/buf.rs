@@ -410,28 +410,78 @@ unsafe impl Send for AlignedBuf {}
 // SAFETY: shared access only hands out `&[u8]`; mutation needs `&mut self`.
 unsafe impl Sync for AlignedBuf {}
 
+/// Fresh buffers [`AlignedBuf::try_zeroed`] still refuses (the test hook
+/// [`AlignedBuf::fail_next_allocations`]); `u64::MAX` refuses until reset.
+static REFUSE_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Takes one refusal off [`REFUSE_ALLOCATIONS`], if any is left.
+fn allocation_refused() -> bool {
+    // Relaxed: the counter orders nothing else; a test arms it before the
+    // operations it wants refused and reads their results afterwards.
+    REFUSE_ALLOCATIONS
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| match n {
+            0 => None,
+            u64::MAX => Some(u64::MAX),
+            n => Some(n - 1),
+        })
+        .is_ok()
+}
+
 impl AlignedBuf {
     /// Allocates `len` zeroed bytes (a multiple of `BLOCK_SIZE`, or 0).
+    /// Aborts the process if no memory can be had at all, as `Vec` does;
+    /// [`AlignedBuf::try_zeroed`] reports `ENOMEM` instead.
     pub fn zeroed(len: usize) -> AlignedBuf {
+        Self::allocate(len).unwrap_or_else(|| {
+            alloc::handle_alloc_error(Layout::from_size_align(len, BLOCK_SIZE).expect("valid layout"))
+        })
+    }
+
+    /// As [`AlignedBuf::zeroed`], but when neither a mapping nor the heap
+    /// has `len` bytes to give (`RLIMIT_AS`, `vm.max_map_count`, memory
+    /// exhausted), an `ENOMEM` error instead of an abort: the cache takes
+    /// every new folio's buffer this way, so a write that needs one fails
+    /// with `ENOMEM` and nothing already cached is touched.
+    pub fn try_zeroed(len: usize) -> std::io::Result<AlignedBuf> {
+        if len > 0 && allocation_refused() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        Self::allocate(len).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))
+    }
+
+    /// Test hook (the `sim` feature): the next `count` fresh buffers that
+    /// [`AlignedBuf::try_zeroed`] is asked for, anywhere in the process,
+    /// fail with `ENOMEM` as if `mmap` and the heap had both refused;
+    /// `u64::MAX` refuses until the next call, 0 ends the refusals. Buffers
+    /// reused from a cache's pool are not fresh and still succeed. Process
+    /// wide: a test that arms it should run alone in its process.
+    #[cfg(any(test, feature = "sim"))]
+    #[doc(hidden)]
+    pub fn fail_next_allocations(count: u64) {
+        REFUSE_ALLOCATIONS.store(count, Ordering::Relaxed);
+    }
+
+    /// `len` zeroed bytes from a slab, a mapping or the heap; `None` when
+    /// all of them refuse.
+    fn allocate(len: usize) -> Option<AlignedBuf> {
         assert_eq!(len % BLOCK_SIZE, 0, "folio buffers are whole blocks");
         if len == 0 {
-            return AlignedBuf { ptr: NonNull::dangling(), len: 0, origin: Origin::Heap };
+            return Some(AlignedBuf { ptr: NonNull::dangling(), len: 0, origin: Origin::Heap });
         }
         if let Some(class) = slab_class(len) {
             if let Some(ptr) = slab_alloc(class) {
-                return AlignedBuf { ptr, len, origin: Origin::Slab };
+                return Some(AlignedBuf { ptr, len, origin: Origin::Slab });
             }
         } else if len >= MAPPED_BUF_MIN_BYTES {
             if let Some(ptr) = map_populated(len, Populate::Bulk) {
-                return AlignedBuf { ptr, len, origin: Origin::Mapped };
+                return Some(AlignedBuf { ptr, len, origin: Origin::Mapped });
             }
         }
         // Out of mappings or memory: the heap may still have room.
-        let layout = Layout::from_size_align(len, BLOCK_SIZE).expect("valid layout");
+        let layout = Layout::from_size_align(len, BLOCK_SIZE).ok()?;
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len, origin: Origin::Heap }
+        Some(AlignedBuf { ptr: NonNull::new(raw)?, len, origin: Origin::Heap })
     }
 
     pub fn len(&self) -> usize {

@@ -86,7 +86,16 @@ impl Cache {
             truncate: false, // through the cache, so cached data goes too
             mode: options.mode,
         };
-        let store = shared.io.open(path, &how)?;
+        let store = match shared.io.open(path, &how) {
+            // Out of descriptors: idle inodes hold one each; give those
+            // back (synced first) and try once more.
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) && shared.forget_idle_inodes() > 0 =>
+            {
+                shared.io.open(path, &how)?
+            }
+            result => result?,
+        };
         let store_writable = options.write;
         let info = store.info().clone();
         if info.is_block_device && info.len_at_open % crate::io::BLOCK_SIZE as u64 != 0 {
@@ -98,7 +107,7 @@ impl Cache {
         if !info.direct_io {
             shared.all_direct_io.store(false, Ordering::Release);
         }
-        let inode = shared.inode_for(store, store_writable);
+        let inode = shared.inode_for(store, store_writable)?;
         let file = File::new(inode, shared.clone(), options);
         // open(2) ignores O_TRUNC on a block device; so do we.
         if options.truncate && !info.is_block_device {

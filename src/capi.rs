@@ -94,8 +94,14 @@ thread_local! {
 /// the `io::Error` it wraps as its source (as [`Cache::open`]'s errors wrap
 /// the failure to name the path), else by kind (`InvalidInput`→`EINVAL`,
 /// `NotFound`→`ENOENT`, `AlreadyExists`→`EEXIST`, `PermissionDenied`→`EACCES`,
-/// `OutOfMemory`→`ENOMEM`, `WriteZero`→`EIO`, `Unsupported`→`EOPNOTSUPP`,
-/// anything else `EIO`).
+/// `OutOfMemory`→`ENOMEM`, `WouldBlock`→`EAGAIN`, `StorageFull`→`ENOSPC`,
+/// `FileTooLarge`→`EFBIG`, `IsADirectory`→`EISDIR`,
+/// `NotADirectory`→`ENOTDIR`, `ReadOnlyFilesystem`→`EROFS`,
+/// `ResourceBusy`→`EBUSY`, `Interrupted`→`EINTR`, `TimedOut`→`ETIMEDOUT`,
+/// `WriteZero`→`EIO`, `Unsupported`→`EOPNOTSUPP`, anything else `EIO`):
+/// an error that carries a message and a kind but no errno (a thread that
+/// could not be started, `WouldBlock`, say) keeps the errno its kind means
+/// instead of becoming `EIO`.
 pub fn errno_of(e: &io::Error) -> i32 {
     let mut inner = Some(e);
     while let Some(err) = inner {
@@ -110,6 +116,15 @@ pub fn errno_of(e: &io::Error) -> i32 {
         io::ErrorKind::AlreadyExists => libc::EEXIST,
         io::ErrorKind::PermissionDenied => libc::EACCES,
         io::ErrorKind::OutOfMemory => libc::ENOMEM,
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        io::ErrorKind::StorageFull => libc::ENOSPC,
+        io::ErrorKind::FileTooLarge => libc::EFBIG,
+        io::ErrorKind::IsADirectory => libc::EISDIR,
+        io::ErrorKind::NotADirectory => libc::ENOTDIR,
+        io::ErrorKind::ReadOnlyFilesystem => libc::EROFS,
+        io::ErrorKind::ResourceBusy => libc::EBUSY,
+        io::ErrorKind::Interrupted => libc::EINTR,
+        io::ErrorKind::TimedOut => libc::ETIMEDOUT,
         io::ErrorKind::WriteZero => libc::EIO,
         io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
         _ => libc::EIO,
@@ -789,6 +804,15 @@ mod tests {
             (K::AlreadyExists, libc::EEXIST),
             (K::PermissionDenied, libc::EACCES),
             (K::OutOfMemory, libc::ENOMEM),
+            (K::WouldBlock, libc::EAGAIN),
+            (K::StorageFull, libc::ENOSPC),
+            (K::FileTooLarge, libc::EFBIG),
+            (K::IsADirectory, libc::EISDIR),
+            (K::NotADirectory, libc::ENOTDIR),
+            (K::ReadOnlyFilesystem, libc::EROFS),
+            (K::ResourceBusy, libc::EBUSY),
+            (K::Interrupted, libc::EINTR),
+            (K::TimedOut, libc::ETIMEDOUT),
             (K::WriteZero, libc::EIO),
             (K::Unsupported, libc::EOPNOTSUPP),
             (K::Other, libc::EIO),
@@ -796,6 +820,26 @@ mod tests {
         ] {
             assert_eq!(errno_of(&io::Error::new(kind, "x")), errno, "{kind:?}");
             assert_eq!(errno_of(&io::Error::from(kind)), errno, "{kind:?}");
+        }
+        // Every kind maps back to the errno it came from, so an error
+        // rebuilt with a message (which drops the raw errno) keeps it.
+        for errno in [
+            libc::EAGAIN,
+            libc::ENOSPC,
+            libc::EFBIG,
+            libc::EISDIR,
+            libc::ENOTDIR,
+            libc::EROFS,
+            libc::EBUSY,
+            libc::EINTR,
+            libc::ETIMEDOUT,
+            libc::ENOMEM,
+            libc::EINVAL,
+            libc::ENOENT,
+            libc::EEXIST,
+        ] {
+            let kind = io::Error::from_raw_os_error(errno).kind();
+            assert_eq!(errno_of(&io::Error::new(kind, "with a message")), errno, "{kind:?}");
         }
     }
 

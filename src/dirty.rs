@@ -264,6 +264,24 @@ impl DomainDirty {
         self.cache.progress.made();
     }
 
+    /// Failed writeback: `bytes` under writeback are dirty again (a later
+    /// pass retries them). They move from writeback to dirty in one step;
+    /// `unclean_bytes` does not change, as the data never left the cache.
+    pub fn account_writeback_failed(&self, bytes: u64) {
+        debug_assert!(bytes % BLOCK_SIZE as u64 == 0, "blocks fail whole, not {bytes} bytes");
+        if bytes == 0 {
+            return;
+        }
+        let c = &self.cache.counters;
+        let writeback_before = self.nr_writeback_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(writeback_before >= bytes, "domain writeback underflow");
+        Counters::sub(&c.writeback_bytes, bytes);
+        let dirty_before = self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
+        debug_assert!(dirty_before.checked_add(bytes).is_some(), "domain dirty overflow");
+        let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        c.peak_dirty_bytes.fetch_max(total, Ordering::Relaxed);
+    }
+
     /// Dirty data discarded by truncation.
     pub fn account_discarded(&self, bytes: u64, dontcache_bytes: u64) {
         if bytes == 0 {
@@ -335,6 +353,23 @@ mod tests {
         d.account_writeback_done(8 << 10, 8 << 10, Reason::Background);
         d.account_discarded(12 << 10, 0);
         assert_eq!(c.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 20 << 10, "a peak stays");
+    }
+
+    /// Failed writeback moves bytes back to dirty without counting them
+    /// twice: dirty + writeback, and its peak, stay what the cache holds.
+    #[test]
+    fn failed_writeback_moves_bytes_back_to_dirty() {
+        let d = domain();
+        let c = &d.cache.counters;
+        d.account_dirty_bytes(16 << 10, 0);
+        d.account_writeback_started(16 << 10, 0);
+        d.account_writeback_failed(12 << 10);
+        d.account_writeback_done(4 << 10, 0, Reason::Background);
+        assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 12 << 10);
+        assert_eq!(c.dirty_bytes.load(Ordering::Relaxed), 12 << 10);
+        assert_eq!(c.writeback_bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(d.nr_dirty_bytes.load(Ordering::Relaxed), 12 << 10);
+        assert_eq!(c.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 16 << 10, "never above what is held");
     }
 
     /// A bit already set costs no wakeup; taking the bits clears them.

@@ -99,7 +99,11 @@ impl Memory {
             let pooled = self.pool.pooled_bytes();
             if cur + pooled + bytes <= capacity {
                 if self.cached_bytes.compare_exchange(cur, cur + bytes, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    return Ok(AlignedBuf::zeroed(len));
+                    // No mapping and no heap for it: ENOMEM to the caller,
+                    // and the reservation given back.
+                    return AlignedBuf::try_zeroed(len).inspect_err(|_| {
+                        self.cached_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                    });
                 }
                 continue;
             }

@@ -103,7 +103,7 @@ impl Shared {
     /// The inode of an opened store: the cached one (its store upgraded
     /// when this handle writes), or a new one in the store's device's
     /// domain. Counts the new handle.
-    pub fn inode_for(self: &Arc<Self>, store: Arc<dyn BackingStore>, writable: bool) -> Arc<Inode> {
+    pub fn inode_for(self: &Arc<Self>, store: Arc<dyn BackingStore>, writable: bool) -> io::Result<Arc<Inode>> {
         let info = store.info().clone();
         let mut table = locks::lock(&self.inodes);
         if let Some(inode) = table.get(&info.store_id) {
@@ -111,9 +111,9 @@ impl Shared {
                 inode.upgrade_store(store);
             }
             inode.handles.fetch_add(1, Ordering::AcqRel);
-            return inode.clone();
+            return Ok(inode.clone());
         }
-        let domain = self.domain_for(info.device_id);
+        let domain = self.domain_for(info.device_id)?;
         let id = self.next_inode_id.fetch_add(1, Ordering::Relaxed);
         let handles = InodeHandles {
             config: self.config.clone(),
@@ -125,31 +125,31 @@ impl Shared {
         let inode = Arc::new(Inode::new(id, store, writable, handles));
         inode.handles.fetch_add(1, Ordering::AcqRel);
         table.insert(info.store_id, inode.clone());
-        inode
+        Ok(inode)
     }
 
     /// The domain of `device_id`, started on first use.
-    fn domain_for(self: &Arc<Self>, device_id: u64) -> Arc<Domain> {
+    fn domain_for(self: &Arc<Self>, device_id: u64) -> io::Result<Arc<Domain>> {
         let mut domains = locks::lock(&self.domains);
+        if let Some(domain) = domains.get(&device_id) {
+            return Ok(domain.clone());
+        }
         let weak: Weak<Shared> = Arc::downgrade(self);
-        domains
-            .entry(device_id)
-            .or_insert_with(|| {
-                let on_idle = move |inode: &Arc<Inode>| {
-                    if let Some(shared) = weak.upgrade() {
-                        shared.forget_inode_if_idle_later(inode);
-                    }
-                };
-                Domain::start(
-                    device_id,
-                    WRITEBACK_WORKERS_PER_DOMAIN,
-                    DomainDirty::new(&self.dirty),
-                    self.config.clone(),
-                    self.io.clone(),
-                    Box::new(on_idle),
-                )
-            })
-            .clone()
+        let on_idle = move |inode: &Arc<Inode>| {
+            if let Some(shared) = weak.upgrade() {
+                shared.forget_inode_if_idle_later(inode);
+            }
+        };
+        let domain = Domain::start(
+            device_id,
+            WRITEBACK_WORKERS_PER_DOMAIN,
+            DomainDirty::new(&self.dirty),
+            self.config.clone(),
+            self.io.clone(),
+            Box::new(on_idle),
+        )?;
+        domains.insert(device_id, domain.clone());
+        Ok(domain)
     }
 
     /// [`Shared::forget_inode_if_idle`] for the flusher: a worker thread
@@ -175,18 +175,44 @@ impl Shared {
     /// made durable (an error keeps it, so the next open or the cache close
     /// reports it).
     pub fn forget_inode_if_idle(&self, inode: &Arc<Inode>) {
+        if self.nr_inodes() > MAX_CACHED_INODES {
+            self.forget_inode(inode);
+        }
+    }
+
+    /// Forgets every idle inode, whatever their number, giving their
+    /// backing descriptors back: for an open that ran out of descriptors
+    /// (`EMFILE`/`ENFILE`). Returns how many were forgotten.
+    pub fn forget_idle_inodes(&self) -> usize {
+        let inodes: Vec<Arc<Inode>> = locks::lock(&self.inodes).values().cloned().collect();
+        for inode in &inodes {
+            // A clean inode can still be on its domain's dirty list (an
+            // fsync cleaned it); take it off, or it never counts as idle.
+            if inode.handles.load(Ordering::Acquire) == 0 && inode.on_dirty_list.load(Ordering::Acquire) {
+                let domain = locks::lock(&self.domains).get(&inode.info.device_id).cloned();
+                if let Some(domain) = domain {
+                    domain.unlist_clean(inode);
+                }
+            }
+        }
+        inodes.iter().filter(|inode| self.forget_inode(inode)).count()
+    }
+
+    /// Forgets `inode` if it is idle, after its data was made durable;
+    /// returns whether it was.
+    fn forget_inode(&self, inode: &Arc<Inode>) -> bool {
         let idle = |i: &Inode| {
             i.handles.load(Ordering::Acquire) == 0 && !i.has_dirty() && !i.on_dirty_list.load(Ordering::Acquire)
         };
-        if !idle(inode) || self.nr_inodes() <= MAX_CACHED_INODES {
-            return;
+        if !idle(inode) {
+            return false;
         }
         if inode.needs_store_sync() && inode.write_and_sync(false, Reason::Close).is_err() {
-            return;
+            return false;
         }
         let mut table = locks::lock(&self.inodes);
         if !idle(inode) || inode.needs_store_sync() {
-            return;
+            return false;
         }
         let key = inode.info.store_id;
         if matches!(table.get(&key), Some(i) if Arc::ptr_eq(i, inode)) {
@@ -195,6 +221,7 @@ impl Shared {
         drop(table);
         let _bulk = BulkFree::begin();
         inode.drop_all_clean();
+        true
     }
 
     /// Writes back and syncs every inode; returns the first error.

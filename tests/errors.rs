@@ -692,3 +692,31 @@ fn vectored_calls_clip_and_fail_as_plain_ones() {
     drop(dsts);
     assert_same(&back[..1024].concat(), &want[..1024], "cursor reads");
 }
+
+/// A flusher facing writeback that keeps failing backs off (50 ms, then
+/// doubling up to a second) instead of retrying twenty times a second, and
+/// writes the data back on its own soon after the failure clears.
+#[test]
+fn failing_writeback_is_retried_with_backoff() {
+    with_timeout(Duration::from_secs(60), || {
+        let sim = sim();
+        let cache = new_cache(&sim, "capacity=16M,dirty_limit=8M,dirty_background=64K,expire_ms=50");
+        let f = cache.open("/retried", &OpenOptions::read_write_create()).unwrap();
+        sim.set_write_error_all(Some(libc::EIO));
+        f.write_at(&[5u8; 64 * KIB], 0).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        let failed = cache.stats().writeback_errors;
+        // Without backoff: ~60 rounds in 3 s; with it: 50+100+...+800+1000
+        // ms of waits, about 7 rounds.
+        assert!((1..=12).contains(&failed), "{failed} failed writebacks in 3 s");
+        sim.set_write_error_all(None);
+        let started = std::time::Instant::now();
+        while cache.stats().dirty_bytes > 0 {
+            assert!(started.elapsed() < Duration::from_secs(5), "the data never went out after the fault cleared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(f.sync_all().is_err(), "the failures are still reported once");
+        f.sync_all().unwrap();
+        assert_eq!(sim.durable_image(Path::new("/retried")).unwrap(), vec![5u8; 64 * KIB]);
+    });
+}

@@ -111,8 +111,10 @@ pub struct BackingInfo {
     /// Identity of the device the data lives on (`st_dev`, or `st_rdev` for a
     /// block device): one writeback domain per device.
     pub device_id: u64,
-    /// Identity of the store itself (`st_dev`, `st_ino`), so two opens of one
-    /// path share one inode.
+    /// Identity of the store itself: (`st_dev`, `st_ino`) for a file, so
+    /// every name of it (links, `/proc/self/fd/N`) shares one inode;
+    /// (`u64::MAX`, `st_rdev`) for a block device, so every device node of
+    /// it does too.
     pub store_id: (u64, u64),
 }
 

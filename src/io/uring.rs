@@ -14,6 +14,10 @@
 //!   borrowed for the whole call, so no I/O ever outlives its buffers.
 //! - A thread that cannot create a ring at run time does its attempts with
 //!   plain `preadv`/`pwritev` instead of failing the I/O.
+//! - A request the kernel cancelled (`ECANCELED`: wbcache never cancels
+//!   one, so the kernel could not run it, e.g. no io-wq worker thread under
+//!   `RLIMIT_NPROC`) is redone with `preadv`/`pwritev`, never reported as
+//!   the I/O's error.
 
 use std::cell::RefCell;
 use std::io;
@@ -25,7 +29,7 @@ use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 
-use super::fd::{ioprio_of, open_fd_store, FdEngine, SyncEngine};
+use super::fd::{ioprio_of, open_fd_store, rw_once, FdEngine, SyncEngine};
 use super::queue::{complete_without_backend, BatchQueue, Completion, QueuedWrite, SlotTable, WriteQueue};
 use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
 
@@ -195,7 +199,16 @@ impl FdEngine for UringEngine {
             Some(attempts)
         });
         match on_ring {
-            Ok(Some(attempts)) => attempts,
+            Ok(Some(mut attempts)) => {
+                // Cancelled by the kernel, not failed: do those here.
+                for (op, attempt) in ops.iter_mut().zip(attempts.iter_mut()) {
+                    if op.result.is_none() && is_cancelled(attempt) {
+                        self.fallback_attempts.fetch_add(1, Ordering::Relaxed);
+                        *attempt = rw_once(fd, op);
+                    }
+                }
+                attempts
+            }
             // No ring on this thread (creation failed, or thread-local storage
             // is being torn down): do the attempt synchronously.
             _ => {
@@ -217,6 +230,17 @@ struct Request {
 
 fn is_busy(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY))
+}
+
+/// A request the kernel cancelled instead of running. wbcache never
+/// cancels a request (no `ASYNC_CANCEL`, links or timeouts), so this means
+/// the kernel could not execute it: a read or write it must hand to an
+/// io-wq worker thread is cancelled when that thread cannot be created
+/// (`RLIMIT_NPROC` reached; found by `tests/resources.rs`, where every
+/// O_DIRECT write of a running cache failed so and its data was lost at
+/// close). Nothing was transferred: the caller redoes it synchronously.
+fn is_cancelled(attempt: &Attempt) -> bool {
+    matches!(attempt, Err(e) if e.raw_os_error() == Some(libc::ECANCELED))
 }
 
 /// Runs one attempt of every pending op of `ops` on `ring`. Returns the
@@ -453,11 +477,19 @@ impl UringQueue {
         }
     }
 
-    /// Folds one CQE into its write: done, retried, or failed.
+    /// Folds one CQE into its write: done, retried, or failed. A write the
+    /// kernel cancelled (see [`is_cancelled`]) is attempted here instead.
     fn complete(&mut self, slot: usize, res: i32) {
         self.in_ring -= 1;
         let f = self.slots.get_mut(slot);
-        let attempt = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };
+        let mut attempt = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };
+        if is_cancelled(&attempt) {
+            let fd = f.write.store.raw_fd().expect("only stores with a descriptor are queued on the ring");
+            // From what earlier attempts left, as the ring would have.
+            let mut op = f.write.as_op();
+            op.done = f.done;
+            attempt = rw_once(fd, &mut op);
+        }
         match f.fold_attempt(attempt) {
             Some(result) => self.finish(slot, result),
             None => self.backlog.push_back(slot),
@@ -658,6 +690,18 @@ mod tests {
         let s = start(&mut q, 3);
         q.complete(s, -libc::ENOSPC);
         assert_eq!(taken(&mut q)[0].result.as_ref().unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+
+        // Cancelled by the kernel (no io-wq worker under RLIMIT_NPROC):
+        // written synchronously, from what the first attempt left.
+        let s = start(&mut q, 5);
+        q.complete(s, BLOCK_SIZE as i32);
+        assert_eq!(q.backlog.pop_front(), Some(s));
+        q.in_ring += 1;
+        q.complete(s, -libc::ECANCELED);
+        let done = taken(&mut q);
+        assert_eq!((done.len(), done[0].tag), (1, 5));
+        assert_eq!(*done[0].result.as_ref().unwrap(), 2 * BLOCK_SIZE, "cancelled, then written here");
+        assert_eq!(store.len().unwrap(), 2 * BLOCK_SIZE as u64);
 
         let s = start(&mut q, 4);
         for _ in 1..crate::io::MAX_ATTEMPTS_PER_OP {

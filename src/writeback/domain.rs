@@ -46,7 +46,7 @@ impl Domain {
         config: Arc<Config>,
         io: Arc<dyn Io>,
         on_idle: OnIdle,
-    ) -> Arc<Domain> {
+    ) -> std::io::Result<Arc<Domain>> {
         assert_eq!(nr_workers, 1, "one writeback worker per domain until routing exists");
         let domain = Arc::new(Domain {
             dirty,
@@ -60,14 +60,18 @@ impl Domain {
             let for_thread = domain.clone();
             // The first keeps the name it always had (`top`, `perf` users).
             let name = if n == 0 { format!("wbc-flush-{device_id:x}") } else { format!("wbc-flush-{device_id:x}-{n}") };
-            let handle = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || super::worker::run(for_thread))
-                .expect("spawn flusher thread");
-            locks::lock(&domain.workers).push(handle);
+            // No thread to be had (RLIMIT_NPROC, memory): the open that
+            // needed this domain fails with the spawn's error (EAGAIN).
+            match std::thread::Builder::new().name(name).spawn(move || super::worker::run(for_thread)) {
+                Ok(handle) => locks::lock(&domain.workers).push(handle),
+                Err(e) => {
+                    domain.stop();
+                    return Err(e);
+                }
+            }
         }
         debug_assert_eq!(locks::lock(&domain.workers).len(), nr_workers);
-        domain
+        Ok(domain)
     }
 
     /// Stops the flusher (after the caller wrote everything back) and drops
@@ -127,6 +131,31 @@ impl Domain {
             // writeback, and the flusher may hold passes of it in flight.
             (self.on_idle)(&inode);
         }
+    }
+}
+
+impl Domain {
+    /// Takes a clean inode off the dirty list, where it stays after an
+    /// fsync cleaned it until the flusher's next pass comes by: forgetting
+    /// an idle inode needs it off. False if it has dirty data, is not
+    /// listed, or the flusher holds it (taken, not yet requeued).
+    pub fn unlist_clean(&self, inode: &Arc<Inode>) -> bool {
+        {
+            let mut list = locks::lock(&self.dirty_inodes);
+            if inode.has_dirty() {
+                return false;
+            }
+            let Some(pos) = list.iter().position(|i| Arc::ptr_eq(i, inode)) else { return false };
+            list.remove(pos);
+            inode.on_dirty_list.store(false, Ordering::Release);
+        }
+        // As in `requeue`: a writer may have dirtied it after the check and
+        // seen the flag still set.
+        if inode.has_dirty() {
+            DirtyInodeList::queue_dirty_inode(self, inode);
+            return false;
+        }
+        true
     }
 }
 

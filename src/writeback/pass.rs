@@ -595,8 +595,18 @@ impl Inode {
                         // bridge too: the store may now hold anything there.
                         let was_clean = st.nr_dirty == 0;
                         let newly = st.set_dirty(c.start, c.end);
-                        redirtied_bytes += newly as u64 * BLOCK;
-                        self.dirty.account_dirty_bytes(newly as u64 * BLOCK, 0);
+                        let newly_bytes = newly as u64 * BLOCK;
+                        redirtied_bytes += newly_bytes;
+                        if c.bridge {
+                            // Bridged blocks were clean, never counted.
+                            self.dirty.account_dirty_bytes(newly_bytes, 0);
+                        } else {
+                            // Moved back, not counted twice: the bytes stay
+                            // unclean throughout, so dirty + writeback never
+                            // reads above what the cache holds.
+                            self.dirty.account_writeback_failed(newly_bytes);
+                            done_bytes -= newly_bytes;
+                        }
                         if was_clean && newly > 0 {
                             self.mapping.index_dirty(&c.folio);
                         }

@@ -26,8 +26,16 @@ pub const QUEUED_IOS: u64 = 8;
 /// soon after it started, while the next ones keep the device busy.
 pub const PASS_RUNS_PER_DEPTH: usize = 4;
 
-/// How long the flusher waits after failed writes before writing again.
-pub const FAILURE_BACKOFF: Duration = Duration::from_millis(50);
+/// How long the flusher waits after failed writes before writing again:
+/// 50 ms after the first failure, doubling with each further failure in a
+/// row up to 1 s. A full disk or a dead device is then retried about once
+/// a second instead of twenty times (each retry on a full ext4 forces a
+/// journal commit), and data still goes out within a second of the cause
+/// clearing. fsync does not wait for this: it retries itself.
+pub fn failure_backoff(consecutive_failures: u32) -> Duration {
+    let shift = consecutive_failures.saturating_sub(1).min(5);
+    Duration::from_millis((50u64 << shift).min(1000))
+}
 
 /// How much one pass takes and how much stays queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +122,13 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn failures_back_off_exponentially_up_to_a_second() {
+        let ms = |n| failure_backoff(n).as_millis();
+        assert_eq!([ms(0), ms(1), ms(2), ms(3), ms(4), ms(5), ms(6)], [50, 50, 100, 200, 400, 800, 1000]);
+        assert_eq!(ms(u32::MAX), 1000);
+    }
 
     fn input(dirty_bytes: u64, has_dirty_waiters: bool, reclaim_kicked: bool) -> BackgroundInput {
         BackgroundInput { dirty_bytes, dirty_background_bytes: 64 * MIB, has_dirty_waiters, reclaim_kicked }

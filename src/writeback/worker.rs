@@ -35,12 +35,18 @@ pub fn run(domain: Arc<Domain>) {
     let limits = PassLimits::new(config.io_max_bytes, config.io_depth);
     let mut inflight =
         InFlight::new(domain.clone(), domain.io.write_queue(), limits.queued_ios_max, limits.queued_bytes_max);
+    // Failures in a row, reset once writeback succeeds again.
+    let mut consecutive_failures = 0u32;
+    let mut written_at_failure = 0u64;
     while !domain.is_shutdown() {
         if inflight.failed() {
             // Failed writes are dirty again: let them sit for a while (the
             // writers meanwhile throttle on them, and fsync retries them).
             inflight.drain();
-            std::thread::sleep(policy::FAILURE_BACKOFF);
+            let written = written_bytes_total(&domain);
+            consecutive_failures = if written > written_at_failure { 1 } else { consecutive_failures + 1 };
+            written_at_failure = written;
+            sleep_unless_shutdown(&domain, policy::failure_backoff(consecutive_failures));
             inflight.clear_failed();
         }
         let bits = if inflight.is_empty() {
@@ -65,6 +71,25 @@ pub fn run(domain: Arc<Domain>) {
         write_background(&domain, &mut inflight, bits & WORK_RECLAIM != 0, &limits);
     }
     inflight.drain();
+}
+
+/// Bytes written back by the whole cache so far (successfully).
+fn written_bytes_total(domain: &Domain) -> u64 {
+    domain.dirty.cache.counters.written_bytes_by_reason.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+}
+
+/// Sleeps `duration`, in slices, so that closing the cache is not held up
+/// by a long backoff.
+fn sleep_unless_shutdown(domain: &Domain, duration: std::time::Duration) {
+    let slice = std::time::Duration::from_millis(50);
+    let deadline = std::time::Instant::now() + duration;
+    while !domain.is_shutdown() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(slice));
+    }
 }
 
 /// Periodic writeback: every inode dirtied longer than `expire` ago, each
