@@ -159,6 +159,10 @@ impl Workers {
                     Err(_) => break,
                 };
                 fill_window(&job, batch_bytes);
+            });
+            // The kind carries the errno (EAGAIN) to the C ABI.
+            let worker = worker.map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot start the readahead thread wbc-readahead-{n}: {e}"))
             })?;
             locks::lock(&workers.threads).push(worker);
         }

@@ -62,11 +62,12 @@ impl Domain {
             let name = if n == 0 { format!("wbc-flush-{device_id:x}") } else { format!("wbc-flush-{device_id:x}-{n}") };
             // No thread to be had (RLIMIT_NPROC, memory): the open that
             // needed this domain fails with the spawn's error (EAGAIN).
-            match std::thread::Builder::new().name(name).spawn(move || super::worker::run(for_thread)) {
+            match std::thread::Builder::new().name(name.clone()).spawn(move || super::worker::run(for_thread)) {
                 Ok(handle) => locks::lock(&domain.workers).push(handle),
                 Err(e) => {
                     domain.stop();
-                    return Err(e);
+                    // The kind carries the errno (EAGAIN) to the C ABI.
+                    return Err(std::io::Error::new(e.kind(), format!("cannot start the flusher thread {name}: {e}")));
                 }
             }
         }
