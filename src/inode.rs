@@ -738,13 +738,28 @@ impl Inode {
     ) -> io::Result<Option<(usize, u64)>> {
         debug_assert!(part.len > 0 && part.pos / BLOCK < part.end_block, "a part of the write is left");
         // Throttle between folios, with no lock held, so one huge write
-        // cannot run past the dirty limit or starve reclaim.
-        let room = (part.len as u64).min(self.config.folio_max_bytes);
+        // cannot run past the dirty limit or starve reclaim. The room asked
+        // for is what this part can newly dirty: whole blocks (2 bytes
+        // across a block boundary dirty two), up to the end of its folio,
+        // which ends at a `folio_max` boundary at the latest, and at most a
+        // quarter of `dirty_limit` (a part is cut there): a folio larger
+        // than that is written in several parts, each waiting for its room,
+        // so dirty + writeback never passes the limit.
+        let folio_max = self.config.folio_max_bytes;
+        let first_byte = part.pos / BLOCK * BLOCK;
+        let part_end = (part.pos + part.len as u64)
+            .min((part.pos / folio_max + 1) * folio_max)
+            .min(first_byte + throttle::room_max_bytes(&self.config));
+        let room = part_end.next_multiple_of(BLOCK) - first_byte;
+        debug_assert!(
+            room > 0 && room <= folio_max && room <= throttle::room_max_bytes(&self.config),
+            "a part dirties at most one folio, and at most the room a writer may take"
+        );
         throttle::wait_for_dirty_room(&self.dirty, &self.config, room)?;
         let (folio, _) = self.find_or_create(part.pos / BLOCK, part.end_block, false, true)?;
         let Some(mut st) = self.lock_private(&folio)? else { return Ok(None) };
         let folio_off = (part.pos - folio.offset()) as usize;
-        let n = (folio.size_bytes() - folio_off).min(part.len);
+        let n = (folio.size_bytes() - folio_off).min(part.len).min((part_end - part.pos) as usize);
         let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
         if !st.all_uptodate {
             // Only a partly covered edge block needs its old contents.
@@ -914,15 +929,17 @@ impl Inode {
     fn shrink(&self, new_size: u64) -> io::Result<()> {
         debug_assert!(self.size_lock.try_lock().is_err(), "the size lock is held");
         debug_assert!(new_size < self.size(), "a shrink cuts");
-        // A large cut frees folios in file order, their buffers in no useful
-        // order: they go back to the kernel together once the mapping lock
-        // is given back (see `BulkFree`).
-        let bulk = BulkFree::begin();
         // No writeback I/O from before the new size is published until the
         // store is cut: a writer may extend the file again meanwhile, and a
         // block of its extension written back before the cut would be lost
         // by it (and a fill could read the old bytes the cut removes).
         let (mut map, no_io) = self.quiesce_for_cut(new_size);
+        // A large cut frees folios in file order, their buffers in no useful
+        // order: they go back to the kernel together once the mapping lock
+        // is given back (see `BulkFree`). Only now, after the waits above:
+        // the guard is process-wide, and while it lasts every buffer freed
+        // anywhere (evictions included) stays resident outside `capacity`.
+        let bulk = BulkFree::begin();
         let (mut discarded_blocks, mut discarded_dontcache) = self.drop_folios_from(&mut map, new_size.div_ceil(BLOCK));
         // Zero the tail of a folio straddling the new size, and publish the
         // size under its lock: a writer of that folio either came before

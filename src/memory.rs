@@ -32,6 +32,10 @@ use crate::stats::Counters;
 /// it fails with an out-of-memory error (only a stuck device gets here).
 const RESERVE_TIMEOUT_MS: u64 = 30_000;
 
+/// How long a wait for folio memory goes on while writeback keeps failing
+/// (the only way dirty folios become evictable).
+const WRITEBACK_FAILING_GIVE_UP: Duration = Duration::from_secs(1);
+
 pub struct Memory {
     capacity_bytes: u64,
     /// Folio buffers in mappings, buffers still held by in-flight
@@ -89,6 +93,7 @@ impl Memory {
         let capacity = self.capacity_bytes;
         let bytes = len as u64;
         let started = Instant::now();
+        let errors_before = self.dirty.counters.writeback_errors.load(Ordering::Acquire);
         loop {
             if let Some(buf) = self.pool.take(len) {
                 self.cached_bytes.fetch_add(bytes, Ordering::AcqRel);
@@ -121,6 +126,20 @@ impl Memory {
             }
             self.dirty.kick_all(WORK_RECLAIM);
             self.dirty.progress.wait(Duration::from_millis(5));
+            // The cache is closing: its close waits for this operation, and
+            // writeback will not free anything for it any more. EBADF, as
+            // for any operation on a closed cache.
+            if self.dirty.is_closed() {
+                return Err(io::Error::from_raw_os_error(libc::EBADF));
+            }
+            // Writeback keeps failing, so the dirty folios cannot become
+            // clean: give up after a second with the failure's errno, as a
+            // writer held at the dirty limit does.
+            let failing = self.dirty.counters.writeback_errors.load(Ordering::Acquire) > errors_before;
+            if failing && started.elapsed() > WRITEBACK_FAILING_GIVE_UP {
+                let errno = self.dirty.counters.last_writeback_errno.load(Ordering::Acquire);
+                return Err(io::Error::from_raw_os_error(if errno > 0 { errno } else { libc::EIO }));
+            }
             let timeout = Duration::from_millis(self.reserve_timeout_ms.load(Ordering::Relaxed));
             if started.elapsed() > timeout {
                 return Err(io::Error::new(

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::dirty::{DomainDirty, WORK_BACKGROUND};
+use crate::io::BLOCK_SIZE;
 use crate::stats::Counters;
 
 /// Counters the policy decides from.
@@ -160,7 +161,8 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64) {
 pub fn wait_for_dirty_room(domain: &DomainDirty, cfg: &Config, len: u64) -> io::Result<()> {
     let cache = &domain.cache;
     let limit = cfg.dirty_limit_bytes;
-    let room = len.min(limit / 4);
+    debug_assert!(len <= room_max_bytes(cfg), "writers ask for at most room_max_bytes ({len})");
+    let room = len.min(limit);
     if cache.unclean_bytes.load(Ordering::Acquire) + room <= limit || cache.is_closed() {
         return Ok(());
     }
@@ -183,6 +185,14 @@ pub fn wait_for_dirty_room(domain: &DomainDirty, cfg: &Config, len: u64) -> io::
     Counters::add(&cache.counters.throttle_events, 1);
     Counters::add(&cache.counters.throttle_us_total, started.elapsed().as_micros() as u64);
     result
+}
+
+/// The most dirty room one writer waits for at a time: a quarter of
+/// `dirty_limit` (so several writers fit under it at once), at least one
+/// block. Writes dirtying more are cut into parts of this size, each
+/// waiting for its own room.
+pub fn room_max_bytes(cfg: &Config) -> u64 {
+    (cfg.dirty_limit_bytes / 4 / BLOCK_SIZE as u64 * BLOCK_SIZE as u64).max(BLOCK_SIZE as u64)
 }
 
 /// One writer counted in `nr_dirty_waiters` for as long as it lives,

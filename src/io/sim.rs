@@ -23,7 +23,9 @@
 //!   version lies past that image's end): never anything else.
 //! - Every store opened before a crash is dead afterwards: all its calls fail
 //!   with `EIO`, so a cache that still holds it cannot touch the "rebooted"
-//!   disk. Stores opened after the crash work normally.
+//!   disk. Stores opened after the crash work normally. A dead store answers
+//!   at once, without latency or random draws, so a crashed cache still
+//!   shutting down neither slows nor perturbs the rebooted one.
 //! - An attempt transfers a leading part of what it was asked for, with the
 //!   correct data, or nothing. With `direct_io`, offsets and every iovec
 //!   length must be multiples of [`BLOCK_SIZE`] (`EINVAL` otherwise), and a
@@ -36,7 +38,10 @@
 //!
 //! Counters in [`SimStats`] count attempts (one per op per
 //! [`BackingStore::submit_once`] call, whatever the outcome) and sync calls;
-//! the byte counters count bytes actually transferred.
+//! the byte counters count bytes actually transferred. Errors the sim
+//! returned are also counted per path ([`SimIo::write_errors`],
+//! [`SimIo::read_errors`]), so a test can tell whether the engine had an
+//! error to report without knowing which of its I/Os met a fault.
 
 use super::{Attempt, BackingInfo, BackingStore, Io, IoKind, IoOp, OpenHow, BLOCK_SIZE, IOV_MAX};
 use crate::locks;
@@ -82,6 +87,18 @@ pub struct SimConfig {
     /// shortened, one starting at or past it fails with `EFBIG`, as
     /// `pwrite(2)` does.
     pub max_file_len: u64,
+    /// Chance that a whole [`BackingStore::submit_once`] call is refused, as
+    /// an `io_uring_enter` interrupted or out of resources would be: every
+    /// op it carries fails with `EINTR` or `EAGAIN` (one coin flip for all)
+    /// and transfers nothing, so the driver resubmits the whole batch.
+    pub submit_error_percent: u32,
+    /// Chance that a `submit_once` or `sync` call stalls for
+    /// `latency_spike_us` on top of any `latency_us_max` draw: a device that
+    /// is usually fast and now and then not (a queue full, a firmware
+    /// hiccup), which is when requests pile up behind each other.
+    pub latency_spike_percent: u32,
+    /// Length of one stall, in microseconds (see `latency_spike_percent`).
+    pub latency_spike_us: u32,
 }
 
 impl Default for SimConfig {
@@ -93,6 +110,9 @@ impl Default for SimConfig {
             retryable_error_percent: 0,
             direct_io: true,
             max_file_len: i64::MAX as u64,
+            submit_error_percent: 0,
+            latency_spike_percent: 0,
+            latency_spike_us: 0,
         }
     }
 }
@@ -119,11 +139,21 @@ pub enum Fault {
     ShortRead,
     /// As [`Fault::ShortRead`], for writes.
     ShortWrite,
+    /// A `sync` (fsync/fdatasync) of the path fails with `EIO` and makes
+    /// nothing durable: the data reached the device's cache but the flush
+    /// failed. The block index is ignored; attempts never fire it.
+    SyncEio,
 }
 
 impl Fault {
-    fn is_write(self) -> bool {
-        matches!(self, Fault::WriteEio | Fault::Enospc | Fault::ShortWrite)
+    /// Whether the fault fires on read or write attempts of this direction
+    /// (a sync fault fires on neither).
+    fn hits_attempt(self, is_write: bool) -> bool {
+        match self {
+            Fault::WriteEio | Fault::Enospc | Fault::ShortWrite => is_write,
+            Fault::ReadEio | Fault::ShortRead => !is_write,
+            Fault::SyncEio => false,
+        }
     }
 
     fn is_short(self) -> bool {
@@ -148,6 +178,23 @@ pub struct SimStats {
     pub retryable_errors: u64,
     /// Random short transfers (`short_transfer_percent`).
     pub short_transfers: u64,
+    /// Write attempts and syncs that failed with an injected fault or the
+    /// [`SimIo::set_write_error_all`] switch (not those of dead stores).
+    pub write_errors: u64,
+    /// Read attempts that failed with an injected [`Fault::ReadEio`].
+    pub read_errors: u64,
+    /// Whole `submit_once` calls refused (`submit_error_percent`).
+    pub submit_errors: u64,
+    /// Stalls of `latency_spike_us` (`latency_spike_percent`).
+    pub latency_spikes: u64,
+}
+
+/// Errors the sim returned for one path, as [`SimStats::write_errors`] and
+/// [`SimStats::read_errors`] count them.
+#[derive(Clone, Copy, Debug, Default)]
+struct PathErrors {
+    write: u64,
+    read: u64,
 }
 
 /// splitmix64: tiny, fast and good enough for test decisions; self-written
@@ -216,6 +263,22 @@ struct State {
     /// Bumped by every crash; a store opened in an older epoch is dead.
     crash_epoch: u64,
     stats: SimStats,
+    /// By the path a store was opened with, as faults are matched.
+    path_errors: HashMap<PathBuf, PathErrors>,
+}
+
+impl State {
+    /// Counts an error returned to a store of `path` (see [`PathErrors`]).
+    fn count_error(&mut self, path: &Path, is_write: bool) {
+        let entry = self.path_errors.entry(path.to_path_buf()).or_default();
+        if is_write {
+            entry.write += 1;
+            self.stats.write_errors += 1;
+        } else {
+            entry.read += 1;
+            self.stats.read_errors += 1;
+        }
+    }
 }
 
 struct Shared {
@@ -260,6 +323,7 @@ impl SimIo {
             write_error_all: None,
             crash_epoch: 0,
             stats: SimStats::default(),
+            path_errors: HashMap::new(),
         };
         SimIo { shared: Arc::new(Shared { config, state: Mutex::new(state) }) }
     }
@@ -304,6 +368,27 @@ impl SimIo {
     /// switch).
     pub fn clear_faults(&self) {
         self.shared.lock().faults.clear();
+    }
+
+    /// Removes the faults injected for `path` only, so that tests whose
+    /// threads own different files can each repair their own.
+    pub fn clear_faults_for(&self, path: &Path) {
+        self.shared.lock().faults.retain(|r| r.path != path);
+    }
+
+    /// Write attempts and syncs on stores opened as `path` that failed with
+    /// an injected fault or the [`SimIo::set_write_error_all`] switch, since
+    /// [`SimIo::new`]. The engine records each in the file's error sequence,
+    /// so a test reading this before and after an operation knows whether
+    /// the engine had a writeback error to report.
+    pub fn write_errors(&self, path: &Path) -> u64 {
+        self.shared.lock().path_errors.get(path).map_or(0, |e| e.write)
+    }
+
+    /// Read attempts on stores opened as `path` that failed with an
+    /// injected [`Fault::ReadEio`], since [`SimIo::new`].
+    pub fn read_errors(&self, path: &Path) -> u64 {
+        self.shared.lock().path_errors.get(path).map_or(0, |e| e.read)
     }
 
     /// While `Some(errno)`, every write attempt and every sync on every file
@@ -492,13 +577,28 @@ impl SimStore {
     /// attempts are in flight together). The lock is not held while
     /// sleeping, so other threads' I/O proceeds meanwhile.
     fn simulate_latency(&self, attempts: usize) {
-        let max_us = self.shared.config.latency_us_max;
-        if max_us == 0 || attempts == 0 {
+        let config = &self.shared.config;
+        let max_us = config.latency_us_max;
+        let spikes = config.latency_spike_percent > 0 && config.latency_spike_us > 0;
+        if (max_us == 0 && !spikes) || attempts == 0 {
             return;
         }
         let sleep_us = {
             let mut st = self.shared.lock();
-            (0..attempts).map(|_| st.rng.below(u64::from(max_us) + 1)).max().unwrap_or(0)
+            if self.is_dead(&st) {
+                return;
+            }
+            let mut us = if max_us == 0 {
+                0
+            } else {
+                (0..attempts).map(|_| st.rng.below(u64::from(max_us) + 1)).max().unwrap_or(0)
+            };
+            // One stall per call: the ops of a call wait together.
+            if spikes && st.rng.chance(config.latency_spike_percent) {
+                st.stats.latency_spikes += 1;
+                us += u64::from(config.latency_spike_us);
+            }
+            us
         };
         if sleep_us > 0 {
             std::thread::sleep(Duration::from_micros(sleep_us));
@@ -542,6 +642,7 @@ impl SimStore {
         }
         if is_write {
             if let Some(code) = st.write_error_all {
+                st.count_error(&self.path, true);
                 return Err(errno(code));
             }
         }
@@ -566,7 +667,10 @@ impl SimStore {
         }
         let mut len = room;
         match self.fire_fault(st, is_write, offset, room) {
-            Some(FaultEffect::Fail(code)) => return Err(errno(code)),
+            Some(FaultEffect::Fail(code)) => {
+                st.count_error(&self.path, is_write);
+                return Err(errno(code));
+            }
             Some(FaultEffect::Shorten(n)) => len = n,
             None => {}
         }
@@ -600,7 +704,7 @@ impl SimStore {
         let last_block = (offset + len as u64 - 1) / BLOCK_SIZE_U64;
         let applies = |r: &FaultRule| {
             r.remaining > 0
-                && r.fault.is_write() == is_write
+                && r.fault.hits_attempt(is_write)
                 && (first_block..=last_block).contains(&r.block_index)
                 && r.path == self.path
         };
@@ -623,6 +727,7 @@ impl SimStore {
             Fault::ReadEio | Fault::WriteEio => FaultEffect::Fail(libc::EIO),
             Fault::Enospc => FaultEffect::Fail(libc::ENOSPC),
             Fault::ShortRead | Fault::ShortWrite => FaultEffect::Shorten(cut(rule.block_index).expect("filtered")),
+            Fault::SyncEio => unreachable!("sync faults never match an attempt"),
         };
         if rule.remaining != u32::MAX {
             rule.remaining -= 1;
@@ -729,7 +834,22 @@ impl BackingStore for SimStore {
             return Err(errno(libc::EIO));
         }
         if let Some(code) = st.write_error_all {
+            st.count_error(&self.path, true);
             return Err(errno(code));
+        }
+        if let Some(i) =
+            st.faults.iter().position(|r| r.fault == Fault::SyncEio && r.remaining > 0 && r.path == self.path)
+        {
+            let rule = &mut st.faults[i];
+            if rule.remaining != u32::MAX {
+                rule.remaining -= 1;
+                if rule.remaining == 0 {
+                    st.faults.swap_remove(i);
+                }
+            }
+            st.stats.faults_fired += 1;
+            st.count_error(&self.path, true);
+            return Err(errno(libc::EIO));
         }
         let inode = st.inodes.get_mut(&self.ino).ok_or_else(|| errno(libc::EIO))?;
         inode.durable.clone_from(&inode.written);
@@ -739,6 +859,20 @@ impl BackingStore for SimStore {
     fn submit_once(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
         self.simulate_latency(ops.iter().filter(|op| op.result.is_none()).count());
         let mut st = self.shared.lock();
+        let refuse = self.shared.config.submit_error_percent;
+        if !self.is_dead(&st) && st.rng.chance(refuse) {
+            st.stats.submit_errors += 1;
+            let code = if st.rng.coin() { libc::EINTR } else { libc::EAGAIN };
+            // Still attempts, as the counters promise.
+            for op in ops.iter().filter(|op| op.result.is_none()) {
+                if op.is_write() {
+                    st.stats.writes += 1;
+                } else {
+                    st.stats.reads += 1;
+                }
+            }
+            return ops.iter().map(|op| if op.result.is_some() { Ok(0) } else { Err(errno(code)) }).collect();
+        }
         ops.iter_mut().map(|op| if op.result.is_some() { Ok(0) } else { self.attempt(&mut st, op) }).collect()
     }
 }
@@ -1116,6 +1250,93 @@ mod tests {
         assert_eq!(again.len().unwrap(), 0);
         drop(store);
         assert_eq!(sim.shared.lock().inodes.len(), 1, "unlinked inode freed with its last store");
+    }
+
+    #[test]
+    fn sync_fault_fails_syncs_of_its_path_and_makes_nothing_durable() {
+        let sim = SimIo::new(SimConfig::default());
+        let (f, g) = (Path::new("/f"), Path::new("/g"));
+        let store = sim.open(f, &rw_create()).unwrap();
+        let other = sim.open(g, &rw_create()).unwrap();
+        let data = pattern(2 * BS, 1);
+        write_at(&*store, 0, &data).unwrap();
+        write_at(&*other, 0, &data).unwrap();
+        sim.inject(f, 123, Fault::SyncEio, 2);
+        for _ in 0..2 {
+            assert_eq!(raw(&store.sync(true).unwrap_err()), Some(libc::EIO));
+            assert!(sim.durable_image(f).unwrap().is_empty(), "a failed sync made nothing durable");
+        }
+        // Attempts never fire it, and other paths are not affected.
+        sim.inject(f, 0, Fault::SyncEio, 1);
+        write_at(&*store, 0, &data).unwrap();
+        assert_eq!(read_at(&*store, 0, BS).unwrap(), data[..BS]);
+        other.sync(false).unwrap();
+        assert_eq!(raw(&store.sync(false).unwrap_err()), Some(libc::EIO));
+        store.sync(false).unwrap();
+        assert_eq!(sim.durable_image(f).unwrap(), data);
+        assert_eq!(sim.stats().faults_fired, 3);
+        assert_eq!((sim.write_errors(f), sim.write_errors(g)), (3, 0));
+    }
+
+    #[test]
+    fn errors_are_counted_per_path_and_faults_cleared_per_path() {
+        let sim = SimIo::new(SimConfig::default());
+        let (f, g) = (Path::new("/f"), Path::new("/g"));
+        let store = sim.open(f, &rw_create()).unwrap();
+        let other = sim.open(g, &rw_create()).unwrap();
+        let data = pattern(4 * BS, 2);
+        write_at(&*store, 0, &data).unwrap();
+        write_at(&*other, 0, &data).unwrap();
+        sim.inject(f, 1, Fault::WriteEio, u32::MAX);
+        sim.inject(f, 2, Fault::ReadEio, 1);
+        sim.inject(f, 3, Fault::ShortWrite, 1);
+        sim.inject(g, 0, Fault::Enospc, 1);
+        assert!(write_at(&*store, 0, &data).is_err());
+        assert!(read_at(&*store, 0, 4 * BS).is_err());
+        assert!(write_at(&*other, 0, &data).is_err());
+        assert_eq!((sim.write_errors(f), sim.read_errors(f)), (1, 1));
+        assert_eq!((sim.write_errors(g), sim.read_errors(g)), (1, 0));
+        sim.clear_faults_for(f);
+        write_at(&*store, 0, &data).unwrap();
+        assert_eq!(sim.stats().faults_fired, 3, "the short-write fault went with the others of /f");
+        // Only /f's faults went.
+        sim.inject(g, 0, Fault::Enospc, 1);
+        sim.clear_faults_for(f);
+        assert!(write_at(&*other, 0, &data).is_err());
+        // The switch counts too, syncs included; dead stores do not.
+        sim.set_write_error_all(Some(libc::ENOSPC));
+        assert!(write_at(&*store, 0, &data).is_err());
+        assert!(store.sync(true).is_err());
+        sim.set_write_error_all(None);
+        assert_eq!(sim.write_errors(f), 3);
+        sim.crash(1);
+        assert!(store.sync(true).is_err());
+        assert_eq!(sim.write_errors(f), 3);
+        let st = sim.stats();
+        assert_eq!((st.write_errors, st.read_errors), (5, 1));
+    }
+
+    #[test]
+    fn refused_submissions_and_latency_spikes_are_harmless() {
+        let cfg = SimConfig {
+            seed: 8,
+            submit_error_percent: 40,
+            latency_spike_percent: 20,
+            latency_spike_us: 100,
+            short_transfer_percent: 20,
+            ..Default::default()
+        };
+        let sim = SimIo::new(cfg);
+        let store = sim.open(Path::new("/f"), &rw_create()).unwrap();
+        let data = pattern(32 * BS, 3);
+        for i in 0..8 {
+            write_at(&*store, i * 4 * BS, &data[i * 4 * BS..(i + 1) * 4 * BS]).unwrap();
+        }
+        store.sync(true).unwrap();
+        assert_eq!(read_at(&*store, 0, 32 * BS).unwrap(), data);
+        let st = sim.stats();
+        assert!(st.submit_errors > 0 && st.latency_spikes > 0, "{st:?}");
+        assert_eq!(st.written_bytes, data.len() as u64, "a refused submission transfers nothing");
     }
 
     #[test]
