@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
+use common::loopdev::LoopDevice;
 use common::programs::TempDir;
 use common::Rng;
 use wbcache::capi::{self, wbc_cache, wbc_file};
@@ -629,38 +630,14 @@ fn paths_for(dir: &Path, n: usize, device: Option<&Path>) -> Vec<FuzzPath> {
     paths
 }
 
-/// A loop device over a small file, detached on drop; `None` where none
-/// can be set up (not root, no loop driver).
-struct LoopDevice {
-    device: PathBuf,
-    _backing: TempDir,
-}
-
 const DEVICE_BYTES: u64 = 8 << 20;
 
-impl LoopDevice {
-    fn create() -> Option<LoopDevice> {
-        let backing = TempDir::new("fuzz-loop");
-        let image = backing.0.join("disk.img");
-        std::fs::File::create(&image).ok()?.set_len(DEVICE_BYTES).ok()?;
-        let out = std::process::Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&image)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!("fuzz: no loop device ({}); device ends not fuzzed", String::from_utf8_lossy(&out.stderr).trim());
-            return None;
-        }
-        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
-        Some(LoopDevice { device, _backing: backing })
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("losetup").arg("-d").arg(&self.device).status();
-    }
+/// A loop device for the device-end cases; `None` where none can be set
+/// up (not root, no loop driver).
+fn fuzz_loop_device() -> Option<LoopDevice> {
+    LoopDevice::create("fuzz-loop", DEVICE_BYTES)
+        .map_err(|e| eprintln!("fuzz: no loop device ({e}); device ends not fuzzed"))
+        .ok()
 }
 
 /// ext4's largest file with 4 KiB blocks (`s_maxbytes`): writes cross it
@@ -1270,7 +1247,7 @@ fn fuzz_c_abi(seed: u64, default_iterations: u64, time: Duration) {
     count_panics();
     let panics_before = PANICS.load(Ordering::SeqCst);
     let dir = TempDir::new("fuzz-capi");
-    let device = LoopDevice::create();
+    let device = fuzz_loop_device();
     let (iterations, time) = budget(default_iterations, time);
     let mut fz = Fuzzer {
         rng: Rng::new(seed),

@@ -24,7 +24,7 @@
 //! operations.
 
 mod common;
-use common::Rng;
+use common::{first_diff, split_at_cuts_mut, Rng};
 use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -165,29 +165,6 @@ fn split_at_cuts<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
     }
     pieces.push(rest);
     pieces
-}
-
-fn split_at_cuts_mut<'a>(data: &'a mut [u8], cuts: &[usize]) -> Vec<&'a mut [u8]> {
-    let mut pieces = Vec::new();
-    let mut rest = data;
-    let mut at = 0;
-    for &cut in cuts {
-        let (head, tail) = rest.split_at_mut(cut - at);
-        pieces.push(head);
-        rest = tail;
-        at = cut;
-    }
-    pieces.push(rest);
-    pieces
-}
-
-/// First differing byte, for messages that do not dump megabytes.
-fn first_diff(got: &[u8], want: &[u8]) -> String {
-    match got.iter().zip(want).position(|(a, b)| a != b) {
-        Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
-        None if got.len() != want.len() => format!("lengths differ: got {}, want {}", got.len(), want.len()),
-        None => "equal".into(),
-    }
 }
 
 fn assert_bytes(got: &[u8], want: &[u8], what: &str, ctx: &str) {

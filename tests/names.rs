@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::assert_same;
+use common::loopdev::LoopDevice;
 use wbcache::{Cache, Config, File, OpenOptions};
 
 /// Nothing is written back while a test looks (dirty stays far below the
@@ -229,37 +230,6 @@ fn a_bind_mount_is_one_more_name() {
     assert_same(&on_disk[4096..], &reference, "on disk after fsync through the bind mount");
     drop(files);
     cache.close().unwrap();
-}
-
-/// A loop device over a sparse file, detached on drop.
-struct LoopDevice {
-    device: PathBuf,
-    dir: TempDir,
-}
-
-impl LoopDevice {
-    fn create(tag: &str, size: u64) -> Result<LoopDevice, String> {
-        let dir = TempDir::new(tag);
-        let backing = dir.0.join("disk.img");
-        let f = std::fs::File::create(&backing).map_err(|e| e.to_string())?;
-        f.set_len(size).map_err(|e| e.to_string())?;
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&backing)
-            .output()
-            .map_err(|e| format!("losetup: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("losetup failed: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
-        Ok(LoopDevice { device, dir })
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-    }
 }
 
 /// Makes a block-device node for `rdev` at `at` (a second name for a

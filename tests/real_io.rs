@@ -3,9 +3,12 @@
 //! loop-device test fails instead of skipping when no loop device can be set
 //! up.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::loopdev::LoopDevice;
 use wbcache::{Cache, Config, OpenOptions, Reason};
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -106,42 +109,8 @@ fn reopen_after_close_reads_durable_data() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A loop device over a sparse file, detached on drop.
-struct LoopDevice {
-    device: PathBuf,
-    backing: PathBuf,
-}
-
-impl LoopDevice {
-    fn create(size: u64) -> Result<LoopDevice, String> {
-        let dir = temp_dir("loop");
-        let backing = dir.join("disk.img");
-        let f = std::fs::File::create(&backing).map_err(|e| e.to_string())?;
-        f.set_len(size).map_err(|e| e.to_string())?;
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&backing)
-            .output()
-            .map_err(|e| format!("losetup: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("losetup failed: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
-        Ok(LoopDevice { device, backing })
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-        if let Some(dir) = self.backing.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
 fn loop_device_or_skip() -> Option<LoopDevice> {
-    match LoopDevice::create(64 << 20) {
+    match LoopDevice::create("loop", 64 << 20) {
         Ok(d) => Some(d),
         Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true but no loop device: {e}"),
         Err(e) => {

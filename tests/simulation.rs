@@ -38,7 +38,7 @@
 //! prints the line that reproduces it.
 
 mod common;
-use common::Rng;
+use common::{first_diff, split_at_cuts_mut, Rng};
 
 use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
@@ -207,27 +207,6 @@ fn split_at_cuts<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
     }
     pieces.push(rest);
     pieces
-}
-
-fn split_at_cuts_mut<'a>(data: &'a mut [u8], cuts: &[usize]) -> Vec<&'a mut [u8]> {
-    let mut pieces = Vec::with_capacity(cuts.len() + 1);
-    let (mut rest, mut at) = (data, 0);
-    for &cut in cuts {
-        let (head, tail) = rest.split_at_mut(cut - at);
-        pieces.push(head);
-        rest = tail;
-        at = cut;
-    }
-    pieces.push(rest);
-    pieces
-}
-
-fn first_diff(got: &[u8], want: &[u8]) -> String {
-    match got.iter().zip(want).position(|(a, b)| a != b) {
-        Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
-        None if got.len() != want.len() => format!("lengths differ: got {}, want {}", got.len(), want.len()),
-        None => "equal".into(),
-    }
 }
 
 fn errno_name(code: Option<i32>) -> String {

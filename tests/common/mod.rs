@@ -4,6 +4,7 @@
 // Each test crate uses a different subset.
 #![allow(dead_code)]
 
+pub mod loopdev;
 pub mod programs;
 
 use std::sync::mpsc;
@@ -83,4 +84,28 @@ pub fn assert_same(got: &[u8], want: &[u8], what: &str) {
         };
         panic!("{what}: got {} bytes, want {} bytes; {detail}", got.len(), want.len());
     }
+}
+
+/// The first difference of two byte strings, for messages that do not dump
+/// megabytes.
+pub fn first_diff(got: &[u8], want: &[u8]) -> String {
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        Some(i) => format!("first difference at byte {i}: got {:#04x}, want {:#04x}", got[i], want[i]),
+        None if got.len() != want.len() => format!("lengths differ: got {}, want {}", got.len(), want.len()),
+        None => "equal".into(),
+    }
+}
+
+/// `data` cut at the ascending offsets `cuts` (a vectored I/O's buffers).
+pub fn split_at_cuts_mut<'a>(data: &'a mut [u8], cuts: &[usize]) -> Vec<&'a mut [u8]> {
+    let mut pieces = Vec::with_capacity(cuts.len() + 1);
+    let (mut rest, mut at) = (data, 0);
+    for &cut in cuts {
+        let (head, tail) = rest.split_at_mut(cut - at);
+        pieces.push(head);
+        rest = tail;
+        at = cut;
+    }
+    pieces.push(rest);
+    pieces
 }

@@ -1,0 +1,42 @@
+//! A loop device over a sparse file in a temporary directory, detached (and
+//! the directory removed) on drop: for tests that need a real block device.
+//! Creating one needs root and the loop driver; callers decide whether its
+//! absence skips or fails the test.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::programs::TempDir;
+
+pub struct LoopDevice {
+    /// The device node, e.g. `/dev/loop3`.
+    pub device: PathBuf,
+    /// The directory holding the backing image; tests may put more there.
+    pub dir: TempDir,
+}
+
+impl LoopDevice {
+    /// A device of `size` bytes, with O_DIRECT to its backing file.
+    pub fn create(tag: &str, size: u64) -> Result<LoopDevice, String> {
+        let dir = TempDir::new(tag);
+        let backing = dir.0.join("disk.img");
+        let f = std::fs::File::create(&backing).map_err(|e| e.to_string())?;
+        f.set_len(size).map_err(|e| e.to_string())?;
+        let out = Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on"])
+            .arg(&backing)
+            .output()
+            .map_err(|e| format!("losetup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("losetup failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
+        Ok(LoopDevice { device, dir })
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+    }
+}
