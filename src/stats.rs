@@ -93,6 +93,9 @@ pub struct Stats {
     pub peak_dirty_bytes: u64,
     /// The most bytes that were dirty or under writeback at once: the
     /// quantity `dirty_limit` bounds (the kernel's Dirty + Writeback).
+    /// Exact, unlike `dirty_bytes + writeback_bytes` of one snapshot: those
+    /// two are read one after the other, and bytes moving between them
+    /// meanwhile can be counted in both.
     pub peak_dirty_writeback_bytes: u64,
     pub writeback_bytes: u64,
     pub dontcache_dirty_bytes: u64,
