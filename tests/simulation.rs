@@ -1162,10 +1162,15 @@ impl Worker {
             Err(e) if excused && matches!(e.raw_os_error(), Some(libc::EIO | libc::ENOSPC)) => {
                 count(&COVERAGE.writes_failed, 1);
             }
-            // Known bug (`close_releases_a_writer_waiting_for_memory`): a
-            // writer needing a folio while every cached folio is dirty
-            // waits 30 s for writeback that keeps failing, then gets this.
-            Err(e) if writeback_failed && e.kind() == std::io::ErrorKind::OutOfMemory => {
+            // A writer needing a folio while every cached folio is dirty
+            // waits for writeback; while writeback keeps failing it gets
+            // the failure's errno after a second
+            // (`close_releases_a_writer_waiting_for_memory`).
+            Err(e)
+                if writeback_failed
+                    && (e.kind() == std::io::ErrorKind::OutOfMemory
+                        || matches!(e.raw_os_error(), Some(libc::EIO | libc::ENOSPC))) =>
+            {
                 count(&COVERAGE.known_memory_stalls, 1);
             }
             Err(e) => self.fail(
@@ -1277,9 +1282,11 @@ impl Worker {
             Err(e) if v.read_fault_fired(&ep.sim) && e.raw_os_error() == Some(libc::EIO) => {
                 count(&COVERAGE.reads_failed, 1);
             }
-            // The known 30 s memory wait again (a miss needs a folio too).
+            // The memory wait again (a miss needs a folio too): with every
+            // folio dirty and writeback failing, the failure's errno.
             Err(e)
-                if e.kind() == std::io::ErrorKind::OutOfMemory
+                if (e.kind() == std::io::ErrorKind::OutOfMemory
+                    || matches!(e.raw_os_error(), Some(libc::EIO | libc::ENOSPC)))
                     && ep.stats().is_some_and(|s| s.writeback_errors > wb_errors_before) =>
             {
                 count(&COVERAGE.known_memory_stalls, 1);
