@@ -24,7 +24,7 @@
 //! operations.
 
 mod common;
-use common::{first_diff, split_at_cuts_mut, Rng};
+use common::{first_diff, split_at_cuts, split_at_cuts_mut, Rng};
 use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -150,21 +150,6 @@ fn run_seeds(test: &'static str, default_count: u64, body: fn(&Progress)) {
             }
         }
     }
-}
-
-/// `data` cut at the sorted points `cuts`: `cuts.len() + 1` slices.
-fn split_at_cuts<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
-    let mut pieces = Vec::new();
-    let mut rest = data;
-    let mut at = 0;
-    for &cut in cuts {
-        let (head, tail) = rest.split_at(cut - at);
-        pieces.push(head);
-        rest = tail;
-        at = cut;
-    }
-    pieces.push(rest);
-    pieces
 }
 
 fn assert_bytes(got: &[u8], want: &[u8], what: &str, ctx: &str) {

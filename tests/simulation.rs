@@ -38,7 +38,7 @@
 //! prints the line that reproduces it.
 
 mod common;
-use common::{first_diff, split_at_cuts_mut, Rng};
+use common::{first_diff, split_at_cuts, split_at_cuts_mut, Rng};
 
 use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
@@ -193,20 +193,6 @@ fn tagged(store: u32, seq: u64, off: usize, len: usize) -> Vec<u8> {
         pos += take;
     }
     v
-}
-
-/// `data` cut at the sorted points `cuts`.
-fn split_at_cuts<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
-    let mut pieces = Vec::with_capacity(cuts.len() + 1);
-    let (mut rest, mut at) = (data, 0);
-    for &cut in cuts {
-        let (head, tail) = rest.split_at(cut - at);
-        pieces.push(head);
-        rest = tail;
-        at = cut;
-    }
-    pieces.push(rest);
-    pieces
 }
 
 fn errno_name(code: Option<i32>) -> String {

@@ -109,3 +109,17 @@ pub fn split_at_cuts_mut<'a>(data: &'a mut [u8], cuts: &[usize]) -> Vec<&'a mut 
     pieces.push(rest);
     pieces
 }
+
+/// `data` cut at the ascending offsets `cuts`: `cuts.len() + 1` slices.
+pub fn split_at_cuts<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut pieces = Vec::with_capacity(cuts.len() + 1);
+    let (mut rest, mut at) = (data, 0);
+    for &cut in cuts {
+        let (head, tail) = rest.split_at(cut - at);
+        pieces.push(head);
+        rest = tail;
+        at = cut;
+    }
+    pieces.push(rest);
+    pieces
+}
