@@ -7,7 +7,10 @@
 //! and is woken by the bits), so neither has to reach into the other.
 //!
 //! Invariants: `CacheDirty::unclean_bytes` is every domain's dirty plus
-//! writeback bytes (a block rewritten under writeback counts twice), and the
+//! writeback bytes (a block rewritten under writeback counts twice) plus the
+//! clean bytes writeback passes bridge while their I/O is in flight (a
+//! failed bridge makes them dirty, and that room must already be held), and
+//! the
 //! cache-wide `Counters` gauges (`dirty_bytes`, `writeback_bytes`,
 //! `dontcache_dirty_bytes`) are the sums of the domains' gauges: every
 //! method here moves a domain gauge and its cache-wide gauge together. A
@@ -58,8 +61,8 @@ pub struct CacheDirty {
     pub progress: Arc<Progress>,
     /// Time origin for dirtied-when stamps.
     pub epoch: Instant,
-    /// Bytes dirty or under writeback, what the dirty limit holds writers
-    /// to. One counter, so no reader can see bytes moving between dirty and
+    /// Bytes dirty or under writeback (and bridged clean bytes in flight),
+    /// what the dirty limit holds writers to. One counter, so no reader can see bytes moving between dirty and
     /// writeback in neither: it grows when blocks become dirty and shrinks
     /// when their writeback ends or truncation drops them; a failed
     /// writeback makes its bytes dirty (counted again) before it ends
@@ -280,6 +283,50 @@ impl DomainDirty {
         debug_assert!(dirty_before.checked_add(bytes).is_some(), "domain dirty overflow");
         let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
         c.peak_dirty_bytes.fetch_max(total, Ordering::Relaxed);
+    }
+
+    /// A writeback pass wants to write `bytes` of clean cached blocks to
+    /// join two dirty runs into one I/O. If that I/O fails they become
+    /// dirty, so the room is taken now, and only if it fits under `limit`:
+    /// otherwise the pass writes the runs as separate I/Os. Returns whether
+    /// the room was taken.
+    pub fn try_reserve_bridge(&self, bytes: u64, limit: u64) -> bool {
+        debug_assert!(bytes > 0 && bytes % BLOCK_SIZE as u64 == 0, "bridges are whole blocks, not {bytes} bytes");
+        let unclean = &self.cache.unclean_bytes;
+        let mut now = unclean.load(Ordering::Acquire);
+        loop {
+            if now + bytes > limit {
+                return false;
+            }
+            match unclean.compare_exchange_weak(now, now + bytes, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(seen) => now = seen,
+            }
+        }
+        self.cache.counters.peak_dirty_writeback_bytes.fetch_max(now + bytes, Ordering::Relaxed);
+        true
+    }
+
+    /// The bridged I/Os of a pass ended: `redirtied_bytes` of the
+    /// `reserved_bytes` taken by [`DomainDirty::try_reserve_bridge`] failed
+    /// and are dirty now (their room becomes dirty bytes, not counted
+    /// twice); the rest of the room is given back.
+    pub fn end_bridges(&self, reserved_bytes: u64, redirtied_bytes: u64) {
+        debug_assert!(redirtied_bytes <= reserved_bytes, "only bridged blocks are redirtied as bridges");
+        debug_assert!(redirtied_bytes % BLOCK_SIZE as u64 == 0);
+        if redirtied_bytes > 0 {
+            let c = &self.cache.counters;
+            let dirty_before = self.nr_dirty_bytes.fetch_add(redirtied_bytes, Ordering::AcqRel);
+            debug_assert!(dirty_before.checked_add(redirtied_bytes).is_some(), "domain dirty overflow");
+            let total = c.dirty_bytes.fetch_add(redirtied_bytes, Ordering::AcqRel) + redirtied_bytes;
+            c.peak_dirty_bytes.fetch_max(total, Ordering::Relaxed);
+        }
+        let released = reserved_bytes - redirtied_bytes;
+        if released > 0 {
+            let before = self.cache.unclean_bytes.fetch_sub(released, Ordering::AcqRel);
+            debug_assert!(before >= released, "unclean underflow");
+            self.cache.progress.made();
+        }
     }
 
     /// Dirty data discarded by truncation.

@@ -116,3 +116,49 @@ fn a_failed_bridge_leaves_its_blocks_dirty_until_a_retry_succeeds() {
     drop(f);
     cache.close().unwrap();
 }
+
+/// A failed bridge makes its clean blocks dirty, so a pass bridges only
+/// when the dirty limit has room for them: with two dirty blocks and a
+/// limit of two blocks there is none, and the blocks go as two I/Os; with
+/// room for one more block, the bridge is taken, fails, and dirty +
+/// writeback still never passed the limit.
+#[test]
+fn a_bridge_needs_room_under_the_dirty_limit() {
+    for (limit_blocks, bridged) in [(2usize, false), (3, true)] {
+        let limit = limit_blocks * BLOCK;
+        // Background writeback starts only past `limit_blocks - 1` dirty
+        // blocks: with a limit of 3, never before the sync.
+        let background = (limit_blocks - 1) * BLOCK;
+        let options =
+            format!("capacity=16M,dirty_limit={limit},dirty_background={background},folio_max=4K,expire_ms=60000");
+        let sim = Arc::new(SimIo::new(SimConfig { seed: 5, ..SimConfig::default() }));
+        let (cache, f, mut image) = cached_clean_file(&sim, &options);
+        sim.inject(Path::new("/b"), 1, Fault::WriteEio, u32::MAX);
+        let writes_before = sim.stats().writes;
+        dirty(&f, &mut image, &[0, 2]);
+        let synced = f.sync_all();
+        let st = cache.stats();
+        assert!(
+            st.peak_dirty_writeback_bytes <= limit as u64,
+            "limit {limit}: peak dirty + writeback {} over the limit",
+            st.peak_dirty_writeback_bytes
+        );
+        if bridged {
+            assert_eq!(synced.unwrap_err().raw_os_error(), Some(libc::EIO), "the bridge failed");
+            assert_eq!(st.bridged_bytes, BLOCK as u64);
+            assert_eq!(st.dirty_bytes, 3 * BLOCK as u64, "blocks 0 and 2, and the failed bridge");
+        } else {
+            synced.expect("without a bridge, block 1 is never written");
+            assert_eq!(st.bridged_bytes, 0, "no room for the bridge");
+            assert_eq!(sim.stats().writes - writes_before, 2, "blocks 0 and 2, one write each");
+            assert_eq!(st.dirty_bytes, 0);
+        }
+        sim.clear_faults();
+        f.sync_all().unwrap();
+        assert_eq!(cache.stats().dirty_bytes, 0);
+        assert!(cache.stats().peak_dirty_writeback_bytes <= limit as u64);
+        assert_same(&sim.durable_image(Path::new("/b")).unwrap(), &image, "durable image after the retry");
+        drop(f);
+        cache.close().unwrap();
+    }
+}

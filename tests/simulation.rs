@@ -722,6 +722,9 @@ struct Epoch {
     /// through an operation when one samples the counters.
     memory_slack: u64,
     dirty_slack: u64,
+    /// Worker 0 fails on purpose at this operation (`u64::MAX`: never), to
+    /// show that the harness reports a violation as itself.
+    planted_violation_op: u64,
     verbose: bool,
 }
 
@@ -807,6 +810,20 @@ fn rescuer(ep: &Epoch) {
             count(&COVERAGE.rescues, 1);
             since = Instant::now();
         }
+    }
+}
+
+/// Marks an epoch over when dropped, and wakes its rescuer now rather than
+/// at its next look (an epoch is a few milliseconds).
+struct EpochOver<'a> {
+    ep: &'a Epoch,
+    rescuer: std::thread::Thread,
+}
+
+impl Drop for EpochOver<'_> {
+    fn drop(&mut self) {
+        self.ep.over.store(true, Ordering::SeqCst);
+        self.rescuer.unpark();
     }
 }
 
@@ -929,6 +946,9 @@ impl Worker {
                 return;
             }
             self.check_stats(ep);
+            if self.id == 0 && self.ops == ep.planted_violation_op {
+                self.fail(ep, "a planted violation (the harness's self-test)".into());
+            }
         }
     }
 
@@ -1643,6 +1663,8 @@ struct Seed {
     switch: i32,
     /// The regular files exist (a read-only open needs them).
     created: bool,
+    /// See [`Epoch::planted_violation_op`].
+    planted_violation_op: u64,
 }
 
 impl Seed {
@@ -1730,6 +1752,7 @@ impl Seed {
             verbose,
             switch: 0,
             created: false,
+            planted_violation_op: u64::MAX,
         }
     }
 
@@ -1771,6 +1794,7 @@ impl Seed {
             // One writer never passes the limit; several may each pass it
             // by the part they are writing (at most a quarter of the limit).
             dirty_slack: if threads == 1 { 0 } else { threads * (folio_max + 2 * BLOCK as u64) },
+            planted_violation_op: self.planted_violation_op,
             verbose: self.verbose,
         }
     }
@@ -1807,10 +1831,11 @@ impl Seed {
         self.prepare_epoch(&ep);
         std::thread::scope(|s| {
             let watch = s.spawn(|| rescuer(&ep));
+            // Ends the rescuer however the segments end: a violation panics
+            // out of them, and the scope would wait for the rescuer forever
+            // (the campaign would report a hang instead of the violation).
+            let _over = EpochOver { ep: &ep, rescuer: watch.thread().clone() };
             self.run_segments(&ep, &plan);
-            ep.over.store(true, Ordering::SeqCst);
-            // Now, not at its next look: an epoch is a few milliseconds.
-            watch.thread().unpark();
         });
         self.tally.ops += ep.ops.load(Ordering::Relaxed);
         self.tally.faults += ep.faults.load(Ordering::Relaxed);
@@ -2187,8 +2212,15 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs one seed to the end; `Err` carries the violation.
 fn run_seed(seed: u64, verbose: bool) -> Result<Tally, String> {
+    run_seed_planted(seed, verbose, u64::MAX)
+}
+
+/// [`run_seed`], with worker 0 failing on purpose at its operation
+/// `planted_violation_op` (`u64::MAX`: never).
+fn run_seed_planted(seed: u64, verbose: bool, planted_violation_op: u64) -> Result<Tally, String> {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let mut s = Seed::new(seed, verbose);
+        s.planted_violation_op = planted_violation_op;
         s.run();
         s.tally
     }));
@@ -2431,6 +2463,27 @@ fn close_releases_a_writer_waiting_for_memory() {
 
 // ---------------------------------------------------------------------------
 // The checker itself
+
+/// A violation found by one worker, alone or among several, comes out of
+/// the seed as that violation, promptly: it once left the epoch's rescuer
+/// running, so the campaign waited for it and reported a hang instead.
+#[test]
+fn a_violation_is_reported_as_itself_not_as_a_hang() {
+    let threads_of = |seed: u64| SeedConfig::draw(&mut Rng::new(seed), seed).threads;
+    let alone = (0..).find(|&seed| threads_of(seed) == 1).unwrap();
+    let among_several = (0..).find(|&seed| threads_of(seed) > 1).unwrap();
+    for seed in [alone, among_several] {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(run_seed_planted(seed, false, 40));
+        });
+        let outcome = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("seed {seed}: a planted violation hung the seed for 60 s"));
+        let msg = outcome.err().unwrap_or_else(|| panic!("seed {seed}: the planted violation was not reported"));
+        assert!(msg.contains("a planted violation"), "seed {seed}: reported as something else: {msg}");
+    }
+}
 
 /// The crash check accepts what a crash may leave (synced data, any mix of
 /// versions a write of this file put there, zeros) and rejects what it

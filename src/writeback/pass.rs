@@ -46,7 +46,9 @@ struct WbChunk {
     end: usize,
     /// Clean, uptodate blocks written only to join two dirty neighbours
     /// into one I/O (`Config::bridge_gap_bytes`); not dirty data, so not in
-    /// the dirty or writeback byte counts. Random 4 KiB writes leave many
+    /// the dirty or writeback byte counts, but their room under the dirty
+    /// limit is held while the I/O is in flight, as a failure makes them
+    /// dirty ([`crate::dirty::DomainDirty::try_reserve_bridge`]). Random 4 KiB writes leave many
     /// dirty blocks one or two blocks apart; rewriting what is already on
     /// disk there costs a few KiB of transfer and saves an I/O (about 4% of
     /// the I/Os of the rand-write benchmark, whose device is bound by I/Os
@@ -415,9 +417,14 @@ impl Inode {
     /// nothing. They are marked under writeback like dirty blocks, so a
     /// writer that dirties one meanwhile copies the folio and its new
     /// version waits for this I/O. One chunk per folio, in order; `None`
-    /// (nothing taken) if any block does not qualify.
+    /// (nothing taken) if any block does not qualify, or if the dirty limit
+    /// has no room for them to become dirty should the I/O fail.
     fn take_bridge(&self, start: u64, end: u64) -> Option<Vec<WbChunk>> {
         debug_assert!(start < end, "a bridge spans a gap");
+        let reserved_bytes = (end - start) * BLOCK;
+        if !self.dirty.try_reserve_bridge(reserved_bytes, self.config.dirty_limit_bytes) {
+            return None;
+        }
         let mut taken: Vec<WbChunk> = Vec::new();
         let mut block = start;
         while block < end {
@@ -425,6 +432,7 @@ impl Inode {
                 for c in taken {
                     self.release_bridge(c);
                 }
+                self.dirty.end_bridges(reserved_bytes, 0);
                 return None;
             };
             block = chunk.folio.index + chunk.end as u64;
@@ -566,13 +574,17 @@ impl Inode {
         debug_assert!(chunks.iter().all(|c| c.result.is_some()), "every chunk has its result");
         let mut redirtied_bytes = 0u64;
         // Dirty data only: bridges were never counted as dirty or under
-        // writeback.
+        // writeback, only their room was held.
         let mut done_bytes = 0u64;
+        let mut bridge_bytes = 0u64;
+        let mut bridge_redirtied_bytes = 0u64;
         let mut written_bytes = 0u64;
         let mut drop_candidates: Vec<Arc<Folio>> = Vec::new();
         for c in chunks {
             let bytes = c.len_bytes() as u64;
-            if !c.bridge {
+            if c.bridge {
+                bridge_bytes += bytes;
+            } else {
                 done_bytes += bytes;
             }
             let mut st = c.folio.lock();
@@ -598,8 +610,9 @@ impl Inode {
                         let newly_bytes = newly as u64 * BLOCK;
                         redirtied_bytes += newly_bytes;
                         if c.bridge {
-                            // Bridged blocks were clean, never counted.
-                            self.dirty.account_dirty_bytes(newly_bytes, 0);
+                            // Bridged blocks were clean, never counted as
+                            // dirty; their room was held for this.
+                            bridge_redirtied_bytes += newly_bytes;
                         } else {
                             // Moved back, not counted twice: the bytes stay
                             // unclean throughout, so dirty + writeback never
@@ -623,6 +636,9 @@ impl Inode {
             if droppable && c.folio.dropbehind.load(Ordering::Relaxed) {
                 drop_candidates.push(c.folio);
             }
+        }
+        if bridge_bytes > 0 {
+            self.dirty.end_bridges(bridge_bytes, bridge_redirtied_bytes);
         }
         self.dirty.account_writeback_done(done_bytes, written_bytes, reason);
         if redirtied_bytes > 0 {
