@@ -60,6 +60,15 @@ pub struct Config {
     /// assumes the store still holds what the cache holds: set 0 when
     /// something else (another process or cache) writes the same files.
     pub bridge_gap_bytes: u64,
+    /// Background (async) writeback I/Os a domain keeps in flight while an
+    /// fsync or fdatasync waits on it, in I/Os (of up to `io_max`). With
+    /// nobody waiting, background writeback uses the full `io_depth`; the
+    /// moment a sync waiter comes, no further async I/O is submitted until
+    /// fewer than this many are in flight, so the waiter's own I/O and its
+    /// store flush queue behind at most this many, and its blocks that the
+    /// flusher had collected are submitted first. Default 2 (see the
+    /// README's "fsync under load").
+    pub async_depth_while_sync: u32,
 }
 
 /// Option keys accepted by [`Config::from_options`], in documentation order.
@@ -75,6 +84,7 @@ pub const OPTION_KEYS: &[&str] = &[
     "readahead_max",
     "throttle_pause_ms_max",
     "bridge_gap",
+    "async_depth_while_sync",
 ];
 
 const GIB: u64 = 1 << 30;
@@ -119,6 +129,7 @@ impl Config {
             readahead_max_bytes: 16 * MIB,
             throttle_pause_ms_max: 200,
             bridge_gap_bytes: 2 * BLOCK_SIZE as u64,
+            async_depth_while_sync: 2,
         }
     }
 
@@ -203,6 +214,7 @@ impl Config {
             ("readahead_max", Bytes(self.readahead_max_bytes)),
             ("throttle_pause_ms_max", Number(self.throttle_pause_ms_max)),
             ("bridge_gap", Bytes(self.bridge_gap_bytes)),
+            ("async_depth_while_sync", Number(u64::from(self.async_depth_while_sync))),
         ]
     }
 
@@ -222,6 +234,11 @@ impl Config {
             "readahead_max" => self.readahead_max_bytes = parse_size(key, value)?,
             "throttle_pause_ms_max" => self.throttle_pause_ms_max = parse_number(key, value)?,
             "bridge_gap" => self.bridge_gap_bytes = parse_size(key, value)?,
+            "async_depth_while_sync" => {
+                let depth = parse_number(key, value)?;
+                self.async_depth_while_sync = u32::try_from(depth)
+                    .map_err(|_| invalid(format!("async_depth_while_sync {depth} is too large")))?;
+            }
             "io" => {
                 self.io = match value {
                     "uring" => IoKind::Uring,
@@ -285,6 +302,12 @@ impl Config {
         }
         if self.throttle_pause_ms_max == 0 {
             return Err(invalid("throttle_pause_ms_max must be positive".into()));
+        }
+        if self.async_depth_while_sync == 0 || self.async_depth_while_sync > 4096 {
+            return Err(invalid(format!(
+                "async_depth_while_sync must be 1..=4096 (I/Os), not {}",
+                self.async_depth_while_sync
+            )));
         }
         if self.bridge_gap_bytes % block != 0 || self.bridge_gap_bytes > self.io_max_bytes / 2 {
             return Err(invalid(format!(
@@ -499,7 +522,8 @@ mod tests {
         assert_eq!(
             c.to_options(),
             "capacity=256M,dirty_limit=64M,dirty_background=32M,expire_ms=1000,folio_max=2M,io_max=1M,\
-             io=threads,io_depth=128,readahead_max=16M,throttle_pause_ms_max=200,bridge_gap=8K"
+             io=threads,io_depth=128,readahead_max=16M,throttle_pause_ms_max=200,bridge_gap=8K,\
+             async_depth_while_sync=2"
         );
         let keys: Vec<&str> = c.option_values().iter().map(|(k, _)| *k).collect();
         assert_eq!(keys, OPTION_KEYS);

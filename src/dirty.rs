@@ -7,10 +7,13 @@
 //! and is woken by the bits), so neither has to reach into the other.
 //!
 //! Invariants: `CacheDirty::unclean_bytes` is every domain's dirty plus
-//! writeback bytes (a block rewritten under writeback counts twice) plus the
+//! writeback bytes (a block rewritten under writeback counts twice), plus
+//! the room writers took and have not dirtied yet ([`DirtyRoom`]), plus the
 //! clean bytes writeback passes bridge while their I/O is in flight (a
-//! failed bridge makes them dirty, and that room must already be held), and
-//! the
+//! failed bridge makes them dirty, and that room must already be held).
+//! Room is taken with one compare-and-swap against the limit, so it never
+//! passes it: a writer that found room keeps it until it dirtied its
+//! blocks, and nobody (another writer, a bridge) can take it meanwhile. The
 //! cache-wide `Counters` gauges (`dirty_bytes`, `writeback_bytes`,
 //! `dontcache_dirty_bytes`) are the sums of the domains' gauges: every
 //! method here moves a domain gauge and its cache-wide gauge together. A
@@ -61,8 +64,9 @@ pub struct CacheDirty {
     pub progress: Arc<Progress>,
     /// Time origin for dirtied-when stamps.
     pub epoch: Instant,
-    /// Bytes dirty or under writeback (and bridged clean bytes in flight),
-    /// what the dirty limit holds writers to. One counter, so no reader can see bytes moving between dirty and
+    /// Bytes dirty or under writeback (and room taken by writers, and
+    /// bridged clean bytes in flight), what the dirty limit holds writers
+    /// to. One counter, so no reader can see bytes moving between dirty and
     /// writeback in neither: it grows when blocks become dirty and shrinks
     /// when their writeback ends or truncation drops them; a failed
     /// writeback makes its bytes dirty (counted again) before it ends
@@ -143,6 +147,64 @@ pub struct DomainDirty {
     work_lock: Mutex<()>,
     work_cond: Condvar,
     shutdown: AtomicBool,
+    /// The inodes (by id, once per waiter) of the fsync / fdatasync calls
+    /// waiting on this domain's writeback now: the flusher submits their
+    /// collected I/O first and caps its other I/O while any waits.
+    sync_waiters: Mutex<Vec<u64>>,
+    /// `sync_waiters.len()`, read without the lock on every submission.
+    nr_sync_waiters: AtomicU64,
+    /// Bumped on every change of `sync_waiters`, so the flusher looks at
+    /// the list only when it changed.
+    sync_waiters_generation: AtomicU64,
+}
+
+/// Room under the dirty limit that a writer took before dirtying blocks
+/// ([`DomainDirty::try_take_room`]): counted in `unclean_bytes` from the
+/// moment it is taken, consumed as the writer's blocks become dirty
+/// ([`DomainDirty::account_dirty_bytes`]), and what is left is given back
+/// when it drops (the write covered fewer new blocks, or failed).
+pub struct DirtyRoom<'a> {
+    domain: &'a DomainDirty,
+    bytes: u64,
+}
+
+impl DirtyRoom<'_> {
+    /// Room not dirtied yet.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for DirtyRoom<'_> {
+    fn drop(&mut self) {
+        if self.bytes == 0 {
+            return;
+        }
+        let cache = &self.domain.cache;
+        let before = cache.unclean_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+        debug_assert!(before >= self.bytes, "unclean underflow");
+        // Others may be waiting for exactly this room.
+        cache.progress.made();
+    }
+}
+
+/// One fsync / fdatasync counted in its domain's sync waiters for as long
+/// as it lives ([`DomainDirty::enter_sync`]), whichever way the call ends.
+pub struct SyncWaiter<'a> {
+    domain: &'a DomainDirty,
+    inode_id: u64,
+}
+
+impl Drop for SyncWaiter<'_> {
+    fn drop(&mut self) {
+        let d = self.domain;
+        let mut waiters = locks::lock(&d.sync_waiters);
+        let pos = waiters.iter().position(|&id| id == self.inode_id).expect("a sync waiter is listed until it leaves");
+        waiters.swap_remove(pos);
+        d.nr_sync_waiters.store(waiters.len() as u64, Ordering::Release);
+        d.sync_waiters_generation.fetch_add(1, Ordering::AcqRel);
+        debug_assert_eq!(d.nr_sync_waiters.load(Ordering::Relaxed), waiters.len() as u64);
+    }
 }
 
 impl DomainDirty {
@@ -158,6 +220,9 @@ impl DomainDirty {
             work_lock: Mutex::new(()),
             work_cond: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            sync_waiters: Mutex::new(Vec::new()),
+            nr_sync_waiters: AtomicU64::new(0),
+            sync_waiters_generation: AtomicU64::new(0),
         });
         locks::lock(&cache.domains).push(domain.clone());
         domain
@@ -206,19 +271,90 @@ impl DomainDirty {
         self.shutdown.load(Ordering::Acquire)
     }
 
+    /// Counts an fsync / fdatasync of inode `inode_id` as waiting on this
+    /// domain's writeback until the returned guard drops.
+    pub fn enter_sync(&self, inode_id: u64) -> SyncWaiter<'_> {
+        let mut waiters = locks::lock(&self.sync_waiters);
+        waiters.push(inode_id);
+        self.nr_sync_waiters.store(waiters.len() as u64, Ordering::Release);
+        self.sync_waiters_generation.fetch_add(1, Ordering::AcqRel);
+        debug_assert!(self.has_sync_waiters(), "the new waiter is counted");
+        SyncWaiter { domain: self, inode_id }
+    }
+
+    pub fn has_sync_waiters(&self) -> bool {
+        self.nr_sync_waiters.load(Ordering::Acquire) > 0
+    }
+
+    /// Changes with every sync waiter that comes or goes.
+    pub fn sync_waiters_generation(&self) -> u64 {
+        self.sync_waiters_generation.load(Ordering::Acquire)
+    }
+
+    /// The inodes sync waiters wait for now (an inode once per waiter), and
+    /// the generation that list belongs to.
+    pub fn sync_waiter_inodes(&self) -> (u64, Vec<u64>) {
+        let waiters = locks::lock(&self.sync_waiters);
+        (self.sync_waiters_generation.load(Ordering::Acquire), waiters.clone())
+    }
+
+    /// Adds `bytes` to `unclean_bytes` if the sum stays at or under
+    /// `limit` (one compare-and-swap, so concurrent takers never pass it
+    /// together). Returns whether it did.
+    fn try_add_unclean(&self, bytes: u64, limit: u64) -> bool {
+        let unclean = &self.cache.unclean_bytes;
+        let mut now = unclean.load(Ordering::Acquire);
+        loop {
+            let Some(after) = now.checked_add(bytes).filter(|&after| after <= limit) else { return false };
+            match unclean.compare_exchange_weak(now, after, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.cache.counters.peak_dirty_writeback_bytes.fetch_max(after, Ordering::Relaxed);
+                    return true;
+                }
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
+    /// Takes `bytes` of room under `limit` for a writer about to dirty
+    /// blocks, if there is that much. `bytes` may be 0 (a writer that
+    /// dirties nothing new, or a closed cache's, which fails further on).
+    pub fn try_take_room(&self, bytes: u64, limit: u64) -> Option<DirtyRoom<'_>> {
+        debug_assert!(bytes % BLOCK_SIZE as u64 == 0, "room is whole blocks, not {bytes} bytes");
+        // Built only once taken: a dropped room gives its bytes back.
+        self.try_add_unclean(bytes, limit).then(|| DirtyRoom { domain: self, bytes })
+    }
+
+    /// Room that holds nothing: every byte dirtied with it is added to
+    /// `unclean_bytes` on its own (a closing cache; the tests).
+    pub fn no_room(&self) -> DirtyRoom<'_> {
+        DirtyRoom { domain: self, bytes: 0 }
+    }
+
     /// Accounts newly dirtied bytes (`dontcache_bytes` of them by uncached
-    /// writes). Called under the folio lock that set the dirty bits; the
-    /// caller queues the inode on the domain's dirty list after.
-    pub fn account_dirty_bytes(&self, bytes: u64, dontcache_bytes: u64) {
+    /// writes), from the writer's `room` as far as it goes. Called under
+    /// the folio lock that set the dirty bits; the caller queues the inode
+    /// on the domain's dirty list after.
+    pub fn account_dirty_bytes(&self, bytes: u64, dontcache_bytes: u64, room: &mut DirtyRoom<'_>) {
         debug_assert!(dontcache_bytes <= bytes);
         debug_assert!(bytes % BLOCK_SIZE as u64 == 0, "blocks become dirty whole, not {bytes} bytes");
+        debug_assert!(std::ptr::eq(room.domain, self), "room is taken in the domain it is used in");
         if bytes == 0 {
             return;
         }
         let c = &self.cache.counters;
-        let unclean_before = self.cache.unclean_bytes.fetch_add(bytes, Ordering::AcqRel);
-        debug_assert!(unclean_before.checked_add(bytes).is_some(), "unclean overflow");
-        c.peak_dirty_writeback_bytes.fetch_max(unclean_before + bytes, Ordering::Relaxed);
+        // Room already counted; only what goes beyond it is added now.
+        let from_room = bytes.min(room.bytes);
+        room.bytes -= from_room;
+        let beyond = bytes - from_room;
+        let unclean_after = if beyond > 0 {
+            let before = self.cache.unclean_bytes.fetch_add(beyond, Ordering::AcqRel);
+            debug_assert!(before.checked_add(beyond).is_some(), "unclean overflow");
+            before + beyond
+        } else {
+            self.cache.unclean_bytes.load(Ordering::Acquire)
+        };
+        c.peak_dirty_writeback_bytes.fetch_max(unclean_after, Ordering::Relaxed);
         let dirty_before = self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
         debug_assert!(dirty_before.checked_add(bytes).is_some(), "domain dirty overflow");
         let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
@@ -292,19 +428,7 @@ impl DomainDirty {
     /// the room was taken.
     pub fn try_reserve_bridge(&self, bytes: u64, limit: u64) -> bool {
         debug_assert!(bytes > 0 && bytes % BLOCK_SIZE as u64 == 0, "bridges are whole blocks, not {bytes} bytes");
-        let unclean = &self.cache.unclean_bytes;
-        let mut now = unclean.load(Ordering::Acquire);
-        loop {
-            if now + bytes > limit {
-                return false;
-            }
-            match unclean.compare_exchange_weak(now, now + bytes, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(seen) => now = seen,
-            }
-        }
-        self.cache.counters.peak_dirty_writeback_bytes.fetch_max(now + bytes, Ordering::Relaxed);
-        true
+        self.try_add_unclean(bytes, limit)
     }
 
     /// The bridged I/Os of a pass ended: `redirtied_bytes` of the
@@ -368,7 +492,7 @@ mod tests {
     fn gauges_move_together_through_writeback() {
         let d = domain();
         let c = &d.cache.counters;
-        d.account_dirty_bytes(12 << 10, 4 << 10);
+        d.account_dirty_bytes(12 << 10, 4 << 10, &mut d.no_room());
         assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 12 << 10);
         assert_eq!(c.dirty_bytes.load(Ordering::Relaxed), 12 << 10);
         assert_eq!(d.dontcache_dirty_bytes.load(Ordering::Relaxed), 4 << 10);
@@ -392,9 +516,9 @@ mod tests {
     fn peaks_count_dirty_alone_and_with_writeback() {
         let d = domain();
         let c = &d.cache.counters;
-        d.account_dirty_bytes(12 << 10, 0);
+        d.account_dirty_bytes(12 << 10, 0, &mut d.no_room());
         d.account_writeback_started(8 << 10, 0);
-        d.account_dirty_bytes(8 << 10, 0);
+        d.account_dirty_bytes(8 << 10, 0, &mut d.no_room());
         assert_eq!(c.peak_dirty_bytes.load(Ordering::Relaxed), 12 << 10, "dirty alone never exceeded 12K");
         assert_eq!(c.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 20 << 10);
         d.account_writeback_done(8 << 10, 8 << 10, Reason::Background);
@@ -408,7 +532,7 @@ mod tests {
     fn failed_writeback_moves_bytes_back_to_dirty() {
         let d = domain();
         let c = &d.cache.counters;
-        d.account_dirty_bytes(16 << 10, 0);
+        d.account_dirty_bytes(16 << 10, 0, &mut d.no_room());
         d.account_writeback_started(16 << 10, 0);
         d.account_writeback_failed(12 << 10);
         d.account_writeback_done(4 << 10, 0, Reason::Background);
@@ -417,6 +541,33 @@ mod tests {
         assert_eq!(c.writeback_bytes.load(Ordering::Relaxed), 0);
         assert_eq!(d.nr_dirty_bytes.load(Ordering::Relaxed), 12 << 10);
         assert_eq!(c.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 16 << 10, "never above what is held");
+    }
+
+    /// Room is taken whole or not at all, never past the limit; dirtying
+    /// inside it adds nothing, dirtying past it adds the excess, and what is
+    /// left goes back when it drops. A bridge competes for the same room.
+    #[test]
+    fn room_is_held_until_dirtied_or_given_back() {
+        let d = domain();
+        let unclean = || d.cache.unclean_bytes.load(Ordering::Relaxed);
+        let mut room = d.try_take_room(8 << 10, 12 << 10).expect("8K fits under 12K");
+        assert_eq!(unclean(), 8 << 10, "counted from the start");
+        assert!(d.try_take_room(8 << 10, 12 << 10).is_none(), "8K more would pass the limit");
+        assert!(!d.try_reserve_bridge(8 << 10, 12 << 10), "so would a bridge");
+        assert!(d.try_reserve_bridge(4 << 10, 12 << 10), "a bridge of what is left fits");
+        d.end_bridges(4 << 10, 0);
+        d.account_dirty_bytes(4 << 10, 0, &mut room);
+        assert_eq!((unclean(), room.bytes()), (8 << 10, 4 << 10), "dirtied inside the room: nothing added");
+        d.account_dirty_bytes(8 << 10, 0, &mut room);
+        assert_eq!((unclean(), room.bytes()), (12 << 10, 0), "4K from the room, 4K beyond it");
+        drop(room);
+        assert_eq!(unclean(), 12 << 10, "an empty room gives nothing back");
+        assert!(d.try_take_room(0, 12 << 10).is_some(), "no room needed, even at the limit");
+        d.account_discarded(12 << 10, 0);
+        let room = d.try_take_room(12 << 10, 12 << 10).expect("all of it");
+        drop(room);
+        assert_eq!(unclean(), 0, "an unused room goes back whole");
+        assert_eq!(d.cache.counters.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 12 << 10, "never past 12K");
     }
 
     /// A bit already set costs no wakeup; taking the bits clears them.

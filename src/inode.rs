@@ -29,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLockWriteGuard};
 
 use crate::buf::{AlignedBuf, BulkFree};
 use crate::config::Config;
-use crate::dirty::{DomainDirty, WORK_START_DONTCACHE};
+use crate::dirty::{DirtyRoom, DomainDirty, WORK_START_DONTCACHE};
 use crate::errseq::ErrSeq;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
@@ -755,7 +755,7 @@ impl Inode {
             room > 0 && room <= folio_max && room <= throttle::room_max_bytes(&self.config),
             "a part dirties at most one folio, and at most the room a writer may take"
         );
-        throttle::wait_for_dirty_room(&self.dirty, &self.config, room)?;
+        let mut room = throttle::wait_for_dirty_room(&self.dirty, &self.config, room)?;
         let (folio, _) = self.find_or_create(part.pos / BLOCK, part.end_block, false, true)?;
         let Some(mut st) = self.lock_private(&folio)? else { return Ok(None) };
         let folio_off = (part.pos - folio.offset()) as usize;
@@ -789,7 +789,12 @@ impl Inode {
         if self.size.load(Ordering::Acquire) < new_end && self.size.fetch_max(new_end, Ordering::AcqRel) < new_end {
             self.size_changed.store(true, Ordering::Release);
         }
-        let newly = self.mark_dirty(&folio, &mut st, (first, last), part.dontcache);
+        let room_before = room.bytes();
+        let newly = self.mark_dirty(&folio, &mut st, (first, last), part.dontcache, &mut room);
+        debug_assert!(
+            room_before - room.bytes() == (newly as u64 * BLOCK).min(room_before),
+            "the newly dirty blocks are taken from the room first"
+        );
         if part.dontcache {
             folio.dropbehind.store(true, Ordering::Relaxed);
         } else {
@@ -840,6 +845,7 @@ impl Inode {
         st: &mut FolioState,
         (first, last): (usize, usize),
         dontcache: bool,
+        room: &mut DirtyRoom<'_>,
     ) -> usize {
         debug_assert!(first < last && last <= folio.nr_blocks(), "blocks {first}..{last} of the folio");
         debug_assert_eq!(
@@ -851,7 +857,7 @@ impl Inode {
         let newly = st.set_dirty(first, last);
         if newly > 0 {
             let newly_bytes = newly as u64 * BLOCK;
-            self.dirty.account_dirty_bytes(newly_bytes, if dontcache { newly_bytes } else { 0 });
+            self.dirty.account_dirty_bytes(newly_bytes, if dontcache { newly_bytes } else { 0 }, room);
             if dontcache {
                 st.dontcache_dirty += newly;
             }

@@ -45,6 +45,105 @@ impl Reason {
     }
 }
 
+/// The class of a writeback I/O: whether an fsync / fdatasync waits for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoClass {
+    /// Written for an fsync or fdatasync: by the caller itself, or by the
+    /// flusher after the call promoted it.
+    Sync = 0,
+    /// Background, periodic, uncached-kick and reclaim writeback.
+    Async = 1,
+}
+
+impl IoClass {
+    pub const COUNT: usize = 2;
+    pub const ALL: [IoClass; IoClass::COUNT] = [IoClass::Sync, IoClass::Async];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IoClass::Sync => "sync",
+            IoClass::Async => "async",
+        }
+    }
+}
+
+/// A latency histogram that many threads record into without a lock:
+/// buckets of a quarter power of two of microseconds (each about 19%
+/// wide), from 1 µs to about 2^40 µs, and the exact maximum.
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LatencyHistogram::BUCKETS],
+    max_us: AtomicU64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram { buckets: std::array::from_fn(|_| AtomicU64::new(0)), max_us: AtomicU64::new(0) }
+    }
+}
+
+impl LatencyHistogram {
+    const SUB_BUCKETS: u32 = 4;
+    const BUCKETS: usize = 40 * LatencyHistogram::SUB_BUCKETS as usize;
+
+    /// The bucket of `us`: one per microsecond below 4 µs, then a quarter
+    /// power of two each, by the two bits below the leading one.
+    fn bucket_of(us: u64) -> usize {
+        if us < 4 {
+            return us as usize;
+        }
+        let log2 = 63 - us.leading_zeros();
+        let sub = (us >> (log2 - 2)) & 3;
+        (4 + ((log2 - 2) * Self::SUB_BUCKETS) as usize + sub as usize).min(Self::BUCKETS - 1)
+    }
+
+    /// The largest value bucket `i` holds.
+    fn bucket_upper_us(i: usize) -> u64 {
+        if i < 4 {
+            return i as u64;
+        }
+        let (log2, sub) = ((i as u32 - 4) / Self::SUB_BUCKETS + 2, (i as u64 - 4) % Self::SUB_BUCKETS as u64);
+        let base = 1u64 << log2;
+        base + (sub + 1) * (base / 4) - 1
+    }
+
+    pub fn record(&self, us: u64) {
+        self.buckets[Self::bucket_of(us)].fetch_add(1, Relaxed);
+        self.max_us.fetch_max(us, Relaxed);
+    }
+
+    /// p50, p99 and max: the percentiles as their bucket's upper bound
+    /// (capped at the maximum), all 0 when nothing was recorded.
+    pub fn summary(&self) -> LatencySummary {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        let max_us = self.max_us.load(Relaxed);
+        let percentile = |p: f64| -> u64 {
+            if total == 0 {
+                return 0;
+            }
+            let rank = ((total as f64 * p).ceil() as u64).clamp(1, total);
+            let mut seen = 0;
+            for (i, &n) in counts.iter().enumerate() {
+                seen += n;
+                if seen >= rank {
+                    return Self::bucket_upper_us(i).min(max_us);
+                }
+            }
+            max_us
+        };
+        LatencySummary { count: total, p50_us: percentile(0.50), p99_us: percentile(0.99), max_us }
+    }
+}
+
+/// What [`LatencyHistogram::summary`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+}
+
 /// Live counters shared by the whole cache.
 #[derive(Default)]
 pub struct Counters {
@@ -68,6 +167,21 @@ pub struct Counters {
     /// The errno of the latest failed writeback: what a writer held at the
     /// dirty limit by writeback that cannot complete is told.
     pub last_writeback_errno: std::sync::atomic::AtomicI32,
+    /// `File::sync_all` / `sync_data` calls, and how long each took.
+    pub fsync_latency: LatencyHistogram,
+    /// Bytes of I/O the flusher had collected and not yet submitted when an
+    /// fsync came for them: submitted ahead of the rest, in the sync class.
+    pub promoted_bytes: AtomicU64,
+    /// Bytes of writeback I/O completed successfully, per [`IoClass`]
+    /// (bridged clean bytes included).
+    pub written_bytes_by_class: [AtomicU64; IoClass::COUNT],
+    /// Microseconds fsync / fdatasync calls spent waiting for writeback
+    /// that the flusher had started (async I/O they needed).
+    pub sync_wait_async_us_total: AtomicU64,
+    /// The most async writeback I/Os one flusher had in flight while a sync
+    /// waiter was present (after it saw the waiter): `async_depth_while_sync`
+    /// at most.
+    pub async_ios_in_flight_max_while_sync: AtomicU64,
 }
 
 impl Counters {
@@ -114,6 +228,21 @@ pub struct Stats {
     /// Clean cached bytes written along with dirty neighbours so that one
     /// I/O covers both (a gap of at most two blocks between dirty runs).
     pub bridged_bytes: u64,
+    /// `File::sync_all` / `sync_data` calls.
+    pub fsyncs: u64,
+    /// Their latency: p50, p99 (bucket bounds, about 19% wide) and max.
+    pub fsync_lat_us: LatencySummary,
+    /// Collected background writeback an fsync needed, submitted ahead of
+    /// the rest (not written twice).
+    pub promoted_bytes: u64,
+    /// Writeback bytes by class, indexed by [`IoClass`] (`IoClass::ALL`).
+    pub written_bytes_by_class: [u64; IoClass::COUNT],
+    /// Time fsync / fdatasync calls waited for writeback the flusher had
+    /// started, in microseconds.
+    pub sync_wait_async_us_total: u64,
+    /// The most async writeback I/Os in flight at once while an fsync
+    /// waited (bounded by `async_depth_while_sync`).
+    pub async_ios_in_flight_max_while_sync: u64,
     /// `uring`, `threads` or `sim`: the backend actually running.
     pub io_backend: &'static str,
     /// False if any backing store fell back to buffered I/O.
@@ -151,6 +280,12 @@ impl Stats {
             writeback_errors: c.writeback_errors.load(Relaxed),
             cow_copies: c.cow_copies.load(Relaxed),
             bridged_bytes: c.bridged_bytes.load(Relaxed),
+            fsync_lat_us: c.fsync_latency.summary(),
+            fsyncs: c.fsync_latency.summary().count,
+            promoted_bytes: c.promoted_bytes.load(Relaxed),
+            written_bytes_by_class: std::array::from_fn(|i| c.written_bytes_by_class[i].load(Relaxed)),
+            sync_wait_async_us_total: c.sync_wait_async_us_total.load(Relaxed),
+            async_ios_in_flight_max_while_sync: c.async_ios_in_flight_max_while_sync.load(Relaxed),
             ..Stats::default()
         }
     }
@@ -188,7 +323,19 @@ impl Stats {
         num("cow_copies", self.cow_copies);
         num("bridged_bytes", self.bridged_bytes);
         num("open_inodes", self.open_inodes);
-        s.push_str("\"written_bytes_by_reason\":{");
+        num("fsyncs", self.fsyncs);
+        num("promoted_bytes", self.promoted_bytes);
+        num("sync_wait_async_us_total", self.sync_wait_async_us_total);
+        num("async_ios_in_flight_max_while_sync", self.async_ios_in_flight_max_while_sync);
+        let l = &self.fsync_lat_us;
+        let _ = write!(s, "\"fsync_lat_us\":{{\"p50\":{},\"p99\":{},\"max\":{}}},", l.p50_us, l.p99_us, l.max_us);
+        s.push_str("\"written_bytes_by_class\":{");
+        let classes: Vec<String> = IoClass::ALL
+            .iter()
+            .map(|c| format!("\"{}\":{}", c.name(), self.written_bytes_by_class[*c as usize]))
+            .collect();
+        s.push_str(&classes.join(","));
+        s.push_str("},\"written_bytes_by_reason\":{");
         let reasons: Vec<String> =
             Reason::ALL.iter().map(|r| format!("\"{}\":{}", r.name(), self.written_bytes(*r))).collect();
         s.push_str(&reasons.join(","));
@@ -241,9 +388,41 @@ mod tests {
             assert!(json.contains(&format!("\"{key}\":")), "{key} missing in {json}");
         }
         assert!(json.contains("\"fsync\":42"));
+        for key in ["fsyncs", "promoted_bytes", "sync_wait_async_us_total", "async_ios_in_flight_max_while_sync"] {
+            assert!(json.contains(&format!("\"{key}\":")), "{key} missing in {json}");
+        }
+        assert!(json.contains("\"fsync_lat_us\":{\"p50\":0,\"p99\":0,\"max\":0}"), "{json}");
+        assert!(json.contains("\"written_bytes_by_class\":{\"sync\":0,\"async\":0}"), "{json}");
         assert!(json.contains("\"direct_io\":true"));
         assert!(json.starts_with('{') && json.ends_with('}'));
         assert!(!json.contains("\"config\""), "no configuration, no config object: {json}");
+    }
+
+    /// Percentiles land in the bucket of the value (within its ~19% width),
+    /// never above the maximum, and every value has a bucket.
+    #[test]
+    fn latency_histogram_percentiles() {
+        let h = LatencyHistogram::default();
+        assert_eq!(h.summary(), LatencySummary::default(), "empty");
+        for us in 1..=1000u64 {
+            h.record(us);
+        }
+        let s = h.summary();
+        assert_eq!((s.count, s.max_us), (1000, 1000));
+        assert!((500..=600).contains(&s.p50_us), "p50 {s:?}");
+        assert!((990..=1000).contains(&s.p99_us), "p99 {s:?}");
+        for us in [0u64, 1, 2, 3, 4, 5, 7, 8, 1 << 20, u64::MAX] {
+            let i = LatencyHistogram::bucket_of(us);
+            assert!(i < LatencyHistogram::BUCKETS);
+            if us < 1 << 39 {
+                assert!(LatencyHistogram::bucket_upper_us(i) >= us, "{us} fits under its bucket's bound");
+                assert!(i == 0 || LatencyHistogram::bucket_upper_us(i - 1) < us, "{us} is not in an earlier bucket");
+            }
+        }
+        let one = LatencyHistogram::default();
+        one.record(12_345);
+        let s = one.summary();
+        assert_eq!((s.p50_us, s.p99_us, s.max_us), (12_345, 12_345, 12_345), "capped at the maximum");
     }
 
     /// The configuration is added after the counters, every option by its
@@ -259,7 +438,7 @@ mod tests {
         let expected = format!(
             ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\
              \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
-             \"throttle_pause_ms_max\":200,\"bridge_gap\":8192}}}}",
+             \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":2}}}}",
             256 << 20,
             64 << 20,
             32 << 20,

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::dirty::{DomainDirty, WORK_BACKGROUND};
+use crate::dirty::{DirtyRoom, DomainDirty, WORK_BACKGROUND};
 use crate::io::BLOCK_SIZE;
 use crate::stats::Counters;
 
@@ -140,10 +140,11 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64) {
     }
 }
 
-/// Called before a write of `len` bytes: while the write could push
-/// dirty memory past `dirty_limit`, kick writeback and wait for it. This
-/// keeps a writer's peak dirty at or under the limit (concurrent writers
-/// can each overshoot by at most one write). Bytes under writeback count
+/// Called before a write dirties up to `len` bytes: takes that much room
+/// under `dirty_limit`, kicking writeback and waiting for it while there is
+/// not enough. The room is the writer's until its blocks are dirty in it
+/// (or it drops), so dirty + writeback never passes the limit, however many
+/// writers and writeback passes race for it. Bytes under writeback count
 /// too, as in the kernel's `balance_dirty_pages`: a failed writeback
 /// makes them dirty again, and writers that had filled the room they
 /// left would push dirty past the limit (while fsyncs kept failing on a
@@ -158,19 +159,28 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64) {
 /// `EIO` when there is none) after a second instead of hanging, as
 /// `write(2)` reports a recorded writeback error; nothing of its write
 /// was applied.
-pub fn wait_for_dirty_room(domain: &DomainDirty, cfg: &Config, len: u64) -> io::Result<()> {
+pub fn wait_for_dirty_room<'d>(domain: &'d DomainDirty, cfg: &Config, len: u64) -> io::Result<DirtyRoom<'d>> {
     let cache = &domain.cache;
     let limit = cfg.dirty_limit_bytes;
     debug_assert!(len <= room_max_bytes(cfg), "writers ask for at most room_max_bytes ({len})");
     let room = len.min(limit);
-    if cache.unclean_bytes.load(Ordering::Acquire) + room <= limit || cache.is_closed() {
-        return Ok(());
+    if let Some(taken) = domain.try_take_room(room, limit) {
+        return Ok(taken);
+    }
+    if cache.is_closed() {
+        // The write fails further on; nothing to hold for it.
+        return Ok(domain.no_room());
     }
     let started = Instant::now();
     let errors_before = cache.counters.writeback_errors.load(Ordering::Acquire);
     let _waiting = DirtyWaiter::register(&cache.nr_dirty_waiters);
-    let mut result = Ok(());
-    while cache.unclean_bytes.load(Ordering::Acquire) + room > limit && !cache.is_closed() {
+    let result = loop {
+        if let Some(taken) = domain.try_take_room(room, limit) {
+            break Ok(taken);
+        }
+        if cache.is_closed() {
+            break Ok(domain.no_room());
+        }
         // Every domain, not only the writer's: the limit is cache-wide,
         // and the bytes holding this writer may sit on another device.
         cache.kick_all(WORK_BACKGROUND);
@@ -178,10 +188,9 @@ pub fn wait_for_dirty_room(domain: &DomainDirty, cfg: &Config, len: u64) -> io::
         let failing = cache.counters.writeback_errors.load(Ordering::Acquire) > errors_before;
         if failing && started.elapsed() > Duration::from_secs(1) {
             let errno = cache.counters.last_writeback_errno.load(Ordering::Acquire);
-            result = Err(io::Error::from_raw_os_error(if errno > 0 { errno } else { libc::EIO }));
-            break;
+            break Err(io::Error::from_raw_os_error(if errno > 0 { errno } else { libc::EIO }));
         }
-    }
+    };
     Counters::add(&cache.counters.throttle_events, 1);
     Counters::add(&cache.counters.throttle_us_total, started.elapsed().as_micros() as u64);
     result

@@ -98,6 +98,7 @@ const KEYS: &[&str] = &[
     "readahead_max",
     "throttle_pause_ms_max",
     "bridge_gap",
+    "async_depth_while_sync",
 ];
 
 const SIZE_KEYS: &[&str] =
@@ -257,6 +258,7 @@ fn plausible(rng: &mut Rng, key: &str) -> String {
         "io_depth" => sizes(rng, &["1", "2", "128", "4096", "64"]),
         "readahead_max" => sizes(rng, &["16M", "4K", "4097", "1G", "0"]),
         "throttle_pause_ms_max" => sizes(rng, &["1", "200", "18446744073709551615"]),
+        "async_depth_while_sync" => sizes(rng, &["1", "2", "8", "4096", "0", "4097"]),
         _ => sizes(rng, &["0", "8K", "4K", "64K"]),
     }
 }

@@ -718,10 +718,9 @@ struct Epoch {
     rescues: AtomicU64,
     /// The epoch's operations are over ([`rescuer`] stops).
     over: AtomicBool,
-    /// Slack for the memory and dirty checks: other threads may be half-way
-    /// through an operation when one samples the counters.
+    /// Slack for the memory check: other threads may be half-way through
+    /// an operation when one samples the counters.
     memory_slack: u64,
-    dirty_slack: u64,
     /// Worker 0 fails on purpose at this operation (`u64::MAX`: never), to
     /// show that the harness reports a violation as itself.
     planted_violation_op: u64,
@@ -994,12 +993,14 @@ impl Worker {
         // can be seen in both (a torn sum, found by a 17-minute run). The
         // cache's peak of dirty + writeback is kept from one gauge and
         // covers every instant, this one included: check that.
-        if st.peak_dirty_writeback_bytes > limit + ep.dirty_slack || st.peak_dirty_bytes > limit + ep.dirty_slack {
+        // Exact, however many writers: each takes its room before it
+        // dirties (one compare-and-swap against the limit).
+        if st.peak_dirty_writeback_bytes > limit || st.peak_dirty_bytes > limit {
             self.fail(
                 ep,
                 format!(
-                    "peak dirty + writeback {} (peak dirty {}; now {} + {}) is over dirty_limit {limit} (+{} for concurrent writers)",
-                    st.peak_dirty_writeback_bytes, st.peak_dirty_bytes, st.dirty_bytes, st.writeback_bytes, ep.dirty_slack
+                    "peak dirty + writeback {} (peak dirty {}; now {} + {}) is over dirty_limit {limit}",
+                    st.peak_dirty_writeback_bytes, st.peak_dirty_bytes, st.dirty_bytes, st.writeback_bytes
                 ),
             );
         }
@@ -1791,9 +1792,6 @@ impl Seed {
             rescues: AtomicU64::new(0),
             over: AtomicBool::new(false),
             memory_slack: if threads == 1 { 0 } else { (threads + 2) * folio_max },
-            // One writer never passes the limit; several may each pass it
-            // by the part they are writing (at most a quarter of the limit).
-            dirty_slack: if threads == 1 { 0 } else { threads * (folio_max + 2 * BLOCK as u64) },
             planted_violation_op: self.planted_violation_op,
             verbose: self.verbose,
         }

@@ -1148,13 +1148,11 @@ fn soak_for(seconds: u64, long: bool) {
     if cached_max > config.capacity_bytes + config.folio_max_bytes {
         failures.push(format!("cached bytes reached {cached_max}, over capacity + one folio"));
     }
-    // `wait_for_dirty_room` checks for room before a write and dirties
-    // after it, so each concurrent writer may overshoot by one write (as
-    // its comment says): the limit holds up to that.
-    let dirty_bound = config.dirty_limit_bytes + (THREADS * (BUF_LEN + BLOCK)) as u64;
-    if stats.peak_dirty_writeback_bytes > dirty_bound {
+    // Exact, however many writers: each takes its room under the limit
+    // before it dirties.
+    if stats.peak_dirty_writeback_bytes > config.dirty_limit_bytes {
         failures.push(format!(
-            "dirty + writeback peaked at {}, over dirty_limit {} + one write per thread",
+            "dirty + writeback peaked at {}, over dirty_limit {}",
             stats.peak_dirty_writeback_bytes, config.dirty_limit_bytes
         ));
     }

@@ -7,9 +7,12 @@
 //!   thread, and returns only after every dispatched job has answered. Jobs
 //!   hold raw pointers into the caller's buffers; that wait (also done by a
 //!   drop guard while unwinding) is what keeps the buffers alive for them.
-//! - Workers share one FIFO job queue; a worker sets its own I/O priority to
-//!   the job's `ioprio` so the device scheduler still sees sync vs async (the
-//!   op the caller runs itself keeps the caller's priority).
+//! - Workers share one job queue with two classes: a worker takes the
+//!   oldest sync job (a caller waits on it: a read miss, an fsync's writes,
+//!   promoted writeback) before any async one (background writeback), so
+//!   sync I/O never queues behind the flusher's. A worker sets its own I/O
+//!   priority to the job's `ioprio` so the device scheduler still sees sync
+//!   vs async (the op the caller runs itself keeps the caller's priority).
 //! - [`PoolQueue`] (the flusher's asynchronous writes) owns its writes'
 //!   buffers and frees a write only after its job answered; every job
 //!   answers exactly once, a job dropped unrun with `EIO` ([`Reply`]).
@@ -17,17 +20,18 @@
 //!   when the last of them is dropped, the queue closes and the workers are
 //!   joined.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use super::fd::{ioprio_of, open_fd_store, rw_iovecs, rw_once, FdEngine};
 use super::queue::{complete_without_backend, Completion, QueuedWrite, SlotTable, WriteQueue};
-use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
+use super::{Attempt, BackingStore, Io, IoKind, IoOp, IoPriority, OpenHow};
 
 /// Most workers a pool runs. Each worker keeps one request in flight, so
 /// this is the pool's device queue depth: scattered 4 KiB writeback needs a
@@ -93,7 +97,7 @@ struct Job {
     offset: u64,
     iovecs: Vec<libc::iovec>,
     write: bool,
-    ioprio: u16,
+    priority: IoPriority,
     reply: Reply,
 }
 
@@ -147,8 +151,7 @@ struct SendJob(Job);
 unsafe impl Send for SendJob {}
 
 struct Pool {
-    /// `None` only while dropping: closing the queue stops the workers.
-    jobs: Option<mpsc::Sender<SendJob>>,
+    jobs: Arc<JobQueue>,
     handles: Vec<JoinHandle<()>>,
     /// Read only by the tests' accessors; the workers update it.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -163,40 +166,116 @@ struct PoolStats {
     attempts: AtomicU64,
 }
 
+/// The workers' job queue: sync jobs before async ones, each class in
+/// order.
+#[derive(Default)]
+struct JobQueue {
+    state: Mutex<Jobs>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Jobs {
+    sync: VecDeque<SendJob>,
+    background: VecDeque<SendJob>,
+    /// Workers that may still take a job: dispatching to none fails (the
+    /// submitter runs the op itself).
+    workers: usize,
+    /// Cleared when the pool drops: idle workers exit.
+    open: bool,
+}
+
+impl JobQueue {
+    /// Queues `job` in its class, or gives it back when no worker can take it.
+    fn push(&self, job: Job) -> Result<(), Job> {
+        let mut jobs = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !jobs.open || jobs.workers == 0 {
+            return Err(job);
+        }
+        match job.priority {
+            IoPriority::Sync => jobs.sync.push_back(SendJob(job)),
+            IoPriority::Async => jobs.background.push_back(SendJob(job)),
+        }
+        drop(jobs);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// The next job, sync first; `None` once the pool is closing.
+    fn pop(&self) -> Option<Job> {
+        let mut jobs = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(SendJob(job)) = jobs.sync.pop_front().or_else(|| jobs.background.pop_front()) {
+                return Some(job);
+            }
+            if !jobs.open {
+                return None;
+            }
+            jobs = self.ready.wait(jobs).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// A worker stops taking jobs. The last one drops whatever is queued,
+    /// so every such job answers `EIO` ([`Reply`]) instead of waiting for a
+    /// worker that will never come.
+    fn worker_left(&self) {
+        let orphans: Vec<SendJob> = {
+            let mut jobs = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            jobs.workers -= 1;
+            if jobs.workers > 0 {
+                return;
+            }
+            let sync = std::mem::take(&mut jobs.sync);
+            let background = std::mem::take(&mut jobs.background);
+            sync.into_iter().chain(background).collect()
+        };
+        drop(orphans);
+    }
+
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).open = false;
+        self.ready.notify_all();
+    }
+}
+
 impl Pool {
     fn new(workers: usize) -> Pool {
-        let (tx, rx) = mpsc::channel::<SendJob>();
-        let rx = Arc::new(Mutex::new(rx));
+        let jobs = Arc::new(JobQueue::default());
+        {
+            let mut state = jobs.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.open = true;
+            state.workers = workers;
+        }
         let stats = Arc::new(PoolStats::default());
         let handles: Vec<JoinHandle<()>> = (0..workers)
             .filter_map(|i| {
-                let rx = rx.clone();
+                let queue = jobs.clone();
                 let stats = stats.clone();
-                std::thread::Builder::new()
+                let spawned = std::thread::Builder::new()
                     .name(format!("wbcache-io-{i}"))
                     .stack_size(WORKER_STACK_BYTES)
-                    .spawn(move || worker_loop(&rx, &stats))
-                    .ok()
+                    .spawn(move || worker_loop(&queue, &stats));
+                if spawned.is_err() {
+                    // Never came: it takes no job. With no worker at all,
+                    // every dispatch fails and submit_once runs the ops inline.
+                    jobs.worker_left();
+                }
+                spawned.ok()
             })
             .collect();
-        // With no worker the receiver dies here, every send fails and
-        // submit_once runs the ops inline.
-        Pool { jobs: Some(tx), handles, stats }
+        Pool { jobs, handles, stats }
     }
 
     /// Queues `job`, or gives it back when no worker can take it.
     fn dispatch(&self, job: Job) -> Result<(), Job> {
-        match &self.jobs {
-            Some(tx) => tx.send(SendJob(job)).map_err(|mpsc::SendError(SendJob(job))| job),
-            None => Err(job),
-        }
+        self.jobs.push(job)
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
         // No batch can be in flight: every submitter holds an Arc to the pool.
-        self.jobs = None;
+        self.jobs.close();
         for handle in self.handles.drain(..) {
             // A worker that panicked has nothing left to clean up.
             let _ = handle.join();
@@ -204,28 +283,26 @@ impl Drop for Pool {
     }
 }
 
-/// Decrements the live-worker count however the worker exits.
-struct AliveGuard<'a>(&'a AtomicUsize);
+/// Decrements the live-worker count and leaves the job queue however the
+/// worker exits.
+struct AliveGuard<'a>(&'a AtomicUsize, &'a JobQueue);
 
 impl Drop for AliveGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+        self.1.worker_left();
     }
 }
 
-fn worker_loop(jobs: &Mutex<mpsc::Receiver<SendJob>>, stats: &PoolStats) {
+fn worker_loop(jobs: &JobQueue, stats: &PoolStats) {
     stats.alive.fetch_add(1, Ordering::AcqRel);
-    let _alive = AliveGuard(&stats.alive);
+    let _alive = AliveGuard(&stats.alive, jobs);
     let mut current_ioprio: Option<u16> = None;
-    loop {
-        // Only one idle worker waits in recv; the others wait for the lock.
-        let next = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
-        let Ok(SendJob(job)) = next else {
-            return; // queue closed: the pool is being dropped
-        };
-        if current_ioprio != Some(job.ioprio) {
-            set_thread_ioprio(job.ioprio);
-            current_ioprio = Some(job.ioprio);
+    while let Some(job) = jobs.pop() {
+        let ioprio = ioprio_of(job.priority);
+        if current_ioprio != Some(ioprio) {
+            set_thread_ioprio(ioprio);
+            current_ioprio = Some(ioprio);
         }
         // SAFETY: the iovecs point into buffers the submitter keeps borrowed
         // until this job answers (see SendJob); nobody else touches them.
@@ -301,10 +378,9 @@ impl FdEngine for Pool {
             let mut batch = Batch::new();
             for &index in dispatched {
                 let op = &mut ops[index];
-                let write = op.is_write();
-                let ioprio = ioprio_of(op.priority);
+                let (write, priority) = (op.is_write(), op.priority);
                 let (offset, iovecs) = op.remaining_iovecs();
-                let job = Job { fd, offset, iovecs, write, ioprio, reply: Reply::new(batch.reply_to(), index) };
+                let job = Job { fd, offset, iovecs, write, priority, reply: Reply::new(batch.reply_to(), index) };
                 match self.dispatch(job) {
                     Ok(()) => batch.outstanding += 1,
                     // No worker: the job never ran, do it here.
@@ -371,8 +447,9 @@ impl PoolQueue {
             let f = self.slots.get_mut(slot);
             let fd = f.write.store.raw_fd().expect("only stores with a descriptor are queued on the pool");
             let (offset, iovecs) = f.remaining_iovecs();
-            let ioprio = ioprio_of(f.write.priority);
-            let job = Job { fd, offset, iovecs, write: true, ioprio, reply: Reply::new(self.answers_to.clone(), slot) };
+            let priority = f.write.priority;
+            let job =
+                Job { fd, offset, iovecs, write: true, priority, reply: Reply::new(self.answers_to.clone(), slot) };
             match self.pool.dispatch(job) {
                 Ok(()) => self.in_pool += 1,
                 Err(job) => {
@@ -529,7 +606,7 @@ mod tests {
     /// With no workers (spawning failed), everything runs inline.
     #[test]
     fn pool_without_workers_runs_inline() {
-        let mut pool = Pool::new(0);
+        let pool = Pool::new(0);
         assert!(pool.handles.is_empty());
         let path = TempPath::new("no-workers");
         let store = open_fd_store(&path.0, &rw_create(), Arc::new(Pool::new(0))).unwrap();
@@ -549,13 +626,64 @@ mod tests {
         let mut back = AlignedBuf::zeroed(3 * BLOCK_SIZE);
         assert_eq!(read_full(&*store, &mut back, 0, IoPriority::Sync).unwrap(), 3 * BLOCK_SIZE);
         assert!(back[..] == data[..]);
-        pool.jobs = None; // a closed queue refuses jobs too
+        pool.jobs.close(); // a closed queue refuses jobs too
         assert!(pool.dispatch(dummy_job()).is_err());
+    }
+
+    /// Workers take every queued sync job before any async one, each class
+    /// in order; the last worker to leave answers what is still queued.
+    #[test]
+    fn sync_jobs_go_before_async_ones() {
+        let queue = JobQueue::default();
+        {
+            let mut state = queue.state.lock().unwrap();
+            state.open = true;
+            state.workers = 1;
+        }
+        let (to, answers) = mpsc::channel();
+        let job = |index: usize, priority: IoPriority| Job {
+            fd: -1,
+            offset: 0,
+            iovecs: Vec::new(),
+            write: true,
+            priority,
+            reply: Reply::new(to.clone(), index),
+        };
+        for (index, priority) in
+            [(1, IoPriority::Async), (2, IoPriority::Async), (3, IoPriority::Sync), (4, IoPriority::Sync)]
+        {
+            assert!(queue.push(job(index, priority)).is_ok());
+        }
+        let order: Vec<usize> = (0..4)
+            .map(|_| {
+                let j = queue.pop().expect("queued");
+                let index = j.reply.index;
+                j.reply.disarm();
+                index
+            })
+            .collect();
+        assert_eq!(order, [3, 4, 1, 2]);
+        assert!(queue.push(job(5, IoPriority::Async)).is_ok());
+        queue.worker_left();
+        assert_eq!(
+            answers.try_recv().map(|(i, a)| (i, a.unwrap_err().raw_os_error())).ok(),
+            Some((5, Some(libc::EIO)))
+        );
+        assert!(queue.push(job(6, IoPriority::Sync)).is_err(), "no worker left to take it");
+        queue.close();
+        assert!(queue.pop().is_none(), "a closed, empty queue ends its workers");
     }
 
     fn dummy_job() -> Job {
         let (reply, _) = mpsc::channel();
-        Job { fd: -1, offset: 0, iovecs: Vec::new(), write: false, ioprio: 0, reply: Reply::new(reply, 0) }
+        Job {
+            fd: -1,
+            offset: 0,
+            iovecs: Vec::new(),
+            write: false,
+            priority: IoPriority::Async,
+            reply: Reply::new(reply, 0),
+        }
     }
 
     #[test]
@@ -586,7 +714,14 @@ mod tests {
     #[test]
     fn a_job_dropped_unrun_answers_eio() {
         let (to, answers) = mpsc::channel();
-        drop(Job { fd: -1, offset: 0, iovecs: Vec::new(), write: true, ioprio: 0, reply: Reply::new(to.clone(), 7) });
+        drop(Job {
+            fd: -1,
+            offset: 0,
+            iovecs: Vec::new(),
+            write: true,
+            priority: IoPriority::Async,
+            reply: Reply::new(to.clone(), 7),
+        });
         let (index, attempt) = answers.try_recv().expect("a dropped job answers");
         assert_eq!(index, 7);
         assert_eq!(attempt.unwrap_err().raw_os_error(), Some(libc::EIO));

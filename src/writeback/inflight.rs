@@ -4,6 +4,16 @@
 //! queue does not drain between passes and many small inodes' passes overlap
 //! instead of running one at a time.
 //!
+//! Two classes of I/O: *sync*, which an fsync / fdatasync waits for, and
+//! *async* (background, periodic, uncached kick, reclaim). Collected I/O is
+//! held here until [`policy::may_submit_async`] lets it into the queue:
+//! sync I/O first, then async up to the queue's depth, or, while a sync
+//! waiter exists on the domain, only up to `async_depth_while_sync` async
+//! I/Os in the queue. An fsync that arrives for an inode whose I/O is held
+//! here *promotes* it: it moves to the sync class (and carries the sync
+//! `ioprio`) and is submitted ahead of the rest, written once. I/O already
+//! in the queue is waited for, not rewritten.
+//!
 //! Invariants:
 //! - A pass is completed ([`Inode::finish_pass`]) exactly once, after every
 //!   one of its I/Os completed, and only then gives back the store's I/O
@@ -11,22 +21,30 @@
 //! - A pass fixes the store's length only when it is its inode's last pass
 //!   in flight here: the fix waits for all of the inode's I/O, and the
 //!   flusher must never wait for I/O that only it can complete.
-//! - Queued I/O is bounded ([`InFlight::new`]): `start` reaps completions
-//!   before it returns while more is queued than that.
+//! - Every I/O of a pass in flight is either held (`held_sync`,
+//!   `held_async`) or in the queue (`in_queue` counts those, `async_in_queue`
+//!   the async ones); the queue never holds more than its depth, so nothing
+//!   waits inside the backend where it could not be promoted. Whenever a
+//!   pass is in flight, at least one of its I/Os is in the queue after
+//!   [`InFlight::submit_held`], so waiting for a completion always ends.
+//! - Collected I/O is bounded ([`InFlight::new`]): `start` reaps completions
+//!   before it returns while more is collected than that.
 //!
 //! Owned by the flusher thread (the queue cannot move between threads).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::inode::Inode;
-use crate::io::queue::{Completion, WriteQueue};
+use crate::io::queue::{Completion, QueuedWrite, WriteQueue};
 use crate::io::IoPriority;
-use crate::stats::Reason;
+use crate::stats::{Counters, IoClass, Reason};
 use crate::writeback::domain::Domain;
 use crate::writeback::pass::WbPass;
+use crate::writeback::policy;
 
 /// How long a bandwidth sample spans at most.
 const BANDWIDTH_SAMPLE_PERIOD: Duration = Duration::from_millis(50);
@@ -34,10 +52,19 @@ const BANDWIDTH_SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 /// I/O tags are `pass id << TAG_SHIFT | I/O index within the pass`.
 const TAG_SHIFT: u32 = 32;
 
+fn class_of(priority: IoPriority) -> IoClass {
+    match priority {
+        IoPriority::Sync => IoClass::Sync,
+        IoPriority::Async => IoClass::Async,
+    }
+}
+
 struct Pending {
     inode: Arc<Inode>,
     pass: WbPass,
     results: Vec<Option<io::Result<usize>>>,
+    /// The class each I/O went to the queue in (`None` while held).
+    classes: Vec<Option<IoClass>>,
     remaining: usize,
 }
 
@@ -48,10 +75,23 @@ pub struct InFlight {
     /// Passes in flight per inode id.
     passes_per_inode: HashMap<u64, usize>,
     next_pass_id: u64,
+    /// I/Os and bytes collected and not completed (held or in the queue).
     ios_queued: usize,
     bytes_queued: u64,
     ios_queued_max: usize,
     bytes_queued_max: u64,
+    /// Collected I/O not yet in the queue: sync (promoted) first, then
+    /// async with its inode's id, each in collection order.
+    held_sync: VecDeque<QueuedWrite>,
+    held_async: VecDeque<(u64, QueuedWrite)>,
+    /// I/Os in the queue, and the async ones among them.
+    in_queue: usize,
+    async_in_queue: usize,
+    queue_ios_max: usize,
+    /// The sync waiters' inodes as last looked up, and the generation of
+    /// the domain's waiter list they belong to.
+    sync_inodes: Vec<u64>,
+    sync_generation_seen: u64,
     /// Set when a pass completed with failed writes; cleared by
     /// [`InFlight::clear_failed`].
     failed: bool,
@@ -63,12 +103,14 @@ pub struct InFlight {
 
 impl InFlight {
     /// Keeps at most about `ios_queued_max` I/Os and `bytes_queued_max`
-    /// bytes queued (a pass is queued whole, so one pass may exceed them).
+    /// bytes collected (a pass is collected whole, so one pass may exceed
+    /// them), and at most `queue_ios_max` of them in the queue.
     pub fn new(
         domain: Arc<Domain>,
         queue: Box<dyn WriteQueue>,
         ios_queued_max: usize,
         bytes_queued_max: u64,
+        queue_ios_max: usize,
     ) -> InFlight {
         InFlight {
             domain,
@@ -80,6 +122,13 @@ impl InFlight {
             bytes_queued: 0,
             ios_queued_max: ios_queued_max.max(1),
             bytes_queued_max: bytes_queued_max.max(1),
+            held_sync: VecDeque::new(),
+            held_async: VecDeque::new(),
+            in_queue: 0,
+            async_in_queue: 0,
+            queue_ios_max: queue_ios_max.max(1),
+            sync_inodes: Vec::new(),
+            sync_generation_seen: 0,
             failed: false,
             busy_since: None,
             busy_bytes: 0,
@@ -104,9 +153,9 @@ impl InFlight {
 
     /// Starts a pass of up to `max_bytes` (and `max_chunks` runs) on
     /// `inode` and returns the dirty bytes it took (0: nothing was dirty;
-    /// clean blocks it bridges are not counted). Before
-    /// returning, completes what finished and waits while the queue is over
-    /// its bounds.
+    /// clean blocks it bridges are not counted). Its I/O is sync when an
+    /// fsync waits for the inode now. Before returning, completes what
+    /// finished and waits while more is collected than the bounds.
     pub fn start(&mut self, inode: &Arc<Inode>, reason: Reason, max_bytes: u64, max_chunks: usize) -> u64 {
         if !inode.try_begin_async_io() {
             // A length change waits for the inode's I/O, some of which may
@@ -121,32 +170,53 @@ impl InFlight {
         let id = self.next_pass_id;
         self.next_pass_id += 1;
         debug_assert!(!self.passes.contains_key(&id) && id < 1 << (64 - TAG_SHIFT), "pass id {id} is free");
-        let writes = inode.pass_writes(&pass, IoPriority::Async, id << TAG_SHIFT);
+        self.look_at_sync_waiters();
+        let wanted_by_sync = self.sync_inodes.contains(&inode.id);
+        let priority = if wanted_by_sync { IoPriority::Sync } else { IoPriority::Async };
+        let writes = inode.pass_writes(&pass, priority, id << TAG_SHIFT);
+        if wanted_by_sync {
+            Counters::add(&self.domain.dirty.cache.counters.promoted_bytes, pass.bytes());
+        }
         let dirty_bytes = pass.dirty_bytes();
         self.ios_queued += writes.len();
         self.bytes_queued += pass.bytes();
         *self.passes_per_inode.entry(inode.id).or_insert(0) += 1;
         let n = writes.len();
-        self.passes
-            .insert(id, Pending { inode: inode.clone(), pass, results: (0..n).map(|_| None).collect(), remaining: n });
+        self.passes.insert(
+            id,
+            Pending {
+                inode: inode.clone(),
+                pass,
+                results: (0..n).map(|_| None).collect(),
+                classes: vec![None; n],
+                remaining: n,
+            },
+        );
         if self.busy_since.is_none() {
             self.busy_since = Some(Instant::now());
         }
         for w in writes {
-            self.queue.push(w);
+            if wanted_by_sync {
+                self.held_sync.push_back(w);
+            } else {
+                self.held_async.push_back((inode.id, w));
+            }
         }
+        self.submit_held();
         let done = self.queue.reap(false);
         self.complete(done);
         while self.ios_queued > self.ios_queued_max || self.bytes_queued > self.bytes_queued_max {
-            let done = self.queue.reap(true);
-            self.complete(done);
+            self.reap_some();
         }
         debug_assert!(self.ios_queued <= self.ios_queued_max && self.bytes_queued <= self.bytes_queued_max);
         dirty_bytes
     }
 
-    /// Waits for at least one I/O to complete and completes what finished.
+    /// Submits held I/O and waits for at least one I/O to complete, and
+    /// completes what finished.
     pub fn reap_some(&mut self) {
+        self.submit_held();
+        debug_assert!(self.passes.is_empty() || self.in_queue > 0, "a pass in flight has I/O in the queue");
         let done = self.queue.reap(true);
         self.complete(done);
     }
@@ -160,16 +230,91 @@ impl InFlight {
             self.passes_per_inode.is_empty() && self.ios_queued == 0 && self.bytes_queued == 0,
             "nothing is in flight after a drain"
         );
+        debug_assert!(self.held_sync.is_empty() && self.held_async.is_empty() && self.in_queue == 0);
+    }
+
+    /// Looks up the domain's sync waiters when they changed, and promotes
+    /// the held async I/O of the inodes they wait for.
+    fn look_at_sync_waiters(&mut self) {
+        let dirty = &self.domain.dirty;
+        if dirty.sync_waiters_generation() == self.sync_generation_seen {
+            return;
+        }
+        (self.sync_generation_seen, self.sync_inodes) = dirty.sync_waiter_inodes();
+        if self.sync_inodes.is_empty() || self.held_async.is_empty() {
+            return;
+        }
+        let mut promoted_bytes = 0u64;
+        let mut kept = VecDeque::with_capacity(self.held_async.len());
+        for (inode_id, mut w) in self.held_async.drain(..) {
+            if self.sync_inodes.contains(&inode_id) {
+                debug_assert_eq!(w.priority, IoPriority::Async, "held async I/O is promoted once");
+                w.priority = IoPriority::Sync;
+                promoted_bytes += w.len() as u64;
+                self.held_sync.push_back(w);
+            } else {
+                kept.push_back((inode_id, w));
+            }
+        }
+        self.held_async = kept;
+        Counters::add(&dirty.cache.counters.promoted_bytes, promoted_bytes);
+    }
+
+    /// Hands held I/O to the queue: sync first, then async as
+    /// [`policy::may_submit_async`] allows.
+    fn submit_held(&mut self) {
+        self.look_at_sync_waiters();
+        let (in_queue_before, async_before) = (self.in_queue, self.async_in_queue);
+        while self.in_queue < self.queue_ios_max {
+            let Some(w) = self.held_sync.pop_front() else { break };
+            self.push_to_queue(w);
+        }
+        let domain = self.domain.clone();
+        let waiters = domain.dirty.has_sync_waiters();
+        let cap = domain.config.async_depth_while_sync;
+        while policy::may_submit_async(self.async_in_queue, self.in_queue, self.queue_ios_max, waiters, cap) {
+            let Some((_, w)) = self.held_async.pop_front() else { break };
+            self.push_to_queue(w);
+        }
+        if waiters {
+            let counters = &domain.dirty.cache.counters;
+            counters.async_ios_in_flight_max_while_sync.fetch_max(self.async_in_queue as u64, Ordering::Relaxed);
+        }
+        debug_assert!(self.in_queue >= in_queue_before && self.async_in_queue >= async_before, "nothing leaves here");
+        debug_assert!(self.in_queue <= self.queue_ios_max.max(in_queue_before), "the queue holds its depth at most");
+        debug_assert!(
+            self.in_queue > 0 || (self.held_sync.is_empty() && self.held_async.is_empty()),
+            "held I/O always has a way into an empty queue"
+        );
+    }
+
+    fn push_to_queue(&mut self, w: QueuedWrite) {
+        let (id, index) = (w.tag >> TAG_SHIFT, (w.tag & ((1 << TAG_SHIFT) - 1)) as usize);
+        let class = class_of(w.priority);
+        let p = self.passes.get_mut(&id).expect("held I/O belongs to a pass in flight");
+        assert!(p.classes[index].replace(class).is_none(), "an I/O goes to the queue once");
+        self.in_queue += 1;
+        if class == IoClass::Async {
+            self.async_in_queue += 1;
+        }
+        self.queue.push(w);
     }
 
     fn complete(&mut self, done: Vec<Completion>) {
+        let counters = self.domain.dirty.cache.counters.clone();
         for c in done {
             let id = c.tag >> TAG_SHIFT;
             let index = (c.tag & ((1 << TAG_SHIFT) - 1)) as usize;
             let p = self.passes.get_mut(&id).expect("a completion belongs to a pass in flight");
             assert!(p.results[index].is_none(), "an I/O completes once");
+            let class = p.classes[index].expect("a completed I/O went to the queue");
+            self.in_queue -= 1;
+            if class == IoClass::Async {
+                self.async_in_queue -= 1;
+            }
             if let Ok(n) = &c.result {
                 self.busy_bytes += *n as u64;
+                Counters::add(&counters.written_bytes_by_class[class as usize], *n as u64);
             }
             p.results[index] = Some(c.result);
             p.remaining -= 1;
@@ -195,6 +340,11 @@ impl InFlight {
         debug_assert_eq!(self.passes.values().map(|p| p.remaining).sum::<usize>(), self.ios_queued, "queued I/Os");
         debug_assert_eq!(self.passes.values().map(|p| p.pass.bytes()).sum::<u64>(), self.bytes_queued, "queued bytes");
         debug_assert_eq!(self.passes_per_inode.values().sum::<usize>(), self.passes.len(), "passes per inode");
+        debug_assert_eq!(
+            self.held_sync.len() + self.held_async.len() + self.in_queue,
+            self.ios_queued,
+            "every collected I/O is held or in the queue"
+        );
         // Bandwidth samples: bytes completed over a stretch of time in which
         // our writes were queued all along (the device's rate for us).
         if let Some(since) = self.busy_since {

@@ -33,7 +33,7 @@ use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::locks;
-use crate::stats::{Counters, Reason};
+use crate::stats::{Counters, IoClass, Reason};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -321,6 +321,9 @@ impl Inode {
         };
         self.store_len_gate.end_io();
         let elapsed = started.elapsed();
+        let class = if priority == IoPriority::Sync { IoClass::Sync } else { IoClass::Async };
+        let written: u64 = results.iter().filter_map(|r| r.as_ref().ok()).map(|&n| n as u64).sum();
+        Counters::add(&self.counters.written_bytes_by_class[class as usize], written);
         pass.set_results(results);
         let outcome = self.finish_pass(pass, true);
         self.dirty.update_bandwidth(outcome.written_bytes, elapsed);

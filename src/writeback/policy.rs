@@ -110,6 +110,29 @@ pub fn continue_background(reason: Reason, started_bytes: u64, failed: bool) -> 
     reason == Reason::Background && started_bytes > 0 && !failed
 }
 
+/// How many I/Os a flusher may hand its queue at once: `io_depth`, the
+/// most the backend keeps in flight, so nothing waits inside the backend
+/// where an fsync could not promote it.
+pub fn queue_ios_max(io_depth: u32) -> usize {
+    (io_depth as usize).max(1)
+}
+
+/// Whether the flusher may submit one more async I/O now, with
+/// `async_in_queue` of its async I/Os and `in_queue` I/Os in all in its
+/// queue: never past the queue's depth, and while an fsync or fdatasync
+/// waits on the domain, only below `async_depth_while_sync`, so the
+/// waiter's I/O and its flush queue in the device behind at most that many.
+/// Sync (promoted) I/O is held to the queue's depth only.
+pub fn may_submit_async(
+    async_in_queue: usize,
+    in_queue: usize,
+    queue_ios_max: usize,
+    has_sync_waiters: bool,
+    async_depth_while_sync: u32,
+) -> bool {
+    in_queue < queue_ios_max && (!has_sync_waiters || async_in_queue < async_depth_while_sync as usize)
+}
+
 /// Passes a targeted writeback (uncached bytes) makes at most over
 /// `nr_dirty_inodes` inodes, so inodes that stay dirty cannot keep it
 /// going forever.
@@ -200,6 +223,26 @@ mod tests {
         assert!(!continue_background(Reason::Background, 0, false), "nothing found");
         assert!(!continue_background(Reason::Background, 4096, true), "failed");
         assert!(!continue_background(Reason::Reclaim, 4096, false), "reclaim: one pass");
+    }
+
+    /// The cap binds only while a sync waiter exists, and the queue's depth
+    /// always.
+    #[test]
+    fn async_submission_is_capped_only_while_someone_syncs() {
+        for async_in_queue in 0..6 {
+            for waiters in [false, true] {
+                let want = if waiters { async_in_queue < 2 } else { async_in_queue < 5 };
+                assert_eq!(
+                    may_submit_async(async_in_queue, async_in_queue, 5, waiters, 2),
+                    want,
+                    "{async_in_queue} {waiters}"
+                );
+            }
+        }
+        assert!(!may_submit_async(0, 5, 5, false, 2), "sync I/O fills the queue: no room for async either");
+        assert!(may_submit_async(0, 4, 5, true, 1), "room under the cap and in the queue");
+        assert_eq!(queue_ios_max(128), 128);
+        assert_eq!(queue_ios_max(0), 1, "always room for one");
     }
 
     #[test]

@@ -15,11 +15,12 @@
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
-use crate::stats::Reason;
+use crate::stats::{Counters, Reason};
 use crate::writeback::pass::WritebackOutcome;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -44,13 +45,17 @@ impl Inode {
     }
 
     /// Waits until every writeback that began before this call has ended.
-    pub fn wait_writeback_before_now(&self) {
+    /// Returns how long it waited (zero when nothing was in flight).
+    pub fn wait_writeback_before_now(&self) -> Duration {
         let mut t = locks::lock(&self.tickets);
         let sample = t.last_issued;
+        let mut started = None;
         while t.in_flight.first().is_some_and(|&first| first <= sample) {
+            started.get_or_insert_with(Instant::now);
             t = locks::wait(&self.tickets_done, t);
         }
         debug_assert!(t.in_flight.range(..=sample).next().is_none(), "every ticket up to {sample} ended");
+        started.map(|s| s.elapsed()).unwrap_or_default()
     }
 
     /// Sets the backing store's length to the logical size if they differ
@@ -100,11 +105,20 @@ impl Inode {
     /// version, a second wait, then the size fix and the store sync. Any
     /// writeback error recorded meanwhile (by this pass or a flusher pass it
     /// waited for) fails it, and then the store is not synced.
+    ///
+    /// From start to end the call is a sync waiter of its domain: the
+    /// flusher submits whatever it collected of this inode first (promoted
+    /// to the sync class) and holds its other I/O to
+    /// `async_depth_while_sync`, so neither this call's writes nor its
+    /// store sync queue behind a deep pile of background writes.
     pub fn write_and_sync(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
+        let _waiter = self.dirty.enter_sync(self.id);
         let err_sample = self.errseq.sample();
         for _pass in 0..2 {
             self.writeback(reason, u64::MAX, IoPriority::Sync);
-            self.wait_writeback_before_now();
+            // Writeback the flusher started, in its async or promoted I/O.
+            let waited = self.wait_writeback_before_now();
+            Counters::add(&self.counters.sync_wait_async_us_total, waited.as_micros() as u64);
         }
         if let Some(errno) = self.errseq.error_since(err_sample) {
             return Err(io::Error::from_raw_os_error(errno));
@@ -138,7 +152,9 @@ impl Inode {
     /// fsync/fdatasync for one handle: [`Inode::write_and_sync`], then
     /// report any error since the handle's cursor (once per handle).
     pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
+        let started = Instant::now();
         let result = self.write_and_sync(data_only, Reason::Fsync);
+        self.counters.fsync_latency.record(started.elapsed().as_micros() as u64);
         self.errseq.check_and_advance(cursor)?;
         result
     }

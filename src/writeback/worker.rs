@@ -33,8 +33,13 @@ pub fn run(domain: Arc<Domain>) {
     let config = &domain.config;
     let interval = policy::flusher_interval(config.expire_ms);
     let limits = PassLimits::new(config.io_max_bytes, config.io_depth);
-    let mut inflight =
-        InFlight::new(domain.clone(), domain.io.write_queue(), limits.queued_ios_max, limits.queued_bytes_max);
+    let mut inflight = InFlight::new(
+        domain.clone(),
+        domain.io.write_queue(),
+        limits.queued_ios_max,
+        limits.queued_bytes_max,
+        policy::queue_ios_max(config.io_depth),
+    );
     // Failures in a row, reset once writeback succeeds again.
     let mut consecutive_failures = 0u32;
     let mut written_at_failure = 0u64;
