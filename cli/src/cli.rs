@@ -39,7 +39,7 @@ pub enum Command {
 pub struct BenchArgs {
     /// Workloads to run, comma separated: names from --list, small-overwrite
     /// variants (e.g. pwrite-1k-2m-file), `all`, or `default`. Without it, the
-    /// default suite runs (about 3-4 minutes).
+    /// default suite runs (about 6-7 minutes).
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Engines to run, comma separated (default: all five).
@@ -78,10 +78,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write SVG charts (throughput per second, latency percentiles, dirty
-    /// bytes over time) and an index.html into DIR.
+    /// bytes over time; for fsync-under-load, each fsync's latency over
+    /// time) and an index.html into DIR.
     #[arg(long, value_name = "DIR")]
     pub svg: Option<PathBuf>,
-    /// A one-minute smoke subset with tiny sizes (what CI runs).
+    /// A smoke subset with tiny sizes, one to two minutes (what CI runs).
     #[arg(long)]
     pub quick: bool,
     /// List the workloads and engines, then exit.
@@ -92,8 +93,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
     /// Run every measurement N times and report the run with the median
-    /// throughput (µs/call for per-call rows): on a shared, noisy machine one
-    /// run can mislead.
+    /// throughput (µs/call for per-call rows, fsync total for
+    /// fsync-under-load's foreground): on a shared, noisy machine one run
+    /// can mislead.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub repeat: u32,
     /// Do not put kernel engines into a memory cgroup.
@@ -169,8 +171,17 @@ fn long_help() -> String {
     s
 }
 
-pub const DEFAULT_WORKLOADS: &[&str] =
-    &["seq-write", "rand-write", "multi-writer", "files-32", "competing", "seq-read", "rand-read", "small-overwrite"];
+pub const DEFAULT_WORKLOADS: &[&str] = &[
+    "seq-write",
+    "rand-write",
+    "multi-writer",
+    "files-32",
+    "competing",
+    "fsync-under-load",
+    "seq-read",
+    "rand-read",
+    "small-overwrite",
+];
 pub const DEFAULT_OVERWRITES: &[&str] =
     &["pwrite-1k-4k-file", "pwrite-1k-2m-file", "pwrite-10k-2m-file", "write-1k-2m-file", "writev-1k-2m-file"];
 pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"];
@@ -519,6 +530,29 @@ mod tests {
         assert_eq!(p.params.size, 512 * MIB);
         assert_eq!(p.engines.len(), 5);
         assert_eq!(p.groups.iter().filter(|g| g.workload == "small-overwrite").count(), DEFAULT_OVERWRITES.len());
+        let workloads: Vec<&str> = p.groups.iter().map(|g| g.workload).collect();
+        let at = |w: &str| workloads.iter().position(|x| *x == w).unwrap();
+        assert_eq!(workloads.iter().filter(|w| **w == "fsync-under-load").count(), 5);
+        assert!(at("competing") < at("fsync-under-load") && at("fsync-under-load") < at("seq-read"));
+    }
+
+    /// `-w fsync-under-load` alone selects its five groups, with the
+    /// default suite's runtime (100 small and 50 large fsyncs).
+    #[test]
+    fn fsync_under_load_alone() {
+        let p =
+            Plan::from_args(BenchArgs { workloads: vec!["fsync-under-load".into()], ..BenchArgs::default() }).unwrap();
+        let variants: Vec<&str> = p.groups.iter().map(|g| g.variant.as_deref().unwrap()).collect();
+        assert_eq!(variants, ["small/idle", "small/load", "large/idle", "large/load", "background/alone"]);
+        assert_eq!(p.params.runtime_s, 5.0);
+        let quick = Plan::from_args(BenchArgs {
+            workloads: vec!["fsync-under-load".into()],
+            quick: true,
+            ..BenchArgs::default()
+        })
+        .unwrap();
+        assert_eq!(quick.groups.len(), 5);
+        assert_eq!(quick.params.runtime_s, 1.0);
     }
 
     #[test]

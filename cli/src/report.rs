@@ -11,7 +11,7 @@ use crate::engines::EngineKind;
 use crate::measure::{rate_points, round3, sum_samples, HistData, Histogram, Percentiles, Series};
 use crate::sys::{fmt_size, Machine};
 use crate::worker::{JobResult, Outcome, Status};
-use crate::workloads::{Group, Kind};
+use crate::workloads::{Group, Kind, BACKGROUND, FOREGROUND};
 
 /// One result row. Field order and names are the JSON schema; fields that do
 /// not apply are `null`. The `#[serde(skip)]` fields feed tables and charts.
@@ -32,6 +32,9 @@ pub struct ResultRow {
     pub per_second_mb_s: Option<Vec<f64>>,
     pub status: String,
     pub error: Option<String>,
+    /// `fsync-under-load`'s foreground rows: the sum of every fsync's time,
+    /// in seconds.
+    pub fsync_total_s: Option<f64>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -45,6 +48,10 @@ pub struct ResultRow {
     /// The group (workload and variant) this row belongs to, for charts.
     #[serde(skip)]
     pub group: String,
+    /// Each timed fsync of `fsync-under-load`'s foreground: `(seconds
+    /// since its start, latency in ms)`, for charts.
+    #[serde(skip)]
+    pub fsync_points: Vec<(f64, f64)>,
 }
 
 impl ResultRow {
@@ -71,10 +78,12 @@ impl ResultRow {
             per_second_mb_s: None,
             status: status.name().to_string(),
             error,
+            fsync_total_s: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
             group: group.slug(),
+            fsync_points: Vec::new(),
         }
     }
 
@@ -86,6 +95,8 @@ impl ResultRow {
     pub fn series_label(&self) -> String {
         match &self.variant {
             Some(v) if matches!(v.as_str(), "writer" | "buffered-peer" | "aggregate") => format!("{} {v}", self.engine),
+            // fsync-under-load: the background writers next to a foreground.
+            Some(v) if v.starts_with("background/with") => format!("{} background", self.engine),
             _ => self.engine.clone(),
         }
     }
@@ -145,6 +156,9 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
         return vec![row];
     }
     let jobs: Vec<&JobResult> = o.jobs.iter().collect();
+    if let Kind::FsyncUnderLoad(f) = group.kind {
+        return fsync_rows(group, engine, f, &jobs, o);
+    }
     if group.kind == Kind::Competing {
         let mut rows: Vec<ResultRow> =
             jobs.iter().map(|j| aggregate(group, engine, j.role.clone(), &[*j], o)).collect();
@@ -153,6 +167,43 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
     } else {
         vec![aggregate(group, engine, group.variant.clone(), &jobs, o)]
     }
+}
+
+/// Rounds to six decimals (a total of fast fsyncs stays readable in µs).
+fn round6(v: f64) -> f64 {
+    (v * 1e6).round() / 1e6
+}
+
+/// `fsync-under-load`: the foreground's row (its fsyncs, its writes, its
+/// bytes over its time) and the background writers' row (their bytes over
+/// the time they ran), whichever the group has.
+fn fsync_rows(
+    group: &Group,
+    engine: EngineKind,
+    f: crate::workloads::FsyncGroup,
+    jobs: &[&JobResult],
+    o: &Outcome,
+) -> Vec<ResultRow> {
+    let of_role =
+        |role: &str| -> Vec<&JobResult> { jobs.iter().copied().filter(|j| j.role.as_deref() == Some(role)).collect() };
+    let (fore, back) = (of_role(FOREGROUND), of_role(BACKGROUND));
+    let mut rows = Vec::new();
+    if !fore.is_empty() {
+        let mut row = aggregate(group, engine, group.variant.clone(), &fore, o);
+        row.fsync_total_s = Some(round6(fore.iter().filter_map(|j| j.fsync_total_s).sum()));
+        row.fsync_points = fore.iter().flat_map(|j| j.fsync_points.iter().copied()).collect();
+        // Its fsyncs are charted one by one; there is no final fsync.
+        row.fsync_tail_s = None;
+        rows.push(row);
+    }
+    if let (false, Some(variant)) = (back.is_empty(), f.background_variant()) {
+        let mut row = aggregate(group, engine, Some(variant.to_string()), &back, o);
+        let bytes: u64 = back.iter().map(|j| j.bytes).sum();
+        let ran_s = back.iter().map(|j| j.io_end_s).fold(0.0, f64::max);
+        row.throughput_mb_s = (ran_s > 0.0).then(|| round3(bytes as f64 / ran_s / 1e6));
+        rows.push(row);
+    }
+    rows
 }
 
 fn fmt_num(v: f64) -> String {
@@ -276,6 +327,148 @@ pub fn markdown_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         let _ = writeln!(out, "| {} |", c.join(" | "));
     }
     out
+}
+
+/// The order of `fsync-under-load`'s rows in its table: each foreground
+/// phase idle, then under load, then the background writers of that load.
+fn fsync_variant_rank(variant: Option<&str>) -> usize {
+    const ORDER: [&str; 7] = [
+        "small/idle",
+        "small/load",
+        "background/with-fsync",
+        "large/idle",
+        "large/load",
+        "background/with-large-fsync",
+        "background/alone",
+    ];
+    variant.and_then(|v| ORDER.iter().position(|o| *o == v)).unwrap_or(ORDER.len())
+}
+
+/// Seconds with about three significant digits, also below one: `12.3`,
+/// `0.0815`, `0.00213`.
+fn fmt_seconds(t: f64) -> String {
+    if t >= 1.0 || t <= 0.0 {
+        return fmt_three_digits(t.max(0.0));
+    }
+    let digits = (2 - t.log10().floor() as i32).clamp(2, 6) as usize;
+    format!("{t:.digits$}")
+}
+
+/// fsync latency in ms from the histogram's µs.
+fn ms(us: f64) -> String {
+    fmt_three_digits(us / 1000.0)
+}
+
+/// The `fsync-under-load` table: fsync latency and total per engine and
+/// variant, and MB/s (the foreground's, or the background writers').
+pub fn fsync_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
+    let mut rows: Vec<&ResultRow> = rows.to_vec();
+    rows.sort_by_key(|r| fsync_variant_rank(r.variant.as_deref()));
+    let has_status = rows.iter().any(|r| !r.ok());
+    let mut head = vec![
+        "variant",
+        "engine",
+        "fsync p50 ms",
+        "fsync p99 ms",
+        "fsync max ms",
+        "fsync total s",
+        "MB/s",
+        "p99 vs kernel-buffered",
+    ];
+    if has_status {
+        head.push("status");
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### {title}\n\n{about}\n\nfsync columns: the foreground's fsyncs, each timed alone; total: their sum. \
+         MB/s: on foreground rows, the foreground's bytes over its time (pauses included); on background rows, \
+         the two background writers' bytes over the time they ran. p99 vs kernel-buffered: fsync p99 ÷ \
+         kernel-buffered's in the same variant (lower is better).\n"
+    );
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let aligns: Vec<&str> =
+        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
+    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    let dash = || "—".to_string();
+    for r in &rows {
+        let fsync = r.fsync_lat_us.filter(|_| r.ok());
+        let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
+        for f in [|p: &Percentiles| p.p50, |p: &Percentiles| p.p99, |p: &Percentiles| p.max] {
+            c.push(fsync.as_ref().map(|p| ms(f(p))).unwrap_or_else(dash));
+        }
+        c.push(r.fsync_total_s.filter(|_| r.ok()).map(fmt_seconds).unwrap_or_else(dash));
+        c.push(r.throughput_mb_s.filter(|_| r.ok()).map(fmt_num).unwrap_or_else(dash));
+        let base = rows.iter().find(|b| b.engine == "kernel-buffered" && b.variant == r.variant && b.ok());
+        let ratio = match (fsync, base.and_then(|b| b.fsync_lat_us)) {
+            (Some(a), Some(b)) if b.p99 > 0.0 => Some(a.p99 / b.p99),
+            _ => None,
+        };
+        c.push(ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(dash));
+        if has_status {
+            c.push(match &r.error {
+                Some(e) if !r.ok() => cell(&format!("{}: {e}", r.status)),
+                _ => r.status.clone(),
+            });
+        }
+        let _ = writeln!(out, "| {} |", c.join(" | "));
+    }
+    out
+}
+
+/// `fsync-under-load`'s goals, where this run has the rows they compare.
+fn fsync_targets(rows: &[ResultRow], lines: &mut Vec<(String, String, bool)>) {
+    let w = "fsync-under-load";
+    let find = |workload: &str, variant: Option<&str>, engine: &str| {
+        rows.iter().find(|r| r.workload == workload && r.variant.as_deref() == variant && r.engine == engine && r.ok())
+    };
+    let p99 = |r: &ResultRow| r.fsync_lat_us.map(|p| p.p99);
+    let wb_small_load = find(w, Some("small/load"), "wbcache");
+    if let (Some(a), Some(b)) = (wb_small_load.and_then(p99), find(w, Some("small/idle"), "wbcache").and_then(p99)) {
+        lines.push((
+            "fsync-under-load small/load: wbcache fsync p99 ≤ 3 × its small/idle p99".into(),
+            format!("{} vs {} ms idle ({:.2}×)", ms(a), ms(b), a / b.max(1e-9)),
+            a <= 3.0 * b,
+        ));
+    }
+    let kb_small_load = find(w, Some("small/load"), "kernel-buffered");
+    if let (Some(a), Some(b)) = (wb_small_load.and_then(p99), kb_small_load.and_then(p99)) {
+        lines.push((
+            "fsync-under-load small/load: wbcache fsync p99 ≤ kernel-buffered/5".into(),
+            format!("{} vs {} ms (1/{:.1})", ms(a), ms(b), b / a.max(1e-9)),
+            a <= b / 5.0,
+        ));
+    }
+    if let (Some(a), Some(b)) =
+        (wb_small_load.and_then(|r| r.fsync_total_s), kb_small_load.and_then(|r| r.fsync_total_s))
+    {
+        let below = if b > 0.0 { (1.0 - a / b) * 100.0 } else { 0.0 };
+        lines.push((
+            "fsync-under-load small/load: wbcache fsync total ≥ 85% below kernel-buffered's".into(),
+            format!("{} vs {} s ({below:.0}% below)", fmt_seconds(a), fmt_seconds(b)),
+            a <= 0.15 * b,
+        ));
+    }
+    if let (Some(a), Some(b)) = (
+        find(w, Some("large/load"), "wbcache").and_then(|r| r.fsync_total_s),
+        find(w, Some("large/idle"), "wbcache").and_then(|r| r.fsync_total_s),
+    ) {
+        lines.push((
+            "fsync-under-load large/load: wbcache fsync total ≤ 1.5 × its large/idle total".into(),
+            format!("{} vs {} s idle ({:.2}×)", fmt_seconds(a), fmt_seconds(b), a / b.max(1e-9)),
+            a <= 1.5 * b,
+        ));
+    }
+    if let (Some(a), Some(b)) = (
+        find(w, Some("background/with-fsync"), "wbcache").and_then(|r| r.throughput_mb_s),
+        find(w, Some("background/alone"), "wbcache").and_then(|r| r.throughput_mb_s),
+    ) {
+        lines.push((
+            "fsync-under-load background: wbcache writers' MB/s next to the small fsyncs ≥ 0.9 × alone".into(),
+            format!("{a:.0} vs {b:.0} MB/s alone ({:.2}×)", a / b.max(1e-9)),
+            a >= 0.9 * b,
+        ));
+    }
 }
 
 /// wbcache's goals against the kernel, checked on this run's rows.
@@ -408,6 +601,7 @@ pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference]) -
             ));
         }
     }
+    fsync_targets(rows, &mut lines);
     if lines.is_empty() {
         return None;
     }
@@ -507,6 +701,155 @@ mod tests {
         assert_eq!(json["references"][0]["us_per_call"], 0.4);
     }
 
+    fn fsync_group(variant: &str) -> Group {
+        crate::workloads::groups_for("fsync-under-load", None)
+            .unwrap()
+            .into_iter()
+            .find(|g| g.variant.as_deref() == Some(variant))
+            .unwrap()
+    }
+
+    fn job(role: &str, bytes: u64, io_end_s: f64) -> JobResult {
+        let mut lat = Histogram::default();
+        lat.record(20_000);
+        JobResult {
+            role: Some(role.into()),
+            engine: Some(EngineKind::Wbcache),
+            bytes,
+            ops: bytes / 4096,
+            io_end_s,
+            end_s: io_end_s,
+            lat: lat.to_data(),
+            ..JobResult::default()
+        }
+    }
+
+    /// A foreground with three fsyncs (1, 2 and 5 ms) and two background
+    /// writers: the foreground's row and the background/with-fsync row.
+    #[test]
+    fn fsync_under_load_rows() {
+        let mut fg = job(FOREGROUND, 3 * 4096, 0.5);
+        fg.end_s = 0.500001;
+        let mut fsyncs = Histogram::default();
+        for ms in [1, 2, 5] {
+            fsyncs.record(ms * 1_000_000);
+        }
+        fg.fsync = Some(fsyncs.to_data());
+        fg.fsync_total_s = Some(0.008);
+        fg.fsync_points = vec![(0.1, 1.0), (0.2, 2.0), (0.4, 5.0)];
+        let o = Outcome {
+            status: Status::Ok,
+            error: None,
+            jobs: vec![fg, job(BACKGROUND, 300_000_000, 0.5), job(BACKGROUND, 200_000_000, 0.4)],
+            dirty: vec![(0.1, 1 << 20)],
+            peak_dirty_bytes: 1 << 20,
+            wbcache_stats: None,
+            io_backend: None,
+        };
+        let rows = rows_from(&fsync_group("small/load"), EngineKind::Wbcache, &o);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let (f, b) = (&rows[0], &rows[1]);
+        assert_eq!(f.variant.as_deref(), Some("small/load"));
+        assert_eq!(f.fsync_total_s, Some(0.008));
+        assert_eq!(f.bytes, Some(3 * 4096));
+        assert_eq!(f.throughput_mb_s, Some(round3(3.0 * 4096.0 / 0.5 / 1e6)));
+        let p = f.fsync_lat_us.unwrap();
+        assert!((p.p50 - 2000.0).abs() < 40.0 && p.max == 5000.0, "{p:?}");
+        assert_eq!(f.lat_us.unwrap().max, 20.0, "the foreground's write latency");
+        assert_eq!(f.fsync_points.len(), 3);
+        assert_eq!(f.fsync_tail_s, None, "no final-fsync bar on the throughput chart");
+        assert_eq!(b.variant.as_deref(), Some("background/with-fsync"));
+        assert_eq!(b.throughput_mb_s, Some(1000.0), "500 MB over the 0.5 s they ran");
+        assert_eq!(b.fsync_lat_us, None);
+        assert_eq!(b.fsync_total_s, None);
+        assert_eq!(b.series_label(), "wbcache background");
+        // large/load reports its background too; idle groups only the foreground.
+        let large = rows_from(&fsync_group("large/load"), EngineKind::Wbcache, &o);
+        assert_eq!(large[1].variant.as_deref(), Some("background/with-large-fsync"));
+        let mut idle = o.clone();
+        idle.jobs.truncate(1);
+        assert_eq!(rows_from(&fsync_group("small/idle"), EngineKind::Wbcache, &idle).len(), 1);
+        let mut alone = o.clone();
+        alone.jobs.remove(0);
+        let alone = rows_from(&fsync_group("background/alone"), EngineKind::Wbcache, &alone);
+        assert_eq!(alone.len(), 1);
+        assert_eq!((alone[0].variant.as_deref(), alone[0].throughput_mb_s), (Some("background/alone"), Some(1000.0)));
+        // The JSON row carries the total, after `error`; other rows carry null.
+        let json = serde_json::to_value(f).unwrap();
+        assert_eq!(json["fsync_total_s"], 0.008);
+        assert!(json.get("fsync_points").is_none(), "chart data stays out of the JSON");
+        let text = serde_json::to_string(f).unwrap();
+        assert!(text.ends_with(",\"fsync_total_s\":0.008}"), "the new field comes last: {text}");
+        let json = serde_json::to_value(b).unwrap();
+        assert!(json["fsync_total_s"].is_null());
+        // The table: fsync figures in ms, dashes on the background row.
+        let table = fsync_table("fsync-under-load", "about", &rows.iter().collect::<Vec<_>>());
+        assert!(table.contains("| small/load | wbcache | 2.01 | 5.00 | 5.00 | 0.00800 |"), "{table}");
+        assert!(table.contains("| background/with-fsync | wbcache | — | — | — | — | 1,000 | — |"), "{table}");
+    }
+
+    fn fsync_row(variant: &str, engine: &str, p99_ms: Option<f64>, total: Option<f64>, mb_s: f64) -> ResultRow {
+        let mut row = ResultRow::empty(
+            &fsync_group("small/idle"),
+            EngineKind::parse(engine).unwrap(),
+            Some(variant.into()),
+            Status::Ok,
+            None,
+        );
+        row.fsync_lat_us =
+            p99_ms.map(|ms| Percentiles { p50: ms * 500.0, p99: ms * 1e3, p999: ms * 1e3, max: ms * 1e3 });
+        row.fsync_total_s = total;
+        row.throughput_mb_s = Some(mb_s);
+        row
+    }
+
+    fn verdicts(rows: &[ResultRow]) -> Vec<(String, bool)> {
+        let table = targets(rows, 1 << 30, &[]).unwrap();
+        table
+            .lines()
+            .filter(|l| l.starts_with("| fsync-under-load"))
+            .map(|l| (l.split(" | ").next().unwrap().trim_start_matches("| ").to_string(), l.ends_with("| met |")))
+            .collect()
+    }
+
+    /// The five fsync-under-load targets, met on one run and missed on another.
+    #[test]
+    fn fsync_under_load_targets() {
+        let good = vec![
+            fsync_row("small/idle", "wbcache", Some(1.0), Some(0.02), 0.04),
+            fsync_row("small/load", "wbcache", Some(2.5), Some(0.05), 0.04),
+            fsync_row("small/load", "kernel-buffered", Some(100.0), Some(1.0), 0.03),
+            fsync_row("large/idle", "wbcache", Some(20.0), Some(1.0), 400.0),
+            fsync_row("large/load", "wbcache", Some(25.0), Some(1.4), 300.0),
+            fsync_row("background/with-fsync", "wbcache", None, None, 950.0),
+            fsync_row("background/alone", "wbcache", None, None, 1000.0),
+        ];
+        let v = verdicts(&good);
+        assert_eq!(v.len(), 5, "{v:?}");
+        assert!(v.iter().all(|(_, met)| *met), "{v:?}");
+        let bad = vec![
+            fsync_row("small/idle", "wbcache", Some(1.0), Some(0.02), 0.04),
+            fsync_row("small/load", "wbcache", Some(3.5), Some(0.2), 0.04),
+            fsync_row("small/load", "kernel-buffered", Some(10.0), Some(1.0), 0.03),
+            fsync_row("large/idle", "wbcache", Some(20.0), Some(1.0), 400.0),
+            fsync_row("large/load", "wbcache", Some(25.0), Some(1.6), 300.0),
+            fsync_row("background/with-fsync", "wbcache", None, None, 850.0),
+            fsync_row("background/alone", "wbcache", None, None, 1000.0),
+        ];
+        let v = verdicts(&bad);
+        assert_eq!(v.len(), 5, "{v:?}");
+        assert!(v.iter().all(|(_, met)| !*met), "{v:?}");
+        assert_eq!(
+            v.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>(),
+            verdicts(&good).into_iter().map(|(t, _)| t).collect::<Vec<_>>()
+        );
+        // Without kernel-buffered's row, only the three wbcache-only targets.
+        let alone: Vec<ResultRow> = good.into_iter().filter(|r| r.engine == "wbcache").collect();
+        assert_eq!(verdicts(&alone).len(), 3);
+        // No fsync-under-load rows, no lines about it.
+        assert!(targets(&[], 1 << 30, &[]).is_none());
+    }
+
     #[test]
     fn numbers_read_well() {
         assert_eq!(fmt_num(1234567.0), "1,234,567");
@@ -515,5 +858,10 @@ mod tests {
         assert_eq!(fmt_num(12.34), "12.3");
         assert_eq!(fmt_num(0.306), "0.31");
         assert_eq!(fmt_call(0.30512), "0.305");
+        assert_eq!(fmt_seconds(12.34), "12.3");
+        assert_eq!(fmt_seconds(0.0815), "0.0815");
+        assert_eq!(fmt_seconds(0.5), "0.500");
+        assert_eq!(fmt_seconds(0.002131), "0.00213");
+        assert_eq!(fmt_seconds(0.0), "0.00");
     }
 }

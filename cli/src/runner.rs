@@ -19,10 +19,12 @@ use crate::cgroup::MemCgroups;
 use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
 use crate::progress::{say, Progress};
-use crate::report::{failed_row, markdown_table, rows_from, targets, to_json, Reference, ResultRow};
+use crate::report::{failed_row, fsync_table, markdown_table, rows_from, targets, to_json, Reference, ResultRow};
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
 use crate::worker::{memcpy_reference_us, Outcome, Status};
-use crate::workloads::{build_spec, cached_span, data_len, describe, info, FioJob, Group, Kind, Place, Spec, KIB};
+use crate::workloads::{
+    build_spec, cached_span, data_len, describe, fsync_background_about, info, FioJob, Group, Kind, Place, Spec, KIB,
+};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// The signal that interrupted the run (its exit status is 128 + it).
@@ -352,15 +354,16 @@ fn run_worker(
 }
 
 /// Of several runs of one measurement, the one whose primary figure
-/// (throughput, or µs/call for per-call rows, of its first row) is the
-/// median among the runs that succeeded; a failed run only if all failed.
+/// (throughput, µs/call for per-call rows, or the fsync total for
+/// fsync-under-load's foreground rows, of its first row) is the median
+/// among the runs that succeeded; a failed run only if all failed.
 fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
     let key = |rows: &Vec<ResultRow>| -> Option<f64> {
         let row = rows.first()?;
         if row.status != "ok" {
             return None;
         }
-        row.us_per_call.or(row.throughput_mb_s)
+        row.fsync_total_s.or(row.us_per_call).or(row.throughput_mb_s)
     };
     let mut ok: Vec<(f64, usize)> = runs.iter().enumerate().filter_map(|(i, r)| key(r).map(|k| (k, i))).collect();
     if ok.is_empty() {
@@ -379,6 +382,18 @@ fn summary(rows: &[ResultRow]) -> String {
     let Some(r) = rows.last() else { return "no result".into() };
     if !r.ok() {
         return format!("{}: {}", r.status, r.error.clone().unwrap_or_default());
+    }
+    // fsync-under-load: the foreground's fsyncs, and the background's MB/s.
+    if let Some(fg) = rows.iter().find(|r| r.fsync_total_s.is_some()) {
+        let mut s = match fg.fsync_lat_us {
+            Some(p) => format!("fsync p50 {:.2} ms, p99 {:.2} ms", p.p50 / 1e3, p.p99 / 1e3),
+            None => "no fsync".into(),
+        };
+        s.push_str(&format!(", fsync total {:.3} s", fg.fsync_total_s.unwrap_or(0.0)));
+        if let Some(t) = rows.iter().filter(|r| r.fsync_total_s.is_none()).find_map(|r| r.throughput_mb_s) {
+            s.push_str(&format!(", background {t:.1} MB/s"));
+        }
+        return s;
     }
     let mut s = String::new();
     if let Some(c) = r.us_per_call {
@@ -732,6 +747,11 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
             mine.iter().map(|g| format!("{}: {}", g.variant.as_deref().unwrap_or("main"), describe(g, p))).collect();
         parts.join("; ")
     };
+    let what = if matches!(group.kind, Kind::FsyncUnderLoad(_)) {
+        format!("{}. {what}", fsync_background_about(p))
+    } else {
+        what
+    };
     // The catalog's workloads say what they model; a custom job is the user's.
     let context = match info(group.workload) {
         Some(w) => {
@@ -742,6 +762,9 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
     };
     let about = format!("{what}.{context}\n\n{}", run_settings(p));
     let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == group.workload).collect();
+    if matches!(group.kind, Kind::FsyncUnderLoad(_)) {
+        return fsync_table(group.workload, &about, &table_rows);
+    }
     markdown_table(group.workload, &about, &table_rows)
 }
 
@@ -777,6 +800,26 @@ mod tests {
 
     fn run(status: &str, mb_s: f64) -> Vec<ResultRow> {
         vec![ResultRow { status: status.into(), throughput_mb_s: Some(mb_s), ..ResultRow::default() }]
+    }
+
+    /// fsync-under-load's foreground runs are ordered by their fsync total
+    /// (not by the throughput, which the pauses dominate).
+    #[test]
+    fn median_run_orders_fsync_runs_by_their_total() {
+        let fsync_run = |total: f64, mb_s: f64| {
+            vec![
+                ResultRow {
+                    status: "ok".into(),
+                    fsync_total_s: Some(total),
+                    throughput_mb_s: Some(mb_s),
+                    ..ResultRow::default()
+                },
+                ResultRow { status: "ok".into(), throughput_mb_s: Some(1000.0 - mb_s), ..ResultRow::default() },
+            ]
+        };
+        let picked = median_run(vec![fsync_run(3.0, 1.0), fsync_run(1.0, 2.0), fsync_run(2.0, 3.0)]);
+        assert_eq!(picked[0].fsync_total_s, Some(2.0), "the median total, not the median MB/s");
+        assert_eq!(picked.len(), 2, "the run's rows stay together");
     }
 
     #[test]

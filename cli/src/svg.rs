@@ -1,7 +1,8 @@
 //! Hand-written SVG charts, one file per workload (and variant) and kind:
 //! throughput per second per engine (lines), latency percentiles per engine
-//! (bars, log scale), dirty bytes over time (lines). Plus an `index.html`
-//! that shows them all.
+//! (bars, log scale), dirty bytes over time (lines), and for
+//! fsync-under-load each fsync's latency over time (lines, log scale).
+//! Plus an `index.html` that shows them all.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -37,6 +38,7 @@ fn dash_for(variant: Option<&str>) -> &'static str {
     match variant {
         Some("buffered-peer") => "7 4",
         Some("aggregate") => "2 3",
+        Some(v) if v.starts_with("background/with") => "7 4",
         _ => "",
     }
 }
@@ -148,17 +150,67 @@ pub struct Line {
 
 /// A line chart with linear axes from zero.
 pub fn line_chart(title: &str, subtitle: &str, x_label: &str, y_label: &str, lines: &[Line]) -> String {
+    line_chart_scaled(title, subtitle, x_label, y_label, lines, false)
+}
+
+/// A decade's tick label on a log axis: `0.01`, `1`, `100`, `10k`.
+fn decade_label(d: f64) -> String {
+    if d < 0.0 {
+        format!("{:.*}", (-d) as usize, 10f64.powf(d))
+    } else {
+        tick_label(10f64.powf(d))
+    }
+}
+
+/// A line chart with a linear x axis from zero and a linear y axis from
+/// zero, or (`log_y`) a logarithmic one over the decades the points span.
+pub fn line_chart_scaled(
+    title: &str,
+    subtitle: &str,
+    x_label: &str,
+    y_label: &str,
+    lines: &[Line],
+    log_y: bool,
+) -> String {
     let max_x =
         lines.iter().flat_map(|l| l.points.iter().map(|p| p.0).chain(l.tail.map(|t| t.1))).fold(0.0, f64::max).max(1.0);
     let max_y = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
+    let min_pos_y =
+        lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).filter(|y| *y > 0.0).fold(f64::INFINITY, f64::min);
     let (xs, ys) = (nice_step(max_x), nice_step(max_y));
     let (top_x, top_y) = ((max_x / xs).ceil() * xs, (max_y / ys).ceil() * ys);
+    // Log scale: whole decades around the positive values.
+    let d0 = if min_pos_y.is_finite() { min_pos_y.log10().floor() } else { 0.0 };
+    let d1 = max_y.log10().ceil().max(d0 + 1.0);
+    let plot_h = H - BOTTOM - TOP;
     let px = |x: f64| LEFT + x / top_x * (W - RIGHT - LEFT);
-    let py = |y: f64| H - BOTTOM - y / top_y * (H - BOTTOM - TOP);
+    let py = |y: f64| {
+        if log_y {
+            H - BOTTOM - (y.max(10f64.powf(d0)).log10() - d0) / (d1 - d0) * plot_h
+        } else {
+            H - BOTTOM - y / top_y * plot_h
+        }
+    };
     let mut out = String::new();
     header(&mut out, title, subtitle);
-    let mut v = 0.0;
-    while v <= top_y + ys * 0.01 {
+    let y_ticks: Vec<(f64, String)> = if log_y {
+        let mut d = d0;
+        let mut ticks = Vec::new();
+        while d <= d1 + 0.01 {
+            ticks.push((10f64.powf(d), decade_label(d)));
+            d += 1.0;
+        }
+        ticks
+    } else {
+        let mut v = 0.0;
+        let mut ticks = Vec::new();
+        while v <= top_y + ys * 0.01 {
+            ticks.push((v, tick_label(v)));
+            v += ys;
+        }
+        ticks
+    };
+    for (v, label) in y_ticks {
         let y = py(v);
         let _ = writeln!(
             out,
@@ -166,9 +218,8 @@ pub fn line_chart(title: &str, subtitle: &str, x_label: &str, y_label: &str, lin
             W - RIGHT,
             LEFT - 6.0,
             y + 4.0,
-            tick_label(v)
+            label
         );
-        v += ys;
     }
     let mut v = 0.0;
     while v <= top_x + xs * 0.01 {
@@ -423,6 +474,22 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
             files.push(name);
         }
     }
+    let fsync = fsync_lines(rows);
+    if !fsync.is_empty() {
+        let name = "fsync-under-load-small-load-fsync.svg".to_string();
+        fs::write(
+            dir.join(&name),
+            line_chart_scaled(
+                "fsync-under-load small/load: each fsync's latency",
+                &format!("{subtitle} (4 KiB appended, 100 ms pause, fsync; two background writers)"),
+                "seconds since the foreground started (when the fsync began)",
+                "fsync latency, ms (log scale)",
+                &fsync,
+                true,
+            ),
+        )?;
+        files.push(name);
+    }
     let mut html = String::from(
         "<!doctype html><meta charset=\"utf-8\"><title>wbcache bench</title>\n<body style=\"font-family:sans-serif\">\n<h1>wbcache bench</h1>\n",
     );
@@ -433,6 +500,22 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
     html.push_str("</body>\n");
     fs::write(dir.join("index.html"), html)?;
     Ok(files)
+}
+
+/// One line per engine of the fsync-under-load `small/load` group: each
+/// fsync, `(when it began, its latency in ms)`.
+fn fsync_lines(rows: &[ResultRow]) -> Vec<Line> {
+    rows.iter()
+        .filter(|r| r.ok() && r.workload == "fsync-under-load" && r.variant.as_deref() == Some("small/load"))
+        .filter(|r| !r.fsync_points.is_empty())
+        .map(|r| Line {
+            label: r.engine.clone(),
+            color: engine_color(&r.engine),
+            dash: "",
+            points: r.fsync_points.clone(),
+            tail: None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -465,5 +548,34 @@ mod tests {
         assert!(svg.contains(">short</text>"), "a line without points stays in the legend");
         let b = log_bar_chart("t", "s", "y", &["e".into()], &[("p50", "#111")], &[vec![Some(3.0)]]);
         assert!(b.contains("<rect x="));
+    }
+
+    /// The fsync chart: one line per engine of fsync-under-load small/load,
+    /// on a log scale whose decades span the points (a 0 ms fsync sits on
+    /// the bottom line).
+    #[test]
+    fn fsync_chart_has_a_line_per_engine_on_a_log_scale() {
+        let row = |engine: &str, variant: &str, points: Vec<(f64, f64)>| ResultRow {
+            workload: "fsync-under-load".into(),
+            engine: engine.into(),
+            variant: Some(variant.into()),
+            status: "ok".into(),
+            fsync_points: points,
+            ..ResultRow::default()
+        };
+        let rows = vec![
+            row("wbcache", "small/load", vec![(0.1, 0.5), (0.2, 0.0), (0.3, 1.2)]),
+            row("kernel-buffered", "small/load", vec![(0.1, 250.0), (0.4, 1800.0)]),
+            row("wbcache", "small/idle", vec![(0.1, 0.4)]),
+            row("wbcache", "background/with-fsync", Vec::new()),
+        ];
+        let lines = fsync_lines(&rows);
+        assert_eq!(lines.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), ["wbcache", "kernel-buffered"]);
+        let svg = line_chart_scaled("t", "s", "x", "ms", &lines, true);
+        for decade in [">0.1</text>", ">1</text>", ">10</text>", ">100</text>", ">1000</text>", ">10k</text>"] {
+            assert!(svg.contains(decade), "{decade} missing from the log axis");
+        }
+        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+        assert_eq!(decade_label(-2.0), "0.01");
     }
 }

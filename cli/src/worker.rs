@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::engines::{EngineFile, EngineKind, System, DIRECT_DEPTH};
 use crate::measure::{HistData, Histogram, Series};
 use crate::sys::{AlignedBuf, Rng};
-use crate::workloads::{JobSpec, Pattern, Setup, Spec};
+use crate::workloads::{JobSpec, Pattern, Setup, Spec, FOREGROUND};
 
 const MIB: u64 = 1 << 20;
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -58,6 +58,14 @@ pub struct JobResult {
     /// the throughput charts (finer than `series`, which is per second).
     #[serde(default)]
     pub samples: Vec<(f64, u64)>,
+    /// The sum of the times of every fsync the job timed one by one
+    /// (`fsync-under-load`'s foreground), in seconds.
+    #[serde(default)]
+    pub fsync_total_s: Option<f64>,
+    /// Each of those fsyncs: `(seconds since the job's start at which it
+    /// started, its latency in ms)`.
+    #[serde(default)]
+    pub fsync_points: Vec<(f64, f64)>,
 }
 
 /// What a worker prints.
@@ -122,6 +130,8 @@ struct JobRaw {
     hist: Histogram,
     fsync: Option<Histogram>,
     us_per_call: Option<f64>,
+    fsync_total_s: Option<f64>,
+    fsync_points: Vec<(f64, f64)>,
 }
 
 /// Per-job series bookkeeping for the sampler.
@@ -140,6 +150,8 @@ pub fn run(spec: &Spec) -> Outcome {
     let n = spec.jobs.len();
     let barrier = Barrier::new(n + 1);
     let cancel = AtomicBool::new(false);
+    // Set when the foreground job ends: the background writers stop.
+    let stop = AtomicBool::new(false);
     let finished = AtomicUsize::new(0);
     let counters: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
     let running: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(true)).collect();
@@ -155,14 +167,17 @@ pub fn run(spec: &Spec) -> Outcome {
             .iter()
             .enumerate()
             .map(|(i, job)| {
-                let (sys, barrier, cancel, finished) = (&sys, &barrier, &cancel, &finished);
+                let (sys, barrier, cancel, stop, finished) = (&sys, &barrier, &cancel, &stop, &finished);
                 let (counter, running) = (&counters[i], &running[i]);
                 std::thread::Builder::new()
                     .name(format!("job-{i}"))
                     .spawn_scoped(s, move || {
-                        let r = run_job(sys, spec, job, barrier, cancel, counter);
+                        let r = run_job(sys, spec, job, barrier, Stops { cancel, stop }, counter);
                         if r.is_err() {
                             cancel.store(true, Relaxed);
+                        }
+                        if job.role.as_deref() == Some(FOREGROUND) {
+                            stop.store(true, Relaxed);
                         }
                         running.store(false, Relaxed);
                         finished.fetch_add(1, Relaxed);
@@ -228,6 +243,8 @@ pub fn run(spec: &Spec) -> Outcome {
                     us_per_call: r.us_per_call,
                     series: std::mem::take(&mut st.series),
                     samples: std::mem::take(&mut st.samples),
+                    fsync_total_s: r.fsync_total_s,
+                    fsync_points: r.fsync_points,
                 });
             }
             Err(e) => {
@@ -319,14 +336,23 @@ fn open_more_targets(sys: &System, job: &JobSpec) -> io::Result<Vec<Box<dyn Engi
     }
 }
 
+/// What ends a job early: `cancel` (another job failed) ends every job;
+/// `stop` (the foreground job ended) ends the streaming loops.
+#[derive(Clone, Copy)]
+struct Stops<'a> {
+    cancel: &'a AtomicBool,
+    stop: &'a AtomicBool,
+}
+
 fn run_job(
     sys: &System,
     spec: &Spec,
     job: &JobSpec,
     barrier: &Barrier,
-    cancel: &AtomicBool,
+    stops: Stops<'_>,
     counter: &AtomicU64,
 ) -> io::Result<JobRaw> {
+    let Stops { cancel, stop } = stops;
     let prepared = prepare(sys, job).and_then(|f| Ok((f, open_more_targets(sys, job)?)));
     if prepared.is_err() {
         cancel.store(true, Relaxed);
@@ -343,6 +369,8 @@ fn run_job(
     let mut ops = 0u64;
     let mut us_per_call = None;
     let mut fsync_hist = None;
+    let mut fsync_total_s = None;
+    let mut fsync_points = Vec::new();
     let deadline_after = Duration::from_secs_f64(spec.deadline_s.max(0.01));
     match &job.pattern {
         Pattern::Seq { write, bs, .. } | Pattern::Rand { write, bs, .. } => {
@@ -360,7 +388,7 @@ fn run_job(
                     &wbuf,
                     &mut rbufs,
                     &mut || {
-                        if cancel.load(Relaxed) || Instant::now() >= deadline {
+                        if cancel.load(Relaxed) || stop.load(Relaxed) || Instant::now() >= deadline {
                             return None;
                         }
                         gen.next().map(|o| (base + o, bs))
@@ -374,7 +402,7 @@ fn run_job(
                 )?;
             } else {
                 let mut rbuf = AlignedBuf::new(if write { 0 } else { bs });
-                while !cancel.load(Relaxed) {
+                while !cancel.load(Relaxed) && !stop.load(Relaxed) {
                     let Some(off) = gen.next() else { break };
                     let t = Instant::now();
                     if t >= deadline {
@@ -426,6 +454,43 @@ fn run_job(
                 counter.fetch_add(per_call, Relaxed);
             }
             us_per_call = Some(hist.mean_ns() / 1000.0);
+        }
+        Pattern::FsyncEach { bs, iterations, pause_ms } => {
+            // The file grows by `bs` per iteration (wrapping only on a
+            // device region shorter than the run).
+            let region = (job.target.len / bs).max(1) * bs;
+            let wbuf = AlignedBuf::filled(*bs as usize, job.seed);
+            let pause = Duration::from_millis(*pause_ms);
+            let mut fsyncs = Histogram::default();
+            let mut total = Duration::ZERO;
+            let deadline = started + deadline_after;
+            for i in 0..*iterations {
+                if cancel.load(Relaxed) || Instant::now() >= deadline {
+                    break;
+                }
+                let t = Instant::now();
+                file.write_at(&wbuf, base + (i * bs) % region)?;
+                hist.record(t.elapsed().as_nanos() as u64);
+                bytes += bs;
+                ops += 1;
+                counter.fetch_add(*bs, Relaxed);
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+                let t = Instant::now();
+                file.fsync()?;
+                let took = t.elapsed();
+                fsyncs.record(took.as_nanos() as u64);
+                total += took;
+                fsync_points.push((
+                    crate::measure::round3((t - started).as_secs_f64()),
+                    crate::measure::round3(took.as_secs_f64() * 1e3),
+                ));
+            }
+            fsync_total_s = Some(total.as_secs_f64());
+            if fsyncs.count() > 0 {
+                fsync_hist = Some(fsyncs);
+            }
         }
         Pattern::Fio { job: fio, more_targets } => {
             let bs = fio.bs;
@@ -525,7 +590,7 @@ fn run_job(
     }
     let end_s = started.elapsed().as_secs_f64();
     drop(file);
-    Ok(JobRaw { bytes, ops, io_end_s, end_s, hist, fsync: fsync_hist, us_per_call })
+    Ok(JobRaw { bytes, ops, io_end_s, end_s, hist, fsync: fsync_hist, us_per_call, fsync_total_s, fsync_points })
 }
 
 /// µs per call of a bare `memcpy` of a random `bs`-byte block inside an

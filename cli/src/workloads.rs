@@ -22,6 +22,10 @@ pub struct WorkloadInfo {
     pub source: Option<&'static str>,
 }
 
+/// The posting the fsync-under-load workload follows.
+const URGENT_WRITEBACK: &str =
+    "the LKML posting \"block, mm: add support for boosting urgent asynchronous writeback io\" by Daeho Jeong";
+
 /// The flusher-kick series whose tables several write workloads follow.
 const DONTCACHE_KICK: &str =
     "the tables of the LKML series \"mm: kick writeback flusher for IOCB_DONTCACHE with targeted dirty tracking\" (v5, 2026)";
@@ -58,6 +62,12 @@ pub const WORKLOADS: &[WorkloadInfo] = &[
         source: Some(DONTCACHE_KICK),
     },
     WorkloadInfo {
+        name: "fsync-under-load",
+        about: "a foreground writer's fsyncs, each phase once alone (idle) and once next to two background writers of the same engine (load: 1 MiB sequential writes to two new files of up to --size, wrapping, no fsync, until the foreground ends); variants small/idle and small/load, 100 × (append 4 KiB to its own new file, sleep 100 ms, fsync); large/idle and large/load, 50 × (append 8 MiB to its own new file in one call, fsync); background/alone, the two background writers alone for --runtime. A --runtime under 5 s shortens the phases to runtime × 20 small (at least 10) and runtime × 10 large (at least 5) iterations. Rows: fsync p50/p99/max and total per engine, and the background writers' MB/s with and without the fsyncs",
+        models: "a database committing small transactions (or a program saving a file) while a checkpoint or a backup streams gigabytes to the same disk: what an fsync costs under load",
+        source: Some(URGENT_WRITEBACK),
+    },
+    WorkloadInfo {
         name: "seq-read",
         about: "read a cold file of --size (twice the memory) sequentially, 1 MiB reads",
         models: "a scan, a backup or a restore reading a file larger than memory for the first time",
@@ -89,6 +99,8 @@ pub enum Kind {
     MultiWriter,
     Files32,
     Competing,
+    /// One measurement group of `fsync-under-load`.
+    FsyncUnderLoad(FsyncGroup),
     SeqRead,
     RandRead,
     /// µs per cached 4 KiB read: random inside a cached region, or the
@@ -103,6 +115,108 @@ pub enum Kind {
     },
     /// A job described with fio's words (`bench --custom`).
     Custom(FioJob),
+}
+
+/// The measurement groups of `fsync-under-load`, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncGroup {
+    SmallIdle,
+    SmallLoad,
+    LargeIdle,
+    LargeLoad,
+    BackgroundAlone,
+}
+
+/// The foreground phase of an `fsync-under-load` group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Foreground {
+    /// 4 KiB appended, a 100 ms pause, fsync.
+    Small,
+    /// 8 MiB appended in one call, fsync.
+    Large,
+}
+
+impl FsyncGroup {
+    pub const ALL: [FsyncGroup; 5] = [
+        FsyncGroup::SmallIdle,
+        FsyncGroup::SmallLoad,
+        FsyncGroup::LargeIdle,
+        FsyncGroup::LargeLoad,
+        FsyncGroup::BackgroundAlone,
+    ];
+
+    /// The variant name (JSON `variant`).
+    pub fn variant(self) -> &'static str {
+        match self {
+            FsyncGroup::SmallIdle => "small/idle",
+            FsyncGroup::SmallLoad => "small/load",
+            FsyncGroup::LargeIdle => "large/idle",
+            FsyncGroup::LargeLoad => "large/load",
+            FsyncGroup::BackgroundAlone => "background/alone",
+        }
+    }
+
+    pub fn foreground(self) -> Option<Foreground> {
+        match self {
+            FsyncGroup::SmallIdle | FsyncGroup::SmallLoad => Some(Foreground::Small),
+            FsyncGroup::LargeIdle | FsyncGroup::LargeLoad => Some(Foreground::Large),
+            FsyncGroup::BackgroundAlone => None,
+        }
+    }
+
+    /// Whether the two background writers run.
+    pub fn loaded(self) -> bool {
+        !matches!(self, FsyncGroup::SmallIdle | FsyncGroup::LargeIdle)
+    }
+
+    /// The variant of the row that reports the background writers of a
+    /// group with a foreground (`None` for the idle groups).
+    pub fn background_variant(self) -> Option<&'static str> {
+        match self {
+            FsyncGroup::SmallLoad => Some("background/with-fsync"),
+            FsyncGroup::LargeLoad => Some("background/with-large-fsync"),
+            FsyncGroup::BackgroundAlone => Some("background/alone"),
+            FsyncGroup::SmallIdle | FsyncGroup::LargeIdle => None,
+        }
+    }
+}
+
+/// Small fsync iterations for a runtime: 100 at 5 s and above, 20 per
+/// second below (at least 10).
+pub fn fsync_small_iterations(runtime_s: f64) -> u64 {
+    ((runtime_s * 20.0).round() as u64).clamp(10, 100)
+}
+
+/// Large fsync iterations for a runtime: 50 at 5 s and above, 10 per
+/// second below (at least 5).
+pub fn fsync_large_iterations(runtime_s: f64) -> u64 {
+    ((runtime_s * 10.0).round() as u64).clamp(5, 50)
+}
+
+/// The pause between a small write and its fsync.
+pub const FSYNC_SMALL_PAUSE_MS: u64 = 100;
+/// What one foreground iteration appends.
+pub const FSYNC_SMALL_BS: u64 = 4 * KIB;
+pub const FSYNC_LARGE_BS: u64 = 8 * MIB;
+
+impl Foreground {
+    /// `(bytes per iteration, iterations, pause before the fsync in ms)`.
+    pub fn shape(self, runtime_s: f64) -> (u64, u64, u64) {
+        match self {
+            Foreground::Small => (FSYNC_SMALL_BS, fsync_small_iterations(runtime_s), FSYNC_SMALL_PAUSE_MS),
+            Foreground::Large => (FSYNC_LARGE_BS, fsync_large_iterations(runtime_s), 0),
+        }
+    }
+
+    /// No new iteration starts after this many seconds: generous, so
+    /// that slow fsyncs under load are measured, not cut off.
+    pub fn deadline_s(self, runtime_s: f64) -> f64 {
+        let (_, n, _) = self.shape(runtime_s);
+        match self {
+            Foreground::Small => n as f64 * 0.1 + 30.0,
+            Foreground::Large => 30.0 + n as f64,
+        }
+    }
 }
 
 /// fio's `--rw` values that make sense for a synchronous API.
@@ -218,7 +332,7 @@ impl Group {
     /// File-name-safe label.
     pub fn slug(&self) -> String {
         match &self.variant {
-            Some(v) => format!("{}-{v}", self.workload),
+            Some(v) => format!("{}-{}", self.workload, v.replace('/', "-")),
             None => self.workload.to_string(),
         }
     }
@@ -279,6 +393,14 @@ pub fn groups_for(name: &str, overwrite_subset: Option<&[&str]>) -> Option<Vec<G
         "multi-writer" => vec![g("multi-writer", Kind::MultiWriter)],
         "files-32" => vec![g("files-32", Kind::Files32)],
         "competing" => vec![g("competing", Kind::Competing)],
+        "fsync-under-load" => FsyncGroup::ALL
+            .into_iter()
+            .map(|f| Group {
+                workload: "fsync-under-load",
+                variant: Some(f.variant().into()),
+                kind: Kind::FsyncUnderLoad(f),
+            })
+            .collect(),
         "seq-read" => vec![g("seq-read", Kind::SeqRead)],
         "rand-read" => vec![
             g("rand-read", Kind::RandRead),
@@ -344,9 +466,19 @@ pub enum Pattern {
     Calls { call: CallKind, bs: u64, iovecs: u64, iterations: u64, warmup: u64 },
     /// Random `bs` reads inside the first `span` bytes.
     CachedReads { bs: u64, span: u64, iterations: u64, warmup: u64 },
+    /// `iterations` × (write `bs` at the end of what the job wrote so far,
+    /// sleep `pause_ms`, fsync), each fsync timed on its own; no new
+    /// iteration after the deadline.
+    FsyncEach { bs: u64, iterations: u64, pause_ms: u64 },
     /// A fio-style job over the target and `more_targets` (its other files).
     Fio { job: FioJob, more_targets: Vec<Target> },
 }
+
+/// The role of the job whose fsyncs `fsync-under-load` measures: when it
+/// ends, the jobs with the [`BACKGROUND`] role stop.
+pub const FOREGROUND: &str = "foreground";
+/// The role of `fsync-under-load`'s background writers.
+pub const BACKGROUND: &str = "background";
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct JobSpec {
@@ -450,6 +582,29 @@ impl Place {
         }
     }
 
+    /// The files of an `fsync-under-load` measurement: the foreground's
+    /// (`fg_len` bytes, `bs` per iteration) and the two background
+    /// writers' (up to `want` bytes each, what is left of the space after
+    /// the foreground's). On a device: the foreground's region first (at
+    /// most a quarter of the device, whole iterations), then the two
+    /// writers' halves of the rest.
+    fn fsync_layout(&self, name: &str, fg_len: u64, bs: u64, want: u64) -> (Target, [Target; 2]) {
+        match (&self.device, &self.dir) {
+            (Some(dev), _) => {
+                let fg = if fg_len == 0 { 0 } else { round_down(fg_len.min(self.device_size / 4), bs) };
+                let per = round_down(want.min(self.device_size.saturating_sub(fg) / 2).max(MIB), MIB);
+                let region = |offset: u64, len: u64| Target { path: dev.clone(), offset, len, create: false };
+                (region(0, fg), [region(fg, per), region(fg + per, per)])
+            }
+            (None, Some(_)) => {
+                let rest = Place { free_bytes: self.free_bytes.saturating_sub(fg_len), ..self.clone() };
+                let per = rest.per_writer(2, want);
+                (self.fresh(name, 2, fg_len), [self.fresh(name, 0, per), self.fresh(name, 1, per)])
+            }
+            (None, None) => unreachable!("a place has a dir or a device"),
+        }
+    }
+
     /// Per-file length for `n` time-based writers: `want`, bounded by the
     /// space there is (writers wrap around at this length).
     fn per_writer(&self, n: u64, want: u64) -> u64 {
@@ -475,6 +630,24 @@ pub fn describe(group: &Group, p: &Params) -> String {
         Kind::Files32 => format!("32 writers, 64 KiB sequential writes, one file each, {rt} s, then fsync"),
         Kind::Competing => {
             format!("the engine's writer vs a buffered writer of the same system, 1 MiB sequential, {rt} s, then fsync")
+        }
+        Kind::FsyncUnderLoad(f) => {
+            let foreground = f.foreground().map(|fg| {
+                let (_, n, _) = fg.shape(rt);
+                match fg {
+                    Foreground::Small => format!(
+                        "{n} × (4 KiB appended to the foreground's own new file, {FSYNC_SMALL_PAUSE_MS} ms pause, fsync)"
+                    ),
+                    Foreground::Large => {
+                        format!("{n} × (8 MiB appended to the foreground's own new file in one write call, fsync)")
+                    }
+                }
+            });
+            match (foreground, f.loaded()) {
+                (Some(fg), false) => format!("{fg}, alone"),
+                (Some(fg), true) => format!("{fg}, next to the two background writers"),
+                (None, _) => format!("the two background writers alone for {rt} s"),
+            }
         }
         Kind::SeqRead => format!("cold sequential read of a {size} file, 1 MiB reads"),
         Kind::RandRead => format!("4 KiB random reads over a {size} file, {rt} s"),
@@ -513,6 +686,16 @@ pub fn describe(group: &Group, p: &Params) -> String {
             fmt_size(*file_size)
         ),
     }
+}
+
+/// What `fsync-under-load`'s background writers do (said once above its
+/// table, before each variant's description).
+pub fn fsync_background_about(p: &Params) -> String {
+    format!(
+        "Background writers: two, of the engine under test, 1 MiB sequential writes to new files of up to {} each \
+         (wrapping), no fsync; next to a foreground they run until it ends",
+        fmt_size(p.size)
+    )
 }
 
 /// The region the `cached-4k` variant reads at random.
@@ -568,6 +751,26 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
             let mut b = job(engine.buffered_peer(), place.fresh(&name, 1, per), Setup::None, seq_w(MIB, None), true, 6);
             b.role = Some("buffered-peer".into());
             (vec![a, b], p.runtime_s, true)
+        }
+        Kind::FsyncUnderLoad(f) => {
+            let (bs, iterations, pause_ms) = f.foreground().map_or((MIB, 0, 0), |fg| fg.shape(p.runtime_s));
+            let (fg_target, bg_targets) = place.fsync_layout(&name, bs * iterations, bs, p.size);
+            let mut jobs = Vec::new();
+            if f.foreground().is_some() {
+                let pat = Pattern::FsyncEach { bs, iterations, pause_ms };
+                let mut fg = job(engine, fg_target, Setup::None, pat, false, 12);
+                fg.role = Some(FOREGROUND.into());
+                jobs.push(fg);
+            }
+            if f.loaded() {
+                for (i, t) in bg_targets.into_iter().enumerate() {
+                    let mut bg = job(engine, t, Setup::None, seq_w(MIB, None), false, 13 + i as u64);
+                    bg.role = Some(BACKGROUND.into());
+                    jobs.push(bg);
+                }
+            }
+            let deadline = f.foreground().map_or(p.runtime_s, |fg| fg.deadline_s(p.runtime_s));
+            (jobs, deadline, true)
         }
         Kind::SeqRead => {
             let pat = Pattern::Seq { write: false, bs: MIB, total: Some(p.size) };
@@ -632,5 +835,81 @@ mod tests {
         assert!(parse_overwrite("pwrite-2k-2m-file").is_none());
         assert!(groups_for("nope", None).is_none());
         assert_eq!(groups_for("small-overwrite", None).unwrap().len(), 18);
+    }
+
+    fn params(runtime_s: f64) -> Params {
+        Params {
+            memory: 128 * MIB,
+            size: 256 * MIB,
+            runtime_s,
+            stream_cap_s: 6.0 * runtime_s,
+            call_cap_s: 0.25,
+            iterations_1k: 10,
+            iterations_10k: 10,
+            warmup: 1,
+            wbcache_options: "capacity=128M".into(),
+        }
+    }
+
+    #[test]
+    fn fsync_under_load_expands_to_five_groups() {
+        let groups = groups_for("fsync-under-load", None).unwrap();
+        let variants: Vec<&str> = groups.iter().map(|g| g.variant.as_deref().unwrap()).collect();
+        assert_eq!(variants, ["small/idle", "small/load", "large/idle", "large/load", "background/alone"]);
+        assert!(groups.iter().all(|g| g.workload == "fsync-under-load"));
+        // The slug names files and charts: no '/' in it.
+        assert_eq!(groups[1].slug(), "fsync-under-load-small-load");
+        assert!(info("fsync-under-load").is_some_and(|w| w.source.is_some_and(|s| s.contains("Daeho Jeong"))));
+    }
+
+    #[test]
+    fn fsync_iterations_follow_the_runtime() {
+        assert_eq!((fsync_small_iterations(5.0), fsync_large_iterations(5.0)), (100, 50));
+        assert_eq!((fsync_small_iterations(1.0), fsync_large_iterations(1.0)), (20, 10));
+        assert_eq!((fsync_small_iterations(0.1), fsync_large_iterations(0.1)), (10, 5));
+        assert_eq!((fsync_small_iterations(60.0), fsync_large_iterations(60.0)), (100, 50));
+        assert_eq!(fsync_small_iterations(2.26), 45);
+        assert_eq!(Foreground::Small.deadline_s(5.0), 40.0);
+        assert_eq!(Foreground::Large.deadline_s(5.0), 80.0);
+    }
+
+    #[test]
+    fn fsync_specs_have_a_foreground_and_two_background_writers() {
+        let dir = std::env::temp_dir();
+        let place = Place { dir: Some(dir.clone()), device: None, device_size: 0, free_bytes: 64 << 30 };
+        let p = params(1.0);
+        let spec = |variant: &str| {
+            let g = groups_for("fsync-under-load", None)
+                .unwrap()
+                .into_iter()
+                .find(|g| g.variant.as_deref() == Some(variant))
+                .unwrap();
+            build_spec(&g, EngineKind::Wbcache, &p, &place, false)
+        };
+        let roles = |s: &Spec| s.jobs.iter().map(|j| j.role.clone().unwrap()).collect::<Vec<_>>();
+        let load = spec("small/load");
+        assert_eq!(roles(&load), [FOREGROUND, BACKGROUND, BACKGROUND]);
+        assert!(load.jobs.iter().all(|j| !j.fsync_at_end), "no final fsync: the figures are the foreground's");
+        assert!(matches!(load.jobs[0].pattern, Pattern::FsyncEach { bs: 4096, iterations: 20, pause_ms: 100 }));
+        assert_eq!(load.jobs[0].target.len, 20 * 4096);
+        assert!(matches!(load.jobs[1].pattern, Pattern::Seq { write: true, bs: MIB, total: None }));
+        assert_eq!(load.jobs[1].target.len, p.size);
+        let paths: Vec<_> = load.jobs.iter().map(|j| j.target.path.clone()).collect();
+        assert!(paths.iter().all(|t| t.parent() == Some(dir.as_path())), "{paths:?}");
+        assert!(paths[0] != paths[1] && paths[1] != paths[2] && paths[0] != paths[2]);
+        assert_eq!(load.deadline_s, 20.0 * 0.1 + 30.0);
+        assert_eq!(roles(&spec("small/idle")), [FOREGROUND]);
+        let large = spec("large/load");
+        assert!(matches!(large.jobs[0].pattern, Pattern::FsyncEach { bs: 8388608, iterations: 10, pause_ms: 0 }));
+        assert_eq!(large.deadline_s, 40.0);
+        let alone = spec("background/alone");
+        assert_eq!(roles(&alone), [BACKGROUND, BACKGROUND]);
+        assert_eq!(alone.deadline_s, 1.0);
+        // On a device: the foreground's region, then the writers' halves of the rest.
+        let dev = Place { dir: None, device: Some("/dev/x".into()), device_size: 1 << 30, free_bytes: 1 << 30 };
+        let g = groups_for("fsync-under-load", None).unwrap().swap_remove(3);
+        let s = build_spec(&g, EngineKind::Wbcache, &p, &dev, false);
+        let regions: Vec<(u64, u64)> = s.jobs.iter().map(|j| (j.target.offset, j.target.len)).collect();
+        assert_eq!(regions, [(0, 80 * MIB), (80 * MIB, 256 * MIB), (336 * MIB, 256 * MIB)]);
     }
 }
