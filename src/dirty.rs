@@ -201,6 +201,7 @@ impl Drop for SyncWaiter<'_> {
         let mut waiters = locks::lock(&d.sync_waiters);
         let pos = waiters.iter().position(|&id| id == self.inode_id).expect("a sync waiter is listed until it leaves");
         waiters.swap_remove(pos);
+        Counters::sub(&d.cache.counters.sync_waiters, 1);
         d.nr_sync_waiters.store(waiters.len() as u64, Ordering::Release);
         d.sync_waiters_generation.fetch_add(1, Ordering::AcqRel);
         debug_assert_eq!(d.nr_sync_waiters.load(Ordering::Relaxed), waiters.len() as u64);
@@ -276,6 +277,7 @@ impl DomainDirty {
     pub fn enter_sync(&self, inode_id: u64) -> SyncWaiter<'_> {
         let mut waiters = locks::lock(&self.sync_waiters);
         waiters.push(inode_id);
+        Counters::add(&self.cache.counters.sync_waiters, 1);
         self.nr_sync_waiters.store(waiters.len() as u64, Ordering::Release);
         self.sync_waiters_generation.fetch_add(1, Ordering::AcqRel);
         debug_assert!(self.has_sync_waiters(), "the new waiter is counted");

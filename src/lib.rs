@@ -67,4 +67,4 @@ pub use file::{File, FileCursor, OpenOptions, WriteFlags};
 #[cfg(feature = "sim")]
 pub use io::sim;
 pub use io::IoKind;
-pub use stats::{Reason, Stats};
+pub use stats::{IoClass, LatencySummary, Reason, Stats};

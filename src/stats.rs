@@ -3,7 +3,8 @@
 //! the CLI.
 //!
 //! Counters are only ever added to, except the gauges (`cached_bytes`,
-//! `dirty_bytes`, `writeback_bytes`, `dontcache_dirty_bytes`), which the
+//! `dirty_bytes`, `writeback_bytes`, `dontcache_dirty_bytes`,
+//! `sync_waiters`), which the
 //! owners of the state they measure keep exact.
 
 use std::fmt::Write as _;
@@ -169,6 +170,8 @@ pub struct Counters {
     pub last_writeback_errno: std::sync::atomic::AtomicI32,
     /// `File::sync_all` / `sync_data` calls, and how long each took.
     pub fsync_latency: LatencyHistogram,
+    /// Gauge: fsync / fdatasync / cache sync calls waiting on writeback now.
+    pub sync_waiters: AtomicU64,
     /// Bytes of I/O the flusher had collected and not yet submitted when an
     /// fsync came for them: submitted ahead of the rest, in the sync class.
     pub promoted_bytes: AtomicU64,
@@ -178,9 +181,10 @@ pub struct Counters {
     /// Microseconds fsync / fdatasync calls spent waiting for writeback
     /// that the flusher had started (async I/O they needed).
     pub sync_wait_async_us_total: AtomicU64,
-    /// The most async writeback I/Os one flusher had in flight while a sync
-    /// waiter was present (after it saw the waiter): `async_depth_while_sync`
-    /// at most.
+    /// The most async writeback I/Os one flusher had in flight right after
+    /// it submitted one while a sync waiter was present:
+    /// `async_depth_while_sync` at most (I/O submitted before the waiter
+    /// came is not cut short; none is added past the cap).
     pub async_ios_in_flight_max_while_sync: AtomicU64,
 }
 
@@ -230,6 +234,8 @@ pub struct Stats {
     pub bridged_bytes: u64,
     /// `File::sync_all` / `sync_data` calls.
     pub fsyncs: u64,
+    /// fsync / fdatasync (and `Cache::sync_all`) calls in progress now.
+    pub sync_waiters: u64,
     /// Their latency: p50, p99 (bucket bounds, about 19% wide) and max.
     pub fsync_lat_us: LatencySummary,
     /// Collected background writeback an fsync needed, submitted ahead of
@@ -240,8 +246,9 @@ pub struct Stats {
     /// Time fsync / fdatasync calls waited for writeback the flusher had
     /// started, in microseconds.
     pub sync_wait_async_us_total: u64,
-    /// The most async writeback I/Os in flight at once while an fsync
-    /// waited (bounded by `async_depth_while_sync`).
+    /// The most async writeback I/Os in flight right after the flusher
+    /// submitted one while an fsync waited: `async_depth_while_sync` at most
+    /// (what was in flight before the fsync came is not cut short).
     pub async_ios_in_flight_max_while_sync: u64,
     /// `uring`, `threads` or `sim`: the backend actually running.
     pub io_backend: &'static str,
@@ -282,6 +289,7 @@ impl Stats {
             bridged_bytes: c.bridged_bytes.load(Relaxed),
             fsync_lat_us: c.fsync_latency.summary(),
             fsyncs: c.fsync_latency.summary().count,
+            sync_waiters: c.sync_waiters.load(Relaxed),
             promoted_bytes: c.promoted_bytes.load(Relaxed),
             written_bytes_by_class: std::array::from_fn(|i| c.written_bytes_by_class[i].load(Relaxed)),
             sync_wait_async_us_total: c.sync_wait_async_us_total.load(Relaxed),
@@ -324,6 +332,7 @@ impl Stats {
         num("bridged_bytes", self.bridged_bytes);
         num("open_inodes", self.open_inodes);
         num("fsyncs", self.fsyncs);
+        num("sync_waiters", self.sync_waiters);
         num("promoted_bytes", self.promoted_bytes);
         num("sync_wait_async_us_total", self.sync_wait_async_us_total);
         num("async_ios_in_flight_max_while_sync", self.async_ios_in_flight_max_while_sync);

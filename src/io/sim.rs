@@ -36,6 +36,11 @@
 //!   (Unix semantics); it is freed when the last of them is dropped, or at a
 //!   crash.
 //!
+//! For tests of ordering, writes to a path can be held at a gate
+//! ([`SimIo::hold_writes`]): a `submit_once` call carrying a write to it
+//! waits there, before any of its attempts, until the path is released; and
+//! successful write attempts can be logged in order ([`SimIo::record_writes`]).
+//!
 //! Counters in [`SimStats`] count attempts (one per op per
 //! [`BackingStore::submit_once`] call, whatever the outcome) and sync calls;
 //! the byte counters count bytes actually transferred. Errors the sim
@@ -49,7 +54,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Block size used for fault positions and the crash model, whatever the
@@ -189,6 +194,20 @@ pub struct SimStats {
     pub latency_spikes: u64,
 }
 
+/// The class of a request, as [`SimWrite`] reports it.
+pub use super::IoPriority;
+
+/// One successful write attempt, as [`SimIo::write_log`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimWrite {
+    /// The path its store was opened with.
+    pub path: PathBuf,
+    pub offset: u64,
+    pub len: usize,
+    /// The class the engine gave it (its `ioprio`).
+    pub priority: IoPriority,
+}
+
 /// Errors the sim returned for one path, as [`SimStats::write_errors`] and
 /// [`SimStats::read_errors`] count them.
 #[derive(Clone, Copy, Debug, Default)]
@@ -265,6 +284,11 @@ struct State {
     stats: SimStats,
     /// By the path a store was opened with, as faults are matched.
     path_errors: HashMap<PathBuf, PathErrors>,
+    /// Paths whose writes wait at the gate, and the calls waiting there.
+    held_paths: HashSet<PathBuf>,
+    waiting_at_gate: HashMap<PathBuf, usize>,
+    /// Successful write attempts in order, while recording.
+    write_log: Option<Vec<SimWrite>>,
 }
 
 impl State {
@@ -284,6 +308,8 @@ impl State {
 struct Shared {
     config: SimConfig,
     state: Mutex<State>,
+    /// Signalled when a path is released from the gate.
+    gate_opened: Condvar,
 }
 
 impl Shared {
@@ -324,8 +350,11 @@ impl SimIo {
             crash_epoch: 0,
             stats: SimStats::default(),
             path_errors: HashMap::new(),
+            held_paths: HashSet::new(),
+            waiting_at_gate: HashMap::new(),
+            write_log: None,
         };
-        SimIo { shared: Arc::new(Shared { config, state: Mutex::new(state) }) }
+        SimIo { shared: Arc::new(Shared { config, state: Mutex::new(state), gate_opened: Condvar::new() }) }
     }
 
     pub fn config(&self) -> &SimConfig {
@@ -391,6 +420,36 @@ impl SimIo {
         self.shared.lock().path_errors.get(path).map_or(0, |e| e.read)
     }
 
+    /// Holds every `submit_once` call that carries a write to a store
+    /// opened as `path` at a gate, before any of its attempts, until
+    /// [`SimIo::release_writes`]: the I/O is "in flight" for as long as the
+    /// test likes. Reads and syncs pass.
+    pub fn hold_writes(&self, path: &Path) {
+        self.shared.lock().held_paths.insert(path.to_path_buf());
+    }
+
+    /// Lets the writes held for `path` go (and any later ones).
+    pub fn release_writes(&self, path: &Path) {
+        self.shared.lock().held_paths.remove(path);
+        self.shared.gate_opened.notify_all();
+    }
+
+    /// Calls waiting at the gate for `path` now.
+    pub fn writes_held(&self, path: &Path) -> usize {
+        self.shared.lock().waiting_at_gate.get(path).copied().unwrap_or(0)
+    }
+
+    /// Starts logging successful write attempts ([`SimIo::write_log`]).
+    pub fn record_writes(&self) {
+        self.shared.lock().write_log.get_or_insert_with(Vec::new);
+    }
+
+    /// The successful write attempts since [`SimIo::record_writes`], in
+    /// the order they took effect.
+    pub fn write_log(&self) -> Vec<SimWrite> {
+        self.shared.lock().write_log.clone().unwrap_or_default()
+    }
+
     /// While `Some(errno)`, every write attempt and every sync on every file
     /// fails with `errno` and makes nothing durable: a disk that went bad or
     /// full. Survives crashes, like a broken disk would.
@@ -410,6 +469,8 @@ impl SimIo {
         let mut rng = Rng::new(seed);
         let mut st = self.shared.lock();
         st.crash_epoch += 1;
+        // Calls held at the gate belong to stores that are dead now.
+        self.shared.gate_opened.notify_all();
         let named: HashSet<u64> = st.names.values().copied().collect();
         // Unlinked inodes only lived on through open stores, all dead now.
         st.inodes.retain(|ino, _| named.contains(ino));
@@ -690,6 +751,10 @@ impl SimStore {
             }
             gather(&iovecs, &mut inode.written[start..end]);
             st.stats.written_bytes += len as u64;
+            let priority = op.priority;
+            if let Some(log) = st.write_log.as_mut() {
+                log.push(SimWrite { path: self.path.clone(), offset, len, priority });
+            }
         } else {
             scatter(&inode.written[start..end], &iovecs);
             st.stats.read_bytes += len as u64;
@@ -859,6 +924,13 @@ impl BackingStore for SimStore {
     fn submit_once(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
         self.simulate_latency(ops.iter().filter(|op| op.result.is_none()).count());
         let mut st = self.shared.lock();
+        if ops.iter().any(|op| op.result.is_none() && op.is_write()) {
+            while st.held_paths.contains(&self.path) && !self.is_dead(&st) {
+                *st.waiting_at_gate.entry(self.path.clone()).or_insert(0) += 1;
+                st = locks::wait(&self.shared.gate_opened, st);
+                *st.waiting_at_gate.get_mut(&self.path).expect("counted above") -= 1;
+            }
+        }
         let refuse = self.shared.config.submit_error_percent;
         if !self.is_dead(&st) && st.rng.chance(refuse) {
             st.stats.submit_errors += 1;

@@ -275,10 +275,13 @@ impl InFlight {
         while policy::may_submit_async(self.async_in_queue, self.in_queue, self.queue_ios_max, waiters, cap) {
             let Some((_, w)) = self.held_async.pop_front() else { break };
             self.push_to_queue(w);
-        }
-        if waiters {
-            let counters = &domain.dirty.cache.counters;
-            counters.async_ios_in_flight_max_while_sync.fetch_max(self.async_in_queue as u64, Ordering::Relaxed);
+            if waiters {
+                // What a waiter sees added: I/O submitted before it came
+                // is not cut short, and from then on none goes past the cap.
+                let counters = &domain.dirty.cache.counters;
+                counters.async_ios_in_flight_max_while_sync.fetch_max(self.async_in_queue as u64, Ordering::Relaxed);
+                debug_assert!(self.async_in_queue <= cap as usize, "async I/O submitted past the cap");
+            }
         }
         debug_assert!(self.in_queue >= in_queue_before && self.async_in_queue >= async_before, "nothing leaves here");
         debug_assert!(self.in_queue <= self.queue_ios_max.max(in_queue_before), "the queue holds its depth at most");
