@@ -447,7 +447,7 @@ mod tests {
         let expected = format!(
             ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\
              \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
-             \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":2}}}}",
+             \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":1}}}}",
             256 << 20,
             64 << 20,
             32 << 20,

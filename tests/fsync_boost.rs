@@ -234,5 +234,5 @@ fn async_depth_while_sync_is_validated() {
         assert!(e.to_string().contains("async_depth_while_sync"), "{bad}: {e}");
     }
     assert_eq!(Config::from_options("async_depth_while_sync=8").unwrap().async_depth_while_sync, 8);
-    assert_eq!(Config::default().async_depth_while_sync, 2);
+    assert_eq!(Config::default().async_depth_while_sync, 1);
 }
