@@ -173,6 +173,13 @@ impl DirtyRoom<'_> {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// Adds `more` (taken in the same domain) to this room.
+    pub fn absorb(&mut self, mut more: DirtyRoom<'_>) {
+        debug_assert!(std::ptr::eq(self.domain, more.domain), "rooms of one domain");
+        self.bytes += std::mem::take(&mut more.bytes);
+        debug_assert_eq!(more.bytes, 0, "moved, not given back");
+    }
 }
 
 impl Drop for DirtyRoom<'_> {
@@ -183,8 +190,12 @@ impl Drop for DirtyRoom<'_> {
         let cache = &self.domain.cache;
         let before = cache.unclean_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
         debug_assert!(before >= self.bytes, "unclean underflow");
-        // Others may be waiting for exactly this room.
-        cache.progress.made();
+        // Writers waiting for room may be waiting for exactly this. Only
+        // then: a rewrite of dirty blocks gives its whole room back on every
+        // call, and waking nobody through a lock cost it more than the copy.
+        if cache.has_dirty_waiters() {
+            cache.progress.made();
+        }
     }
 }
 

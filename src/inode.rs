@@ -700,13 +700,19 @@ impl Inode {
         let mut done = 0usize;
         let mut newly_dirty_bytes_total = 0u64;
         let mut result = Ok(());
+        // Dirty room a part waited for, kept for its retry.
+        let mut room = self.dirty.no_room();
         while done < len {
             let part = WritePart { done, len: len - done, pos: off + done as u64, end_block, dontcache };
-            match self.write_folio_part(data, &part) {
-                // The folio left the mapping before it could be locked.
+            match self.write_folio_part(data, &part, &mut room) {
+                // The folio left the mapping before it could be locked, or
+                // the part had to wait for dirty room: again, room in hand.
                 Ok(None) => continue,
                 Ok(Some((n, newly_bytes))) => {
                     debug_assert!(n > 0 && n <= part.len);
+                    // What the part did not dirty goes back before the
+                    // throttle below can pause this writer.
+                    room = self.dirty.no_room();
                     done += n;
                     newly_dirty_bytes_total += newly_bytes;
                     if newly_bytes > 0 {
@@ -727,40 +733,63 @@ impl Inode {
         }
     }
 
-    /// One folio's part of a write: wait for dirty room, find or create the
-    /// folio, make its buffer private, read a partly covered edge block,
-    /// copy, mark dirty. Returns the bytes copied and newly dirtied, or
-    /// `None` when the folio left the mapping meanwhile.
+    /// One folio's part of a write: find or create the folio, make its
+    /// buffer private, take dirty room for the blocks it will newly dirty,
+    /// read a partly covered edge block, copy, mark dirty. Returns the bytes
+    /// copied and newly dirtied, or `None` when the folio left the mapping
+    /// meanwhile or the part waited for room (`room` then holds it: call
+    /// again).
     fn write_folio_part<S: WriteSource + ?Sized>(
         self: &Arc<Self>,
         data: &S,
         part: &WritePart,
+        room: &mut DirtyRoom<'_>,
     ) -> io::Result<Option<(usize, u64)>> {
         debug_assert!(part.len > 0 && part.pos / BLOCK < part.end_block, "a part of the write is left");
-        // Throttle between folios, with no lock held, so one huge write
-        // cannot run past the dirty limit or starve reclaim. The room asked
-        // for is what this part can newly dirty: whole blocks (2 bytes
-        // across a block boundary dirty two), up to the end of its folio,
-        // which ends at a `folio_max` boundary at the latest, and at most a
+        // The most this part can newly dirty: whole blocks (2 bytes across
+        // a block boundary dirty two), up to the end of its folio, which
+        // ends at a `folio_max` boundary at the latest, and at most a
         // quarter of `dirty_limit` (a part is cut there): a folio larger
-        // than that is written in several parts, each waiting for its room,
+        // than that is written in several parts, each taking its own room,
         // so dirty + writeback never passes the limit.
         let folio_max = self.config.folio_max_bytes;
         let first_byte = part.pos / BLOCK * BLOCK;
         let part_end = (part.pos + part.len as u64)
             .min((part.pos / folio_max + 1) * folio_max)
             .min(first_byte + throttle::room_max_bytes(&self.config));
-        let room = part_end.next_multiple_of(BLOCK) - first_byte;
+        let room_max = part_end.next_multiple_of(BLOCK) - first_byte;
         debug_assert!(
-            room > 0 && room <= folio_max && room <= throttle::room_max_bytes(&self.config),
+            room_max > 0 && room_max <= folio_max && room_max <= throttle::room_max_bytes(&self.config),
             "a part dirties at most one folio, and at most the room a writer may take"
         );
-        let mut room = throttle::wait_for_dirty_room(&self.dirty, &self.config, room)?;
+        debug_assert!(room.bytes() <= room_max, "a retried part holds at most the room it waited for");
         let (folio, _) = self.find_or_create(part.pos / BLOCK, part.end_block, false, true)?;
         let Some(mut st) = self.lock_private(&folio)? else { return Ok(None) };
         let folio_off = (part.pos - folio.offset()) as usize;
         let n = (folio.size_bytes() - folio_off).min(part.len).min((part_end - part.pos) as usize);
         let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
+        // Room for the blocks this part dirties newly, taken under the
+        // folio lock, so nothing can dirty them meanwhile: a rewrite of
+        // dirty blocks needs none (and costs no shared atomic). Without
+        // enough room, the wait (kicking writeback, throttling this writer)
+        // happens with no lock held, and the part runs again.
+        let needed = (last - first - st.dirty.count_range(first, last)) as u64 * BLOCK;
+        if needed > room.bytes() {
+            match self.dirty.try_take_room(needed - room.bytes(), self.config.dirty_limit_bytes) {
+                Some(more) => room.absorb(more),
+                None => {
+                    drop(st);
+                    let more = throttle::wait_for_dirty_room(&self.dirty, &self.config, room_max - room.bytes())?;
+                    if more.bytes() == 0 {
+                        // The cache closed while this writer waited.
+                        return Err(io::Error::from_raw_os_error(libc::EBADF));
+                    }
+                    room.absorb(more);
+                    return Ok(None);
+                }
+            }
+        }
+        debug_assert!(room.bytes() >= needed, "room for every newly dirty block");
         if !st.all_uptodate {
             // Only a partly covered edge block needs its old contents.
             if folio_off % BLOCK_SIZE != 0 {
@@ -790,10 +819,10 @@ impl Inode {
             self.size_changed.store(true, Ordering::Release);
         }
         let room_before = room.bytes();
-        let newly = self.mark_dirty(&folio, &mut st, (first, last), part.dontcache, &mut room);
+        let newly = self.mark_dirty(&folio, &mut st, (first, last), part.dontcache, room);
         debug_assert!(
-            room_before - room.bytes() == (newly as u64 * BLOCK).min(room_before),
-            "the newly dirty blocks are taken from the room first"
+            newly as u64 * BLOCK == needed && room_before - room.bytes() == needed,
+            "the newly dirty blocks are the ones counted, and come out of the room"
         );
         if part.dontcache {
             folio.dropbehind.store(true, Ordering::Relaxed);

@@ -81,7 +81,8 @@ struct Coverage {
     /// all bytes checked against the writes that could have put them there.
     crash_synced_bytes: AtomicU64,
     crash_bytes: AtomicU64,
-    /// Operations that met the known 30 s memory wait (see
+    /// Operations whose wait for memory (every folio dirty) ended with the
+    /// failure's errno after a second of failing writeback (see
     /// `close_releases_a_writer_waiting_for_memory`), and stuck epochs
     /// [`rescuer`] got going again.
     known_memory_stalls: AtomicU64,
@@ -111,7 +112,7 @@ fn coverage_line() -> String {
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     format!(
         "syncs {} ok / {} failed ({} had to report an error), Cache::sync_all failed {}, writes failed {} / short {}, \
-         reads failed {}; after crashes {} synced bytes and {} bytes checked; known 30 s memory stalls {}, \
+         reads failed {}; after crashes {} synced bytes and {} bytes checked; memory waits ended by failing writeback {}, \
          stuck epochs rescued {}",
         get(&c.syncs_ok),
         get(&c.syncs_failed),
@@ -2371,7 +2372,7 @@ fn quiet_cache(options: &str) -> (Arc<SimIo>, Cache) {
     (sim, cache)
 }
 
-/// Engine bug (found by the campaign's first seeds), half fixed: one
+/// Engine bug (found by the campaign's first seeds), fixed (the first of two ways): one
 /// writer's dirty plus
 /// writeback bytes went over `dirty_limit`, which README promises they
 /// never do ("a writer waits for room before it dirties more"), in two
