@@ -56,6 +56,22 @@ impl Progress {
         let g = locks::lock(&self.generation);
         drop(locks::wait_timeout(&self.changed, g, timeout));
     }
+
+    /// The progress made so far, to wait from ([`Progress::wait_since`]).
+    pub fn generation(&self) -> u64 {
+        *locks::lock(&self.generation)
+    }
+
+    /// Waits, at most `timeout`, unless progress was made since
+    /// `generation` was read: a waiter that looked at the counters after
+    /// reading it cannot miss the progress it needs.
+    pub fn wait_since(&self, generation: u64, timeout: Duration) {
+        let g = locks::lock(&self.generation);
+        if *g != generation {
+            return;
+        }
+        drop(locks::wait_timeout(&self.changed, g, timeout));
+    }
 }
 
 /// Cache-wide dirty state, shared by every domain of one cache.
@@ -188,12 +204,14 @@ impl Drop for DirtyRoom<'_> {
             return;
         }
         let cache = &self.domain.cache;
-        let before = cache.unclean_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+        // SeqCst here and where a writer registers as waiting and then
+        // tries for room: one of the two sees the other (no lost wakeup).
+        let before = cache.unclean_bytes.fetch_sub(self.bytes, Ordering::SeqCst);
         debug_assert!(before >= self.bytes, "unclean underflow");
         // Writers waiting for room may be waiting for exactly this. Only
         // then: a rewrite of dirty blocks gives its whole room back on every
         // call, and waking nobody through a lock cost it more than the copy.
-        if cache.has_dirty_waiters() {
+        if cache.nr_dirty_waiters.load(Ordering::SeqCst) > 0 {
             cache.progress.made();
         }
     }
@@ -319,7 +337,7 @@ impl DomainDirty {
         let mut now = unclean.load(Ordering::Acquire);
         loop {
             let Some(after) = now.checked_add(bytes).filter(|&after| after <= limit) else { return false };
-            match unclean.compare_exchange_weak(now, after, Ordering::AcqRel, Ordering::Acquire) {
+            match unclean.compare_exchange_weak(now, after, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => {
                     self.cache.counters.peak_dirty_writeback_bytes.fetch_max(after, Ordering::Relaxed);
                     return true;
@@ -444,23 +462,31 @@ impl DomainDirty {
         self.try_add_unclean(bytes, limit)
     }
 
+    /// Blocks of a failed bridge are dirty again: `bytes` of the bridge's
+    /// room become dirty bytes (not counted twice). Called under the folio
+    /// lock that set their dirty bits, like [`DomainDirty::account_dirty_bytes`].
+    pub fn account_bridge_redirtied(&self, bytes: u64) {
+        debug_assert!(bytes % BLOCK_SIZE as u64 == 0, "blocks fail whole, not {bytes} bytes");
+        if bytes == 0 {
+            return;
+        }
+        let c = &self.cache.counters;
+        let dirty_before = self.nr_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
+        debug_assert!(dirty_before.checked_add(bytes).is_some(), "domain dirty overflow");
+        let total = c.dirty_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        c.peak_dirty_bytes.fetch_max(total, Ordering::Relaxed);
+    }
+
     /// The bridged I/Os of a pass ended: `redirtied_bytes` of the
     /// `reserved_bytes` taken by [`DomainDirty::try_reserve_bridge`] failed
-    /// and are dirty now (their room becomes dirty bytes, not counted
-    /// twice); the rest of the room is given back.
+    /// and were made dirty ([`DomainDirty::account_bridge_redirtied`]); the
+    /// rest of the room is given back.
     pub fn end_bridges(&self, reserved_bytes: u64, redirtied_bytes: u64) {
         debug_assert!(redirtied_bytes <= reserved_bytes, "only bridged blocks are redirtied as bridges");
         debug_assert!(redirtied_bytes % BLOCK_SIZE as u64 == 0);
-        if redirtied_bytes > 0 {
-            let c = &self.cache.counters;
-            let dirty_before = self.nr_dirty_bytes.fetch_add(redirtied_bytes, Ordering::AcqRel);
-            debug_assert!(dirty_before.checked_add(redirtied_bytes).is_some(), "domain dirty overflow");
-            let total = c.dirty_bytes.fetch_add(redirtied_bytes, Ordering::AcqRel) + redirtied_bytes;
-            c.peak_dirty_bytes.fetch_max(total, Ordering::Relaxed);
-        }
         let released = reserved_bytes - redirtied_bytes;
         if released > 0 {
-            let before = self.cache.unclean_bytes.fetch_sub(released, Ordering::AcqRel);
+            let before = self.cache.unclean_bytes.fetch_sub(released, Ordering::SeqCst);
             debug_assert!(before >= released, "unclean underflow");
             self.cache.progress.made();
         }

@@ -172,8 +172,9 @@ pub struct Counters {
     pub fsync_latency: LatencyHistogram,
     /// Gauge: fsync / fdatasync / cache sync calls waiting on writeback now.
     pub sync_waiters: AtomicU64,
-    /// Bytes of I/O the flusher had collected and not yet submitted when an
-    /// fsync came for them: submitted ahead of the rest, in the sync class.
+    /// Bytes of flusher I/O written in the sync class because an fsync
+    /// waited for its inode: I/O it held when the fsync came (promoted),
+    /// and passes of that inode it collected while the fsync waited.
     pub promoted_bytes: AtomicU64,
     /// Bytes of writeback I/O completed successfully, per [`IoClass`]
     /// (bridged clean bytes included).
@@ -264,6 +265,8 @@ impl Stats {
     /// A snapshot of `c`; `cached_bytes` (kept by the memory account, not
     /// in `c`) is the caller's to fill.
     pub(crate) fn from_counters(c: &Counters, cached_bytes: u64) -> Stats {
+        // One summary, so that `fsyncs` is its count.
+        let fsync_lat_us = c.fsync_latency.summary();
         let mut by_reason = [0u64; Reason::COUNT];
         for (slot, counter) in by_reason.iter_mut().zip(&c.written_bytes_by_reason) {
             *slot = counter.load(Relaxed);
@@ -287,8 +290,8 @@ impl Stats {
             writeback_errors: c.writeback_errors.load(Relaxed),
             cow_copies: c.cow_copies.load(Relaxed),
             bridged_bytes: c.bridged_bytes.load(Relaxed),
-            fsync_lat_us: c.fsync_latency.summary(),
-            fsyncs: c.fsync_latency.summary().count,
+            fsyncs: fsync_lat_us.count,
+            fsync_lat_us,
             sync_waiters: c.sync_waiters.load(Relaxed),
             promoted_bytes: c.promoted_bytes.load(Relaxed),
             written_bytes_by_class: std::array::from_fn(|i| c.written_bytes_by_class[i].load(Relaxed)),

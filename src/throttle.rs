@@ -175,6 +175,8 @@ pub fn wait_for_dirty_room<'d>(domain: &'d DomainDirty, cfg: &Config, len: u64) 
     let errors_before = cache.counters.writeback_errors.load(Ordering::Acquire);
     let _waiting = DirtyWaiter::register(&cache.nr_dirty_waiters);
     let result = loop {
+        // Read before trying: room given back after the try wakes the wait.
+        let progress = cache.progress.generation();
         if let Some(taken) = domain.try_take_room(room, limit) {
             break Ok(taken);
         }
@@ -184,7 +186,7 @@ pub fn wait_for_dirty_room<'d>(domain: &'d DomainDirty, cfg: &Config, len: u64) 
         // Every domain, not only the writer's: the limit is cache-wide,
         // and the bytes holding this writer may sit on another device.
         cache.kick_all(WORK_BACKGROUND);
-        cache.progress.wait(Duration::from_millis(cfg.throttle_pause_ms_max.min(50)));
+        cache.progress.wait_since(progress, Duration::from_millis(cfg.throttle_pause_ms_max.min(50)));
         let failing = cache.counters.writeback_errors.load(Ordering::Acquire) > errors_before;
         if failing && started.elapsed() > Duration::from_secs(1) {
             let errno = cache.counters.last_writeback_errno.load(Ordering::Acquire);
@@ -210,7 +212,9 @@ struct DirtyWaiter<'a>(&'a AtomicU64);
 
 impl<'a> DirtyWaiter<'a> {
     fn register(nr_waiters: &'a AtomicU64) -> DirtyWaiter<'a> {
-        nr_waiters.fetch_add(1, Ordering::AcqRel);
+        // SeqCst: see `DirtyRoom`'s drop, which reads this after giving
+        // room back.
+        nr_waiters.fetch_add(1, Ordering::SeqCst);
         DirtyWaiter(nr_waiters)
     }
 }

@@ -183,7 +183,12 @@ struct Jobs {
     workers: usize,
     /// Cleared when the pool drops: idle workers exit.
     open: bool,
+    /// Sync jobs taken since the last async one.
+    sync_in_a_row: u32,
 }
+
+/// Sync jobs taken in a row before a waiting async job gets its turn.
+const SYNC_JOBS_BEFORE_AN_ASYNC_ONE: u32 = 8;
 
 impl JobQueue {
     /// Queues `job` in its class, or gives it back when no worker can take it.
@@ -201,11 +206,22 @@ impl JobQueue {
         Ok(())
     }
 
-    /// The next job, sync first; `None` once the pool is closing.
+    /// The next job, sync first, except that after
+    /// [`SYNC_JOBS_BEFORE_AN_ASYNC_ONE`] sync jobs in a row a waiting async
+    /// one goes (a steady stream of read misses must not stall writeback
+    /// that fsyncs and throttled writers wait for); `None` once the pool is
+    /// closing.
     fn pop(&self) -> Option<Job> {
         let mut jobs = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if let Some(SendJob(job)) = jobs.sync.pop_front().or_else(|| jobs.background.pop_front()) {
+            let async_turn = jobs.sync_in_a_row >= SYNC_JOBS_BEFORE_AN_ASYNC_ONE && !jobs.background.is_empty();
+            let next = if async_turn { None } else { jobs.sync.pop_front() };
+            if let Some(SendJob(job)) = next {
+                jobs.sync_in_a_row += 1;
+                return Some(job);
+            }
+            if let Some(SendJob(job)) = jobs.background.pop_front() {
+                jobs.sync_in_a_row = 0;
                 return Some(job);
             }
             if !jobs.open {
@@ -663,6 +679,23 @@ mod tests {
             })
             .collect();
         assert_eq!(order, [3, 4, 1, 2]);
+        // A long run of sync jobs lets one async job through every
+        // SYNC_JOBS_BEFORE_AN_ASYNC_ONE.
+        let n = SYNC_JOBS_BEFORE_AN_ASYNC_ONE as usize;
+        assert!(queue.push(job(100, IoPriority::Async)).is_ok());
+        for i in 0..2 * n {
+            assert!(queue.push(job(200 + i, IoPriority::Sync)).is_ok());
+        }
+        let order: Vec<usize> = (0..2 * n + 1)
+            .map(|_| {
+                let j = queue.pop().expect("queued");
+                let index = j.reply.index;
+                j.reply.disarm();
+                index
+            })
+            .collect();
+        assert_eq!(order[n], 100, "the async job goes after {n} sync ones: {order:?}");
+        assert!(order.iter().filter(|&&i| i >= 200).count() == 2 * n, "every sync job ran");
         assert!(queue.push(job(5, IoPriority::Async)).is_ok());
         queue.worker_left();
         assert_eq!(

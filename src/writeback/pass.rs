@@ -614,7 +614,10 @@ impl Inode {
                         redirtied_bytes += newly_bytes;
                         if c.bridge {
                             // Bridged blocks were clean, never counted as
-                            // dirty; their room was held for this.
+                            // dirty; their room was held for this. Counted
+                            // under the folio lock, before anyone can take
+                            // (and subtract) them again.
+                            self.dirty.account_bridge_redirtied(newly_bytes);
                             bridge_redirtied_bytes += newly_bytes;
                         } else {
                             // Moved back, not counted twice: the bytes stay
