@@ -87,9 +87,11 @@ const THREAD_SLACK: u64 = 24;
 const FD_SLACK: u64 = 4;
 /// A rise of more than this, median to median, between the first and last
 /// third after warm-up is a trend, not noise; io-wq workers make the
-/// thread count's median wander more.
+/// thread count's median wander more: a 5-minute run beside a busy
+/// simulation saw it go from 90 to 95 while the cache's own threads stayed
+/// at 16 (they are checked on their own, with no slack).
 const TREND_SLACK: u64 = 1;
-const THREAD_TREND_SLACK: u64 = 4;
+const THREAD_TREND_SLACK: u64 = 8;
 const LATENCY_RATIO_MAX: f64 = 2.0;
 /// A run that has not finished this long after its duration is hung.
 const HANG_MARGIN: Duration = Duration::from_secs(300);
