@@ -72,6 +72,40 @@ pub struct Config {
     /// 24-25 ms uncapped, while the writers kept 95% of their throughput
     /// at 1 (`wbcache bench -w fsync-under-load`; the README has the table).
     pub async_depth_while_sync: u32,
+    /// Writeback workers (flusher threads) per domain, each with its own
+    /// submission queue, 1..=64. `writeback_routing` says how they share
+    /// the work; `single` runs one. Default 1 (see `writeback_routing`).
+    pub writeback_workers: u32,
+    /// How a domain's dirty data is split between its writeback workers:
+    /// `single` (one worker writes everything), `rotor` (each dirty inode
+    /// is bound to one worker, round-robin) or `region` (the backing
+    /// store's offset space is cut into `region_size` slices, dealt to the
+    /// workers in turn; a worker writes only its regions' blocks, of any
+    /// inode). Default `single`.
+    pub writeback_routing: Routing,
+    /// Size of one region of a backing store for `writeback_routing=region`,
+    /// in bytes: a power of two, at least `folio_max` (a folio lies in one
+    /// region) and at most 1 TiB. Default 64 MiB.
+    pub region_size_bytes: u64,
+}
+
+/// How a domain's writeback workers share its dirty data (see
+/// [`Config::writeback_routing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    Single,
+    Rotor,
+    Region,
+}
+
+impl Routing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Routing::Single => "single",
+            Routing::Rotor => "rotor",
+            Routing::Region => "region",
+        }
+    }
 }
 
 /// Option keys accepted by [`Config::from_options`], in documentation order.
@@ -88,7 +122,13 @@ pub const OPTION_KEYS: &[&str] = &[
     "throttle_pause_ms_max",
     "bridge_gap",
     "async_depth_while_sync",
+    "writeback_workers",
+    "writeback_routing",
+    "region_size",
 ];
+
+/// Most writeback workers a domain runs (an inode's listing is a bit mask).
+pub const MAX_WRITEBACK_WORKERS: u32 = 64;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -133,7 +173,17 @@ impl Config {
             throttle_pause_ms_max: 200,
             bridge_gap_bytes: 2 * BLOCK_SIZE as u64,
             async_depth_while_sync: 1,
+            writeback_workers: 1,
+            writeback_routing: Routing::Single,
+            region_size_bytes: 64 * MIB,
         }
+    }
+
+    /// What an inode's dirty index counts per region: log2 of the region
+    /// size in blocks under `writeback_routing=region`, nothing otherwise.
+    pub fn region_tracking(&self) -> Option<u32> {
+        let shift = (self.region_size_bytes / BLOCK_SIZE as u64).trailing_zeros();
+        (self.writeback_routing == Routing::Region).then_some(shift)
     }
 
     /// The largest readahead window in blocks: `readahead_max`, but at most
@@ -178,6 +228,11 @@ impl Config {
         // A lowered dirty_limit takes the default background threshold down
         // with it (keeping the default 1:2 ratio) unless that was given.
         let given = |k: &str| pairs.iter().any(|(key, _)| *key == k);
+        // `single` is one worker: naming it alone means one, whatever the
+        // default count of the other policies.
+        if config.writeback_routing == Routing::Single && !given("writeback_workers") {
+            config.writeback_workers = 1;
+        }
         if given("dirty_limit") && !given("dirty_background") {
             config.dirty_background_bytes = config.dirty_background_bytes.min(config.dirty_limit_bytes / 2);
         }
@@ -218,6 +273,9 @@ impl Config {
             ("throttle_pause_ms_max", Number(self.throttle_pause_ms_max)),
             ("bridge_gap", Bytes(self.bridge_gap_bytes)),
             ("async_depth_while_sync", Number(u64::from(self.async_depth_while_sync))),
+            ("writeback_workers", Number(u64::from(self.writeback_workers))),
+            ("writeback_routing", Name(self.writeback_routing.name())),
+            ("region_size", Bytes(self.region_size_bytes)),
         ]
     }
 
@@ -242,6 +300,24 @@ impl Config {
                 self.async_depth_while_sync = u32::try_from(depth)
                     .map_err(|_| invalid(format!("async_depth_while_sync {depth} is too large")))?;
             }
+            "writeback_workers" => {
+                let n = parse_number(key, value)?;
+                self.writeback_workers =
+                    u32::try_from(n).map_err(|_| invalid(format!("writeback_workers {n} is too large")))?;
+            }
+            "writeback_routing" => {
+                self.writeback_routing = match value {
+                    "single" => Routing::Single,
+                    "rotor" => Routing::Rotor,
+                    "region" => Routing::Region,
+                    other => {
+                        return Err(invalid(format!(
+                            "writeback_routing must be 'single', 'rotor' or 'region', not '{other}'"
+                        )))
+                    }
+                }
+            }
+            "region_size" => self.region_size_bytes = parse_size(key, value)?,
             "io" => {
                 self.io = match value {
                     "uring" => IoKind::Uring,
@@ -310,6 +386,27 @@ impl Config {
             return Err(invalid(format!(
                 "async_depth_while_sync must be 1..=4096 (I/Os), not {}",
                 self.async_depth_while_sync
+            )));
+        }
+        if self.writeback_workers == 0 || self.writeback_workers > MAX_WRITEBACK_WORKERS {
+            return Err(invalid(format!(
+                "writeback_workers must be 1..={MAX_WRITEBACK_WORKERS}, not {}",
+                self.writeback_workers
+            )));
+        }
+        if self.writeback_routing == Routing::Single && self.writeback_workers != 1 {
+            return Err(invalid(format!(
+                "writeback_workers={} needs writeback_routing=rotor or region (single is one worker)",
+                self.writeback_workers
+            )));
+        }
+        if !self.region_size_bytes.is_power_of_two()
+            || self.region_size_bytes < self.folio_max_bytes
+            || self.region_size_bytes > 1 << 40
+        {
+            return Err(invalid(format!(
+                "region_size must be a power of two from folio_max ({}) to 1T, not {}",
+                self.folio_max_bytes, self.region_size_bytes
             )));
         }
         if self.bridge_gap_bytes % block != 0 || self.bridge_gap_bytes > self.io_max_bytes / 2 {
@@ -519,6 +616,30 @@ mod tests {
         }
     }
 
+    /// The routing keys: names, counts and region sizes are checked, and
+    /// `single` is one worker whatever else is asked.
+    #[test]
+    fn writeback_routing_keys() {
+        let c = Config::from_options("writeback_routing=region,writeback_workers=4,region_size=8M").unwrap();
+        assert_eq!((c.writeback_routing, c.writeback_workers, c.region_size_bytes), (Routing::Region, 4, 8 << 20));
+        let c = Config::from_options("writeback_routing=single").unwrap();
+        assert_eq!((c.writeback_routing, c.writeback_workers), (Routing::Single, 1));
+        for (opts, words) in [
+            ("writeback_routing=single,writeback_workers=2", "needs writeback_routing=rotor or region"),
+            ("writeback_routing=rotor,writeback_workers=0", "writeback_workers must be 1..=64"),
+            ("writeback_routing=rotor,writeback_workers=65", "writeback_workers must be 1..=64"),
+            ("writeback_routing=shards", "writeback_routing must be 'single', 'rotor' or 'region'"),
+            ("region_size=3M", "region_size must be a power of two"),
+            ("region_size=1M", "region_size must be a power of two from folio_max"),
+            ("region_size=2T", "region_size must be a power of two"),
+            ("writeback_workers=x", "option writeback_workers"),
+        ] {
+            let err = Config::from_options(opts).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{opts}");
+            assert!(err.to_string().contains(words), "{opts}: {err}");
+        }
+    }
+
     #[test]
     fn to_options_spells_out_every_key_and_round_trips() {
         let c = Config::from_options("capacity=256M,dirty_limit=64M,io=threads").unwrap();
@@ -526,7 +647,7 @@ mod tests {
             c.to_options(),
             "capacity=256M,dirty_limit=64M,dirty_background=32M,expire_ms=1000,folio_max=2M,io_max=1M,\
              io=threads,io_depth=128,readahead_max=16M,throttle_pause_ms_max=200,bridge_gap=8K,\
-             async_depth_while_sync=1"
+             async_depth_while_sync=1,writeback_workers=1,writeback_routing=single,region_size=64M"
         );
         let keys: Vec<&str> = c.option_values().iter().map(|(k, _)| *k).collect();
         assert_eq!(keys, OPTION_KEYS);
@@ -536,6 +657,7 @@ mod tests {
             "capacity=100000K,dirty_limit=12345678,dirty_background=0,bridge_gap=0,expire_ms=7",
             "capacity=3G,folio_max=4K,io_max=1G,io_depth=4096,readahead_max=4097,throttle_pause_ms_max=1",
             "io=sim",
+            "writeback_routing=rotor,writeback_workers=3,region_size=2M",
         ] {
             let c = Config::from_options(opts).unwrap();
             let again = Config::from_options(&c.to_options()).unwrap();

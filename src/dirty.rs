@@ -159,10 +159,12 @@ pub struct DomainDirty {
     pub dontcache_dirty_bytes: AtomicU64,
     /// Exponentially averaged writeback bandwidth, bytes per second.
     pub write_bw_bytes_per_s: AtomicU64,
-    work_bits: AtomicU32,
-    work_lock: Mutex<()>,
-    work_cond: Condvar,
+    /// One wakeup per writeback worker: a kick sets its bit on each.
+    wakeups: Box<[WorkerWakeup]>,
     shutdown: AtomicBool,
+    /// The domain's writeback bandwidth sample in progress (every worker's
+    /// completions together).
+    bandwidth: Mutex<BandwidthWindow>,
     /// The inodes (by id, once per waiter) of the fsync / fdatasync calls
     /// waiting on this domain's writeback now: the flusher submits their
     /// collected I/O first and caps its other I/O while any waits.
@@ -173,6 +175,27 @@ pub struct DomainDirty {
     /// the list only when it changed.
     sync_waiters_generation: AtomicU64,
 }
+
+/// A writeback worker's coalesced work bits and what it sleeps on.
+#[derive(Default)]
+struct WorkerWakeup {
+    bits: AtomicU32,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+/// Bytes the domain's workers completed since `since`, a stretch in which
+/// at least one of them had writes in flight all along: the device's rate
+/// for this domain, whatever the number of workers.
+#[derive(Default)]
+struct BandwidthWindow {
+    busy_workers: usize,
+    since: Option<Instant>,
+    bytes: u64,
+}
+
+/// How long a bandwidth sample spans at most.
+const BANDWIDTH_SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 
 /// Room under the dirty limit that a writer took before dirtying blocks
 /// ([`DomainDirty::try_take_room`]): counted in `unclean_bytes` from the
@@ -238,18 +261,19 @@ impl Drop for SyncWaiter<'_> {
 }
 
 impl DomainDirty {
-    /// A new domain's accounting, registered with its cache.
-    pub fn new(cache: &Arc<CacheDirty>) -> Arc<DomainDirty> {
+    /// A new domain's accounting for `nr_workers` writeback workers,
+    /// registered with its cache.
+    pub fn new(cache: &Arc<CacheDirty>, nr_workers: usize) -> Arc<DomainDirty> {
+        assert!(nr_workers >= 1, "a domain has a writeback worker");
         let domain = Arc::new(DomainDirty {
             cache: cache.clone(),
             nr_dirty_bytes: AtomicU64::new(0),
             nr_writeback_bytes: AtomicU64::new(0),
             dontcache_dirty_bytes: AtomicU64::new(0),
             write_bw_bytes_per_s: AtomicU64::new(100 << 20),
-            work_bits: AtomicU32::new(0),
-            work_lock: Mutex::new(()),
-            work_cond: Condvar::new(),
+            wakeups: (0..nr_workers).map(|_| WorkerWakeup::default()).collect(),
             shutdown: AtomicBool::new(false),
+            bandwidth: Mutex::new(BandwidthWindow::default()),
             sync_waiters: Mutex::new(Vec::new()),
             nr_sync_waiters: AtomicU64::new(0),
             sync_waiters_generation: AtomicU64::new(0),
@@ -258,43 +282,46 @@ impl DomainDirty {
         domain
     }
 
-    /// Sets a work bit and wakes the flusher, unless the bit is already set.
+    /// Sets a work bit on every worker and wakes those that did not have
+    /// it (the flusher of each: every worker writes its own share).
     pub fn kick(&self, bit: u32) {
         debug_assert!(
             [WORK_START_DONTCACHE, WORK_BACKGROUND, WORK_RECLAIM].contains(&bit),
             "one known work bit at a time, not {bit:#x}"
         );
-        if self.work_bits.load(Ordering::Acquire) & bit != 0 {
-            return;
+        for w in self.wakeups.iter() {
+            if w.bits.load(Ordering::Acquire) & bit != 0 || w.bits.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+                continue;
+            }
+            let _g = locks::lock(&w.lock);
+            w.cond.notify_one();
         }
-        if self.work_bits.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
-            return;
-        }
-        let _g = locks::lock(&self.work_lock);
-        self.work_cond.notify_one();
     }
 
-    /// Flusher side: waits up to `interval` for work; returns and clears the
-    /// bits (0 on a timeout: time for periodic writeback).
-    pub fn wait_work(&self, interval: Duration) -> u32 {
-        let g = locks::lock(&self.work_lock);
-        if self.work_bits.load(Ordering::Acquire) == 0 && !self.is_shutdown() {
-            drop(locks::wait_timeout(&self.work_cond, g, interval));
+    /// Worker side: waits up to `interval` for work for `worker`; returns
+    /// and clears its bits (0 on a timeout: time for periodic writeback).
+    pub fn wait_work(&self, worker: usize, interval: Duration) -> u32 {
+        let w = &self.wakeups[worker];
+        let g = locks::lock(&w.lock);
+        if w.bits.load(Ordering::Acquire) == 0 && !self.is_shutdown() {
+            drop(locks::wait_timeout(&w.cond, g, interval));
         }
-        self.work_bits.swap(0, Ordering::AcqRel)
+        w.bits.swap(0, Ordering::AcqRel)
     }
 
-    /// Flusher side, while it has writes in flight: takes and clears the
+    /// Worker side, while it has writes in flight: takes and clears its
     /// bits without waiting.
-    pub fn take_work(&self) -> u32 {
-        self.work_bits.swap(0, Ordering::AcqRel)
+    pub fn take_work(&self, worker: usize) -> u32 {
+        self.wakeups[worker].bits.swap(0, Ordering::AcqRel)
     }
 
-    /// Tells the flusher to stop and wakes it.
+    /// Tells the workers to stop and wakes them.
     pub fn shut_down(&self) {
         self.shutdown.store(true, Ordering::Release);
-        let _g = locks::lock(&self.work_lock);
-        self.work_cond.notify_all();
+        for w in self.wakeups.iter() {
+            let _g = locks::lock(&w.lock);
+            w.cond.notify_all();
+        }
     }
 
     pub fn is_shutdown(&self) -> bool {
@@ -515,6 +542,35 @@ impl DomainDirty {
         let old = self.write_bw_bytes_per_s.load(Ordering::Relaxed);
         self.write_bw_bytes_per_s.store((old * 3 + sample) / 4, Ordering::Relaxed);
     }
+
+    /// A worker now has writes in flight (it had none).
+    pub fn writeback_busy(&self) {
+        let mut bw = locks::lock(&self.bandwidth);
+        bw.busy_workers += 1;
+        bw.since.get_or_insert_with(Instant::now);
+        debug_assert!(bw.busy_workers <= self.wakeups.len(), "each worker is busy once");
+    }
+
+    /// A worker completed writes of `bytes`; `now_idle`: it has none in
+    /// flight any more. Samples the domain's rate every
+    /// [`BANDWIDTH_SAMPLE_PERIOD`] and when the last busy worker goes idle.
+    pub fn writeback_completed(&self, bytes: u64, now_idle: bool) {
+        let mut bw = locks::lock(&self.bandwidth);
+        debug_assert!(bw.busy_workers > 0 && bw.since.is_some(), "completions come from a busy worker");
+        bw.bytes += bytes;
+        if now_idle {
+            bw.busy_workers -= 1;
+        }
+        let Some(since) = bw.since else { return };
+        let elapsed = since.elapsed();
+        let idle = bw.busy_workers == 0;
+        if idle || elapsed >= BANDWIDTH_SAMPLE_PERIOD {
+            let sampled = std::mem::take(&mut bw.bytes);
+            bw.since = if idle { None } else { Some(Instant::now()) };
+            drop(bw);
+            self.update_bandwidth(sampled, elapsed);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -522,7 +578,7 @@ mod tests {
     use super::*;
 
     fn domain() -> Arc<DomainDirty> {
-        DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()))
+        DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 1)
     }
 
     /// Bytes move dirty → writeback → done with the domain and cache-wide
@@ -616,10 +672,42 @@ mod tests {
         d.kick(WORK_BACKGROUND);
         d.kick(WORK_BACKGROUND);
         d.kick(WORK_START_DONTCACHE);
-        assert_eq!(d.take_work(), WORK_BACKGROUND | WORK_START_DONTCACHE);
-        assert_eq!(d.take_work(), 0);
+        assert_eq!(d.take_work(0), WORK_BACKGROUND | WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(0), 0);
         d.cache.kick_all(WORK_RECLAIM);
-        assert_eq!(d.wait_work(Duration::from_millis(1)), WORK_RECLAIM);
-        assert_eq!(d.wait_work(Duration::from_millis(1)), 0, "a timeout returns no bits");
+        assert_eq!(d.wait_work(0, Duration::from_millis(1)), WORK_RECLAIM);
+        assert_eq!(d.wait_work(0, Duration::from_millis(1)), 0, "a timeout returns no bits");
+    }
+
+    /// Every worker gets every kick, once, and takes only its own bits.
+    #[test]
+    fn every_worker_is_kicked() {
+        let d = DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 3);
+        d.kick(WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(1), WORK_START_DONTCACHE);
+        d.kick(WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(1), WORK_START_DONTCACHE, "worker 1 took its first bit and got a second");
+        assert_eq!(d.take_work(2), WORK_START_DONTCACHE, "coalesced: one bit for two kicks");
+        assert_eq!(d.take_work(2), 0);
+    }
+
+    /// Two workers' completions make one sample of the domain's rate, not
+    /// two half-rate ones: the window spans from the first busy worker to
+    /// the last one going idle.
+    #[test]
+    fn bandwidth_counts_every_worker() {
+        let d = DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 2);
+        d.writeback_busy();
+        d.writeback_busy();
+        std::thread::sleep(Duration::from_millis(20));
+        d.writeback_completed(64 << 20, true);
+        let before = d.write_bw_bytes_per_s.load(Ordering::Relaxed);
+        assert_eq!(before, 100 << 20, "no sample while a worker is still busy (and under 50 ms)");
+        d.writeback_completed(64 << 20, true);
+        let after = d.write_bw_bytes_per_s.load(Ordering::Relaxed);
+        // 128 MiB in a little over 20 ms is over 1 GB/s; averaged in at a
+        // quarter weight the estimate rises well past its 100 MiB/s start.
+        assert!(after > 300 << 20, "one sample of both workers' bytes: {after}");
     }
 }

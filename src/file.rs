@@ -326,7 +326,7 @@ impl File {
         // Zeroing the new last folio's tail may have copied its buffer.
         self.memory.evict_excess();
         result?;
-        self.inode.queue_on_dirty_list();
+        self.inode.queue_on_dirty_list(None);
         Ok(())
     }
 

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLockWriteGuard};
 
 use crate::buf::{AlignedBuf, BulkFree};
@@ -93,6 +93,17 @@ impl StoreLenGate {
         }
     }
 
+    /// Exclusive access if it can be had at once: no length change under
+    /// way and no I/O in flight.
+    pub fn try_resize(&self) -> Option<ResizeGuard<'_>> {
+        let mut st = self.lock();
+        if st.resizing || st.io_in_flight > 0 {
+            return None;
+        }
+        st.resizing = true;
+        Some(ResizeGuard(self))
+    }
+
     /// Waits for exclusive access: no other length change, no I/O.
     pub fn resize(&self) -> ResizeGuard<'_> {
         let mut st = self.lock();
@@ -128,10 +139,14 @@ pub struct Tickets {
 }
 
 /// The writeback layer's side of an inode, which sits above this module:
-/// the domain's list of dirty inodes, which an inode joins when it goes
-/// from clean to dirty. Implemented by `writeback::domain::Domain`.
+/// the domain's lists of dirty inodes (one per writeback worker), which an
+/// inode joins when it goes from clean to dirty. Implemented by
+/// `writeback::domain::Domain`.
 pub trait DirtyInodeList: Send + Sync {
-    fn queue_dirty_inode(&self, inode: &Arc<Inode>);
+    /// Queues `inode` with the worker that writes block `at` (just
+    /// dirtied), or, with `None`, with every worker that has dirty data of
+    /// it (at least one).
+    fn queue_dirty_inode(&self, inode: &Arc<Inode>, at: Option<u64>);
 }
 
 /// What an inode needs from the cache around it, and nothing more.
@@ -201,14 +216,16 @@ pub struct Inode {
     pub errseq: ErrSeq,
     pub tickets: Mutex<Tickets>,
     pub tickets_done: Condvar,
-    /// Queued on the domain's dirty list.
-    pub on_dirty_list: AtomicBool,
-    /// When the inode went from clean to dirty (ns since the cache epoch).
-    pub dirtied_when_ns: AtomicU64,
+    /// The writeback workers whose dirty lists hold this inode (or which
+    /// took it off to write it and have not put it back), a bit per worker.
+    pub listed_workers: AtomicU64,
+    /// The worker `rotor` routing bound this inode to (`u32::MAX`: none
+    /// yet; bound once, for the inode's life).
+    pub rotor_worker: AtomicU32,
     /// Open handles.
     pub handles: AtomicUsize,
-    /// Where the next cyclic writeback pass starts (folio index).
-    pub writeback_cursor: AtomicU64,
+    /// Where each worker's next cyclic writeback pass starts (block).
+    pub writeback_cursors: Box<[AtomicU64]>,
 }
 
 impl Inode {
@@ -216,6 +233,8 @@ impl Inode {
         let InodeHandles { config, counters, memory, dirty, dirty_list } = handles;
         let info = store.info().clone();
         let len = info.len_at_open;
+        let mapping = Mapping::with_regions(id, config.region_tracking());
+        let writeback_cursors = (0..config.writeback_workers).map(|_| AtomicU64::new(0)).collect();
         Inode {
             id,
             info,
@@ -226,7 +245,7 @@ impl Inode {
             memory,
             dirty,
             dirty_list,
-            mapping: Mapping::new(id),
+            mapping,
             size: AtomicU64::new(len),
             on_disk_len_max: AtomicU64::new(len),
             store_padded: AtomicBool::new(false),
@@ -241,10 +260,10 @@ impl Inode {
             errseq: ErrSeq::default(),
             tickets: Mutex::new(Tickets::default()),
             tickets_done: Condvar::new(),
-            on_dirty_list: AtomicBool::new(false),
-            dirtied_when_ns: AtomicU64::new(0),
+            listed_workers: AtomicU64::new(0),
+            rotor_worker: AtomicU32::new(u32::MAX),
             handles: AtomicUsize::new(0),
-            writeback_cursor: AtomicU64::new(0),
+            writeback_cursors,
         }
     }
 
@@ -716,7 +735,7 @@ impl Inode {
                     done += n;
                     newly_dirty_bytes_total += newly_bytes;
                     if newly_bytes > 0 {
-                        self.dirtied(newly_bytes, dontcache);
+                        self.dirtied(part.pos / BLOCK, newly_bytes, dontcache);
                     }
                 }
                 Err(e) => {
@@ -905,9 +924,9 @@ impl Inode {
     /// After a folio's lock dropped with `newly_bytes` newly dirty: the
     /// inode joins the dirty list, an uncached write kicks the flusher
     /// (never writing back inline), and the writer is throttled.
-    fn dirtied(self: &Arc<Self>, newly_bytes: u64, dontcache: bool) {
+    fn dirtied(self: &Arc<Self>, block: u64, newly_bytes: u64, dontcache: bool) {
         debug_assert!(newly_bytes > 0 && newly_bytes % BLOCK == 0, "whole blocks newly dirty");
-        self.queue_on_dirty_list();
+        self.queue_on_dirty_list(Some(block));
         if dontcache {
             self.dirty.kick(WORK_START_DONTCACHE);
         }
@@ -1095,11 +1114,17 @@ impl Inode {
         }
     }
 
-    /// Puts the inode on its domain's dirty list (if it is not there), so
-    /// the flusher looks at it: after it went from clean to dirty, or after
-    /// a size change whose store sync is still owed.
-    pub fn queue_on_dirty_list(self: &Arc<Self>) {
-        self.dirty_list.queue_dirty_inode(self);
+    /// Puts the inode on its domain's dirty lists (where it is not), so
+    /// the writeback workers look at it: after it went from clean to dirty
+    /// (`at`: a block just dirtied), or after a size change whose store
+    /// sync is still owed, or a failed writeback (`None`).
+    pub fn queue_on_dirty_list(self: &Arc<Self>, at: Option<u64>) {
+        self.dirty_list.queue_dirty_inode(self, at);
+    }
+
+    /// Whether any writeback worker lists this inode.
+    pub fn is_listed(&self) -> bool {
+        self.listed_workers.load(Ordering::Acquire) != 0
     }
 
     /// Whether the cache this inode belongs to has closed (optional work

@@ -59,7 +59,7 @@ mod writeback;
 
 pub use buf::AlignedBuf;
 pub use cache::Cache;
-pub use config::{parse_size, Config};
+pub use config::{parse_size, Config, Routing};
 pub use file::{File, FileCursor, OpenOptions, WriteFlags};
 /// The simulated I/O backend: in memory, with seeded latency, faults and a
 /// crash model (written vs. durable images). Only with the `sim` feature;

@@ -9,6 +9,10 @@
 //!   dirty folios without a lookup in the main index.
 //! - A folio leaves the index once, through [`Mapping::mark_removed`], and
 //!   is clean when it does.
+//! - With regions (`writeback_routing=region`), the dirty index counts its
+//!   entries per region of the backing store, so writeback knows which
+//!   regions of the inode hold dirty data without walking the index. A
+//!   folio lies in one region (regions are at least `folio_max`).
 //!
 //! Lock order (outer first): the index → a folio's state → the dirty index.
 //! Owned by its inode (inline); eviction holds the inode weakly through
@@ -25,6 +29,80 @@ use crate::locks;
 
 /// Folio index → folio.
 pub type FolioIndex = BTreeMap<u64, Arc<Folio>>;
+
+/// The dirty index: folio index → dirty folio (entries of folios that went
+/// clean or were removed may linger until writeback or truncation drops
+/// them), and, when regions are tracked, how many entries each region
+/// holds. Read it as the map it derefs to; change it only through
+/// [`DirtyIndex::insert`] and [`DirtyIndex::remove`], which keep the
+/// counts.
+pub struct DirtyIndex {
+    folios: FolioIndex,
+    /// Region → entries in it; empty when regions are not tracked.
+    regions: BTreeMap<u64, usize>,
+    /// log2 of the region size in blocks; `None`: not tracked.
+    region_shift_blocks: Option<u32>,
+}
+
+impl std::ops::Deref for DirtyIndex {
+    type Target = FolioIndex;
+    fn deref(&self) -> &FolioIndex {
+        &self.folios
+    }
+}
+
+impl DirtyIndex {
+    pub fn new(region_shift_blocks: Option<u32>) -> DirtyIndex {
+        DirtyIndex { folios: BTreeMap::new(), regions: BTreeMap::new(), region_shift_blocks }
+    }
+
+    fn region_of(&self, index: u64) -> Option<u64> {
+        self.region_shift_blocks.map(|shift| index >> shift)
+    }
+
+    /// Indexes `folio`, replacing (and returning) an entry at its index.
+    pub fn insert(&mut self, folio: Arc<Folio>) -> Option<Arc<Folio>> {
+        let index = folio.index;
+        let old = self.folios.insert(index, folio);
+        if old.is_none() {
+            if let Some(region) = self.region_of(index) {
+                *self.regions.entry(region).or_insert(0) += 1;
+            }
+        }
+        self.check_counts();
+        old
+    }
+
+    pub fn remove(&mut self, index: u64) -> Option<Arc<Folio>> {
+        let old = self.folios.remove(&index);
+        if old.is_some() {
+            if let Some(region) = self.region_of(index) {
+                let Entry::Occupied(mut e) = self.regions.entry(region) else {
+                    panic!("an indexed folio's region {region} is counted")
+                };
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+        self.check_counts();
+        old
+    }
+
+    /// The regions with entries, in order (empty when not tracked).
+    pub fn regions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.regions.keys().copied()
+    }
+
+    fn check_counts(&self) {
+        debug_assert!(
+            self.region_shift_blocks.is_none() || self.regions.values().sum::<usize>() == self.folios.len(),
+            "every entry is counted in its region"
+        );
+        debug_assert!(self.region_shift_blocks.is_some() || self.regions.is_empty(), "no counts untracked");
+    }
+}
 
 /// What owns a mapping (an inode). Eviction holds owners weakly and
 /// reaches their mappings through them, so a mapping lives inside its
@@ -49,17 +127,25 @@ pub struct Mapping {
     /// placement chosen under the read lock still holds while this is
     /// unchanged (removals only make room).
     inserts: AtomicU64,
-    dirty: Mutex<FolioIndex>,
+    dirty: Mutex<DirtyIndex>,
 }
 
 impl Mapping {
-    pub fn new(id: u64) -> Mapping {
+    /// A mapping whose dirty index counts its entries per region of
+    /// `2^region_shift_blocks` blocks, or not at all (`None`).
+    pub fn with_regions(id: u64, region_shift_blocks: Option<u32>) -> Mapping {
         Mapping {
             id,
             folios: RwLock::new(BTreeMap::new()),
             inserts: AtomicU64::new(0),
-            dirty: Mutex::new(BTreeMap::new()),
+            dirty: Mutex::new(DirtyIndex::new(region_shift_blocks)),
         }
+    }
+
+    /// A mapping without region counts (the tests of the layers below).
+    #[cfg(test)]
+    pub fn new(id: u64) -> Mapping {
+        Mapping::with_regions(id, None)
     }
 
     pub fn read(&self) -> RwLockReadGuard<'_, FolioIndex> {
@@ -70,7 +156,7 @@ impl Mapping {
         locks::write(&self.folios)
     }
 
-    pub fn dirty_index(&self) -> MutexGuard<'_, FolioIndex> {
+    pub fn dirty_index(&self) -> MutexGuard<'_, DirtyIndex> {
         locks::lock(&self.dirty)
     }
 
@@ -110,7 +196,7 @@ impl Mapping {
         debug_assert_ne!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::REMOVED, "removed folios stay clean");
         debug_assert_eq!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::CLEAN, "only a clean folio joins");
         folio.dirty_mark.store(DirtyMark::DIRTY, Ordering::Release);
-        self.dirty_index().insert(folio.index, folio.clone());
+        self.dirty_index().insert(folio.clone());
         debug_assert!(
             self.dirty_index().get(&folio.index).is_some_and(|f| Arc::ptr_eq(f, folio)),
             "folio {} indexed",
@@ -126,7 +212,7 @@ impl Mapping {
         folio.dirty_mark.store(DirtyMark::CLEAN, Ordering::Release);
         let mut idx = self.dirty_index();
         if idx.get(&folio.index).is_some_and(|f| std::ptr::eq(Arc::as_ptr(f), folio)) {
-            idx.remove(&folio.index);
+            idx.remove(folio.index);
         }
         debug_assert!(idx.get(&folio.index).is_none_or(|f| !std::ptr::eq(Arc::as_ptr(f), folio)));
     }
@@ -215,6 +301,30 @@ mod tests {
         assert_eq!(choose_order(&map, 16, 512, 9), 4, "a neighbour before the block does not");
         map.insert(1, Arc::new(Folio::new(1, 0, false)));
         assert_eq!(choose_order(&map, 0, 512, 9), 0, "a neighbour at the next block");
+    }
+
+    /// Region counts follow insertions and removals, a replaced entry is
+    /// counted once, and an untracked index counts nothing.
+    #[test]
+    fn dirty_index_counts_entries_per_region() {
+        let folio = |index: u64| Arc::new(Folio::new(index, 0, false));
+        let mut idx = DirtyIndex::new(Some(4)); // 16 blocks per region
+        for i in [0, 3, 15, 16, 40] {
+            assert!(idx.insert(folio(i)).is_none());
+        }
+        assert!(idx.insert(folio(3)).is_some(), "a replaced entry");
+        assert_eq!(idx.regions().collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(idx.regions[&0], 3);
+        idx.remove(16);
+        idx.remove(16);
+        assert_eq!(idx.regions().collect::<Vec<_>>(), vec![0, 2], "an emptied region leaves");
+        for i in [0, 3, 15, 40] {
+            idx.remove(i);
+        }
+        assert!(idx.is_empty() && idx.regions().next().is_none());
+        let mut untracked = DirtyIndex::new(None);
+        untracked.insert(folio(5));
+        assert_eq!(untracked.regions().count(), 0);
     }
 
     /// Removal takes only clean, idle folios, once; the dirty index follows

@@ -30,9 +30,6 @@ use crate::writeback::domain::Domain;
 /// ones are synced and forgotten.
 pub const MAX_CACHED_INODES: usize = 1024;
 
-/// Writeback workers per domain (see `Domain::start`).
-const WRITEBACK_WORKERS_PER_DOMAIN: usize = 1;
-
 /// Held by a file operation while it runs (see `Shared::ops_gate`).
 pub type OpGuard<'a> = RwLockReadGuard<'a, ()>;
 
@@ -140,12 +137,13 @@ impl Shared {
                 shared.forget_inode_if_idle_later(inode);
             }
         };
+        let nr_workers = crate::writeback::route::Route::new(&self.config).nr_workers;
         let domain = Domain::start(
             device_id,
-            WRITEBACK_WORKERS_PER_DOMAIN,
-            DomainDirty::new(&self.dirty),
+            DomainDirty::new(&self.dirty, nr_workers),
             self.config.clone(),
             self.io.clone(),
+            &self.counters,
             Box::new(on_idle),
         )?;
         domains.insert(device_id, domain.clone());
@@ -188,7 +186,7 @@ impl Shared {
         for inode in &inodes {
             // A clean inode can still be on its domain's dirty list (an
             // fsync cleaned it); take it off, or it never counts as idle.
-            if inode.handles.load(Ordering::Acquire) == 0 && inode.on_dirty_list.load(Ordering::Acquire) {
+            if inode.handles.load(Ordering::Acquire) == 0 && inode.is_listed() {
                 let domain = locks::lock(&self.domains).get(&inode.info.device_id).cloned();
                 if let Some(domain) = domain {
                     domain.unlist_clean(inode);
@@ -201,9 +199,7 @@ impl Shared {
     /// Forgets `inode` if it is idle, after its data was made durable;
     /// returns whether it was.
     fn forget_inode(&self, inode: &Arc<Inode>) -> bool {
-        let idle = |i: &Inode| {
-            i.handles.load(Ordering::Acquire) == 0 && !i.has_dirty() && !i.on_dirty_list.load(Ordering::Acquire)
-        };
+        let idle = |i: &Inode| i.handles.load(Ordering::Acquire) == 0 && !i.has_dirty() && !i.is_listed();
         if !idle(inode) {
             return false;
         }

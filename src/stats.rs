@@ -187,6 +187,53 @@ pub struct Counters {
     /// `async_depth_while_sync` at most (I/O submitted before the waiter
     /// came is not cut short; none is added past the cap).
     pub async_ios_in_flight_max_while_sync: AtomicU64,
+    /// Every writeback worker's own counters, in the order they started.
+    pub writeback_workers: std::sync::Mutex<Vec<std::sync::Arc<WorkerCounters>>>,
+}
+
+/// One writeback worker's counters, kept by the worker itself.
+#[derive(Default)]
+pub struct WorkerCounters {
+    /// The domain (backing device) it writes for, and its number there.
+    pub device_id: u64,
+    pub worker: u32,
+    /// Bytes its I/Os wrote (bridged clean bytes included) and I/Os
+    /// completed (successfully or not).
+    pub written_bytes: AtomicU64,
+    pub ios: AtomicU64,
+    /// Passes it started (inode sweeps that found dirty data).
+    pub passes: AtomicU64,
+    /// Time it had I/O in flight, in microseconds.
+    pub busy_us: AtomicU64,
+    /// CPU time its thread used (user + system), in microseconds, as of its
+    /// last look (`getrusage(RUSAGE_THREAD)`, at most every 10 ms of work).
+    pub cpu_us: AtomicU64,
+}
+
+/// A point-in-time copy of one writeback worker's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    pub device_id: u64,
+    pub worker: u32,
+    pub written_bytes: u64,
+    pub ios: u64,
+    pub passes: u64,
+    pub busy_us: u64,
+    pub cpu_us: u64,
+}
+
+impl WorkerCounters {
+    pub fn snapshot(&self) -> WorkerStats {
+        WorkerStats {
+            device_id: self.device_id,
+            worker: self.worker,
+            written_bytes: self.written_bytes.load(Relaxed),
+            ios: self.ios.load(Relaxed),
+            passes: self.passes.load(Relaxed),
+            busy_us: self.busy_us.load(Relaxed),
+            cpu_us: self.cpu_us.load(Relaxed),
+        }
+    }
 }
 
 impl Counters {
@@ -256,6 +303,9 @@ pub struct Stats {
     /// False if any backing store fell back to buffered I/O.
     pub direct_io: bool,
     pub open_inodes: u64,
+    /// Each writeback worker of each domain (device), in start order: the
+    /// JSON's `writeback_workers` array.
+    pub writeback_workers: Vec<WorkerStats>,
     /// The cache's effective configuration (every option, derived defaults
     /// included), printed as the JSON's `config` object when present.
     pub config: Option<Config>,
@@ -297,6 +347,7 @@ impl Stats {
             written_bytes_by_class: std::array::from_fn(|i| c.written_bytes_by_class[i].load(Relaxed)),
             sync_wait_async_us_total: c.sync_wait_async_us_total.load(Relaxed),
             async_ios_in_flight_max_while_sync: c.async_ios_in_flight_max_while_sync.load(Relaxed),
+            writeback_workers: crate::locks::lock(&c.writeback_workers).iter().map(|w| w.snapshot()).collect(),
             ..Stats::default()
         }
     }
@@ -351,7 +402,19 @@ impl Stats {
         let reasons: Vec<String> =
             Reason::ALL.iter().map(|r| format!("\"{}\":{}", r.name(), self.written_bytes(*r))).collect();
         s.push_str(&reasons.join(","));
-        let _ = write!(s, "}},\"io_backend\":\"{}\",\"direct_io\":{}", self.io_backend, self.direct_io);
+        s.push_str("},\"writeback_workers\":[");
+        let workers: Vec<String> = self
+            .writeback_workers
+            .iter()
+            .map(|w| {
+                format!(
+                    "{{\"device\":{},\"worker\":{},\"written_bytes\":{},\"ios\":{},\"passes\":{},\"busy_us\":{},\"cpu_us\":{}}}",
+                    w.device_id, w.worker, w.written_bytes, w.ios, w.passes, w.busy_us, w.cpu_us
+                )
+            })
+            .collect();
+        s.push_str(&workers.join(","));
+        let _ = write!(s, "],\"io_backend\":\"{}\",\"direct_io\":{}", self.io_backend, self.direct_io);
         if let Some(config) = &self.config {
             s.push_str(",\"config\":{");
             let fields: Vec<String> = config
@@ -405,6 +468,20 @@ mod tests {
         }
         assert!(json.contains("\"fsync_lat_us\":{\"p50\":0,\"p99\":0,\"max\":0}"), "{json}");
         assert!(json.contains("\"written_bytes_by_class\":{\"sync\":0,\"async\":0}"), "{json}");
+        assert!(json.contains("\"writeback_workers\":[]"), "{json}");
+        st.writeback_workers = vec![
+            WorkerStats { device_id: 7, worker: 0, written_bytes: 4096, ios: 1, passes: 1, busy_us: 10, cpu_us: 3 },
+            WorkerStats { device_id: 7, worker: 1, ..WorkerStats::default() },
+        ];
+        let json = st.to_json();
+        assert!(
+            json.contains(
+                "\"writeback_workers\":[{\"device\":7,\"worker\":0,\"written_bytes\":4096,\"ios\":1,\"passes\":1,\
+                 \"busy_us\":10,\"cpu_us\":3},{\"device\":7,\"worker\":1,\"written_bytes\":0,\"ios\":0,\"passes\":0,\
+                 \"busy_us\":0,\"cpu_us\":0}],"
+            ),
+            "{json}"
+        );
         assert!(json.contains("\"direct_io\":true"));
         assert!(json.starts_with('{') && json.ends_with('}'));
         assert!(!json.contains("\"config\""), "no configuration, no config object: {json}");
@@ -450,13 +527,15 @@ mod tests {
         let expected = format!(
             ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\
              \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
-             \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":1}}}}",
+             \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":1,\
+             \"writeback_workers\":1,\"writeback_routing\":\"single\",\"region_size\":{}}}}}",
             256 << 20,
             64 << 20,
             32 << 20,
             2 << 20,
             1 << 20,
-            16 << 20
+            16 << 20,
+            64 << 20
         );
         assert!(json.ends_with(&expected), "{json}");
         for key in crate::config::OPTION_KEYS {

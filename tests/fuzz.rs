@@ -99,10 +99,21 @@ const KEYS: &[&str] = &[
     "throttle_pause_ms_max",
     "bridge_gap",
     "async_depth_while_sync",
+    "writeback_workers",
+    "writeback_routing",
+    "region_size",
 ];
 
-const SIZE_KEYS: &[&str] =
-    &["capacity", "dirty_limit", "dirty_background", "folio_max", "io_max", "readahead_max", "bridge_gap"];
+const SIZE_KEYS: &[&str] = &[
+    "capacity",
+    "dirty_limit",
+    "dirty_background",
+    "folio_max",
+    "io_max",
+    "readahead_max",
+    "bridge_gap",
+    "region_size",
+];
 
 fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> &'a T {
     &items[rng.below(items.len())]
@@ -259,6 +270,9 @@ fn plausible(rng: &mut Rng, key: &str) -> String {
         "readahead_max" => sizes(rng, &["16M", "4K", "4097", "1G", "0"]),
         "throttle_pause_ms_max" => sizes(rng, &["1", "200", "18446744073709551615"]),
         "async_depth_while_sync" => sizes(rng, &["1", "2", "8", "4096", "0", "4097"]),
+        "writeback_workers" => sizes(rng, &["1", "2", "4", "64", "0", "65"]),
+        "writeback_routing" => sizes(rng, &["single", "rotor", "region", "Region", ""]),
+        "region_size" => sizes(rng, &["64M", "2M", "1G", "1T", "3M", "4K"]),
         _ => sizes(rng, &["0", "8K", "4K", "64K"]),
     }
 }

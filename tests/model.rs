@@ -47,6 +47,20 @@ const QUIET_MODEL_OPTIONS: &str = "capacity=8M,dirty_limit=4M,dirty_background=3
 /// Even smaller, so reads keep going to the (faulty) store.
 const FAULT_MODEL_OPTIONS: &str = "capacity=2M,dirty_limit=1M,dirty_background=512K,folio_max=64K,expire_ms=20";
 
+/// How the writeback workers share the work, one per seed in turn (so the
+/// default seeds run each): one worker; 1, 2 and 4 workers with inodes
+/// bound round-robin; 1, 2 and 4 workers writing their own regions, small
+/// enough (one to four folios) that every file spans several.
+const ROUTINGS: &[&str] = &[
+    "writeback_routing=single",
+    "writeback_routing=rotor,writeback_workers=2",
+    "writeback_routing=region,writeback_workers=2,region_size=256K",
+    "writeback_routing=rotor,writeback_workers=4",
+    "writeback_routing=region,writeback_workers=4,region_size=512K",
+    "writeback_routing=rotor,writeback_workers=1",
+    "writeback_routing=region,writeback_workers=1,region_size=1M",
+];
+
 /// A hang (for example a lost writeback ticket) fails the run instead of
 /// blocking it forever. No operation legitimately takes this long.
 const WATCHDOG: Duration = Duration::from_secs(45);
@@ -290,7 +304,8 @@ impl<'p> Model<'p> {
         };
         // Vary the I/O size so merged and split writeback both happen.
         let io_max = ["64K", "256K", "1M"][rng.below(3)];
-        let config = Config::from_options(&format!("{base},io_max={io_max}")).unwrap();
+        let routing = ROUTINGS[(seed % ROUTINGS.len() as u64) as usize];
+        let config = Config::from_options(&format!("{base},io_max={io_max},{routing}")).unwrap();
         let nr_files = if mode == Mode::Faults { 2 } else { 3 + rng.below(2) };
         let files = (0..nr_files).map(|i| FileModel::new(PathBuf::from(format!("/model/f{i}")), Vec::new())).collect();
         let max_file_bytes = if mode == Mode::Faults { 3 * MIB / 2 } else { 4 * MIB };
@@ -299,7 +314,8 @@ impl<'p> Model<'p> {
     }
 
     fn ctx(&self) -> String {
-        self.progress.ctx()
+        let c = &self.config;
+        format!("{} [{} x{}]", self.progress.ctx(), c.writeback_routing.name(), c.writeback_workers)
     }
 
     fn verbose(&self, when: &str) {
@@ -745,6 +761,9 @@ impl<'p> Model<'p> {
         self.verbose("final");
         assert_eq!(st.dirty_bytes, 0, "dirty after a full sync {}", self.ctx());
         assert_eq!(st.writeback_bytes, 0, "writeback after a full sync {}", self.ctx());
+        assert_eq!(self.sim.stats().overlapping_writes, 0, "two writes of one block in flight at once {}", self.ctx());
+        let workers = self.config.writeback_workers as usize;
+        assert_eq!(st.writeback_workers.len(), workers, "one counter set per worker {}", self.ctx());
         for f in &mut self.files {
             f.handles.clear();
         }

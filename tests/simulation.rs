@@ -308,6 +308,19 @@ impl SeedConfig {
             size(bridge_gap),
             size(readahead_max),
         );
+        // Drawn from a stream of its own, so adding it left every other
+        // draw of every seed as it was.
+        let mut routing_rng = Rng::new(seed ^ 0x7a3c_91e5_d2b4_0f68);
+        let workers = pick(&mut routing_rng, &[1, 1, 2, 3, 4]);
+        let routing = match routing_rng.below(3) {
+            0 => "writeback_routing=single".to_string(),
+            1 => format!("writeback_routing=rotor,writeback_workers={workers}"),
+            _ => {
+                let region = pick(&mut routing_rng, &[1, 2, 4, 16]) * folio_max;
+                format!("writeback_routing=region,writeback_workers={workers},region_size={}", size(region))
+            }
+        };
+        let options = format!("{options},{routing}");
         let config =
             Config::from_options(&options).unwrap_or_else(|e| panic!("seed {seed}: drew bad options {options}: {e}"));
 
@@ -987,6 +1000,12 @@ impl Worker {
         let capacity = ep.config.capacity_bytes;
         if st.cached_bytes > capacity + ep.memory_slack {
             self.fail(ep, format!("folio memory {} is over capacity {capacity}: {st:?}", st.cached_bytes));
+        }
+        // Two versions of a block in flight at once could land in either
+        // order, whichever workers wrote them.
+        let overlapping = ep.sim.stats().overlapping_writes;
+        if overlapping > 0 {
+            self.fail(ep, format!("{overlapping} writes began while an overlapping write was in flight"));
         }
         let limit = ep.config.dirty_limit_bytes;
         // `dirty_bytes` and `writeback_bytes` are two gauges read one after

@@ -317,3 +317,19 @@ pub fn open_backend(kind: IoKind, io_depth: u32) -> Arc<dyn Io> {
         IoKind::Sim => Arc::new(sim::SimIo::new(sim::SimConfig::default())),
     }
 }
+
+/// CPU time (user + system) the calling thread has used, in microseconds
+/// (`getrusage(RUSAGE_THREAD)`); `None` if the kernel refuses.
+pub fn thread_cpu_us() -> Option<u64> {
+    // SAFETY: `getrusage` only writes the `rusage` it is given, which is a
+    // valid, writable, zero-initialised value on this stack.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut usage) != 0 {
+            return None;
+        }
+        usage
+    };
+    let us = |t: libc::timeval| (t.tv_sec as u64).saturating_mul(1_000_000).saturating_add(t.tv_usec as u64);
+    Some(us(usage.ru_utime).saturating_add(us(usage.ru_stime)))
+}

@@ -192,6 +192,11 @@ pub struct SimStats {
     pub submit_errors: u64,
     /// Stalls of `latency_spike_us` (`latency_spike_percent`).
     pub latency_spikes: u64,
+    /// Write calls that began while another call's write to an overlapping
+    /// range of the same file was in flight (from the start of its call,
+    /// latency included, to its end): two versions of a block in flight at
+    /// once, which could land in either order. The engine never does this.
+    pub overlapping_writes: u64,
 }
 
 /// The class of a request, as [`SimWrite`] reports it.
@@ -289,6 +294,10 @@ struct State {
     waiting_at_gate: HashMap<PathBuf, usize>,
     /// Successful write attempts in order, while recording.
     write_log: Option<Vec<SimWrite>>,
+    /// Writes in flight: `(call, crash epoch of its store, inode, byte
+    /// range)`.
+    writes_in_flight: Vec<(u64, u64, u64, std::ops::Range<u64>)>,
+    next_call: u64,
 }
 
 impl State {
@@ -353,6 +362,8 @@ impl SimIo {
             held_paths: HashSet::new(),
             waiting_at_gate: HashMap::new(),
             write_log: None,
+            writes_in_flight: Vec::new(),
+            next_call: 0,
         };
         SimIo { shared: Arc::new(Shared { config, state: Mutex::new(state), gate_opened: Condvar::new() }) }
     }
@@ -922,6 +933,51 @@ impl BackingStore for SimStore {
     }
 
     fn submit_once(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
+        let call = self.writes_begin(ops);
+        let attempts = self.submit_once_in_flight(ops);
+        if let Some(call) = call {
+            self.shared.lock().writes_in_flight.retain(|(c, _, _, _)| *c != call);
+        }
+        attempts
+    }
+}
+
+impl SimStore {
+    /// Registers the call's pending writes as in flight, counting those
+    /// that overlap another call's writes in flight to this file.
+    fn writes_begin(&self, ops: &mut [IoOp<'_>]) -> Option<u64> {
+        let ranges: Vec<std::ops::Range<u64>> = ops
+            .iter_mut()
+            .filter(|op| op.result.is_none() && op.is_write())
+            .map(|op| {
+                let (offset, iovecs) = op.remaining_iovecs();
+                offset..offset + iovecs.iter().map(|v| v.iov_len as u64).sum::<u64>()
+            })
+            .filter(|r| !r.is_empty())
+            .collect();
+        if ranges.is_empty() {
+            return None;
+        }
+        let mut st = self.shared.lock();
+        let call = st.next_call;
+        st.next_call += 1;
+        // A crash ends the cache that wrote before it: its writes still in
+        // flight fail, so only writes of one epoch can race.
+        let epoch = self.epoch;
+        for range in ranges {
+            let overlaps = !self.is_dead(&st)
+                && st.writes_in_flight.iter().any(|(_, e, ino, other)| {
+                    *e == epoch && *ino == self.ino && other.start < range.end && range.start < other.end
+                });
+            if overlaps {
+                st.stats.overlapping_writes += 1;
+            }
+            st.writes_in_flight.push((call, epoch, self.ino, range));
+        }
+        Some(call)
+    }
+
+    fn submit_once_in_flight(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
         self.simulate_latency(ops.iter().filter(|op| op.result.is_none()).count());
         let mut st = self.shared.lock();
         if ops.iter().any(|op| op.result.is_none() && op.is_write()) {

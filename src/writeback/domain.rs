@@ -1,69 +1,97 @@
 //! A writeback domain (the kernel's `bdi_writeback`): the unit of dirty
-//! accounting and flushing, one per backing device. It owns the dirty inode
-//! list (oldest dirtied first) and its writeback workers (flusher threads); its byte gauges, its
-//! bandwidth estimate and the coalesced work bits that wake the flusher are
-//! its [`DomainDirty`] (in [`crate::dirty`], below the inode, which accounts
-//! into it directly).
+//! accounting and flushing, one per backing device. It owns its writeback
+//! workers (flusher threads, `writeback_workers` of them), one dirty inode
+//! list per worker (oldest dirtied first) and the routing that says which
+//! worker writes what ([`Route`]); its byte gauges, its bandwidth estimate
+//! and the coalesced work bits that wake the workers are its
+//! [`DomainDirty`] (in [`crate::dirty`], below the inode, which accounts
+//! into it directly). One domain, however many workers: the thresholds and
+//! the throttle see the whole device.
 //!
-//! Invariants: an inode is on `dirty_inodes` at most once, exactly while its
-//! `on_dirty_list` flag is set.
+//! Invariants: an inode is on worker `w`'s list at most once, and bit `w`
+//! of its `listed_workers` is set exactly while it is on that list or
+//! taken off it by worker `w` (until [`Domain::requeue`]). A worker with
+//! dirty data of an inode to write has it listed: writers queue it after
+//! they dirty a block, and a worker that finds nothing of its own left
+//! clears its bit and then looks again.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::config::Config;
+use crate::config::{Config, Routing};
 use crate::dirty::DomainDirty;
 use crate::inode::{DirtyInodeList, Inode};
 use crate::io::Io;
 use crate::locks;
+use crate::stats::WorkerCounters;
+use crate::writeback::route::{workers_in, Route};
 
 /// What the domain does with an inode the flusher found clean: the cache
 /// decides whether to forget it (never on the flusher's thread).
 pub type OnIdle = Box<dyn Fn(&Arc<Inode>) + Send + Sync>;
 
+/// An inode on a worker's dirty list.
+pub struct Listed {
+    pub inode: Arc<Inode>,
+    /// When it joined this list: the oldest data the worker has of it may
+    /// be this old (ns since the cache epoch). Kept when requeued.
+    pub dirtied_when_ns: u64,
+}
+
 pub struct Domain {
     pub dirty: Arc<DomainDirty>,
     pub config: Arc<Config>,
     pub io: Arc<dyn Io>,
-    dirty_inodes: Mutex<VecDeque<Arc<Inode>>>,
+    pub route: Route,
+    /// One dirty list per worker.
+    lists: Box<[Mutex<VecDeque<Listed>>]>,
+    /// The next worker `rotor` routing binds an inode to.
+    rotor: AtomicU32,
     on_idle: OnIdle,
     workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Domain {
-    /// A domain with `nr_workers` writeback workers running.
-    ///
-    /// Only one for now: the workers of a domain pop inodes from one dirty
-    /// list, and two of them writing the same inode at once could each
-    /// wait, to fix the store's length, for I/O only the other completes.
-    /// Several workers need routing by inode or region first.
+    /// A domain with its writeback workers running (as many as `config`
+    /// routes to), their counters registered in `counters`.
     pub fn start(
         device_id: u64,
-        nr_workers: usize,
         dirty: Arc<DomainDirty>,
         config: Arc<Config>,
         io: Arc<dyn Io>,
+        counters: &crate::stats::Counters,
         on_idle: OnIdle,
     ) -> std::io::Result<Arc<Domain>> {
-        assert_eq!(nr_workers, 1, "one writeback worker per domain until routing exists");
+        let route = Route::new(&config);
+        let nr_workers = route.nr_workers;
         let domain = Arc::new(Domain {
             dirty,
             config,
             io,
-            dirty_inodes: Mutex::new(VecDeque::new()),
+            route,
+            lists: (0..nr_workers).map(|_| Mutex::new(VecDeque::new())).collect(),
+            rotor: AtomicU32::new(0),
             on_idle,
             workers: Mutex::new(Vec::new()),
         });
         for n in 0..nr_workers {
+            let stats = Arc::new(WorkerCounters { device_id, worker: n as u32, ..WorkerCounters::default() });
             let for_thread = domain.clone();
+            let for_stats = stats.clone();
             // The first keeps the name it always had (`top`, `perf` users).
             let name = if n == 0 { format!("wbc-flush-{device_id:x}") } else { format!("wbc-flush-{device_id:x}-{n}") };
             // No thread to be had (RLIMIT_NPROC, memory): the open that
             // needed this domain fails with the spawn's error (EAGAIN).
-            match std::thread::Builder::new().name(name.clone()).spawn(move || super::worker::run(for_thread)) {
-                Ok(handle) => locks::lock(&domain.workers).push(handle),
+            let spawned = std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || super::worker::run(for_thread, n, for_stats));
+            match spawned {
+                Ok(handle) => {
+                    locks::lock(&domain.workers).push(handle);
+                    locks::lock(&counters.writeback_workers).push(stats);
+                }
                 Err(e) => {
                     domain.stop();
                     // The kind carries the errno (EAGAIN) to the C ABI.
@@ -75,15 +103,17 @@ impl Domain {
         Ok(domain)
     }
 
-    /// Stops the flusher (after the caller wrote everything back) and drops
-    /// the dirty list, breaking the domain ↔ inode reference cycle.
+    /// Stops the workers (after the caller wrote everything back) and
+    /// drops the dirty lists, breaking the domain ↔ inode reference cycle.
     pub fn stop(&self) {
         self.dirty.shut_down();
         let workers: Vec<JoinHandle<()>> = locks::lock(&self.workers).drain(..).collect();
         for h in workers {
             let _ = h.join();
         }
-        locks::lock(&self.dirty_inodes).clear();
+        for list in self.lists.iter() {
+            locks::lock(list).clear();
+        }
         debug_assert!(self.is_shutdown() && locks::lock(&self.workers).is_empty(), "no worker outlives the domain");
     }
 
@@ -91,85 +121,168 @@ impl Domain {
         self.dirty.is_shutdown()
     }
 
-    /// The oldest inode on the dirty list, taken off it (its flag stays set
-    /// until [`Domain::requeue`]).
-    pub fn pop_oldest(&self) -> Option<Arc<Inode>> {
-        locks::lock(&self.dirty_inodes).pop_front()
+    fn list(&self, worker: usize) -> std::sync::MutexGuard<'_, VecDeque<Listed>> {
+        locks::lock(&self.lists[worker])
     }
 
-    /// Takes every inode dirtied before `cutoff_ns` off the list.
-    pub fn take_expired(&self, cutoff_ns: u64) -> Vec<Arc<Inode>> {
-        let mut list = locks::lock(&self.dirty_inodes);
-        let (expired, kept): (Vec<_>, Vec<_>) =
-            list.drain(..).partition(|i| i.dirtied_when_ns.load(Ordering::Relaxed) <= cutoff_ns);
+    /// The oldest inode on `worker`'s list, taken off it (its bit stays
+    /// set until [`Domain::requeue`]).
+    pub fn pop_oldest(&self, worker: usize) -> Option<Listed> {
+        self.list(worker).pop_front()
+    }
+
+    /// Takes every inode that joined `worker`'s list before `cutoff_ns` off
+    /// it.
+    pub fn take_expired(&self, worker: usize, cutoff_ns: u64) -> Vec<Listed> {
+        let mut list = self.list(worker);
+        let (expired, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|l| l.dirtied_when_ns <= cutoff_ns);
         list.extend(kept);
-        debug_assert!(expired.iter().all(|i| i.on_dirty_list.load(Ordering::Acquire)), "a listed inode is flagged");
+        debug_assert!(
+            expired.iter().all(|l| l.inode.listed_workers.load(Ordering::Acquire) & (1 << worker) != 0),
+            "a listed inode is flagged"
+        );
         expired
     }
 
-    pub fn nr_dirty_inodes(&self) -> usize {
-        locks::lock(&self.dirty_inodes).len()
+    pub fn nr_dirty_inodes(&self, worker: usize) -> usize {
+        self.list(worker).len()
     }
 
-    /// Puts an inode taken by the flusher back: at the tail, keeping its
-    /// dirtied time, if it still has dirty data; off the list otherwise.
-    pub fn requeue(&self, inode: Arc<Inode>) {
-        debug_assert!(inode.on_dirty_list.load(Ordering::Acquire), "a taken inode keeps its flag until requeued");
-        debug_assert!(
-            !locks::lock(&self.dirty_inodes).iter().any(|i| Arc::ptr_eq(i, &inode)),
-            "a taken inode is off the list"
-        );
-        if inode.has_dirty() {
-            locks::lock(&self.dirty_inodes).push_back(inode);
+    /// How many workers have inodes on their lists.
+    pub fn nr_workers_with_dirty_inodes(&self) -> usize {
+        (0..self.lists.len()).filter(|&w| !self.list(w).is_empty()).count()
+    }
+
+    /// Whether `inode` holds dirty data that `worker` writes.
+    pub fn has_dirty_for(&self, inode: &Inode, worker: usize) -> bool {
+        match self.route.routing {
+            Routing::Single | Routing::Rotor => inode.has_dirty(),
+            Routing::Region => {
+                let idx = inode.mapping.dirty_index();
+                let mut regions = idx.regions();
+                regions.any(|r| self.route.worker_of_region(r) == worker)
+            }
+        }
+    }
+
+    /// The worker `rotor` routing binds `inode` to, binding it now if it
+    /// has none (round-robin).
+    fn rotor_worker(&self, inode: &Inode) -> usize {
+        let bound = inode.rotor_worker.load(Ordering::Acquire);
+        if bound != u32::MAX {
+            return bound as usize;
+        }
+        let next = self.rotor.fetch_add(1, Ordering::Relaxed) % self.route.nr_workers as u32;
+        let worker = match inode.rotor_worker.compare_exchange(u32::MAX, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => next,
+            Err(other) => other,
+        };
+        debug_assert!((worker as usize) < self.route.nr_workers);
+        worker as usize
+    }
+
+    /// The workers (a bit mask) to queue `inode` with: the one writing
+    /// block `at`, or, for `None`, every one with dirty data of it (worker
+    /// 0 when none has: a store sync may still be owed).
+    fn workers_for(&self, inode: &Inode, at: Option<u64>) -> u64 {
+        match (self.route.routing, at) {
+            (Routing::Single, _) => 1,
+            (Routing::Rotor, _) => 1 << self.rotor_worker(inode),
+            (Routing::Region, Some(block)) => 1 << self.route.worker_of_region(self.route.region_of_block(block)),
+            (Routing::Region, None) => {
+                let mask = self.route.workers_of_regions(inode.mapping.dirty_index().regions());
+                if mask == 0 {
+                    1
+                } else {
+                    mask
+                }
+            }
+        }
+    }
+
+    /// Queues `inode` at the tail of `worker`'s list, dirtied now, unless
+    /// it is listed there already.
+    fn queue_on(&self, inode: &Arc<Inode>, worker: usize) {
+        let bit = 1u64 << worker;
+        if inode.listed_workers.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
             return;
         }
-        inode.on_dirty_list.store(false, Ordering::Release);
-        // A writer may have dirtied it after the check and seen the flag set.
-        if inode.has_dirty() {
-            DirtyInodeList::queue_dirty_inode(self, &inode);
-        } else {
+        let listed = Listed { inode: inode.clone(), dirtied_when_ns: self.dirty.cache.now_ns() };
+        let mut list = self.list(worker);
+        debug_assert!(!list.iter().any(|l| Arc::ptr_eq(&l.inode, inode)), "an unflagged inode is not listed");
+        list.push_back(listed);
+    }
+
+    /// Puts an inode `worker` took back: at the tail of its list, keeping
+    /// its dirtied time, if it still has dirty data for that worker; off
+    /// the list otherwise.
+    pub fn requeue(&self, worker: usize, listed: Listed) {
+        let bit = 1u64 << worker;
+        let inode = listed.inode;
+        debug_assert!(
+            inode.listed_workers.load(Ordering::Acquire) & bit != 0,
+            "a taken inode keeps its bit until requeued"
+        );
+        debug_assert!(
+            !self.list(worker).iter().any(|l| Arc::ptr_eq(&l.inode, &inode)),
+            "a taken inode is off the list"
+        );
+        if self.has_dirty_for(&inode, worker) {
+            self.list(worker).push_back(Listed { inode, dirtied_when_ns: listed.dirtied_when_ns });
+            return;
+        }
+        let others = inode.listed_workers.fetch_and(!bit, Ordering::AcqRel) & !bit;
+        // A writer may have dirtied it after the check and seen the bit set.
+        if self.has_dirty_for(&inode, worker) {
+            self.queue_on(&inode, worker);
+        } else if others == 0 && !inode.is_listed() && !inode.has_dirty() {
             // Not here: forgetting syncs the inode, which waits for its
-            // writeback, and the flusher may hold passes of it in flight.
+            // writeback, and the worker may hold passes of it in flight.
             (self.on_idle)(&inode);
         }
     }
 }
 
 impl Domain {
-    /// Takes a clean inode off the dirty list, where it stays after an
-    /// fsync cleaned it until the flusher's next pass comes by: forgetting
+    /// Takes a clean inode off every dirty list, where it stays after an
+    /// fsync cleaned it until the workers' next passes come by: forgetting
     /// an idle inode needs it off. False if it has dirty data, is not
-    /// listed, or the flusher holds it (taken, not yet requeued).
+    /// listed, or a worker holds it (taken, not yet requeued).
     pub fn unlist_clean(&self, inode: &Arc<Inode>) -> bool {
-        {
-            let mut list = locks::lock(&self.dirty_inodes);
-            if inode.has_dirty() {
-                return false;
-            }
-            let Some(pos) = list.iter().position(|i| Arc::ptr_eq(i, inode)) else { return false };
-            list.remove(pos);
-            inode.on_dirty_list.store(false, Ordering::Release);
-        }
-        // As in `requeue`: a writer may have dirtied it after the check and
-        // seen the flag still set.
-        if inode.has_dirty() {
-            DirtyInodeList::queue_dirty_inode(self, inode);
+        let listed = inode.listed_workers.load(Ordering::Acquire);
+        if listed == 0 || inode.has_dirty() {
             return false;
         }
-        true
+        let mut unlisted = 0u64;
+        for worker in workers_in(listed) {
+            let mut list = self.list(worker);
+            if inode.has_dirty() {
+                break;
+            }
+            let Some(pos) = list.iter().position(|l| Arc::ptr_eq(&l.inode, inode)) else { continue };
+            list.remove(pos);
+            inode.listed_workers.fetch_and(!(1u64 << worker), Ordering::AcqRel);
+            unlisted |= 1 << worker;
+        }
+        // As in `requeue`: a writer may have dirtied it after the check and
+        // seen a bit still set.
+        if inode.has_dirty() {
+            DirtyInodeList::queue_dirty_inode(self, inode, None);
+            return false;
+        }
+        unlisted == listed && !inode.is_listed()
     }
 }
 
 impl DirtyInodeList for Domain {
-    /// Queues `inode` at the tail of the dirty list with `dirtied_when =
-    /// now` unless it is queued already.
-    fn queue_dirty_inode(&self, inode: &Arc<Inode>) {
-        if inode.on_dirty_list.load(Ordering::Acquire) || inode.on_dirty_list.swap(true, Ordering::AcqRel) {
-            return;
+    /// Queues `inode` with the workers [`Domain::workers_for`] names,
+    /// where it is not listed yet. A write into dirty data of an inode
+    /// already listed costs one load.
+    fn queue_dirty_inode(&self, inode: &Arc<Inode>, at: Option<u64>) {
+        let mask = self.workers_for(inode, at);
+        let missing = mask & !inode.listed_workers.load(Ordering::Acquire);
+        for worker in workers_in(missing) {
+            self.queue_on(inode, worker);
         }
-        inode.dirtied_when_ns.store(self.dirty.cache.now_ns(), Ordering::Relaxed);
-        let mut list = locks::lock(&self.dirty_inodes);
-        debug_assert!(!list.iter().any(|i| Arc::ptr_eq(i, inode)), "an unflagged inode is not listed");
-        list.push_back(inode.clone());
     }
 }

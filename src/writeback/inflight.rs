@@ -19,8 +19,10 @@
 //!   one of its I/Os completed, and only then gives back the store's I/O
 //!   gate it took before its first I/O was queued.
 //! - A pass fixes the store's length only when it is its inode's last pass
-//!   in flight here: the fix waits for all of the inode's I/O, and the
-//!   flusher must never wait for I/O that only it can complete.
+//!   in flight here, and only if that needs no waiting
+//!   ([`SizeFix::Try`]): the fix waits for all of the inode's I/O, and a
+//!   worker must never wait for I/O that only it, or another worker
+//!   waiting likewise, can complete.
 //! - Every I/O of a pass in flight is either held (`held_sync`,
 //!   `held_async`) or in the queue (`in_queue` counts those, `async_in_queue`
 //!   the async ones); the queue never holds more than its depth, so nothing
@@ -30,24 +32,22 @@
 //! - Collected I/O is bounded ([`InFlight::new`]): `start` reaps completions
 //!   before it returns while more is collected than that.
 //!
-//! Owned by the flusher thread (the queue cannot move between threads).
+//! Owned by one writeback worker's thread (the queue cannot move between
+//! threads); each worker has its own, so its own submission queue.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::inode::Inode;
 use crate::io::queue::{Completion, QueuedWrite, WriteQueue};
 use crate::io::IoPriority;
-use crate::stats::{Counters, IoClass, Reason};
+use crate::stats::{Counters, IoClass, Reason, WorkerCounters};
 use crate::writeback::domain::Domain;
-use crate::writeback::pass::WbPass;
+use crate::writeback::pass::{PassScope, SizeFix, WbPass};
 use crate::writeback::policy;
-
-/// How long a bandwidth sample spans at most.
-const BANDWIDTH_SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 
 /// I/O tags are `pass id << TAG_SHIFT | I/O index within the pass`.
 const TAG_SHIFT: u32 = 32;
@@ -70,6 +70,9 @@ struct Pending {
 
 pub struct InFlight {
     domain: Arc<Domain>,
+    /// The worker this belongs to, and its counters.
+    worker: usize,
+    stats: Arc<WorkerCounters>,
     queue: Box<dyn WriteQueue>,
     passes: HashMap<u64, Pending>,
     /// Passes in flight per inode id.
@@ -95,10 +98,9 @@ pub struct InFlight {
     /// Set when a pass completed with failed writes; cleared by
     /// [`InFlight::clear_failed`].
     failed: bool,
-    /// Bandwidth measurement: bytes written since `busy_since`, while the
-    /// queue was never empty.
+    /// Since when passes are in flight here without a break (counted into
+    /// the worker's busy time at every completion).
     busy_since: Option<Instant>,
-    busy_bytes: u64,
 }
 
 impl InFlight {
@@ -107,6 +109,8 @@ impl InFlight {
     /// them), and at most `queue_ios_max` of them in the queue.
     pub fn new(
         domain: Arc<Domain>,
+        worker: usize,
+        stats: Arc<WorkerCounters>,
         queue: Box<dyn WriteQueue>,
         ios_queued_max: usize,
         bytes_queued_max: u64,
@@ -114,6 +118,8 @@ impl InFlight {
     ) -> InFlight {
         InFlight {
             domain,
+            worker,
+            stats,
             queue,
             passes: HashMap::new(),
             passes_per_inode: HashMap::new(),
@@ -131,7 +137,6 @@ impl InFlight {
             sync_generation_seen: 0,
             failed: false,
             busy_since: None,
-            busy_bytes: 0,
         }
     }
 
@@ -163,10 +168,12 @@ impl InFlight {
             self.drain();
             inode.begin_async_io_wait();
         }
-        let Some(pass) = inode.begin_pass(reason, max_bytes, max_chunks) else {
+        let scope = PassScope::Worker { route: &self.domain.route, worker: self.worker };
+        let Some(pass) = inode.begin_pass(reason, max_bytes, max_chunks, scope) else {
             inode.end_async_io();
             return 0;
         };
+        Counters::add(&self.stats.passes, 1);
         let id = self.next_pass_id;
         self.next_pass_id += 1;
         debug_assert!(!self.passes.contains_key(&id) && id < 1 << (64 - TAG_SHIFT), "pass id {id} is free");
@@ -194,6 +201,7 @@ impl InFlight {
         );
         if self.busy_since.is_none() {
             self.busy_since = Some(Instant::now());
+            self.domain.dirty.writeback_busy();
         }
         for w in writes {
             if wanted_by_sync {
@@ -304,7 +312,12 @@ impl InFlight {
     }
 
     fn complete(&mut self, done: Vec<Completion>) {
+        if done.is_empty() {
+            return;
+        }
         let counters = self.domain.dirty.cache.counters.clone();
+        let mut completed_bytes = 0u64;
+        Counters::add(&self.stats.ios, done.len() as u64);
         for c in done {
             let id = c.tag >> TAG_SHIFT;
             let index = (c.tag & ((1 << TAG_SHIFT) - 1)) as usize;
@@ -316,7 +329,7 @@ impl InFlight {
                 self.async_in_queue -= 1;
             }
             if let Ok(n) = &c.result {
-                self.busy_bytes += *n as u64;
+                completed_bytes += *n as u64;
                 Counters::add(&counters.written_bytes_by_class[class as usize], *n as u64);
             }
             p.results[index] = Some(c.result);
@@ -335,7 +348,7 @@ impl InFlight {
             if last {
                 self.passes_per_inode.remove(&inode.id);
             }
-            let outcome = inode.finish_pass(pass, last);
+            let outcome = inode.finish_pass(pass, if last { SizeFix::Try } else { SizeFix::No });
             if outcome.failed_bytes > 0 {
                 self.failed = true;
             }
@@ -348,16 +361,15 @@ impl InFlight {
             self.ios_queued,
             "every collected I/O is held or in the queue"
         );
-        // Bandwidth samples: bytes completed over a stretch of time in which
-        // our writes were queued all along (the device's rate for us).
+        Counters::add(&self.stats.written_bytes, completed_bytes);
+        // The domain samples its bandwidth over every worker's completions;
+        // this worker's busy time is what it spent with passes in flight.
+        let idle = self.passes.is_empty();
         if let Some(since) = self.busy_since {
-            let elapsed = since.elapsed();
-            let idle = self.passes.is_empty();
-            if idle || elapsed >= BANDWIDTH_SAMPLE_PERIOD {
-                self.domain.dirty.update_bandwidth(self.busy_bytes, elapsed);
-                self.busy_bytes = 0;
-                self.busy_since = if idle { None } else { Some(Instant::now()) };
-            }
+            let now = Instant::now();
+            Counters::add(&self.stats.busy_us, now.duration_since(since).as_micros() as u64);
+            self.busy_since = if idle { None } else { Some(now) };
+            self.domain.dirty.writeback_completed(completed_bytes, idle);
         }
     }
 }

@@ -1,9 +1,11 @@
 //! Writeback: when, which and how dirty data goes to the backing store.
 //!
-//! - [`domain`]: a device's dirty inode list and flusher thread, over its
-//!   dirty accounting (`crate::dirty::DomainDirty`).
-//! - [`worker`] and [`inflight`]: a flusher worker's loop and its passes in
-//!   flight; [`policy`]: its decisions, as pure functions.
+//! - [`domain`]: a device's writeback workers and their dirty inode lists,
+//!   over its dirty accounting (`crate::dirty::DomainDirty`).
+//! - [`route`]: which worker writes which data (single, rotor, region), as
+//!   pure functions.
+//! - [`worker`] and [`inflight`]: a writeback worker's loop and its passes
+//!   in flight; [`policy`]: its decisions, as pure functions.
 //! - [`pass`]: one writeback pass over an inode: collect, build I/Os,
 //!   complete.
 //! - [`sync`]: fsync / fdatasync.
@@ -15,5 +17,6 @@ pub mod domain;
 pub mod inflight;
 pub mod pass;
 pub mod policy;
+pub mod route;
 pub mod sync;
 pub mod worker;

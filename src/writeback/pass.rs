@@ -20,7 +20,6 @@
 //! writeback layer's: the inode's own paths (read, write, fill, set_len)
 //! never call them.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -33,7 +32,9 @@ use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::locks;
+use crate::mapping::DirtyIndex;
 use crate::stats::{Counters, IoClass, Reason};
+use crate::writeback::route::Route;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -64,6 +65,21 @@ impl WbChunk {
     fn len_bytes(&self) -> usize {
         (self.end - self.start) * BLOCK_SIZE
     }
+}
+
+/// Whether completing a pass makes the store's length the logical size
+/// again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeFix {
+    /// Not now: other passes of the inode are in flight here.
+    No,
+    /// If no writeback I/O of the inode is in flight anywhere and no length
+    /// change is under way; otherwise the last pass, an fsync or the close
+    /// does it. A writeback worker must never wait for I/O that another
+    /// worker (itself waiting) would complete.
+    Try,
+    /// Waiting for the inode's other I/O (a caller's own, synchronous pass).
+    Wait,
 }
 
 /// A writeback pass between collecting its blocks and completing them.
@@ -112,71 +128,87 @@ pub struct WritebackOutcome {
     pub first_error: Option<i32>,
 }
 
-/// Where a dirty-index scan of one pass stands.
+/// What a pass may take: the whole inode from its start (fsync, close), or
+/// a writeback worker's share of it from that worker's cursor.
+#[derive(Clone, Copy)]
+pub enum PassScope<'a> {
+    Whole,
+    Worker { route: &'a Route, worker: usize },
+}
+
+/// Where a dirty-index scan of one pass stands: within `range`, at
+/// `next_key` (folio index).
 struct DirtyScan {
-    /// Folio indexes the pass may take.
     range: Range<u64>,
-    /// Where the scan began; it wraps to `range.start` and stops here.
-    cursor: u64,
     next_key: u64,
-    wrapped: bool,
 }
 
 impl Inode {
-    /// Takes dirty blocks of the folios whose index lies in `range`
-    /// (blocks; whole folios, in file order from the cyclic cursor, or from
-    /// the range's start when `from_start`) until about `max_bytes` or
-    /// `max_chunks` runs, marks them under writeback and returns them as
-    /// chunks.
-    fn collect_dirty(&self, range: Range<u64>, max_bytes: u64, max_chunks: usize, from_start: bool) -> Vec<WbChunk> {
-        debug_assert!(range.start < range.end, "an empty range collects nothing");
-        let cursor = if from_start {
-            range.start
-        } else {
-            self.writeback_cursor.load(Ordering::Relaxed).clamp(range.start, range.end)
+    /// Takes dirty blocks of the folios in the pass's block ranges (whole
+    /// folios, in file order: for a worker, its share from its cursor on,
+    /// wrapping) until about `max_bytes` or `max_chunks` runs, marks them
+    /// under writeback and returns them as chunks.
+    fn collect_dirty(&self, scope: PassScope<'_>, max_bytes: u64, max_chunks: usize) -> Vec<WbChunk> {
+        let ranges = match scope {
+            PassScope::Whole => std::iter::once(0..u64::MAX).collect(),
+            PassScope::Worker { route, worker } => {
+                let cursor = self.writeback_cursors[worker].load(Ordering::Relaxed);
+                let idx = self.mapping.dirty_index();
+                route.pass_ranges(worker, cursor, idx.regions())
+            }
         };
-        let mut scan = DirtyScan { range, cursor, next_key: cursor, wrapped: false };
         let mut chunks = Vec::new();
         let (mut taken, mut taken_dontcache) = (0u64, 0u64);
         let mut cursor_after = None;
         // Folios this scan left without dirty blocks; their index entries
         // go at the next look (or the end), under the lock taken anyway.
         let mut went_clean: Vec<Arc<Folio>> = Vec::new();
-        'scan: while taken < max_bytes && chunks.len() < max_chunks {
-            let Some(folios) = self.next_dirty_folios(&mut scan, &mut went_clean) else { break };
-            for folio in folios {
-                if taken >= max_bytes || chunks.len() >= max_chunks {
-                    break 'scan;
-                }
-                let (blocks, dontcache_blocks) = self.take_dirty_runs(&folio, &mut chunks, &mut went_clean);
-                if blocks > 0 {
-                    taken += blocks as u64 * BLOCK;
-                    taken_dontcache += dontcache_blocks as u64 * BLOCK;
-                    cursor_after = Some(folio.end_index());
+        'ranges: for range in ranges {
+            let mut scan = DirtyScan { next_key: range.start, range };
+            while taken < max_bytes && chunks.len() < max_chunks {
+                let Some(folios) = self.next_dirty_folios(&mut scan, &mut went_clean) else { continue 'ranges };
+                for folio in folios {
+                    if taken >= max_bytes || chunks.len() >= max_chunks {
+                        break 'ranges;
+                    }
+                    let (blocks, dontcache_blocks) = self.take_dirty_runs(&folio, &mut chunks, &mut went_clean);
+                    if blocks > 0 {
+                        taken += blocks as u64 * BLOCK;
+                        taken_dontcache += dontcache_blocks as u64 * BLOCK;
+                        cursor_after = Some(folio.end_index());
+                    }
                 }
             }
+            break;
         }
         if !went_clean.is_empty() {
             Self::unindex_went_clean(&mut self.mapping.dirty_index(), &mut went_clean);
         }
         // Stored once per pass: writers read this inode's lines on every
         // write, and a store per folio kept taking them away.
-        if let Some(next) = cursor_after {
-            self.writeback_cursor.store(next, Ordering::Relaxed);
+        if let (Some(next), PassScope::Worker { worker, .. }) = (cursor_after, scope) {
+            self.writeback_cursors[worker].store(next, Ordering::Relaxed);
         }
         debug_assert_eq!(taken, chunks.iter().map(|c| c.len_bytes() as u64).sum::<u64>());
         debug_assert!(
             chunks.iter().all(|c| !c.bridge && c.start < c.end && c.end <= c.folio.nr_blocks()),
             "chunks are non-empty dirty runs within their folios"
         );
+        debug_assert!(
+            match scope {
+                PassScope::Worker { route, worker } if route.routing == crate::config::Routing::Region =>
+                    chunks.iter().all(|c| route.worker_of_region(route.region_of_block(c.folio.index)) == worker),
+                _ => true,
+            },
+            "a worker takes only its regions' blocks"
+        );
         self.dirty.account_writeback_started(taken, taken_dontcache);
         chunks
     }
 
-    /// The next few dirty folios of the scan (from the cursor to the
-    /// range's end, then from its start up to the cursor), clearing the
-    /// index entries of `went_clean` under the same lock. `None` when the
-    /// scan is done.
+    /// The next few dirty folios of the scan's range, clearing the index
+    /// entries of `went_clean` under the same lock. `None` when the range
+    /// is done.
     fn next_dirty_folios(&self, scan: &mut DirtyScan, went_clean: &mut Vec<Arc<Folio>>) -> Option<Vec<Arc<Folio>>> {
         /// Index keys copied per look at the dirty index: the index lock is
         /// not held while folios are locked, and a pass never copies more
@@ -185,24 +217,18 @@ impl Inode {
         /// is needed): writers take it on every newly dirty folio, and
         /// per-folio locking by the flusher made them sleep on it.
         const KEYS_PER_LOOK: usize = 64;
-        loop {
-            let folios: Vec<Arc<Folio>> = {
-                let mut idx = self.mapping.dirty_index();
-                Self::unindex_went_clean(&mut idx, went_clean);
-                let end = if scan.wrapped { scan.cursor } else { scan.range.end };
-                idx.range(scan.next_key..end).take(KEYS_PER_LOOK).map(|(_, f)| f.clone()).collect()
-            };
-            if let Some(last) = folios.last() {
-                scan.next_key = last.index + 1;
-                debug_assert!(folios.iter().all(|f| scan.range.contains(&f.index)));
-                return Some(folios);
-            }
-            if scan.wrapped || scan.cursor == scan.range.start {
-                return None;
-            }
-            scan.wrapped = true;
-            scan.next_key = scan.range.start;
+        if scan.next_key >= scan.range.end {
+            return None;
         }
+        let folios: Vec<Arc<Folio>> = {
+            let mut idx = self.mapping.dirty_index();
+            Self::unindex_went_clean(&mut idx, went_clean);
+            idx.range(scan.next_key..scan.range.end).take(KEYS_PER_LOOK).map(|(_, f)| f.clone()).collect()
+        };
+        let last = folios.last()?;
+        scan.next_key = last.index + 1;
+        debug_assert!(folios.iter().all(|f| scan.range.contains(&f.index)));
+        Some(folios)
     }
 
     /// Moves the dirty runs of `folio` that are not already under
@@ -279,12 +305,12 @@ impl Inode {
     /// still marked clean (or removed) here has no newer entry. An entry
     /// that holds another folio (a new one at the same place, after the
     /// old one was removed) stays.
-    fn unindex_went_clean(idx: &mut BTreeMap<u64, Arc<Folio>>, went_clean: &mut Vec<Arc<Folio>>) {
+    fn unindex_went_clean(idx: &mut DirtyIndex, went_clean: &mut Vec<Arc<Folio>>) {
         for folio in went_clean.drain(..) {
             if folio.dirty_mark.load(Ordering::Acquire) != DirtyMark::DIRTY
                 && idx.get(&folio.index).is_some_and(|f| Arc::ptr_eq(f, &folio))
             {
-                idx.remove(&folio.index);
+                idx.remove(folio.index);
             }
         }
         debug_assert!(went_clean.is_empty(), "the batch is consumed");
@@ -300,7 +326,7 @@ impl Inode {
         // a length change or backing-size fix never falls between taking a
         // tail block (which marks the store padded) and writing it.
         self.store_len_gate.begin_io();
-        let Some(mut pass) = self.begin_pass(reason, max_bytes, usize::MAX) else {
+        let Some(mut pass) = self.begin_pass(reason, max_bytes, usize::MAX, PassScope::Whole) else {
             self.store_len_gate.end_io();
             return WritebackOutcome::default();
         };
@@ -325,7 +351,7 @@ impl Inode {
         let written: u64 = results.iter().filter_map(|r| r.as_ref().ok()).map(|&n| n as u64).sum();
         Counters::add(&self.counters.written_bytes_by_class[class as usize], written);
         pass.set_results(results);
-        let outcome = self.finish_pass(pass, true);
+        let outcome = self.finish_pass(pass, SizeFix::Wait);
         self.dirty.update_bandwidth(outcome.written_bytes, elapsed);
         outcome
     }
@@ -334,10 +360,15 @@ impl Inode {
     /// or `max_chunks` runs of dirty blocks (marking them under writeback),
     /// and groups them into I/Os of at most `io_max`. `None` when nothing
     /// was dirty (the ticket is already given back).
-    pub fn begin_pass(self: &Arc<Self>, reason: Reason, max_bytes: u64, max_chunks: usize) -> Option<WbPass> {
+    pub fn begin_pass(
+        self: &Arc<Self>,
+        reason: Reason,
+        max_bytes: u64,
+        max_chunks: usize,
+        scope: PassScope<'_>,
+    ) -> Option<WbPass> {
         let ticket = self.ticket_begin();
-        let from_start = reason == Reason::Fsync || reason == Reason::Close;
-        let mut chunks = self.collect_dirty(0..u64::MAX, max_bytes, max_chunks, from_start);
+        let mut chunks = self.collect_dirty(scope, max_bytes, max_chunks);
         if chunks.is_empty() {
             self.ticket_end(ticket);
             return None;
@@ -542,10 +573,9 @@ impl Inode {
 
     /// Completes a pass whose I/Os all finished: clears writeback, redirties
     /// and records failures, drops clean drop-behind folios, gives back the
-    /// ticket and, with `fix_size`, makes the store's length the logical
-    /// size again. A caller with other passes of this inode in flight passes
-    /// `fix_size = false`: the size fix waits for all I/O of the inode.
-    pub fn finish_pass(self: &Arc<Self>, pass: WbPass, fix_size: bool) -> WritebackOutcome {
+    /// ticket and, as `fix_size` says, makes the store's length the logical
+    /// size again.
+    pub fn finish_pass(self: &Arc<Self>, pass: WbPass, fix_size: SizeFix) -> WritebackOutcome {
         debug_assert!(
             locks::lock(&self.tickets).in_flight.contains(&pass.ticket),
             "a pass holds its ticket until it completes"
@@ -557,8 +587,13 @@ impl Inode {
             self.written_since_sync.store(true, Ordering::Release);
         }
         self.ticket_end(pass.ticket);
-        if fix_size && outcome.written_bytes > 0 {
-            if let Err(e) = self.fix_backing_size() {
+        if outcome.written_bytes > 0 {
+            let fixed = match fix_size {
+                SizeFix::No => Ok(()),
+                SizeFix::Try => self.try_fix_backing_size(),
+                SizeFix::Wait => self.fix_backing_size(),
+            };
+            if let Err(e) = fixed {
                 self.record_error(&e, &mut outcome);
             }
         }
@@ -648,7 +683,7 @@ impl Inode {
         }
         self.dirty.account_writeback_done(done_bytes, written_bytes, reason);
         if redirtied_bytes > 0 {
-            self.queue_on_dirty_list();
+            self.queue_on_dirty_list(None);
         }
         drop_candidates.dedup_by(|a, b| Arc::ptr_eq(a, b));
         for f in drop_candidates {
@@ -678,12 +713,15 @@ mod tests {
         let replaced = folio_at(4, DirtyMark::REMOVED);
         let successor = folio_at(4, DirtyMark::DIRTY);
         let other = folio_at(9, DirtyMark::DIRTY);
-        let mut idx: BTreeMap<u64, Arc<Folio>> =
-            [&clean, &redirtied, &removed, &successor, &other].into_iter().map(|f| (f.index, f.clone())).collect();
+        let mut idx = DirtyIndex::new(Some(1));
+        for f in [&clean, &redirtied, &removed, &successor, &other] {
+            idx.insert(f.clone());
+        }
         let mut went_clean = vec![clean, redirtied.clone(), removed, replaced];
         Inode::unindex_went_clean(&mut idx, &mut went_clean);
         assert!(went_clean.is_empty(), "the batch is consumed");
         assert_eq!(idx.keys().copied().collect::<Vec<_>>(), vec![2, 4, 9]);
         assert!(Arc::ptr_eq(&idx[&2], &redirtied) && Arc::ptr_eq(&idx[&4], &successor));
+        assert_eq!(idx.regions().collect::<Vec<_>>(), vec![1, 2, 4], "region counts follow (2 blocks each)");
     }
 }

@@ -140,6 +140,16 @@ pub fn targeted_passes_max(nr_dirty_inodes: usize) -> usize {
     nr_dirty_inodes * 64 + 1
 }
 
+/// The part of an uncached-write kick's `target_bytes` one worker writes
+/// when `busy_workers` workers (at least one) have dirty inodes listed:
+/// an even share, rounded up, so the kick writes about the target in all,
+/// not once per worker. Uncached writers kick again as soon as a worker
+/// took its bit, so a share too small for one worker's data is made up
+/// at the next kick.
+pub fn dontcache_share(target_bytes: u64, busy_workers: usize) -> u64 {
+    target_bytes.div_ceil(busy_workers.max(1) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +259,14 @@ mod tests {
     fn targeted_writeback_is_bounded() {
         assert_eq!(targeted_passes_max(0), 1);
         assert_eq!(targeted_passes_max(3), 193);
+    }
+
+    #[test]
+    fn dontcache_kicks_are_shared_between_busy_workers() {
+        assert_eq!(dontcache_share(10 * MIB, 1), 10 * MIB);
+        assert_eq!(dontcache_share(10 * MIB, 4), 10 * MIB / 4);
+        assert_eq!(dontcache_share(10, 4), 3, "rounded up: the shares cover the target");
+        assert_eq!(dontcache_share(10 * MIB, 0), 10 * MIB, "no listed worker: the whole target");
+        assert_eq!(dontcache_share(0, 3), 0);
     }
 }

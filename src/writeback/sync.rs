@@ -59,20 +59,43 @@ impl Inode {
     }
 
     /// Sets the backing store's length to the logical size if they differ
-    /// (O_DIRECT writes whole tail blocks; truncation happens here).
+    /// (O_DIRECT writes whole tail blocks; truncation happens here),
+    /// waiting for the inode's writeback I/O in flight.
     pub fn fix_backing_size(&self) -> io::Result<()> {
-        if self.info.is_block_device || !self.is_store_writable() {
-            return Ok(());
-        }
-        // The common case needs no exclusion: the I/O that made the store
-        // longer than the size completed before this check.
-        if !self.backing_size_needs_fix(self.store().len()?, self.size()) {
+        if !self.backing_size_may_need_fix()? {
             return Ok(());
         }
         let _g = locks::lock(&self.size_lock);
         // No writeback I/O runs meanwhile, and none is between taking its
         // blocks and completing: the padding flag cannot be raised under us.
         let _no_io = self.store_len_gate.resize();
+        self.fix_backing_size_excluded()
+    }
+
+    /// [`Inode::fix_backing_size`] if it needs no waiting: nothing happens
+    /// while another length change is under way or any writeback I/O of the
+    /// inode is in flight (whoever completes the last one, an fsync or the
+    /// close fixes it then).
+    pub fn try_fix_backing_size(&self) -> io::Result<()> {
+        if !self.backing_size_may_need_fix()? {
+            return Ok(());
+        }
+        let Ok(_g) = self.size_lock.try_lock() else { return Ok(()) };
+        let Some(_no_io) = self.store_len_gate.try_resize() else { return Ok(()) };
+        self.fix_backing_size_excluded()
+    }
+
+    /// The common case needs no exclusion: the I/O that made the store
+    /// longer than the size completed before this check.
+    fn backing_size_may_need_fix(&self) -> io::Result<bool> {
+        if self.info.is_block_device || !self.is_store_writable() {
+            return Ok(false);
+        }
+        Ok(self.backing_size_needs_fix(self.store().len()?, self.size()))
+    }
+
+    /// The fix itself, with the size lock and the store's length gate held.
+    fn fix_backing_size_excluded(&self) -> io::Result<()> {
         let size = self.size();
         let store = self.store();
         if self.backing_size_needs_fix(store.len()?, size) {

@@ -1,7 +1,8 @@
-//! A writeback worker: the flusher thread of a domain and its passes in
-//! flight ([`InFlight`]). Each round it takes the coalesced work bits and
-//! does, in order: `start_dontcache` (as many bytes as the domain's
-//! uncached-dirty count, from the oldest dirty inodes, whatever wrote them),
+//! A writeback worker: one flusher thread of a domain, its dirty list and
+//! its passes in flight ([`InFlight`]). Each round it takes its coalesced
+//! work bits and does, in order: `start_dontcache` (its share of the
+//! domain's uncached-dirty count, from the oldest inodes of its list,
+//! whatever wrote them),
 //! periodic (inodes dirtied longer than `expire` ago, in full), and
 //! background / reclaim (oldest inodes first while [`policy`] says so: dirty
 //! memory over the background threshold, a writer waiting at the dirty
@@ -16,34 +17,47 @@
 //! rather than for new work whenever writes are in flight. It completes
 //! everything before it exits.
 //!
-//! Owns its `InFlight` (and with it its own submission queue); shares the
-//! domain's dirty list and gauges with the domain's other workers.
+//! Owns its `InFlight` (and with it its own submission queue) and its dirty
+//! list; shares the domain's gauges, thresholds and bandwidth estimate with
+//! the domain's other workers. It writes only what the domain's routing
+//! gives it ([`crate::writeback::route`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::dirty::{WORK_RECLAIM, WORK_START_DONTCACHE};
-use crate::stats::{Counters, Reason};
+use crate::stats::{Counters, Reason, WorkerCounters};
 use crate::writeback::domain::Domain;
 use crate::writeback::inflight::InFlight;
 use crate::writeback::policy::{self, BackgroundInput, PassLimits};
 
-/// Runs one worker of `domain` until the domain shuts down.
-pub fn run(domain: Arc<Domain>) {
+/// How often a worker looks at its thread's CPU time (one `getrusage`).
+const CPU_SAMPLE_PERIOD: Duration = Duration::from_millis(10);
+
+/// Runs worker `worker` of `domain` until the domain shuts down.
+pub fn run(domain: Arc<Domain>, worker: usize, stats: Arc<WorkerCounters>) {
     let config = &domain.config;
     let interval = policy::flusher_interval(config.expire_ms);
     let limits = PassLimits::new(config.io_max_bytes, config.io_depth);
     let mut inflight = InFlight::new(
         domain.clone(),
+        worker,
+        stats.clone(),
         domain.io.write_queue(),
         limits.queued_ios_max,
         limits.queued_bytes_max,
         policy::queue_ios_max(config.io_depth),
     );
+    let mut cpu_sampled_at = Instant::now();
     // Failures in a row, reset once writeback succeeds again.
     let mut consecutive_failures = 0u32;
     let mut written_at_failure = 0u64;
     while !domain.is_shutdown() {
+        if cpu_sampled_at.elapsed() >= CPU_SAMPLE_PERIOD {
+            sample_cpu(&stats);
+            cpu_sampled_at = Instant::now();
+        }
         if inflight.failed() {
             // Failed writes are dirty again: let them sit for a while (the
             // writers meanwhile throttle on them, and fsync retries them).
@@ -55,10 +69,10 @@ pub fn run(domain: Arc<Domain>) {
             inflight.clear_failed();
         }
         let bits = if inflight.is_empty() {
-            domain.dirty.wait_work(interval)
+            domain.dirty.wait_work(worker, interval)
         } else {
             inflight.reap_some();
-            domain.dirty.take_work()
+            domain.dirty.take_work(worker)
         };
         if domain.is_shutdown() {
             break;
@@ -68,14 +82,23 @@ pub fn run(domain: Arc<Domain>) {
         }
         if bits & WORK_START_DONTCACHE != 0 {
             let target = domain.dirty.dontcache_dirty_bytes.load(Ordering::Acquire);
-            if target > 0 {
-                write_oldest(&domain, &mut inflight, Reason::Dontcache, target, &limits);
+            let share = policy::dontcache_share(target, domain.nr_workers_with_dirty_inodes());
+            if share > 0 {
+                write_oldest(&domain, worker, &mut inflight, Reason::Dontcache, share, &limits);
             }
         }
-        write_expired(&domain, &mut inflight);
-        write_background(&domain, &mut inflight, bits & WORK_RECLAIM != 0, &limits);
+        write_expired(&domain, worker, &mut inflight);
+        write_background(&domain, worker, &mut inflight, bits & WORK_RECLAIM != 0, &limits);
     }
     inflight.drain();
+    sample_cpu(&stats);
+}
+
+/// The worker thread's CPU time so far into its counters.
+fn sample_cpu(stats: &WorkerCounters) {
+    if let Some(us) = crate::io::thread_cpu_us() {
+        stats.cpu_us.store(us, Ordering::Relaxed);
+    }
 }
 
 /// Bytes written back by the whole cache so far (successfully).
@@ -97,19 +120,28 @@ fn sleep_unless_shutdown(domain: &Domain, duration: std::time::Duration) {
     }
 }
 
-/// Periodic writeback: every inode dirtied longer than `expire` ago, each
-/// in one pass of everything dirty now (it is queued whole).
-fn write_expired(domain: &Arc<Domain>, inflight: &mut InFlight) {
+/// Periodic writeback: every inode that joined the worker's list longer
+/// than `expire` ago, each in one pass of everything of it the worker
+/// writes (it is queued whole).
+fn write_expired(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight) {
     let cutoff_ns = policy::expired_before_ns(domain.dirty.cache.now_ns(), domain.config.expire_ms);
-    for inode in domain.take_expired(cutoff_ns) {
-        inflight.start(&inode, Reason::Periodic, u64::MAX, usize::MAX);
-        domain.requeue(inode);
+    for listed in domain.take_expired(worker, cutoff_ns) {
+        inflight.start(&listed.inode, Reason::Periodic, u64::MAX, usize::MAX);
+        domain.requeue(worker, listed);
     }
 }
 
-/// Background and reclaim writeback, oldest inodes first, for as long as
-/// [`policy::background_reason`] gives a reason and passes make progress.
-fn write_background(domain: &Arc<Domain>, inflight: &mut InFlight, reclaim_kicked: bool, limits: &PassLimits) {
+/// Background and reclaim writeback, oldest inodes of the worker's list
+/// first, for as long as [`policy::background_reason`] gives a reason and
+/// passes make progress. The reason is the domain's (its dirty bytes, its
+/// waiters): every worker writes its share while it holds.
+fn write_background(
+    domain: &Arc<Domain>,
+    worker: usize,
+    inflight: &mut InFlight,
+    reclaim_kicked: bool,
+    limits: &PassLimits,
+) {
     while !domain.is_shutdown() {
         let cache = &domain.dirty.cache;
         let input = BackgroundInput {
@@ -119,26 +151,34 @@ fn write_background(domain: &Arc<Domain>, inflight: &mut InFlight, reclaim_kicke
             reclaim_kicked,
         };
         let Some(reason) = policy::background_reason(&input) else { break };
-        let Some(inode) = domain.pop_oldest() else { break };
-        let started = inflight.start(&inode, reason, limits.pass_bytes, limits.pass_runs);
-        domain.requeue(inode);
+        let Some(listed) = domain.pop_oldest(worker) else { break };
+        let started = inflight.start(&listed.inode, reason, limits.pass_bytes, limits.pass_runs);
+        domain.requeue(worker, listed);
         if !policy::continue_background(reason, started, inflight.failed()) {
             break;
         }
     }
 }
 
-/// Writes up to `target_bytes` from the oldest dirty inodes, one pass of at
-/// most the pass limits per inode; inodes that stay dirty go to the tail.
-fn write_oldest(domain: &Arc<Domain>, inflight: &mut InFlight, reason: Reason, target_bytes: u64, limits: &PassLimits) {
+/// Writes up to `target_bytes` from the oldest inodes of the worker's
+/// list, one pass of at most the pass limits per inode; inodes that stay
+/// dirty go to the tail.
+fn write_oldest(
+    domain: &Arc<Domain>,
+    worker: usize,
+    inflight: &mut InFlight,
+    reason: Reason,
+    target_bytes: u64,
+    limits: &PassLimits,
+) {
     let mut written = 0u64;
-    let mut passes = policy::targeted_passes_max(domain.nr_dirty_inodes());
+    let mut passes = policy::targeted_passes_max(domain.nr_dirty_inodes(worker));
     while written < target_bytes && passes > 0 && !domain.is_shutdown() {
         passes -= 1;
-        let Some(inode) = domain.pop_oldest() else { break };
+        let Some(listed) = domain.pop_oldest(worker) else { break };
         let want = limits.pass_bytes.min(target_bytes - written);
-        written += inflight.start(&inode, reason, want, limits.pass_runs);
-        domain.requeue(inode);
+        written += inflight.start(&listed.inode, reason, want, limits.pass_runs);
+        domain.requeue(worker, listed);
         if inflight.failed() {
             break;
         }
