@@ -75,7 +75,9 @@ typedef struct wbc_file wbc_file;
  * "4KB" and "4KiB" alike), e.g. "capacity=256M,dirty_limit=64M,io=threads".
  * Keys: capacity, dirty_limit, dirty_background, expire_ms, folio_max,
  * io_max, io (uring or threads), io_depth, readahead_max,
- * throttle_pause_ms_max, bridge_gap, async_depth_while_sync.
+ * throttle_pause_ms_max, bridge_gap, async_depth_while_sync,
+ * writeback_workers, writeback_routing (single, rotor or region),
+ * region_size.
  *
  * On success stores the new handle in *out and returns 0. Otherwise stores
  * NULL in *out (if out is not NULL) and returns -errno: -EINVAL for an

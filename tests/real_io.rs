@@ -29,10 +29,13 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn roundtrip(io: &str) {
-    let dir = temp_dir(io);
+fn roundtrip(io: &str, routing: &str) {
+    // Tests run at once in one process: one directory per configuration.
+    let workers = Config::from_options(routing).unwrap();
+    let dir = temp_dir(&format!("{io}-{}-{}", workers.writeback_routing.name(), workers.writeback_workers));
     let path = dir.join("file");
-    let cache = Cache::new(Config::from_options(&format!("capacity=32M,dirty_limit=8M,io={io}")).unwrap()).unwrap();
+    let options = format!("capacity=32M,dirty_limit=8M,io={io},{routing}");
+    let cache = Cache::new(Config::from_options(&options).unwrap()).unwrap();
     assert_eq!(cache.stats().io_backend, io);
     let f = cache.open(&path, &OpenOptions::read_write_create()).unwrap();
     let mut reference = vec![0u8; 0];
@@ -73,6 +76,7 @@ fn roundtrip(io: &str) {
     let stats = cache.stats();
     assert!(stats.written_bytes(Reason::Fsync) > 0);
     assert!(stats.direct_io, "{io}: ext4 temp dir supports O_DIRECT");
+    assert_eq!(stats.writeback_workers.len(), workers.writeback_workers as usize, "{options}");
     drop(f);
     cache.close().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -80,12 +84,21 @@ fn roundtrip(io: &str) {
 
 #[test]
 fn uring_backend_roundtrip() {
-    roundtrip("uring");
+    roundtrip("uring", "writeback_routing=single");
 }
 
 #[test]
 fn threads_backend_roundtrip() {
-    roundtrip("threads");
+    roundtrip("threads", "writeback_routing=single");
+}
+
+/// Four workers writing their own 2 MiB regions of one file, each through
+/// its own ring (or its own threads), and two binding files round-robin.
+#[test]
+fn roundtrip_with_several_writeback_workers() {
+    roundtrip("uring", "writeback_routing=region,writeback_workers=4,region_size=2M");
+    roundtrip("threads", "writeback_routing=region,writeback_workers=3,region_size=2M");
+    roundtrip("uring", "writeback_routing=rotor,writeback_workers=2");
 }
 
 #[test]
@@ -132,8 +145,13 @@ fn read_device(path: &Path, off: u64, len: usize) -> Vec<u8> {
 #[test]
 fn raw_loop_device() {
     let Some(dev) = loop_device_or_skip() else { return };
-    for io in ["uring", "threads"] {
-        let cache = Cache::new(Config::from_options(&format!("capacity=32M,io={io}")).unwrap()).unwrap();
+    // A device's regions are slices of the device: four workers share it.
+    for (io, routing) in [
+        ("uring", "writeback_routing=single"),
+        ("threads", "writeback_routing=single"),
+        ("uring", "writeback_routing=region,writeback_workers=4,region_size=2M"),
+    ] {
+        let cache = Cache::new(Config::from_options(&format!("capacity=32M,io={io},{routing}")).unwrap()).unwrap();
         let f = cache.open(&dev.device, &OpenOptions::new().write(true)).unwrap();
         assert!(f.is_block_device());
         let size = f.len().unwrap();
