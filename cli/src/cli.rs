@@ -9,7 +9,10 @@ use wbcache::Config;
 
 use crate::engines::EngineKind;
 use crate::sys::fmt_size;
-use crate::workloads::{groups_for, overwrite_variants, FioJob, FioRw, Group, Kind, Params, WORKLOADS};
+use crate::workloads::{
+    expand, overwrite_variants, FioJob, FioRw, Group, Kind, Params, PW_DEFAULT_WORKERS, PW_ENGINES, PW_MAX_WORKERS,
+    WORKLOADS,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -38,8 +41,9 @@ pub enum Command {
 #[derive(Args, Debug, Default)]
 pub struct BenchArgs {
     /// Workloads to run, comma separated: names from --list, small-overwrite
-    /// variants (e.g. pwrite-1k-2m-file), `all`, or `default`. Without it, the
-    /// default suite runs (about 6-7 minutes).
+    /// variants (e.g. pwrite-1k-2m-file), parallel-writeback variants
+    /// (parallel-writeback/files, parallel-writeback/shared/region-4), `all`,
+    /// or `default`. Without it, the default suite runs (about 7-8 minutes).
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Engines to run, comma separated (default: all five).
@@ -94,10 +98,15 @@ pub struct BenchArgs {
     pub timeout: Option<f64>,
     /// Run every measurement N times and report the run with the median
     /// throughput (µs/call for per-call rows, fsync total for
-    /// fsync-under-load's foreground): on a shared, noisy machine one run
-    /// can mislead.
+    /// fsync-under-load's foreground, writeback MB/s for
+    /// parallel-writeback): on a shared, noisy machine one run can mislead.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub repeat: u32,
+    /// parallel-writeback: the writeback worker counts its wbcache rows try,
+    /// comma separated, each with writeback_routing=rotor and =region
+    /// (default 1,2,4; single-1 always runs as the baseline).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub writeback_workers: Vec<String>,
     /// Do not put kernel engines into a memory cgroup.
     #[arg(long)]
     pub no_cgroup: bool,
@@ -178,6 +187,7 @@ pub const DEFAULT_WORKLOADS: &[&str] = &[
     "files-32",
     "competing",
     "fsync-under-load",
+    "parallel-writeback",
     "seq-read",
     "rand-read",
     "small-overwrite",
@@ -300,6 +310,24 @@ fn fio_job(args: &BenchArgs, size: u64) -> Result<FioJob, String> {
     Ok(job)
 }
 
+/// `--writeback-workers`: counts from 1 to 64, sorted, each once; the
+/// default when not given.
+fn writeback_workers(given: &[String]) -> Result<Vec<u32>, String> {
+    if given.is_empty() {
+        return Ok(PW_DEFAULT_WORKERS.to_vec());
+    }
+    let mut counts = Vec::new();
+    for item in given.iter().map(|s| s.trim()) {
+        match item.parse::<u32>() {
+            Ok(n) if (1..=PW_MAX_WORKERS).contains(&n) => counts.push(n),
+            _ => return Err(format!("--writeback-workers {item}: a count from 1 to {PW_MAX_WORKERS}")),
+        }
+    }
+    counts.sort_unstable();
+    counts.dedup();
+    Ok(counts)
+}
+
 /// Parses `10`, `5s`, `500ms`, `2m`, `1.5` (seconds).
 /// The longest `--runtime` or `--timeout` accepted, in seconds: a week.
 /// Longer values (`1e30`) would overflow the durations built from them.
@@ -381,16 +409,24 @@ impl Plan {
         } else {
             DEFAULT_WORKLOADS.iter().map(|s| s.to_string()).collect()
         };
+        let pw_workers = writeback_workers(&args.writeback_workers)?;
         let mut groups: Vec<Group> = Vec::new();
         for name in &names {
             let expanded: Vec<Group> = if name == "all" {
-                WORKLOADS.iter().flat_map(|w| groups_for(w.name, None).expect("catalog names expand")).collect()
+                WORKLOADS
+                    .iter()
+                    .flat_map(|w| expand(w.name, None, &pw_workers).expect("catalog names expand"))
+                    .collect()
             } else if name == "default" {
-                DEFAULT_WORKLOADS.iter().flat_map(|w| groups_for(w, Some(DEFAULT_OVERWRITES)).expect("known")).collect()
+                DEFAULT_WORKLOADS
+                    .iter()
+                    .flat_map(|w| expand(w, Some(DEFAULT_OVERWRITES), &pw_workers).expect("known"))
+                    .collect()
             } else {
-                groups_for(name, overwrite_subset).ok_or_else(|| {
+                expand(name, overwrite_subset, &pw_workers).ok_or_else(|| {
                     format!(
-                        "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file)"
+                        "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file, \
+                         parallel-writeback ones like parallel-writeback/files or parallel-writeback/shared/rotor-2)"
                     )
                 })?
             };
@@ -431,6 +467,28 @@ impl Plan {
         }
         engines.sort();
         engines.dedup();
+        let mut notes = Vec::new();
+        let has_pw = groups.iter().any(|g| matches!(g.kind, Kind::ParallelWriteback(_)));
+        if !args.writeback_workers.is_empty() && !has_pw {
+            return Err("--writeback-workers applies to parallel-writeback, which is not selected".into());
+        }
+        // parallel-writeback runs on three engines only: its groups that
+        // none of the selected engines runs are left out, and said so.
+        let before = groups.len();
+        groups.retain(|g| engines.iter().any(|e| g.runs_on(*e)));
+        if groups.len() < before {
+            if groups.is_empty() {
+                return Err(format!(
+                    "parallel-writeback runs on {} only: none of them is among --engines",
+                    PW_ENGINES.map(|e| e.name()).join(", ")
+                ));
+            }
+            notes.push(format!(
+                "parallel-writeback: {} of its groups left out (it runs on {} only)",
+                before - groups.len(),
+                PW_ENGINES.map(|e| e.name()).join(", ")
+            ));
+        }
 
         // One set of defaults for every selection, so a workload run alone
         // measures exactly what its row in the default suite measures.
@@ -468,7 +526,6 @@ impl Plan {
         let config = Config::from_options(&options).map_err(|e| format!("wbcache options '{options}': {e}"))?;
         // Every key's value as the cache will run it, printed once.
         let effective_options = config.to_options();
-        let mut notes = Vec::new();
         let custom = if args.custom {
             let job = fio_job(&args, size)?;
             if job.bs % 4096 != 0 && engines.contains(&EngineKind::KernelDirect) {
@@ -660,6 +717,72 @@ mod tests {
         assert!(p.effective_options.starts_with("capacity=512M,dirty_limit=256M,"), "{}", p.effective_options);
         assert_eq!(p.effective_options.matches("capacity=").count(), 1);
         assert_eq!(p.params.memory, 1 << 30, "the kernel engines keep --memory");
+    }
+
+    /// parallel-writeback is in the default and quick suites with its 16
+    /// groups, after fsync-under-load; `-w parallel-writeback` alone selects
+    /// them all, `/files` one pattern; --writeback-workers sets the counts.
+    #[test]
+    fn parallel_writeback_selection() {
+        let pw = |p: &Plan| -> Vec<String> {
+            p.groups.iter().filter(|g| g.workload == "parallel-writeback").map(|g| g.variant.clone().unwrap()).collect()
+        };
+        for quick in [false, true] {
+            let p = Plan::from_args(BenchArgs { quick, ..BenchArgs::default() }).unwrap();
+            assert_eq!(pw(&p).len(), 16, "quick {quick}");
+            let workloads: Vec<&str> = p.groups.iter().map(|g| g.workload).collect();
+            let at = |w: &str| workloads.iter().position(|x| *x == w).unwrap();
+            assert!(at("fsync-under-load") < at("parallel-writeback") && at("parallel-writeback") < at("seq-read"));
+            assert!(p.notes.is_empty(), "{:?}", p.notes);
+        }
+        let args = |w: &[&str], workers: &[&str], engines: &[&str]| BenchArgs {
+            workloads: w.iter().map(|s| s.to_string()).collect(),
+            writeback_workers: workers.iter().map(|s| s.to_string()).collect(),
+            engines: engines.iter().map(|s| s.to_string()).collect(),
+            ..BenchArgs::default()
+        };
+        let alone = Plan::from_args(args(&["parallel-writeback"], &[], &[])).unwrap();
+        assert_eq!(pw(&alone).len(), 16);
+        assert_eq!(alone.params.size, 512 * MIB, "2 × memory in all, as in the default suite");
+        let files = Plan::from_args(args(&["parallel-writeback/files"], &["4", "1"], &[])).unwrap();
+        assert_eq!(
+            pw(&files),
+            ["files", "files/single-1", "files/rotor-1", "files/rotor-4", "files/region-1", "files/region-4"]
+        );
+        let one = Plan::from_args(args(&["parallel-writeback/shared/region-2", "seq-write"], &[], &[])).unwrap();
+        assert_eq!(pw(&one), ["shared/region-2"]);
+        assert_eq!(one.groups[0].workload, "seq-write", "catalog order");
+        // The dontcache engines do not run it: its groups are left out, said so.
+        let some =
+            Plan::from_args(args(&["seq-write", "parallel-writeback"], &["1"], &["wbcache-dontcache", "wbcache"]))
+                .unwrap();
+        assert_eq!(
+            pw(&some),
+            [
+                "files/single-1",
+                "files/rotor-1",
+                "files/region-1",
+                "shared/single-1",
+                "shared/rotor-1",
+                "shared/region-1"
+            ]
+        );
+        assert!(some.notes.iter().any(|n| n.contains("2 of its groups left out")), "{:?}", some.notes);
+        let refused = [
+            (
+                args(&["parallel-writeback"], &[], &["kernel-dontcache"]),
+                "runs on kernel-buffered, kernel-direct, wbcache only",
+            ),
+            (args(&["parallel-writeback"], &["0"], &[]), "--writeback-workers 0"),
+            (args(&["parallel-writeback"], &["65"], &[]), "--writeback-workers 65"),
+            (args(&["parallel-writeback"], &["two"], &[]), "--writeback-workers two"),
+            (args(&["seq-write"], &["2"], &[]), "--writeback-workers applies to parallel-writeback"),
+            (args(&["parallel-writeback/both"], &[], &[]), "parallel-writeback/shared/rotor-2"),
+        ];
+        for (a, needle) in refused {
+            let e = Plan::from_args(a).err().unwrap_or_default();
+            assert!(e.contains(needle), "{e:?} lacks {needle:?}");
+        }
     }
 
     /// An empty selection is a usage error, not an empty run.

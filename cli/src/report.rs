@@ -35,6 +35,19 @@ pub struct ResultRow {
     /// `fsync-under-load`'s foreground rows: the sum of every fsync's time,
     /// in seconds.
     pub fsync_total_s: Option<f64>,
+    /// `parallel-writeback`: the bytes written over the time from the first
+    /// write until the last fsync returned (every byte clean), in MB/s.
+    /// (Its `throughput_mb_s` is the writers' alone: until the last write
+    /// returned, no fsync.)
+    pub writeback_mb_s: Option<f64>,
+    /// `parallel-writeback`: the machine's busy CPU time over that same
+    /// time (user, nice, system, irq and softirq of every CPU in
+    /// `/proc/stat`, kernel threads included), in seconds per GiB written.
+    pub cpu_s_per_gib: Option<f64>,
+    /// `parallel-writeback`'s wbcache rows: the bytes each writeback worker
+    /// wrote, in the order the cache's stats list them (`null` when they
+    /// do not).
+    pub written_bytes_per_worker: Option<Vec<u64>>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -79,6 +92,9 @@ impl ResultRow {
             status: status.name().to_string(),
             error,
             fsync_total_s: None,
+            writeback_mb_s: None,
+            cpu_s_per_gib: None,
+            written_bytes_per_worker: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -97,6 +113,11 @@ impl ResultRow {
             Some(v) if matches!(v.as_str(), "writer" | "buffered-peer" | "aggregate") => format!("{} {v}", self.engine),
             // fsync-under-load: the background writers next to a foreground.
             Some(v) if v.starts_with("background/with") => format!("{} background", self.engine),
+            // parallel-writeback: the wbcache configuration (`wbcache rotor-2`).
+            Some(v) if self.workload == "parallel-writeback" => match v.split_once('/') {
+                Some((_, config)) => format!("{} {config}", self.engine),
+                None => self.engine.clone(),
+            },
             _ => self.engine.clone(),
         }
     }
@@ -159,6 +180,9 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
     if let Kind::FsyncUnderLoad(f) = group.kind {
         return fsync_rows(group, engine, f, &jobs, o);
     }
+    if let Kind::ParallelWriteback(pw) = group.kind {
+        return vec![pw_row(group, engine, pw, &jobs, o)];
+    }
     if group.kind == Kind::Competing {
         let mut rows: Vec<ResultRow> =
             jobs.iter().map(|j| aggregate(group, engine, j.role.clone(), &[*j], o)).collect();
@@ -167,6 +191,41 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
     } else {
         vec![aggregate(group, engine, group.variant.clone(), &jobs, o)]
     }
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// `parallel-writeback`'s row: the writers' MB/s (until the last write
+/// returned), the writeback's (until the last fsync returned), the
+/// machine's CPU time per GiB over the latter, and for wbcache what each
+/// writeback worker wrote if its stats say.
+fn pw_row(
+    group: &Group,
+    engine: EngineKind,
+    pw: crate::workloads::PwGroup,
+    jobs: &[&JobResult],
+    o: &Outcome,
+) -> ResultRow {
+    let mut row = aggregate(group, engine, group.variant.clone(), jobs, o);
+    let bytes: u64 = jobs.iter().map(|j| j.bytes).sum();
+    let writers_s = jobs.iter().map(|j| j.io_end_s).fold(0.0, f64::max);
+    let clean_s = jobs.iter().map(|j| j.end_s).fold(0.0, f64::max);
+    row.throughput_mb_s = (writers_s > 0.0).then(|| round3(bytes as f64 / writers_s / 1e6));
+    row.writeback_mb_s = (clean_s > 0.0).then(|| round3(bytes as f64 / clean_s / 1e6));
+    row.cpu_s_per_gib = o.cpu_busy_s.filter(|_| bytes > 0).map(|cpu| round3(cpu / (bytes as f64 / GIB)));
+    row.written_bytes_per_worker = o.wbcache_stats.as_deref().and_then(written_per_worker);
+    // One chart per pattern, every engine and configuration in it.
+    row.group = format!("{}-{}", group.workload, pw.pattern.name());
+    row
+}
+
+/// The `written_bytes` of each entry of the `writeback_workers` array of
+/// the cache's stats JSON, if it has one.
+pub fn written_per_worker(stats_json: &str) -> Option<Vec<u64>> {
+    let v: serde_json::Value = serde_json::from_str(stats_json).ok()?;
+    let workers = v.get("writeback_workers")?.as_array()?;
+    let bytes: Vec<u64> = workers.iter().map(|w| w.get("written_bytes")?.as_u64()).collect::<Option<_>>()?;
+    (!bytes.is_empty()).then_some(bytes)
 }
 
 /// Rounds to six decimals (a total of fast fsyncs stays readable in µs).
@@ -416,6 +475,194 @@ pub fn fsync_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     out
 }
 
+/// The pattern of a `parallel-writeback` row (`files` of `files/rotor-2`)
+/// and its wbcache configuration, if any.
+fn pw_parts(r: &ResultRow) -> (&str, Option<&str>) {
+    let v = r.variant.as_deref().unwrap_or("");
+    match v.split_once('/') {
+        Some((pattern, config)) => (pattern, Some(config)),
+        None => (v, None),
+    }
+}
+
+/// The ok `parallel-writeback` row of `engine` in `variant`.
+fn pw_find<'a>(rows: &[&'a ResultRow], variant: &str, engine: &str) -> Option<&'a ResultRow> {
+    rows.iter().copied().find(|r| {
+        r.workload == "parallel-writeback" && r.variant.as_deref() == Some(variant) && r.engine == engine && r.ok()
+    })
+}
+
+fn writeback_ratio(row: &ResultRow, base: Option<&ResultRow>) -> Option<f64> {
+    match (row.ok().then_some(row.writeback_mb_s).flatten(), base.and_then(|b| b.writeback_mb_s)) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// What the `parallel-writeback` table's columns mean (printed above it).
+pub const PW_COLUMNS: &str = "writers MB/s: bytes written ÷ the time from the first write until the last writer's \
+     last write returned (no fsync). writeback MB/s: bytes written ÷ the time until the last fsync returned, every \
+     byte on the disk. CPU s/GiB: the machine's busy CPU time over that same time (user, nice, system, irq and \
+     softirq of every CPU, from /proc/stat) per GiB written; machine-wide, so the kernel's writeback in its kworker \
+     threads counts for the kernel engines as the cache's writeback workers count for wbcache (anything else running \
+     on the machine counts too). vs columns: writeback MB/s ÷ that row's in the same pattern (files or shared). \
+     kernel-dontcache and wbcache-dontcache do not run this workload.";
+
+/// The `parallel-writeback` table: per pattern, the kernel engines and each
+/// wbcache writeback configuration; writers' and writeback MB/s, CPU per
+/// GiB, and the writeback's MB/s against single-1, kernel-buffered and
+/// kernel-direct of the same pattern. Under it: region against rotor at
+/// each worker count, and one shared file against one file per writer.
+pub fn pw_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
+    let has_status = rows.iter().any(|r| !r.ok());
+    let has_workers = rows.iter().any(|r| r.written_bytes_per_worker.is_some());
+    let mut head = vec![
+        "variant",
+        "engine",
+        "writers MB/s",
+        "writeback MB/s",
+        "CPU s/GiB",
+        "vs single-1",
+        "vs kernel-buffered",
+        "vs kernel-direct",
+    ];
+    if has_workers {
+        head.push("written per worker MiB");
+    }
+    if has_status {
+        head.push("status");
+    }
+    let workers_note = if has_workers {
+        " written per worker: what each of the cache's writeback workers wrote (the writeback_workers of its \
+         stats), in MiB; what the fsyncs wrote themselves is not in it."
+    } else {
+        ""
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "### {title}\n\n{about}\n\n{PW_COLUMNS}{workers_note}\n");
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let aligns: Vec<&str> =
+        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
+    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    let dash = || "—".to_string();
+    let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
+    for r in rows {
+        let (pattern, config) = pw_parts(r);
+        let single = config.and_then(|_| pw_find(rows, &format!("{pattern}/single-1"), "wbcache"));
+        let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
+        for v in [r.throughput_mb_s, r.writeback_mb_s] {
+            c.push(v.filter(|_| r.ok()).map(fmt_num).unwrap_or_else(dash));
+        }
+        c.push(r.cpu_s_per_gib.filter(|_| r.ok()).map(fmt_three_digits).unwrap_or_else(dash));
+        c.push(times(writeback_ratio(r, single)));
+        c.push(times(writeback_ratio(r, pw_find(rows, pattern, "kernel-buffered"))));
+        c.push(times(writeback_ratio(r, pw_find(rows, pattern, "kernel-direct"))));
+        if has_workers {
+            c.push(match &r.written_bytes_per_worker {
+                Some(w) => {
+                    w.iter().map(|b| format!("{:.0}", *b as f64 / (1u64 << 20) as f64)).collect::<Vec<_>>().join(" / ")
+                }
+                None => dash(),
+            });
+        }
+        if has_status {
+            c.push(match &r.error {
+                Some(e) if !r.ok() => cell(&format!("{}: {e}", r.status)),
+                _ => r.status.clone(),
+            });
+        }
+        let _ = writeln!(out, "| {} |", c.join(" | "));
+    }
+    for line in pw_comparisons(rows) {
+        let _ = writeln!(out, "\n{line}");
+    }
+    out
+}
+
+/// The two comparisons under the `parallel-writeback` table, where the run
+/// has both sides: region ÷ rotor at each worker count, and shared ÷ files
+/// for each engine and configuration (writeback MB/s).
+fn pw_comparisons(rows: &[&ResultRow]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut parts = Vec::new();
+    for pattern in ["files", "shared"] {
+        let mut counts: Vec<u32> = rows
+            .iter()
+            .filter_map(|r| match pw_parts(r) {
+                (p, Some(config)) if p == pattern => config.strip_prefix("rotor-")?.parse().ok(),
+                _ => None,
+            })
+            .collect();
+        counts.sort_unstable();
+        counts.dedup();
+        let ratios: Vec<String> = counts
+            .iter()
+            .filter_map(|n| {
+                let rotor = pw_find(rows, &format!("{pattern}/rotor-{n}"), "wbcache")?;
+                let region = pw_find(rows, &format!("{pattern}/region-{n}"), "wbcache")?;
+                let x = writeback_ratio(region, Some(rotor))?;
+                Some(format!("{n} worker{} {x:.2}×", if *n == 1 { "" } else { "s" }))
+            })
+            .collect();
+        if !ratios.is_empty() {
+            parts.push(format!("{pattern}: {}", ratios.join(", ")));
+        }
+    }
+    if !parts.is_empty() {
+        lines.push(format!("Region ÷ rotor, writeback MB/s at the same worker count: {}.", parts.join("; ")));
+    }
+    let mut shared_vs_files = Vec::new();
+    for r in rows.iter().filter(|r| r.ok()) {
+        let (pattern, config) = pw_parts(r);
+        if pattern != "files" {
+            continue;
+        }
+        let shared_variant = match config {
+            Some(c) => format!("shared/{c}"),
+            None => "shared".to_string(),
+        };
+        if let Some(x) = pw_find(rows, &shared_variant, &r.engine).and_then(|s| writeback_ratio(s, Some(r))) {
+            shared_vs_files.push(format!("{} {x:.2}×", r.series_label()));
+        }
+    }
+    if !shared_vs_files.is_empty() {
+        lines.push(format!("One shared file ÷ one file per writer, writeback MB/s: {}.", shared_vs_files.join(", ")));
+    }
+    lines
+}
+
+/// `parallel-writeback`'s goals, per pattern: the best wbcache
+/// configuration's writeback MB/s against kernel-buffered's, and against
+/// 0.9 × kernel-direct's.
+fn pw_targets(rows: &[ResultRow], lines: &mut Vec<(String, String, bool)>) {
+    let rows: Vec<&ResultRow> = rows.iter().collect();
+    for pattern in ["files", "shared"] {
+        let best = rows
+            .iter()
+            .copied()
+            .filter(|r| r.workload == "parallel-writeback" && r.engine == "wbcache" && r.ok())
+            .filter(|r| matches!(pw_parts(r), (p, Some(_)) if p == pattern))
+            .filter_map(|r| Some((r.writeback_mb_s?, pw_parts(r).1?)))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        let Some((a, config)) = best else { continue };
+        let kernel = |engine: &str| pw_find(&rows, pattern, engine).and_then(|r| r.writeback_mb_s);
+        if let Some(b) = kernel("kernel-buffered") {
+            lines.push((
+                format!("parallel-writeback {pattern}: best wbcache writeback MB/s ≥ kernel-buffered"),
+                format!("{a:.0} ({config}) vs {b:.0} MB/s ({:.2}×)", a / b.max(1e-9)),
+                a >= b,
+            ));
+        }
+        if let Some(b) = kernel("kernel-direct") {
+            lines.push((
+                format!("parallel-writeback {pattern}: best wbcache writeback MB/s ≥ 0.9 × kernel-direct"),
+                format!("{a:.0} ({config}) vs {b:.0} MB/s ({:.2}×)", a / b.max(1e-9)),
+                a >= 0.9 * b,
+            ));
+        }
+    }
+}
+
 /// `fsync-under-load`'s goals, where this run has the rows they compare.
 fn fsync_targets(rows: &[ResultRow], lines: &mut Vec<(String, String, bool)>) {
     let w = "fsync-under-load";
@@ -602,6 +849,7 @@ pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference]) -
         }
     }
     fsync_targets(rows, &mut lines);
+    pw_targets(rows, &mut lines);
     if lines.is_empty() {
         return None;
     }
@@ -745,6 +993,7 @@ mod tests {
             peak_dirty_bytes: 1 << 20,
             wbcache_stats: None,
             io_backend: None,
+            cpu_busy_s: None,
         };
         let rows = rows_from(&fsync_group("small/load"), EngineKind::Wbcache, &o);
         assert_eq!(rows.len(), 2, "{rows:?}");
@@ -779,7 +1028,10 @@ mod tests {
         assert_eq!(json["fsync_total_s"], 0.008);
         assert!(json.get("fsync_points").is_none(), "chart data stays out of the JSON");
         let text = serde_json::to_string(f).unwrap();
-        assert!(text.ends_with(",\"fsync_total_s\":0.008}"), "the new field comes last: {text}");
+        assert!(
+            text.contains(",\"error\":null,\"fsync_total_s\":0.008,\"writeback_mb_s\":null,"),
+            "the new fields come after the older ones: {text}"
+        );
         let json = serde_json::to_value(b).unwrap();
         assert!(json["fsync_total_s"].is_null());
         // The table: fsync figures in ms, dashes on the background row.
@@ -863,5 +1115,166 @@ mod tests {
         assert_eq!(fmt_seconds(0.5), "0.500");
         assert_eq!(fmt_seconds(0.002131), "0.00213");
         assert_eq!(fmt_seconds(0.0), "0.00");
+    }
+
+    fn pw_group(variant: &str) -> Group {
+        crate::workloads::groups_for("parallel-writeback", None)
+            .unwrap()
+            .into_iter()
+            .find(|g| g.variant.as_deref() == Some(variant))
+            .unwrap()
+    }
+
+    /// A parallel-writeback row: the writers' MB/s end at the last write,
+    /// the writeback's at the last fsync; CPU per GiB over the latter; what
+    /// each writeback worker wrote when the cache's stats list them.
+    #[test]
+    fn parallel_writeback_row() {
+        let mut jobs: Vec<JobResult> = (0..12).map(|_| job("", 100 << 20, 1.0)).collect();
+        for (i, j) in jobs.iter_mut().enumerate() {
+            j.role = None;
+            j.io_end_s = 1.0 + i as f64 / 100.0;
+            j.end_s = 2.0 + i as f64 / 10.0;
+        }
+        let stats = r#"{"dirty_bytes":0,"writeback_workers":[{"device":7,"worker":0,"written_bytes":1048576,"ios":1,"busy_us":3,"cpu_us":2},{"device":7,"worker":1,"written_bytes":2097152,"ios":2,"busy_us":3,"cpu_us":2}],"io_backend":"uring"}"#;
+        let o = Outcome {
+            status: Status::Ok,
+            error: None,
+            jobs,
+            dirty: vec![(0.1, 1 << 20)],
+            peak_dirty_bytes: 1 << 20,
+            wbcache_stats: Some(stats.into()),
+            io_backend: None,
+            cpu_busy_s: Some(3.75),
+        };
+        let rows = rows_from(&pw_group("files/rotor-2"), EngineKind::Wbcache, &o);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        let bytes = 12.0 * (100 << 20) as f64;
+        assert_eq!(r.variant.as_deref(), Some("files/rotor-2"));
+        assert_eq!(r.throughput_mb_s, Some(round3(bytes / 1.11 / 1e6)), "until the last write, no fsync");
+        assert_eq!(r.writeback_mb_s, Some(round3(bytes / 3.1 / 1e6)), "until the last fsync");
+        assert_eq!(r.cpu_s_per_gib, Some(round3(3.75 / (1200.0 / 1024.0))));
+        assert_eq!(r.written_bytes_per_worker, Some(vec![1 << 20, 2 << 20]));
+        assert_eq!(r.group, "parallel-writeback-files", "one chart per pattern");
+        assert_eq!(r.series_label(), "wbcache rotor-2");
+        let json = serde_json::to_value(r).unwrap();
+        assert_eq!(json["writeback_mb_s"], r.writeback_mb_s.unwrap());
+        assert_eq!(json["cpu_s_per_gib"], r.cpu_s_per_gib.unwrap());
+        assert_eq!(json["written_bytes_per_worker"], serde_json::json!([1 << 20, 2 << 20]));
+        let text = serde_json::to_string(r).unwrap();
+        assert!(text.ends_with(&format!(
+            ",\"fsync_total_s\":null,\"writeback_mb_s\":{},\"cpu_s_per_gib\":{},\"written_bytes_per_worker\":[1048576,2097152]}}",
+            json["writeback_mb_s"], json["cpu_s_per_gib"]
+        )));
+        // The kernel's rows: no configuration in the label, nor workers.
+        let mut kernel = o.clone();
+        kernel.wbcache_stats = None;
+        let k = rows_from(&pw_group("files"), EngineKind::KernelBuffered, &kernel);
+        assert_eq!((k[0].series_label().as_str(), k[0].written_bytes_per_worker.clone()), ("kernel-buffered", None));
+        // Stats without the array (or an empty one) give no column.
+        assert_eq!(written_per_worker(r#"{"dirty_bytes":0}"#), None);
+        assert_eq!(written_per_worker(r#"{"writeback_workers":[]}"#), None);
+        assert_eq!(written_per_worker("not json"), None);
+    }
+
+    fn pw_row(variant: &str, engine: &str, writeback: f64) -> ResultRow {
+        let mut row = ResultRow::empty(
+            &pw_group(variant),
+            EngineKind::parse(engine).unwrap(),
+            Some(variant.into()),
+            Status::Ok,
+            None,
+        );
+        row.writeback_mb_s = Some(writeback);
+        row.throughput_mb_s = Some(writeback * 1.5);
+        row.cpu_s_per_gib = Some(2.5);
+        row
+    }
+
+    fn pw_verdicts(rows: &[ResultRow]) -> Vec<(String, bool)> {
+        let Some(table) = targets(rows, 1 << 30, &[]) else { return Vec::new() };
+        table
+            .lines()
+            .filter(|l| l.starts_with("| parallel-writeback"))
+            .map(|l| (l.split(" | ").next().unwrap().trim_start_matches("| ").to_string(), l.ends_with("| met |")))
+            .collect()
+    }
+
+    /// Per pattern: the best wbcache configuration against kernel-buffered
+    /// and 0.9 × kernel-direct.
+    #[test]
+    fn parallel_writeback_targets() {
+        let rows = vec![
+            pw_row("files", "kernel-buffered", 400.0),
+            pw_row("files", "kernel-direct", 500.0),
+            pw_row("files/single-1", "wbcache", 300.0),
+            pw_row("files/rotor-4", "wbcache", 420.0),
+            pw_row("files/region-4", "wbcache", 460.0),
+            pw_row("shared", "kernel-buffered", 300.0),
+            pw_row("shared", "kernel-direct", 600.0),
+            pw_row("shared/single-1", "wbcache", 280.0),
+            pw_row("shared/region-4", "wbcache", 290.0),
+        ];
+        let v = pw_verdicts(&rows);
+        let names: Vec<&str> = v.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "parallel-writeback files: best wbcache writeback MB/s ≥ kernel-buffered",
+                "parallel-writeback files: best wbcache writeback MB/s ≥ 0.9 × kernel-direct",
+                "parallel-writeback shared: best wbcache writeback MB/s ≥ kernel-buffered",
+                "parallel-writeback shared: best wbcache writeback MB/s ≥ 0.9 × kernel-direct",
+            ]
+        );
+        // files: 460 ≥ 400 and ≥ 450; shared: 290 < 300 and < 540.
+        assert_eq!(v.iter().map(|(_, met)| *met).collect::<Vec<_>>(), [true, true, false, false]);
+        let table = targets(&rows, 1 << 30, &[]).unwrap();
+        assert!(table.contains("| 460 (region-4) vs 400 MB/s (1.15×) | met |"), "{table}");
+        assert!(table.contains("| 290 (region-4) vs 600 MB/s (0.48×) | NOT met |"), "{table}");
+        // A failed row is not the best; without wbcache rows, no lines.
+        let mut failed = rows.clone();
+        failed[4].status = "error".into();
+        assert!(targets(&failed, 1 << 30, &[]).unwrap().contains("| 420 (rotor-4) vs 400 MB/s (1.05×) | met |"));
+        let kernel_only: Vec<ResultRow> = rows.iter().filter(|r| r.engine != "wbcache").cloned().collect();
+        assert!(pw_verdicts(&kernel_only).is_empty());
+        // Only kernel-buffered ran: only its line.
+        let no_direct: Vec<ResultRow> = rows.iter().filter(|r| r.engine != "kernel-direct").cloned().collect();
+        assert_eq!(pw_verdicts(&no_direct).len(), 2);
+    }
+
+    /// The table: ratios within the pattern, and the two comparisons under it.
+    #[test]
+    fn parallel_writeback_table_compares_within_a_pattern() {
+        let mut rows = vec![
+            pw_row("files", "kernel-buffered", 400.0),
+            pw_row("files", "kernel-direct", 500.0),
+            pw_row("files/single-1", "wbcache", 250.0),
+            pw_row("files/rotor-2", "wbcache", 400.0),
+            pw_row("files/region-2", "wbcache", 500.0),
+            pw_row("shared", "kernel-buffered", 200.0),
+            pw_row("shared/single-1", "wbcache", 200.0),
+            pw_row("shared/rotor-2", "wbcache", 300.0),
+            pw_row("shared/region-2", "wbcache", 300.0),
+        ];
+        rows[4].written_bytes_per_worker = Some(vec![3 << 20, 1 << 20]);
+        rows[8].status = "error".into();
+        rows[8].error = Some("boom".into());
+        let refs: Vec<&ResultRow> = rows.iter().collect();
+        let table = pw_table("parallel-writeback", "about", &refs);
+        assert!(table.contains(
+            "| variant | engine | writers MB/s | writeback MB/s | CPU s/GiB | vs single-1 | vs kernel-buffered | \
+             vs kernel-direct | written per worker MiB | status |"
+        ));
+        assert!(table.contains("| files | kernel-direct | 750 | 500 | 2.50 | — | 1.25× | 1.00× | — | ok |"), "{table}");
+        assert!(table.contains("| files/region-2 | wbcache | 750 | 500 | 2.50 | 2.00× | 1.25× | 1.00× | 3 / 1 | ok |"));
+        assert!(table.contains("| shared/rotor-2 | wbcache | 450 | 300 | 2.50 | 1.50× | 1.50× | — | — | ok |"));
+        assert!(table.contains("| shared/region-2 | wbcache | — | — | — | — | — | — | — | error: boom |"));
+        assert!(table.contains("Region ÷ rotor, writeback MB/s at the same worker count: files: 2 workers 1.25×."));
+        assert!(table.contains(
+            "One shared file ÷ one file per writer, writeback MB/s: kernel-buffered 0.50×, wbcache single-1 0.80×, \
+             wbcache rotor-2 0.75×."
+        ));
+        assert!(table.contains("kernel-dontcache and wbcache-dontcache do not run this workload. written per worker:"));
     }
 }

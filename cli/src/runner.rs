@@ -19,11 +19,14 @@ use crate::cgroup::MemCgroups;
 use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
 use crate::progress::{say, Progress};
-use crate::report::{failed_row, fsync_table, markdown_table, rows_from, targets, to_json, Reference, ResultRow};
+use crate::report::{
+    failed_row, fsync_table, markdown_table, pw_table, rows_from, targets, to_json, Reference, ResultRow,
+};
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
 use crate::worker::{memcpy_reference_us, Outcome, Status};
 use crate::workloads::{
-    build_spec, cached_span, data_len, describe, fsync_background_about, info, FioJob, Group, Kind, Place, Spec, KIB,
+    build_spec, cached_span, data_len, describe, fsync_background_about, info, pw_about, FioJob, Group, Kind, Place,
+    Spec, KIB,
 };
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -354,16 +357,17 @@ fn run_worker(
 }
 
 /// Of several runs of one measurement, the one whose primary figure
-/// (throughput, µs/call for per-call rows, or the fsync total for
-/// fsync-under-load's foreground rows, of its first row) is the median
-/// among the runs that succeeded; a failed run only if all failed.
+/// (throughput, µs/call for per-call rows, the fsync total for
+/// fsync-under-load's foreground rows, or the writeback MB/s for
+/// parallel-writeback, of its first row) is the median among the runs that
+/// succeeded; a failed run only if all failed.
 fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
     let key = |rows: &Vec<ResultRow>| -> Option<f64> {
         let row = rows.first()?;
         if row.status != "ok" {
             return None;
         }
-        row.fsync_total_s.or(row.us_per_call).or(row.throughput_mb_s)
+        row.fsync_total_s.or(row.us_per_call).or(row.writeback_mb_s).or(row.throughput_mb_s)
     };
     let mut ok: Vec<(f64, usize)> = runs.iter().enumerate().filter_map(|(i, r)| key(r).map(|k| (k, i))).collect();
     if ok.is_empty() {
@@ -392,6 +396,17 @@ fn summary(rows: &[ResultRow]) -> String {
         s.push_str(&format!(", fsync total {:.3} s", fg.fsync_total_s.unwrap_or(0.0)));
         if let Some(t) = rows.iter().filter(|r| r.fsync_total_s.is_none()).find_map(|r| r.throughput_mb_s) {
             s.push_str(&format!(", background {t:.1} MB/s"));
+        }
+        return s;
+    }
+    // parallel-writeback: the writers', then the writeback's MB/s and the CPU.
+    if let Some(w) = r.writeback_mb_s {
+        let mut s = format!("writers {:.1} MB/s, writeback {w:.1} MB/s", r.throughput_mb_s.unwrap_or(0.0));
+        if let Some(c) = r.cpu_s_per_gib {
+            s.push_str(&format!(", {c:.2} CPU s/GiB"));
+        }
+        if let Some(t) = r.total_s {
+            s.push_str(&format!(" ({t:.1} s)"));
         }
         return s;
     }
@@ -496,7 +511,7 @@ pub fn run(args: BenchArgs) -> i32 {
         notes.push(format!("each measurement ran {} times; the median run is reported", plan.args.repeat));
     }
 
-    let total = plan.groups.len() * plan.engines.len();
+    let total = measurements(&plan.groups, &plan.engines);
     let mut progress = Progress::new(total);
     let where_ = match &site.place.device {
         Some(d) => format!("raw device {}", d.display()),
@@ -563,7 +578,7 @@ pub fn run(args: BenchArgs) -> i32 {
                 layout_error = Some(format!("laying out the job's files: {e}"));
             }
         }
-        for &engine in &plan.engines {
+        for &engine in plan.engines.iter().filter(|e| group.runs_on(**e)) {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 break;
             }
@@ -738,9 +753,29 @@ fn finish_line(
     line
 }
 
+/// The measurements a plan makes: each group once per selected engine it
+/// runs on.
+fn measurements(groups: &[Group], engines: &[crate::engines::EngineKind]) -> usize {
+    groups.iter().map(|g| engines.iter().filter(|e| g.runs_on(**e)).count()).sum()
+}
+
+/// What `parallel-writeback`'s wbcache rows change in the cache's options.
+fn pw_options_about(p: &crate::workloads::Params) -> String {
+    let region = wbcache::Config::from_options(&p.wbcache_options).map(|c| fmt_size(c.region_size_bytes));
+    format!(
+        "wbcache rows: the options above with writeback_routing and writeback_workers as the variant names them: \
+         single-1, one writeback worker (the cache without routing); rotor-N, N workers, each file bound to one of \
+         them in turn; region-N, N workers, the offsets cut into regions of region_size ({}) dealt to them in turn, \
+         so one file can be written by several at once",
+        region.unwrap_or_else(|_| "?".into())
+    )
+}
+
 fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate::workloads::Params) -> String {
     let mine: Vec<&Group> = groups.iter().filter(|g| g.workload == group.workload).collect();
-    let what = if mine.len() == 1 {
+    let what = if matches!(group.kind, Kind::ParallelWriteback(_)) {
+        format!("{}. {}", pw_about(p), pw_options_about(p))
+    } else if mine.len() == 1 {
         describe(mine[0], p)
     } else {
         let parts: Vec<String> =
@@ -764,6 +799,9 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
     let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == group.workload).collect();
     if matches!(group.kind, Kind::FsyncUnderLoad(_)) {
         return fsync_table(group.workload, &about, &table_rows);
+    }
+    if matches!(group.kind, Kind::ParallelWriteback(_)) {
+        return pw_table(group.workload, &about, &table_rows);
     }
     markdown_table(group.workload, &about, &table_rows)
 }
@@ -796,6 +834,33 @@ mod tests {
             finish_line(1, 70, 4.0, 1, Some(libc::SIGINT)),
             "bench: 1 results from 70 measurements in 4 s; interrupted by SIGINT (exit status 130)"
         );
+    }
+
+    /// parallel-writeback's groups count once per engine they run on.
+    #[test]
+    fn measurements_count_the_engines_each_group_runs_on() {
+        use crate::engines::EngineKind;
+        let groups = crate::workloads::expand("parallel-writeback", None, &[1, 2, 4]).unwrap();
+        assert_eq!(measurements(&groups, &EngineKind::ALL), 18);
+        assert_eq!(measurements(&groups, &[EngineKind::Wbcache]), 14);
+        assert_eq!(measurements(&groups, &[EngineKind::KernelDontcache]), 0);
+        let seq = crate::workloads::expand("seq-write", None, &[]).unwrap();
+        assert_eq!(measurements(&seq, &EngineKind::ALL), 5);
+    }
+
+    /// parallel-writeback's runs are ordered by their writeback MB/s.
+    #[test]
+    fn median_run_orders_parallel_writeback_runs_by_their_writeback() {
+        let pw_run = |writeback: f64, writers: f64| {
+            vec![ResultRow {
+                status: "ok".into(),
+                writeback_mb_s: Some(writeback),
+                throughput_mb_s: Some(writers),
+                ..ResultRow::default()
+            }]
+        };
+        let picked = median_run(vec![pw_run(300.0, 900.0), pw_run(100.0, 800.0), pw_run(200.0, 100.0)]);
+        assert_eq!(picked[0].writeback_mb_s, Some(200.0));
     }
 
     fn run(status: &str, mb_s: f64) -> Vec<ResultRow> {

@@ -34,6 +34,30 @@ pub fn engine_color(engine: &str) -> &'static str {
     }
 }
 
+/// A row's line colour and dash: its engine's, except that
+/// `parallel-writeback`'s wbcache rows are coloured by writeback routing
+/// and dashed by worker count (one chart holds all of a pattern's rows).
+fn line_style(r: &ResultRow) -> (&'static str, &'static str) {
+    let config = match r.variant.as_deref().and_then(|v| v.split_once('/')) {
+        Some((_, config)) if r.workload == "parallel-writeback" => config,
+        _ => return (engine_color(&r.engine), dash_for(r.variant.as_deref())),
+    };
+    let (routing, workers) = config.rsplit_once('-').unwrap_or((config, ""));
+    let color = match routing {
+        "single" => engine_color("wbcache"),
+        "rotor" => "#17becf",
+        "region" => "#d62728",
+        _ => "#8c564b",
+    };
+    let dash = match workers {
+        "1" => "",
+        "2" => "7 4",
+        "4" => "2 3",
+        _ => "12 3 2 3",
+    };
+    (color, dash)
+}
+
 fn dash_for(variant: Option<&str>) -> &'static str {
     match variant {
         Some("buffered-peer") => "7 4",
@@ -403,13 +427,8 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
                     (0, Some(t)) => format!("{} (no point: I/O took {t:.2} s)", r.series_label()),
                     _ => r.series_label(),
                 };
-                Line {
-                    label,
-                    color: engine_color(&r.engine),
-                    dash: dash_for(r.variant.as_deref()),
-                    points: r.rate_points.clone(),
-                    tail: r.fsync_tail_s,
-                }
+                let (color, dash) = line_style(r);
+                Line { label, color, dash, points: r.rate_points.clone(), tail: r.fsync_tail_s }
             })
             .collect();
         if !lines.is_empty() {
@@ -442,21 +461,28 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
             )?;
             files.push(name);
         }
+        // One line per measurement: per engine (the rows of one competing
+        // run share its samples), per configuration for parallel-writeback.
         let mut seen = Vec::new();
         let dirty: Vec<Line> = rows
             .iter()
             .filter(|r| r.dirty.len() >= 2)
             .filter(|r| {
-                let new = !seen.contains(&r.engine);
-                seen.push(r.engine.clone());
+                let key = if r.workload == "parallel-writeback" { r.series_label() } else { r.engine.clone() };
+                let new = !seen.contains(&key);
+                seen.push(key);
                 new
             })
-            .map(|r| Line {
-                label: r.engine.clone(),
-                color: engine_color(&r.engine),
-                dash: "",
-                points: r.dirty.iter().map(|(t, b)| (*t, *b as f64 / (1u64 << 20) as f64)).collect(),
-                tail: None,
+            .map(|r| {
+                let pw = r.workload == "parallel-writeback";
+                let (color, dash) = if pw { line_style(r) } else { (engine_color(&r.engine), "") };
+                Line {
+                    label: if pw { r.series_label() } else { r.engine.clone() },
+                    color,
+                    dash,
+                    points: r.dirty.iter().map(|(t, b)| (*t, *b as f64 / (1u64 << 20) as f64)).collect(),
+                    tail: None,
+                }
             })
             .collect();
         if !dirty.is_empty() {
@@ -577,5 +603,48 @@ mod tests {
         }
         assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
         assert_eq!(decade_label(-2.0), "0.01");
+    }
+
+    /// parallel-writeback: one chart per pattern, each wbcache configuration
+    /// its own line (colour by routing, dash by worker count), labelled.
+    #[test]
+    fn parallel_writeback_charts_per_pattern() {
+        let row = |engine: &str, variant: &str| ResultRow {
+            workload: "parallel-writeback".into(),
+            engine: engine.into(),
+            variant: Some(variant.into()),
+            status: "ok".into(),
+            group: format!("parallel-writeback-{}", variant.split('/').next().unwrap()),
+            rate_points: vec![(0.1, 100.0), (0.2, 120.0)],
+            dirty: vec![(0.1, 1 << 20), (0.2, 2 << 20)],
+            ..ResultRow::default()
+        };
+        let rows = vec![
+            row("kernel-buffered", "files"),
+            row("wbcache", "files/single-1"),
+            row("wbcache", "files/rotor-2"),
+            row("wbcache", "files/region-4"),
+            row("wbcache", "shared/region-4"),
+        ];
+        let styles: Vec<_> = rows.iter().map(line_style).collect();
+        assert_eq!(styles[0], (engine_color("kernel-buffered"), ""));
+        assert_eq!(styles[1], (engine_color("wbcache"), ""));
+        assert_eq!(styles[2], ("#17becf", "7 4"));
+        assert_eq!(styles[3], ("#d62728", "2 3"));
+        let dir = std::env::temp_dir().join(format!("wbcache-svg-pw-{}", std::process::id()));
+        let files = write_all(&dir, &rows, "test").unwrap();
+        assert_eq!(
+            files,
+            [
+                "parallel-writeback-files-throughput.svg",
+                "parallel-writeback-files-dirty.svg",
+                "parallel-writeback-shared-throughput.svg",
+                "parallel-writeback-shared-dirty.svg"
+            ]
+        );
+        let dirty = fs::read_to_string(dir.join("parallel-writeback-files-dirty.svg")).unwrap();
+        assert_eq!(dirty.matches("<polyline").count(), 4, "a line per configuration");
+        assert!(dirty.contains(">wbcache rotor-2</text>"));
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -157,6 +157,35 @@ pub fn kernel_dirty_bytes() -> u64 {
     }
 }
 
+/// The machine's busy CPU time so far, in clock ticks (see
+/// [`clock_ticks_per_s`]): user + nice + system + irq + softirq of the
+/// `cpu` line of `/proc/stat`, every CPU together. Kernel threads (the
+/// kernel's writeback in kworkers) count as well as processes.
+pub fn cpu_busy_ticks() -> Option<u64> {
+    proc_stat_busy(&fs::read_to_string("/proc/stat").ok()?)
+}
+
+pub fn proc_stat_busy(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq ...
+    if v.len() < 7 {
+        return None;
+    }
+    Some(v[0] + v[1] + v[2] + v[5] + v[6])
+}
+
+/// Clock ticks per second of `/proc/stat` (`USER_HZ`).
+pub fn clock_ticks_per_s() -> f64 {
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        hz as f64
+    } else {
+        100.0
+    }
+}
+
 /// The mount holding `path`: (file-system type, source device, mount point).
 pub fn mount_of(path: &Path) -> Option<(String, String, PathBuf)> {
     let path = fs::canonicalize(path).ok()?;
@@ -276,6 +305,17 @@ pub fn fmt_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_cpu_time_from_proc_stat() {
+        let text = "cpu  100 20 30 5000 70 4 6 8 0 0\ncpu0 50 10 15 2500 35 2 3 4 0 0\nintr 1\n";
+        // user + nice + system + irq + softirq; idle, iowait and steal are not busy.
+        assert_eq!(proc_stat_busy(text), Some(160));
+        assert_eq!(proc_stat_busy("cpu  1 2 3\n"), None);
+        assert_eq!(proc_stat_busy("intr 1\n"), None);
+        assert!(cpu_busy_ticks().is_some(), "this machine's /proc/stat");
+        assert!(clock_ticks_per_s() > 0.0);
+    }
 
     #[test]
     fn buffers_are_aligned_zeroed_and_large_ones_are_folio_buffers() {

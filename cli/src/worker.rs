@@ -6,8 +6,8 @@
 //! the memory cgroup the parent put it in before sending the spec).
 
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -79,6 +79,11 @@ pub struct Outcome {
     pub peak_dirty_bytes: u64,
     pub wbcache_stats: Option<String>,
     pub io_backend: Option<String>,
+    /// Busy CPU time of the whole machine (every CPU's user, nice, system,
+    /// irq and softirq time in `/proc/stat`) from the start of the timed
+    /// phase until the last job ended, in seconds.
+    #[serde(default)]
+    pub cpu_busy_s: Option<f64>,
 }
 
 impl Outcome {
@@ -92,6 +97,7 @@ impl Outcome {
             peak_dirty_bytes: 0,
             wbcache_stats: None,
             io_backend: None,
+            cpu_busy_s: None,
         }
     }
 }
@@ -153,6 +159,10 @@ pub fn run(spec: &Spec) -> Outcome {
     // Set when the foreground job ends: the background writers stop.
     let stop = AtomicBool::new(false);
     let finished = AtomicUsize::new(0);
+    // Jobs whose I/O is done (a job with `fsync_after_all` waits for all).
+    let io_done = AtomicUsize::new(0);
+    // The machine's busy CPU ticks when the last job ended.
+    let cpu_end: Mutex<Option<u64>> = Mutex::new(None);
     let counters: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
     let running: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(true)).collect();
     let mut dirty = Vec::new();
@@ -161,26 +171,30 @@ pub fn run(spec: &Spec) -> Outcome {
         .map(|_| SeriesState { series: Series::default(), samples: Vec::new(), last_bytes: 0, last_t: 0.0 })
         .collect();
 
-    let (raws, peak_before) = std::thread::scope(|s| {
+    let (raws, peak_before, cpu_start) = std::thread::scope(|s| {
         let handles: Vec<_> = spec
             .jobs
             .iter()
             .enumerate()
             .map(|(i, job)| {
                 let (sys, barrier, cancel, stop, finished) = (&sys, &barrier, &cancel, &stop, &finished);
-                let (counter, running) = (&counters[i], &running[i]);
+                let (counter, running, io_done, cpu_end) = (&counters[i], &running[i], &io_done, &cpu_end);
                 std::thread::Builder::new()
                     .name(format!("job-{i}"))
                     .spawn_scoped(s, move || {
-                        let r = run_job(sys, spec, job, barrier, Stops { cancel, stop }, counter);
+                        let r = run_job(sys, spec, job, barrier, Stops { cancel, stop }, counter, io_done);
                         if r.is_err() {
+                            // Also ends the wait of a job with `fsync_after_all`.
                             cancel.store(true, Relaxed);
                         }
                         if job.role.as_deref() == Some(FOREGROUND) {
                             stop.store(true, Relaxed);
                         }
                         running.store(false, Relaxed);
-                        finished.fetch_add(1, Relaxed);
+                        let cpu = crate::sys::cpu_busy_ticks();
+                        if finished.fetch_add(1, SeqCst) + 1 == n {
+                            *cpu_end.lock().unwrap_or_else(|e| e.into_inner()) = cpu;
+                        }
                         r
                     })
                     .expect("spawn a job thread")
@@ -188,6 +202,7 @@ pub fn run(spec: &Spec) -> Outcome {
             .collect();
         barrier.wait();
         let t0 = Instant::now();
+        let cpu_start = crate::sys::cpu_busy_ticks();
         let peak_before = sys.peak_dirty_bytes();
         let mut next_progress = 1.0;
         loop {
@@ -218,8 +233,13 @@ pub fn run(spec: &Spec) -> Outcome {
         }
         let raws: Vec<io::Result<JobRaw>> =
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("job panicked")))).collect();
-        (raws, peak_before)
+        (raws, peak_before, cpu_start)
     });
+    let cpu_end = *cpu_end.lock().unwrap_or_else(|e| e.into_inner());
+    let cpu_busy_s = match (cpu_start, cpu_end) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / crate::sys::clock_ticks_per_s()),
+        _ => None,
+    };
 
     let mut first_err: Option<io::Error> = None;
     let mut jobs = Vec::new();
@@ -275,7 +295,7 @@ pub fn run(spec: &Spec) -> Outcome {
         Ok(()) => (Status::Ok, None),
         Err(e) => (Status::Error, Some(format!("closing the cache: {e}"))),
     };
-    Outcome { status, error, jobs, dirty, peak_dirty_bytes: peak, wbcache_stats, io_backend }
+    Outcome { status, error, jobs, dirty, peak_dirty_bytes: peak, wbcache_stats, io_backend, cpu_busy_s }
 }
 
 const CANCELLED: &str = "cancelled: another job failed";
@@ -344,6 +364,8 @@ struct Stops<'a> {
     stop: &'a AtomicBool,
 }
 
+/// Runs one job: its setup, then (after `barrier`, when every job is
+/// ready) its timed phase. `io_done` counts the jobs whose I/O is done.
 fn run_job(
     sys: &System,
     spec: &Spec,
@@ -351,6 +373,7 @@ fn run_job(
     barrier: &Barrier,
     stops: Stops<'_>,
     counter: &AtomicU64,
+    io_done: &AtomicUsize,
 ) -> io::Result<JobRaw> {
     let Stops { cancel, stop } = stops;
     let prepared = prepare(sys, job).and_then(|f| Ok((f, open_more_targets(sys, job)?)));
@@ -373,8 +396,12 @@ fn run_job(
     let mut fsync_points = Vec::new();
     let deadline_after = Duration::from_secs_f64(spec.deadline_s.max(0.01));
     match &job.pattern {
-        Pattern::Seq { write, bs, .. } | Pattern::Rand { write, bs, .. } => {
-            let (write, bs) = (*write, *bs as usize);
+        Pattern::Seq { .. } | Pattern::Rand { .. } | Pattern::RandShare { .. } => {
+            let (write, bs) = match job.pattern {
+                Pattern::Seq { write, bs, .. } | Pattern::Rand { write, bs, .. } => (write, bs as usize),
+                Pattern::RandShare { bs, .. } => (true, bs as usize),
+                _ => unreachable!("a streaming pattern"),
+            };
             let mut gen = OpGen::new(&job.pattern, job.target.len, job.seed);
             let wbuf = AlignedBuf::filled(if write { bs } else { 0 }, job.seed);
             let deadline = Instant::now() + deadline_after;
@@ -580,7 +607,16 @@ fn run_job(
         }
     }
     let io_end_s = started.elapsed().as_secs_f64();
-    if job.fsync_at_end && !cancel.load(Relaxed) {
+    io_done.fetch_add(1, SeqCst);
+    if job.fsync_after_all {
+        while io_done.load(SeqCst) < spec.jobs.len() {
+            if cancel.load(Relaxed) {
+                return Err(io::Error::other(CANCELLED));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    if (job.fsync_at_end || job.fsync_after_all) && !cancel.load(Relaxed) {
         let t = Instant::now();
         file.fsync()?;
         for other in &mut others {
@@ -629,9 +665,31 @@ pub fn memcpy_reference_us(span: u64, bs: u64, calls: u64, warmup: u64, cap: Dur
 
 /// Offsets (relative to the target) of a streaming or random pattern.
 enum OpGen {
-    Seq { next: u64, bs: u64, len: u64, remaining: Option<u64> },
-    Perm { perm: Vec<u32>, i: usize, bs: u64, remaining: Option<u64> },
-    Random { rng: Rng, blocks: u64, bs: u64, remaining: Option<u64> },
+    Seq {
+        next: u64,
+        bs: u64,
+        len: u64,
+        remaining: Option<u64>,
+    },
+    Perm {
+        perm: Vec<u32>,
+        i: usize,
+        bs: u64,
+        remaining: Option<u64>,
+    },
+    Random {
+        rng: Rng,
+        blocks: u64,
+        bs: u64,
+        remaining: Option<u64>,
+    },
+    /// A share of a [`KeyedPerm`]: its values at `next`, `next + step`, ...
+    Share {
+        perm: KeyedPerm,
+        next: u64,
+        step: u64,
+        bs: u64,
+    },
 }
 
 impl OpGen {
@@ -651,6 +709,10 @@ impl OpGen {
                 } else {
                     OpGen::Random { rng, blocks, bs, remaining: ops }
                 }
+            }
+            Pattern::RandShare { bs, share, shares, key } => {
+                let blocks = (len / bs).max(1);
+                OpGen::Share { perm: KeyedPerm::new(blocks, key), next: share, step: shares.max(1), bs }
             }
             _ => unreachable!("not a streaming pattern"),
         }
@@ -693,7 +755,64 @@ impl OpGen {
                 }
                 Some(rng.below(*blocks) * *bs)
             }
+            OpGen::Share { perm, next, step, bs } => {
+                if *next >= perm.len() {
+                    return None;
+                }
+                let block = perm.get(*next);
+                *next += *step;
+                Some(block * *bs)
+            }
         }
+    }
+}
+
+/// A pseudo-random order of `0..n` that needs no table (any number of
+/// blocks, and every job that shares it computes only its own part, at no
+/// cost up front): a four-round Feistel network over the smallest power of
+/// four at least `n`, applied again until the value falls below `n` (cycle
+/// walking keeps it a bijection of `0..n`; the domain being under `4 n`,
+/// it takes under four passes on average).
+struct KeyedPerm {
+    n: u64,
+    half_bits: u32,
+    keys: [u64; 4],
+}
+
+impl KeyedPerm {
+    fn new(n: u64, key: u64) -> KeyedPerm {
+        let bits = 64 - (n.max(2) - 1).leading_zeros();
+        let mut rng = Rng::new(key);
+        KeyedPerm { n, half_bits: bits.div_ceil(2), keys: std::array::from_fn(|_| rng.next_u64()) }
+    }
+
+    fn len(&self) -> u64 {
+        self.n
+    }
+
+    /// One pass of the network over `0..4^half_bits`.
+    fn encrypt(&self, x: u64) -> u64 {
+        let mask = (1u64 << self.half_bits) - 1;
+        let (mut left, mut right) = (x >> self.half_bits, x & mask);
+        for k in self.keys {
+            // splitmix64's finalizer as the round function.
+            let mut z = right ^ k;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            (left, right) = (right, left ^ (z & mask));
+        }
+        (left << self.half_bits) | right
+    }
+
+    /// The `i`-th value of the order (`i < n`).
+    fn get(&self, i: u64) -> u64 {
+        debug_assert!(i < self.n);
+        let mut x = self.encrypt(i);
+        while x >= self.n {
+            x = self.encrypt(x);
+        }
+        x
     }
 }
 
@@ -707,5 +826,48 @@ mod tests {
         assert!(us.is_finite() && us > 0.0, "{us}");
         // A cap already past makes no timed call at all: nothing to report.
         assert_eq!(memcpy_reference_us(1 << 20, 4096, 2_000, 10, Duration::ZERO), 0.0);
+    }
+
+    /// The order without a table is a bijection of `0..n`, for sizes on
+    /// and off powers of two, and a different key gives another order.
+    #[test]
+    fn keyed_perm_is_a_permutation() {
+        for n in [1u64, 2, 3, 4, 5, 7, 8, 100, 1000, 4096, 65_537] {
+            let p = KeyedPerm::new(n, 40);
+            let mut seen = vec![false; n as usize];
+            for i in 0..n {
+                let v = p.get(i);
+                assert!(v < n && !seen[v as usize], "n {n}: {v} twice or out of range");
+                seen[v as usize] = true;
+            }
+        }
+        let (a, b) = (KeyedPerm::new(1000, 1), KeyedPerm::new(1000, 2));
+        assert!((0..1000).filter(|&i| a.get(i) != b.get(i)).count() > 900);
+        // Not the identity, nor a shifted one: neighbours land far apart.
+        let far = (0..999).filter(|&i| a.get(i).abs_diff(a.get(i + 1)) > 10).count();
+        assert!(far > 900, "{far}");
+    }
+
+    /// Twelve shares of one target write every block once between them,
+    /// each share a disjoint part.
+    #[test]
+    fn shares_cover_every_block_once() {
+        let bs = 4096;
+        let len = 1000 * bs + 100; // a partial block at the end is not written
+        let mut count = vec![0u32; 1000];
+        let mut sizes = Vec::new();
+        for share in 0..12 {
+            let pattern = Pattern::RandShare { bs, share, shares: 12, key: 40 };
+            let mut gen = OpGen::new(&pattern, len, 99);
+            let mut n = 0;
+            while let Some(off) = gen.next() {
+                assert_eq!(off % bs, 0);
+                count[(off / bs) as usize] += 1;
+                n += 1;
+            }
+            sizes.push(n);
+        }
+        assert!(count.iter().all(|&c| c == 1), "every block exactly once");
+        assert!(sizes.iter().all(|&n| n == 83 || n == 84), "{sizes:?}");
     }
 }

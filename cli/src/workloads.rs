@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use wbcache::Routing;
 
 use crate::engines::{CallKind, EngineKind, Target};
 use crate::sys::fmt_size;
@@ -25,6 +26,12 @@ pub struct WorkloadInfo {
 /// The posting the fsync-under-load workload follows.
 const URGENT_WRITEBACK: &str =
     "the LKML posting \"block, mm: add support for boosting urgent asynchronous writeback io\" by Daeho Jeong";
+
+/// The posting parallel-writeback follows, and the reviewer's question it
+/// answers.
+const AG_WRITEBACK: &str = "the LKML posting \"[PATCH v3 0/6] AG aware parallel writeback for XFS\" by Kundan Kumar \
+     (January 2026), and Brian Foster's question in reply to it: does routing writeback by allocation group beat plain \
+     concurrency, with inodes spread over the writeback workers by a rotor";
 
 /// The flusher-kick series whose tables several write workloads follow.
 const DONTCACHE_KICK: &str =
@@ -68,6 +75,22 @@ pub const WORKLOADS: &[WorkloadInfo] = &[
         source: Some(URGENT_WRITEBACK),
     },
     WorkloadInfo {
+        name: "parallel-writeback",
+        about: "12 writers at once, 4 KiB random writes (every block once, random order), --size (twice the memory) in all, \
+                stopped after --runtime, then fsync: the writeback's MB/s until everything is clean, and the machine's CPU \
+                seconds per GiB written. Variants files (one new file per writer, each writer fsyncs its own) and shared \
+                (one new file for all twelve, each writer a disjoint random share of its blocks, one fsync after the last \
+                writer); on --device, a twelfth of the area per writer, or all of it. wbcache runs once per writeback \
+                routing and worker count: single-1, rotor-1/2/4, region-1/2/4 (--writeback-workers sets the counts); \
+                kernel-buffered and kernel-direct are the references (the dontcache engines do not run it). \
+                Select one pattern with parallel-writeback/files or parallel-writeback/shared, one row with e.g. \
+                parallel-writeback/shared/region-4",
+        models: "many threads dirtying more data than fits in memory at once, in many files or in one large file \
+                 (a database checkpoint, parallel loads, a virtual machine image): does spreading writeback over \
+                 several workers make it reach the disk sooner, and at what CPU cost",
+        source: Some(AG_WRITEBACK),
+    },
+    WorkloadInfo {
         name: "seq-read",
         about: "read a cold file of --size (twice the memory) sequentially, 1 MiB reads",
         models: "a scan, a backup or a restore reading a file larger than memory for the first time",
@@ -101,6 +124,8 @@ pub enum Kind {
     Competing,
     /// One measurement group of `fsync-under-load`.
     FsyncUnderLoad(FsyncGroup),
+    /// One measurement group of `parallel-writeback`.
+    ParallelWriteback(PwGroup),
     SeqRead,
     RandRead,
     /// µs per cached 4 KiB read: random inside a cached region, or the
@@ -217,6 +242,171 @@ impl Foreground {
             Foreground::Large => 30.0 + n as f64,
         }
     }
+}
+
+/// The writers of `parallel-writeback`.
+pub const PW_WRITERS: u64 = 12;
+/// Its request size.
+pub const PW_BS: u64 = 4 * KIB;
+/// The most writeback workers the cache runs per device (its
+/// `writeback_workers` range is 1..=64).
+pub const PW_MAX_WORKERS: u32 = 64;
+/// The writeback worker counts its wbcache rows try by default.
+pub const PW_DEFAULT_WORKERS: &[u32] = &[1, 2, 4];
+
+/// Where `parallel-writeback`'s writers write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PwPattern {
+    /// One new file (a twelfth of the area on a device) per writer; each
+    /// writer fsyncs its own.
+    Files,
+    /// One new file (the whole area on a device) for every writer, each
+    /// writing a disjoint random share of its blocks; one fsync after the
+    /// last writer.
+    Shared,
+}
+
+impl PwPattern {
+    pub const ALL: [PwPattern; 2] = [PwPattern::Files, PwPattern::Shared];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PwPattern::Files => "files",
+            PwPattern::Shared => "shared",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PwPattern> {
+        PwPattern::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+/// A wbcache writeback configuration: `writeback_routing` and
+/// `writeback_workers`, named `<routing>-<workers>` (`rotor-2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Writeback {
+    pub routing: Routing,
+    pub workers: u32,
+}
+
+impl Writeback {
+    pub fn name(self) -> String {
+        format!("{}-{}", self.routing.name(), self.workers)
+    }
+
+    /// Parses `rotor-2`: a routing and a worker count the cache accepts
+    /// (`single` is one worker).
+    pub fn parse(s: &str) -> Option<Writeback> {
+        let (routing, count) = s.rsplit_once('-')?;
+        let routing = [Routing::Single, Routing::Rotor, Routing::Region].into_iter().find(|r| r.name() == routing)?;
+        let workers: u32 = count.parse().ok()?;
+        let max = if routing == Routing::Single { 1 } else { PW_MAX_WORKERS };
+        // One spelling per row: `rotor-2`, not `rotor-02` or `rotor-+2`.
+        ((1..=max).contains(&workers) && workers.to_string() == count).then_some(Writeback { routing, workers })
+    }
+
+    /// The cache options that select it.
+    pub fn options(self) -> [(&'static str, String); 2] {
+        [("writeback_routing", self.routing.name().to_string()), ("writeback_workers", self.workers.to_string())]
+    }
+}
+
+/// The wbcache configurations `parallel-writeback` runs for these worker
+/// counts: `single-1` (the baseline: one worker, as before routing
+/// existed), then `rotor-n` for each count, then `region-n`.
+pub fn pw_configs(workers: &[u32]) -> Vec<Writeback> {
+    let mut v = vec![Writeback { routing: Routing::Single, workers: 1 }];
+    for routing in [Routing::Rotor, Routing::Region] {
+        v.extend(workers.iter().map(|&workers| Writeback { routing, workers }));
+    }
+    v
+}
+
+/// One measurement group of `parallel-writeback`: a pattern, on the kernel
+/// engines (`writeback` is `None`) or on wbcache with one configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PwGroup {
+    pub pattern: PwPattern,
+    pub writeback: Option<Writeback>,
+}
+
+impl PwGroup {
+    /// The variant name (JSON `variant`): `files`, `shared/region-4`.
+    pub fn variant(self) -> String {
+        match self.writeback {
+            Some(w) => format!("{}/{}", self.pattern.name(), w.name()),
+            None => self.pattern.name().to_string(),
+        }
+    }
+
+    /// The engines the group runs on: kernel-buffered and kernel-direct for
+    /// the kernel's group, wbcache for a configuration's.
+    pub fn runs_on(self, engine: EngineKind) -> bool {
+        match self.writeback {
+            Some(_) => engine == EngineKind::Wbcache,
+            None => matches!(engine, EngineKind::KernelBuffered | EngineKind::KernelDirect),
+        }
+    }
+}
+
+/// The engines `parallel-writeback` runs on at all.
+pub const PW_ENGINES: [EngineKind; 3] = [EngineKind::KernelBuffered, EngineKind::KernelDirect, EngineKind::Wbcache];
+
+/// `parallel-writeback`'s groups for these worker counts: per pattern, the
+/// kernel's group, then one per wbcache configuration.
+pub fn pw_groups(workers: &[u32]) -> Vec<Group> {
+    let mut groups = Vec::new();
+    for pattern in PwPattern::ALL {
+        let configs = std::iter::once(None).chain(pw_configs(workers).into_iter().map(Some));
+        groups.extend(configs.map(|writeback| pw_group(PwGroup { pattern, writeback })));
+    }
+    groups
+}
+
+fn pw_group(pw: PwGroup) -> Group {
+    Group { workload: "parallel-writeback", variant: Some(pw.variant()), kind: Kind::ParallelWriteback(pw) }
+}
+
+/// `parallel-writeback/<selector>`: `files` or `shared` (the pattern's
+/// groups, the kernel's and every configuration's), or one configuration
+/// of a pattern (`shared/region-4`, any worker count the cache accepts).
+fn pw_selection(selector: &str, workers: &[u32]) -> Option<Vec<Group>> {
+    match selector.split_once('/') {
+        None => {
+            let pattern = PwPattern::parse(selector)?;
+            Some(
+                pw_groups(workers)
+                    .into_iter()
+                    .filter(|g| matches!(g.kind, Kind::ParallelWriteback(pw) if pw.pattern == pattern))
+                    .collect(),
+            )
+        }
+        Some((pattern, config)) => {
+            let pattern = PwPattern::parse(pattern)?;
+            Some(vec![pw_group(PwGroup { pattern, writeback: Some(Writeback::parse(config)?) })])
+        }
+    }
+}
+
+/// The cache options `base` with `overrides` in place of the same keys (the
+/// options refuse a key given twice), or added at the end.
+pub fn options_with(base: &str, overrides: &[(&str, String)]) -> String {
+    let mut pairs: Vec<(String, String)> = base
+        .split([',', ';'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| match item.split_once('=') {
+            Some((k, v)) => (k.trim().to_string(), v.trim().to_string()),
+            None => (item.to_string(), String::new()),
+        })
+        .collect();
+    for (key, value) in overrides {
+        match pairs.iter_mut().find(|(k, _)| k == key) {
+            Some(pair) => pair.1 = value.clone(),
+            None => pairs.push((key.to_string(), value.clone())),
+        }
+    }
+    pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 /// fio's `--rw` values that make sense for a synchronous API.
@@ -337,6 +527,15 @@ impl Group {
         }
     }
 
+    /// Whether the group runs on `engine` (every group does, except
+    /// `parallel-writeback`'s: see [`PwGroup::runs_on`]).
+    pub fn runs_on(&self, engine: EngineKind) -> bool {
+        match self.kind {
+            Kind::ParallelWriteback(pw) => pw.runs_on(engine),
+            _ => true,
+        }
+    }
+
     /// Needs the shared data file (real data, laid out before the runs).
     pub fn needs_data(&self) -> bool {
         // (Custom jobs lay out files of their own: see the runner.)
@@ -384,9 +583,21 @@ pub fn parse_overwrite(name: &str) -> Option<Kind> {
     Some(Kind::Overwrite { call, bs, file_size })
 }
 
-/// The groups a workload name (or small-overwrite variant name) expands to.
+/// The groups a workload name (or small-overwrite variant name) expands to,
+/// `parallel-writeback` with its default worker counts.
+#[cfg(test)]
 pub fn groups_for(name: &str, overwrite_subset: Option<&[&str]>) -> Option<Vec<Group>> {
+    expand(name, overwrite_subset, PW_DEFAULT_WORKERS)
+}
+
+/// The groups a workload name expands to: a catalog name, a small-overwrite
+/// variant name, or `parallel-writeback/<selector>` (see [`pw_selection`]);
+/// `parallel-writeback` tries these writeback worker counts.
+pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: &[u32]) -> Option<Vec<Group>> {
     let g = |workload: &'static str, kind: Kind| Group { workload, variant: None, kind };
+    if let Some(selector) = name.strip_prefix("parallel-writeback/") {
+        return pw_selection(selector, writeback_workers);
+    }
     let groups = match name {
         "seq-write" => vec![g("seq-write", Kind::SeqWrite)],
         "rand-write" => vec![g("rand-write", Kind::RandWrite)],
@@ -401,6 +612,7 @@ pub fn groups_for(name: &str, overwrite_subset: Option<&[&str]>) -> Option<Vec<G
                 kind: Kind::FsyncUnderLoad(f),
             })
             .collect(),
+        "parallel-writeback" => pw_groups(writeback_workers),
         "seq-read" => vec![g("seq-read", Kind::SeqRead)],
         "rand-read" => vec![
             g("rand-read", Kind::RandRead),
@@ -472,6 +684,12 @@ pub enum Pattern {
     FsyncEach { bs: u64, iterations: u64, pause_ms: u64 },
     /// A fio-style job over the target and `more_targets` (its other files).
     Fio { job: FioJob, more_targets: Vec<Target> },
+    /// `bs` random writes to this job's share of the target's blocks, each
+    /// once: of one pseudo-random order of all of them (the same for every
+    /// job with the same `key`), the job takes every `shares`-th, from the
+    /// `share`-th on. The jobs with shares `0..shares` write every block
+    /// once between them. Until the deadline.
+    RandShare { bs: u64, share: u64, shares: u64, key: u64 },
 }
 
 /// The role of the job whose fsyncs `fsync-under-load` measures: when it
@@ -490,6 +708,10 @@ pub struct JobSpec {
     pub pattern: Pattern,
     pub fsync_at_end: bool,
     pub seed: u64,
+    /// Once every job of the measurement has done its I/O, fsync the target
+    /// (`parallel-writeback shared`: one fsync after the last writer).
+    #[serde(default)]
+    pub fsync_after_all: bool,
 }
 
 impl JobSpec {
@@ -649,6 +871,16 @@ pub fn describe(group: &Group, p: &Params) -> String {
                 (None, _) => format!("the two background writers alone for {rt} s"),
             }
         }
+        Kind::ParallelWriteback(pw) => {
+            let writers = match pw.pattern {
+                PwPattern::Files => format!("{PW_WRITERS} writers, one new {} file each", fmt_size(pw_file_len(p))),
+                PwPattern::Shared => {
+                    format!("{PW_WRITERS} writers sharing one new {} file", fmt_size(pw_shared_len(p)))
+                }
+            };
+            let on = pw.writeback.map(|w| format!(", wbcache with writeback {}", w.name())).unwrap_or_default();
+            format!("{writers}, 4 KiB random writes (at most {rt} s), then fsync{on}")
+        }
         Kind::SeqRead => format!("cold sequential read of a {size} file, 1 MiB reads"),
         Kind::RandRead => format!("4 KiB random reads over a {size} file, {rt} s"),
         Kind::CachedRead { offset0: false } => {
@@ -698,6 +930,32 @@ pub fn fsync_background_about(p: &Params) -> String {
     )
 }
 
+/// Each file of `parallel-writeback files`: a twelfth of --size, whole
+/// blocks (on a device, each writer's twelfth of the area).
+pub fn pw_file_len(p: &Params) -> u64 {
+    round_down(p.size / PW_WRITERS, PW_BS)
+}
+
+/// The file of `parallel-writeback shared` (on a device, the area).
+pub fn pw_shared_len(p: &Params) -> u64 {
+    round_down(p.size, PW_BS)
+}
+
+/// What `parallel-writeback` does, per pattern, with this run's sizes (its
+/// table's heading).
+pub fn pw_about(p: &Params) -> String {
+    let rt = p.runtime_s;
+    format!(
+        "{PW_WRITERS} writers at once, 4 KiB random writes, every block once in a random order, {} in all; a writer \
+         still writing after {rt} s stops there (what it wrote counts), then fsync. files: one new {} file per writer, \
+         each writer fsyncs its own; shared: one new {} file for all, each writer a disjoint random share of its \
+         blocks, one fsync after the last writer",
+        fmt_size(p.size),
+        fmt_size(pw_file_len(p)),
+        fmt_size(pw_shared_len(p))
+    )
+}
+
 /// The region the `cached-4k` variant reads at random.
 pub fn cached_span(p: &Params) -> u64 {
     round_down((p.memory / 4).min(64 * MIB).min(p.size), 4 * KIB)
@@ -719,6 +977,7 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
         pattern,
         fsync_at_end: fsync,
         seed,
+        fsync_after_all: false,
     };
     let seq_w = |bs: u64, total: Option<u64>| Pattern::Seq { write: true, bs, total };
     let (jobs, deadline_s, pipelined) = match &group.kind {
@@ -772,6 +1031,33 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
             let deadline = f.foreground().map_or(p.runtime_s, |fg| fg.deadline_s(p.runtime_s));
             (jobs, deadline, true)
         }
+        Kind::ParallelWriteback(pw) => {
+            let jobs = match pw.pattern {
+                PwPattern::Files => {
+                    let per = pw_file_len(p);
+                    let ops = Some(per / PW_BS);
+                    (0..PW_WRITERS)
+                        .map(|i| {
+                            let pat = Pattern::Rand { write: true, bs: PW_BS, ops };
+                            // Each file its own random order.
+                            job(engine, place.fresh(&name, i as usize, per), Setup::None, pat, true, 20 + i)
+                        })
+                        .collect()
+                }
+                PwPattern::Shared => {
+                    let t = place.fresh(&name, 0, pw_shared_len(p));
+                    (0..PW_WRITERS)
+                        .map(|i| {
+                            let pat = Pattern::RandShare { bs: PW_BS, share: i, shares: PW_WRITERS, key: 40 };
+                            let mut j = job(engine, t.clone(), Setup::None, pat, false, 40 + i);
+                            j.fsync_after_all = i == 0;
+                            j
+                        })
+                        .collect()
+                }
+            };
+            (jobs, p.runtime_s, true)
+        }
         Kind::SeqRead => {
             let pat = Pattern::Seq { write: false, bs: MIB, total: Some(p.size) };
             (vec![job(engine, place.data(p.size), Setup::None, pat, false, 7)], p.stream_cap_s, true)
@@ -805,13 +1091,17 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
             (vec![job(engine, t, Setup::Prefill { bytes: *file_size }, pat, false, 10)], p.call_cap_s, false)
         }
     };
+    let wbcache_options = match &group.kind {
+        Kind::ParallelWriteback(PwGroup { writeback: Some(w), .. }) => options_with(&p.wbcache_options, &w.options()),
+        _ => p.wbcache_options.clone(),
+    };
     Spec {
         workload: group.workload.to_string(),
         variant: group.variant.clone(),
         engine,
         jobs,
         deadline_s,
-        wbcache_options: p.wbcache_options.clone(),
+        wbcache_options,
         pipelined,
         progress,
     }
@@ -911,5 +1201,151 @@ mod tests {
         let s = build_spec(&g, EngineKind::Wbcache, &p, &dev, false);
         let regions: Vec<(u64, u64)> = s.jobs.iter().map(|j| (j.target.offset, j.target.len)).collect();
         assert_eq!(regions, [(0, 80 * MIB), (80 * MIB, 256 * MIB), (336 * MIB, 256 * MIB)]);
+    }
+
+    fn variants_of(groups: &[Group]) -> Vec<String> {
+        groups.iter().map(|g| g.variant.clone().unwrap()).collect()
+    }
+
+    /// Rows are named `<pattern>` (kernel engines) and
+    /// `<pattern>/<routing>-<workers>` (wbcache): 2 + 7 groups per pattern,
+    /// 18 rows with both kernel engines.
+    #[test]
+    fn parallel_writeback_groups_and_names() {
+        let groups = groups_for("parallel-writeback", None).unwrap();
+        let files = [
+            "files",
+            "files/single-1",
+            "files/rotor-1",
+            "files/rotor-2",
+            "files/rotor-4",
+            "files/region-1",
+            "files/region-2",
+            "files/region-4",
+        ];
+        let shared: Vec<String> = files.iter().map(|v| v.replacen("files", "shared", 1)).collect();
+        assert_eq!(variants_of(&groups), files.iter().map(|v| v.to_string()).chain(shared).collect::<Vec<_>>());
+        assert!(groups.iter().all(|g| g.workload == "parallel-writeback"));
+        let rows: usize = groups.iter().map(|g| EngineKind::ALL.iter().filter(|e| g.runs_on(**e)).count()).sum();
+        assert_eq!(rows, 18);
+        // Kernel groups on kernel-buffered and kernel-direct; configurations on wbcache.
+        let on = |g: &Group| EngineKind::ALL.into_iter().filter(|e| g.runs_on(*e)).collect::<Vec<_>>();
+        assert_eq!(on(&groups[0]), [EngineKind::KernelBuffered, EngineKind::KernelDirect]);
+        assert_eq!(on(&groups[7]), [EngineKind::Wbcache]);
+        assert_eq!(groups[7].slug(), "parallel-writeback-files-region-4");
+        assert_eq!(groups[7].label(), "parallel-writeback files/region-4");
+        assert!(groups_for("seq-write", None).unwrap()[0].runs_on(EngineKind::WbcacheDontcache));
+        let pw =
+            PwGroup { pattern: PwPattern::Shared, writeback: Some(Writeback { routing: Routing::Region, workers: 4 }) };
+        assert_eq!(pw.variant(), "shared/region-4");
+        assert_eq!(PwGroup { writeback: None, ..pw }.variant(), "shared");
+        assert!(info("parallel-writeback").is_some_and(|w| w
+            .source
+            .is_some_and(|s| s.contains("AG aware parallel writeback for XFS") && s.contains("Brian Foster"))));
+        // Other worker counts: rotor and region each, single-1 once.
+        let v = variants_of(&expand("parallel-writeback", None, &[1, 8]).unwrap());
+        assert_eq!(
+            v[..6],
+            ["files", "files/single-1", "files/rotor-1", "files/rotor-8", "files/region-1", "files/region-8"]
+        );
+        assert_eq!(v.len(), 12);
+    }
+
+    /// `parallel-writeback/<pattern>` selects a pattern's groups,
+    /// `parallel-writeback/<pattern>/<config>` one configuration.
+    #[test]
+    fn parallel_writeback_selections() {
+        let files = groups_for("parallel-writeback/files", None).unwrap();
+        assert_eq!(files.len(), 8);
+        assert!(variants_of(&files).iter().all(|v| v == "files" || v.starts_with("files/")));
+        assert_eq!(variants_of(&expand("parallel-writeback/shared", None, &[1]).unwrap()).len(), 4);
+        let one = groups_for("parallel-writeback/shared/rotor-2", None).unwrap();
+        assert_eq!(variants_of(&one), ["shared/rotor-2"]);
+        assert_eq!(variants_of(&groups_for("parallel-writeback/files/region-64", None).unwrap()), ["files/region-64"]);
+        for bad in [
+            "parallel-writeback/",
+            "parallel-writeback/both",
+            "parallel-writeback/files/",
+            "parallel-writeback/files/single-2",
+            "parallel-writeback/files/rotor-0",
+            "parallel-writeback/files/rotor-65",
+            "parallel-writeback/files/rotor-02",
+            "parallel-writeback/files/rotor",
+            "parallel-writeback/files/shards-2",
+            "parallel-writeback/files/rotor-2/x",
+            "seq-write/files",
+        ] {
+            assert!(groups_for(bad, None).is_none(), "{bad}");
+        }
+        assert_eq!(Writeback::parse("single-1"), Some(Writeback { routing: Routing::Single, workers: 1 }));
+        assert_eq!(Writeback::parse("region-4").map(Writeback::name).as_deref(), Some("region-4"));
+    }
+
+    #[test]
+    fn options_are_overridden_not_repeated() {
+        let w = Writeback { routing: Routing::Rotor, workers: 2 };
+        assert_eq!(
+            options_with("capacity=256M", &w.options()),
+            "capacity=256M,writeback_routing=rotor,writeback_workers=2"
+        );
+        assert_eq!(
+            options_with("capacity=1G;writeback_workers=4, writeback_routing=region,region_size=8M", &w.options()),
+            "capacity=1G,writeback_workers=2,writeback_routing=rotor,region_size=8M"
+        );
+        let c = wbcache::Config::from_options(&options_with("capacity=64M,writeback_workers=1", &w.options())).unwrap();
+        assert_eq!((c.writeback_routing, c.writeback_workers), (Routing::Rotor, 2));
+    }
+
+    /// files: twelve writers, each over its own new file of a twelfth of
+    /// --size, each fsyncing it; shared: twelve shares of one file, one
+    /// fsync after all of them. On a device: twelfths of the area, or all of it.
+    #[test]
+    fn parallel_writeback_specs() {
+        let dir = std::env::temp_dir();
+        let place = Place { dir: Some(dir.clone()), device: None, device_size: 0, free_bytes: 64 << 30 };
+        let p = params(2.0);
+        let group = |v: &str| {
+            groups_for("parallel-writeback", None)
+                .unwrap()
+                .into_iter()
+                .find(|g| g.variant.as_deref() == Some(v))
+                .unwrap()
+        };
+        let files = build_spec(&group("files"), EngineKind::KernelDirect, &p, &place, false);
+        assert_eq!(files.jobs.len(), 12);
+        let per = 256 * MIB / 12 / 4096 * 4096;
+        assert_eq!(pw_file_len(&p), per);
+        for (i, j) in files.jobs.iter().enumerate() {
+            assert_eq!((j.target.len, j.target.offset, j.target.create), (per, 0, true));
+            assert!(matches!(j.pattern, Pattern::Rand { write: true, bs: 4096, ops: Some(n) } if n == per / 4096));
+            assert!(j.fsync_at_end && !j.fsync_after_all, "each writer fsyncs its own file");
+            assert_eq!(j.seed, 20 + i as u64, "each file its own random order");
+        }
+        let mut paths: Vec<_> = files.jobs.iter().map(|j| j.target.path.clone()).collect();
+        paths.dedup();
+        assert_eq!(paths.len(), 12);
+        assert_eq!(files.deadline_s, 2.0);
+        assert_eq!(files.wbcache_options, p.wbcache_options, "the kernel's rows change no option");
+
+        let shared = build_spec(&group("shared/region-4"), EngineKind::Wbcache, &p, &place, false);
+        assert_eq!(shared.jobs.len(), 12);
+        assert!(shared.jobs.iter().all(|j| j.target.path == shared.jobs[0].target.path && j.target.len == 256 * MIB));
+        for (i, j) in shared.jobs.iter().enumerate() {
+            assert!(
+                matches!(j.pattern, Pattern::RandShare { bs: 4096, share, shares: 12, key: 40 } if share == i as u64)
+            );
+            assert!(!j.fsync_at_end);
+            assert_eq!(j.fsync_after_all, i == 0, "one fsync, after the last writer");
+        }
+        assert_eq!(shared.wbcache_options, "capacity=128M,writeback_routing=region,writeback_workers=4");
+        assert_eq!(shared.variant.as_deref(), Some("shared/region-4"));
+
+        let dev = Place { dir: None, device: Some("/dev/x".into()), device_size: 1 << 30, free_bytes: 1 << 30 };
+        let s = build_spec(&group("files/rotor-2"), EngineKind::Wbcache, &p, &dev, false);
+        let regions: Vec<(u64, u64)> = s.jobs.iter().map(|j| (j.target.offset, j.target.len)).collect();
+        assert_eq!(regions, (0..12).map(|i| (i * per, per)).collect::<Vec<_>>());
+        assert!(s.jobs.iter().all(|j| !j.target.create && j.target.path == std::path::Path::new("/dev/x")));
+        let s = build_spec(&group("shared"), EngineKind::KernelBuffered, &p, &dev, false);
+        assert!(s.jobs.iter().all(|j| (j.target.offset, j.target.len, j.target.create) == (0, 256 * MIB, false)));
     }
 }

@@ -80,6 +80,11 @@ fn bad_selections_and_options_are_refused() {
     assert_usage_error(&["--bogus"], "--bogus");
     assert_usage_error(&["--rw", "read"], "--custom");
     assert_usage_error(&["--custom", "-w", "seq-write"], "--custom");
+    assert_usage_error(&["-w", "parallel-writeback/both"], "unknown workload 'parallel-writeback/both'");
+    assert_usage_error(&["-w", "parallel-writeback/files/single-2"], "parallel-writeback/shared/rotor-2");
+    assert_usage_error(&["-w", "parallel-writeback", "--writeback-workers", "0"], "--writeback-workers 0");
+    assert_usage_error(&["-w", "seq-write", "--writeback-workers", "2"], "--writeback-workers");
+    assert_usage_error(&["-w", "parallel-writeback", "-e", "kernel-dontcache"], "runs on kernel-buffered");
 }
 
 #[test]

@@ -160,7 +160,7 @@ impl Domain {
             Routing::Region => {
                 let idx = inode.mapping.dirty_index();
                 let mut regions = idx.regions();
-                regions.any(|r| self.route.worker_of_region(r) == worker)
+                regions.any(|r| self.route.worker_of_region(inode.id, r) == worker)
             }
         }
     }
@@ -188,9 +188,11 @@ impl Domain {
         match (self.route.routing, at) {
             (Routing::Single, _) => 1,
             (Routing::Rotor, _) => 1 << self.rotor_worker(inode),
-            (Routing::Region, Some(block)) => 1 << self.route.worker_of_region(self.route.region_of_block(block)),
+            (Routing::Region, Some(block)) => {
+                1 << self.route.worker_of_region(inode.id, self.route.region_of_block(block))
+            }
             (Routing::Region, None) => {
-                let mask = self.route.workers_of_regions(inode.mapping.dirty_index().regions());
+                let mask = self.route.workers_of_regions(inode.id, inode.mapping.dirty_index().regions());
                 if mask == 0 {
                     1
                 } else {

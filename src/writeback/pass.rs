@@ -154,7 +154,7 @@ impl Inode {
             PassScope::Worker { route, worker } => {
                 let cursor = self.writeback_cursors[worker].load(Ordering::Relaxed);
                 let idx = self.mapping.dirty_index();
-                route.pass_ranges(worker, cursor, idx.regions())
+                route.pass_ranges(self.id, worker, cursor, idx.regions())
             }
         };
         let mut chunks = Vec::new();
@@ -196,8 +196,9 @@ impl Inode {
         );
         debug_assert!(
             match scope {
-                PassScope::Worker { route, worker } if route.routing == crate::config::Routing::Region =>
-                    chunks.iter().all(|c| route.worker_of_region(route.region_of_block(c.folio.index)) == worker),
+                PassScope::Worker { route, worker } if route.routing == crate::config::Routing::Region => chunks
+                    .iter()
+                    .all(|c| route.worker_of_region(self.id, route.region_of_block(c.folio.index)) == worker),
                 _ => true,
             },
             "a worker takes only its regions' blocks"

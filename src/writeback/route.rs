@@ -5,12 +5,14 @@
 //! - `single`: one worker writes everything.
 //! - `rotor`: each inode is bound to one worker, dealt round-robin when it
 //!   first needs one, and that worker writes all of it.
-//! - `region`: the backing store's offset space is cut into regions of
+//! - `region`: each backing store's offset space is cut into regions of
 //!   `region_size` bytes (the analogue of a file system's allocation
-//!   groups), dealt to the workers in turn (region `r` to worker
-//!   `r mod workers`); a worker writes only its regions' blocks, of any
-//!   inode, so one inode's dirty data can be written by several workers at
-//!   once.
+//!   groups), dealt to the workers in turn, each store's from a different
+//!   worker (region `r` of the store of inode `i` to worker
+//!   `(i + r) mod workers`), so small files spread over the workers as
+//!   files in different allocation groups do, and a large file or a device
+//!   is split between them; a worker writes only its regions' blocks, so
+//!   one inode's dirty data can be written by several workers at once.
 //!
 //! Invariants: every block has exactly one worker (for `rotor`, the one its
 //! inode is bound to); a pass of a worker covers only its blocks, in one
@@ -45,8 +47,9 @@ impl Route {
         block >> self.region_shift_blocks
     }
 
-    pub fn worker_of_region(&self, region: u64) -> usize {
-        (region % self.nr_workers as u64) as usize
+    /// The worker of region `region` of the store of inode `inode_id`.
+    pub fn worker_of_region(&self, inode_id: u64, region: u64) -> usize {
+        (inode_id.wrapping_add(region) % self.nr_workers as u64) as usize
     }
 
     /// The blocks of `region`.
@@ -55,12 +58,13 @@ impl Route {
         start..start.saturating_add(1 << self.region_shift_blocks)
     }
 
-    /// The workers (a bit mask) whose regions hold `regions`.
-    pub fn workers_of_regions(&self, regions: impl Iterator<Item = u64>) -> u64 {
+    /// The workers (a bit mask) whose regions hold `regions` of inode
+    /// `inode_id`'s store.
+    pub fn workers_of_regions(&self, inode_id: u64, regions: impl Iterator<Item = u64>) -> u64 {
         let all = all_workers(self.nr_workers);
         let mut mask = 0u64;
         for r in regions {
-            mask |= 1 << self.worker_of_region(r);
+            mask |= 1 << self.worker_of_region(inode_id, r);
             if mask == all {
                 break;
             }
@@ -68,16 +72,25 @@ impl Route {
         mask
     }
 
-    /// The block ranges a pass of `worker` sweeps, in order: from `cursor`
+    /// The block ranges a pass of `worker` over inode `inode_id` sweeps, in order: from `cursor`
     /// to the end, then from the start up to `cursor`. Under `region`
     /// routing only the worker's regions among `dirty_regions` (sorted,
     /// ascending), the one holding `cursor` split in two; otherwise every
     /// block. Ranges are disjoint and non-empty.
-    pub fn pass_ranges(&self, worker: usize, cursor: u64, dirty_regions: impl Iterator<Item = u64>) -> Vec<Range<u64>> {
+    pub fn pass_ranges(
+        &self,
+        inode_id: u64,
+        worker: usize,
+        cursor: u64,
+        dirty_regions: impl Iterator<Item = u64>,
+    ) -> Vec<Range<u64>> {
         debug_assert!(worker < self.nr_workers, "worker {worker} of {}", self.nr_workers);
         let whole = std::iter::once(0..u64::MAX);
         let owned: Vec<Range<u64>> = if self.routing == Routing::Region {
-            dirty_regions.filter(|&r| self.worker_of_region(r) == worker).map(|r| self.region_blocks(r)).collect()
+            dirty_regions
+                .filter(|&r| self.worker_of_region(inode_id, r) == worker)
+                .map(|r| self.region_blocks(r))
+                .collect()
         } else {
             whole.collect()
         };
@@ -129,10 +142,15 @@ mod tests {
     fn regions_are_dealt_to_workers_in_turn() {
         let r = route("region", 3, "4M");
         assert_eq!((r.region_of_block(1023), r.region_of_block(1024)), (0, 1));
-        assert_eq!((0..7).map(|g| r.worker_of_region(g)).collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!((0..7).map(|g| r.worker_of_region(0, g)).collect::<Vec<_>>(), vec![0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!((0..4).map(|g| r.worker_of_region(1, g)).collect::<Vec<_>>(), vec![1, 2, 0, 1], "from another");
+        // Small files, each in its region 0, spread like files in
+        // different allocation groups.
+        assert_eq!((0..4).map(|i| r.worker_of_region(i, 0)).collect::<Vec<_>>(), vec![0, 1, 2, 0]);
         assert_eq!(r.region_blocks(2), 2048..3072);
-        assert_eq!(r.workers_of_regions([0, 3, 6].into_iter()), 0b001);
-        assert_eq!(r.workers_of_regions([1, 5].into_iter()), 0b110);
+        assert_eq!(r.workers_of_regions(0, [0, 3, 6].into_iter()), 0b001);
+        assert_eq!(r.workers_of_regions(0, [1, 5].into_iter()), 0b110);
+        assert_eq!(r.workers_of_regions(2, [1, 5].into_iter()), 0b011);
     }
 
     /// A pass sweeps from the cursor, wraps, and under region routing
@@ -141,15 +159,16 @@ mod tests {
     fn pass_ranges_sweep_from_the_cursor() {
         let single = route("single", 1, "64M");
         assert_eq!(single.nr_workers, 1);
-        assert_eq!(single.pass_ranges(0, 0, [5, 9].into_iter()), vec![0..u64::MAX]);
-        assert_eq!(single.pass_ranges(0, 100, std::iter::empty()), vec![100..u64::MAX, 0..100]);
+        assert_eq!(single.pass_ranges(7, 0, 0, [5, 9].into_iter()), vec![0..u64::MAX]);
+        assert_eq!(single.pass_ranges(7, 0, 100, std::iter::empty()), vec![100..u64::MAX, 0..100]);
         let r = route("region", 2, "4M"); // 1024 blocks per region
         let dirty = || [0u64, 1, 2, 4, 7].into_iter();
-        assert_eq!(r.pass_ranges(0, 0, dirty()), vec![0..1024, 2048..3072, 4096..5120]);
-        assert_eq!(r.pass_ranges(1, 0, dirty()), vec![1024..2048, 7168..8192]);
-        assert_eq!(r.pass_ranges(0, 2500, dirty()), vec![2500..3072, 4096..5120, 0..1024, 2048..2500]);
-        assert_eq!(r.pass_ranges(1, 9000, dirty()), vec![1024..2048, 7168..8192]);
-        assert!(r.pass_ranges(1, 0, [0u64, 2].into_iter()).is_empty(), "nothing of worker 1 is dirty");
+        assert_eq!(r.pass_ranges(0, 0, 0, dirty()), vec![0..1024, 2048..3072, 4096..5120]);
+        assert_eq!(r.pass_ranges(0, 1, 0, dirty()), vec![1024..2048, 7168..8192]);
+        assert_eq!(r.pass_ranges(0, 0, 2500, dirty()), vec![2500..3072, 4096..5120, 0..1024, 2048..2500]);
+        assert_eq!(r.pass_ranges(0, 1, 9000, dirty()), vec![1024..2048, 7168..8192]);
+        assert_eq!(r.pass_ranges(1, 0, 0, dirty()), vec![1024..2048, 7168..8192], "another inode's regions");
+        assert!(r.pass_ranges(0, 1, 0, [0u64, 2].into_iter()).is_empty(), "nothing of worker 1 is dirty");
     }
 
     #[test]
