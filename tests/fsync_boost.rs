@@ -26,12 +26,13 @@ const BIG: &str = "/big";
 const SMALL: &str = "/small";
 
 /// Small I/Os and a shallow queue (4 I/Os), so that a backlog is many
-/// I/Os deep; no periodic writeback; `dirty` sets `dirty_limit` and
+/// I/Os deep; no periodic writeback; one writeback worker, whose queue the
+/// tests watch (several workers each apply the same rules to their own); `dirty` sets `dirty_limit` and
 /// `dirty_background` (the rest follows).
 fn cache(sim: &Arc<SimIo>, dirty: &str, async_depth_while_sync: u32) -> Cache {
     let options = format!(
         "capacity=128M,{dirty},folio_max=256K,io_max=64K,io_depth=4,expire_ms=600000,\
-         async_depth_while_sync={async_depth_while_sync}"
+         async_depth_while_sync={async_depth_while_sync},writeback_routing=single"
     );
     Cache::with_sim(Config::from_options(&options).unwrap(), sim.clone()).unwrap()
 }
