@@ -1055,11 +1055,14 @@ mod tests {
         row
     }
 
-    fn verdicts(rows: &[ResultRow]) -> Vec<(String, bool)> {
-        let table = targets(rows, 1 << 30, &[]).unwrap();
+    /// `workload`'s target lines of `rows`: (target, met). Empty when the
+    /// rows give no targets at all.
+    fn verdicts(rows: &[ResultRow], workload: &str) -> Vec<(String, bool)> {
+        let Some(table) = targets(rows, 1 << 30, &[]) else { return Vec::new() };
+        let prefix = format!("| {workload}");
         table
             .lines()
-            .filter(|l| l.starts_with("| fsync-under-load"))
+            .filter(|l| l.starts_with(&prefix))
             .map(|l| (l.split(" | ").next().unwrap().trim_start_matches("| ").to_string(), l.ends_with("| met |")))
             .collect()
     }
@@ -1076,7 +1079,7 @@ mod tests {
             fsync_row("background/with-fsync", "wbcache", None, None, 950.0),
             fsync_row("background/alone", "wbcache", None, None, 1000.0),
         ];
-        let v = verdicts(&good);
+        let v = verdicts(&good, "fsync-under-load");
         assert_eq!(v.len(), 5, "{v:?}");
         assert!(v.iter().all(|(_, met)| *met), "{v:?}");
         let bad = vec![
@@ -1088,16 +1091,16 @@ mod tests {
             fsync_row("background/with-fsync", "wbcache", None, None, 850.0),
             fsync_row("background/alone", "wbcache", None, None, 1000.0),
         ];
-        let v = verdicts(&bad);
+        let v = verdicts(&bad, "fsync-under-load");
         assert_eq!(v.len(), 5, "{v:?}");
         assert!(v.iter().all(|(_, met)| !*met), "{v:?}");
         assert_eq!(
             v.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>(),
-            verdicts(&good).into_iter().map(|(t, _)| t).collect::<Vec<_>>()
+            verdicts(&good, "fsync-under-load").into_iter().map(|(t, _)| t).collect::<Vec<_>>()
         );
         // Without kernel-buffered's row, only the three wbcache-only targets.
         let alone: Vec<ResultRow> = good.into_iter().filter(|r| r.engine == "wbcache").collect();
-        assert_eq!(verdicts(&alone).len(), 3);
+        assert_eq!(verdicts(&alone, "fsync-under-load").len(), 3);
         // No fsync-under-load rows, no lines about it.
         assert!(targets(&[], 1 << 30, &[]).is_none());
     }
@@ -1192,15 +1195,6 @@ mod tests {
         row
     }
 
-    fn pw_verdicts(rows: &[ResultRow]) -> Vec<(String, bool)> {
-        let Some(table) = targets(rows, 1 << 30, &[]) else { return Vec::new() };
-        table
-            .lines()
-            .filter(|l| l.starts_with("| parallel-writeback"))
-            .map(|l| (l.split(" | ").next().unwrap().trim_start_matches("| ").to_string(), l.ends_with("| met |")))
-            .collect()
-    }
-
     /// Per pattern: the best wbcache configuration against kernel-buffered
     /// and 0.9 × kernel-direct.
     #[test]
@@ -1216,7 +1210,7 @@ mod tests {
             pw_row("shared/single-1", "wbcache", 280.0),
             pw_row("shared/region-4", "wbcache", 290.0),
         ];
-        let v = pw_verdicts(&rows);
+        let v = verdicts(&rows, "parallel-writeback");
         let names: Vec<&str> = v.iter().map(|(t, _)| t.as_str()).collect();
         assert_eq!(
             names,
@@ -1237,10 +1231,10 @@ mod tests {
         failed[4].status = "error".into();
         assert!(targets(&failed, 1 << 30, &[]).unwrap().contains("| 420 (rotor-4) vs 400 MB/s (1.05×) | met |"));
         let kernel_only: Vec<ResultRow> = rows.iter().filter(|r| r.engine != "wbcache").cloned().collect();
-        assert!(pw_verdicts(&kernel_only).is_empty());
+        assert!(verdicts(&kernel_only, "parallel-writeback").is_empty());
         // Only kernel-buffered ran: only its line.
         let no_direct: Vec<ResultRow> = rows.iter().filter(|r| r.engine != "kernel-direct").cloned().collect();
-        assert_eq!(pw_verdicts(&no_direct).len(), 2);
+        assert_eq!(verdicts(&no_direct, "parallel-writeback").len(), 2);
     }
 
     /// The table: ratios within the pattern, and the two comparisons under it.

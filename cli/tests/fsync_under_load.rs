@@ -3,35 +3,15 @@
 //! variant gives an ok row, the foreground rows carry their fsync figures,
 //! the background rows their MB/s, and the table and targets are printed.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wbcache-cli-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::scratch;
+use std::process::Command;
 
 #[test]
 fn fsync_under_load_runs_every_variant() {
     let dir = scratch("fsync-under-load");
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let json_path = dir.join("out.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_wbcache"))
-        .args(["bench", "-w", "fsync-under-load", "--quick", "-e", "wbcache", "--json"])
-        .arg(&json_path)
-        .arg("--dir")
-        .arg(&work)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run wbcache");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
-
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let run = common::run_bench(&dir, &["-w", "fsync-under-load", "--quick", "-e", "wbcache"]);
+    let (stdout, json, work) = (&run.stdout, &run.json, &run.work);
     let results = json["results"].as_array().unwrap();
     let row = |variant: &str| {
         results
@@ -81,7 +61,7 @@ fn fsync_under_load_runs_every_variant() {
     assert!(stdout.contains("boosting urgent asynchronous writeback io"), "{stdout}");
     // kernel-buffered did not run: only the wbcache-only targets.
     assert_eq!(stdout.matches("| fsync-under-load ").count(), 3, "{stdout}");
-    assert!(std::fs::read_dir(&work).unwrap().next().is_none(), "the scratch directory is removed");
+    assert!(std::fs::read_dir(work).unwrap().next().is_none(), "the scratch directory is removed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

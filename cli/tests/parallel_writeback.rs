@@ -5,40 +5,34 @@
 //! writeback's MB/s and the CPU per GiB; the table, its comparisons and the
 //! targets are printed.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wbcache-cli-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::scratch;
+use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
 #[test]
 fn parallel_writeback_runs_both_patterns() {
     let dir = scratch("parallel-writeback");
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let json_path = dir.join("out.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_wbcache"))
-        .args(["bench", "-w", "parallel-writeback", "--writeback-workers", "1", "-e", "wbcache,kernel-buffered"])
-        // No memory cgroup for kernel-buffered: under cgroup v1 (no dirty
-        // throttling per cgroup) twelve writers can get a 32M one OOM-killed.
-        .args(["--memory", "32M", "--runtime", "1", "--no-cgroup", "--json"])
-        .arg(&json_path)
-        .arg("--dir")
-        .arg(&work)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run wbcache");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
-
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let run = common::run_bench(
+        &dir,
+        &[
+            "-w",
+            "parallel-writeback",
+            "--writeback-workers",
+            "1",
+            "-e",
+            "wbcache,kernel-buffered",
+            // No memory cgroup for kernel-buffered: under cgroup v1 (no dirty
+            // throttling per cgroup) twelve writers can get a 32M one OOM-killed.
+            "--memory",
+            "32M",
+            "--runtime",
+            "1",
+            "--no-cgroup",
+        ],
+    );
+    let (stdout, stderr, json, work) = (&run.stdout, &run.stderr, &run.json, &run.work);
     let results = json["results"].as_array().unwrap();
     let rows: Vec<(String, String)> = results
         .iter()
@@ -97,7 +91,7 @@ fn parallel_writeback_runs_both_patterns() {
     assert_eq!(stdout.matches("| parallel-writeback ").count(), 2, "{stdout}");
     assert!(stdout.contains("| parallel-writeback shared: best wbcache writeback MB/s ≥ kernel-buffered |"));
     assert!(stderr.contains("bench: 8 results from 8 measurements"), "{stderr}");
-    assert!(std::fs::read_dir(&work).unwrap().next().is_none(), "the scratch directory is removed");
+    assert!(std::fs::read_dir(work).unwrap().next().is_none(), "the scratch directory is removed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -107,23 +101,22 @@ fn parallel_writeback_runs_both_patterns() {
 #[test]
 fn parallel_writeback_runs_several_workers() {
     let dir = scratch("parallel-writeback-workers");
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let json_path = dir.join("out.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_wbcache"))
-        .args(["bench", "-w", "parallel-writeback/shared/region-4,parallel-writeback/files/rotor-2", "-e", "wbcache"])
-        .args(["--set", "writeback_routing=rotor,writeback_workers=3,region_size=4M"])
-        .args(["--memory", "32M", "--runtime", "1", "--json"])
-        .arg(&json_path)
-        .arg("--dir")
-        .arg(&work)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run wbcache");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let run = common::run_bench(
+        &dir,
+        &[
+            "-w",
+            "parallel-writeback/shared/region-4,parallel-writeback/files/rotor-2",
+            "-e",
+            "wbcache",
+            "--set",
+            "writeback_routing=rotor,writeback_workers=3,region_size=4M",
+            "--memory",
+            "32M",
+            "--runtime",
+            "1",
+        ],
+    );
+    let (stdout, json, work) = (&run.stdout, &run.json, &run.work);
     let results = json["results"].as_array().unwrap();
     let variants: Vec<&str> = results.iter().map(|r| r["variant"].as_str().unwrap()).collect();
     assert_eq!(variants, ["shared/region-4", "files/rotor-2"], "the order given");
@@ -137,7 +130,7 @@ fn parallel_writeback_runs_several_workers() {
     }
     assert!(stdout.contains("written per worker MiB"), "{stdout}");
     assert!(stdout.contains("region_size (4M)"), "{stdout}");
-    assert!(std::fs::read_dir(&work).unwrap().next().is_none(), "the scratch directory is removed");
+    assert!(std::fs::read_dir(work).unwrap().next().is_none(), "the scratch directory is removed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

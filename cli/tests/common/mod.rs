@@ -1,0 +1,45 @@
+//! What the bench's end-to-end tests share: a scratch directory, and one
+//! run of `wbcache bench` that must exit 0 with JSON.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wbcache-cli-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// What one bench run printed and wrote.
+#[allow(dead_code)] // each test binary reads the parts it checks
+pub struct BenchRun {
+    pub stdout: String,
+    pub stderr: String,
+    pub json: serde_json::Value,
+    /// The `--dir` it ran in (empty afterwards if it cleaned up).
+    pub work: PathBuf,
+}
+
+/// Runs `wbcache bench <args> --json <dir>/out.json --dir <dir>/work`,
+/// asserts exit 0, and reads the JSON.
+pub fn run_bench(dir: &Path, args: &[&str]) -> BenchRun {
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let json_path = dir.join("out.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_wbcache"))
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(&json_path)
+        .arg("--dir")
+        .arg(&work)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run wbcache");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    BenchRun { stdout, stderr, json, work }
+}
