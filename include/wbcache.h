@@ -68,6 +68,13 @@ typedef struct wbc_file wbc_file;
 #define WBC_DONTCACHE 0x1u
 
 /**
+ * wbc_open flag: every read and write of the handle is uncached, as if each
+ * passed WBC_DONTCACHE. For a stream (a backup, a log, a bulk load) marked
+ * once at open. Bit 30, which no Linux open(2) flag uses.
+ */
+#define WBC_O_DONTCACHE 0x40000000
+
+/**
  * Creates a cache.
  *
  * options: NULL for all defaults, or "key=value,..." (pairs separated by
@@ -108,8 +115,9 @@ int wbc_cache_sync(wbc_cache *c);
  * oflags, from <fcntl.h>: exactly one of O_RDONLY, O_WRONLY, O_RDWR, plus
  * any of O_CREAT, O_EXCL (with O_CREAT: -EEXIST if path exists), O_TRUNC.
  * O_CLOEXEC, O_DIRECT and O_LARGEFILE are accepted and ignored (the cache
- * owns the backing descriptors and always uses 64-bit offsets). Any other
- * bit (O_APPEND, O_NONBLOCK, O_SYNC, ...) is -EINVAL. O_CREAT and O_TRUNC
+ * owns the backing descriptors and always uses 64-bit offsets).
+ * WBC_O_DONTCACHE makes the handle uncached. Any other bit (O_APPEND,
+ * O_NONBLOCK, O_SYNC, ...) is -EINVAL. O_CREAT and O_TRUNC
  * need O_WRONLY or O_RDWR (-EINVAL otherwise).
  *
  * mode: permission bits for a created file (the umask applies).

@@ -44,11 +44,18 @@ use crate::userbuf::{RawIov, IOV_MAX};
 /// [`WriteFlags::DONTCACHE`] and the header's `WBC_DONTCACHE`.
 pub const WBC_DONTCACHE: u32 = 0x1;
 
+/// `wbc_open` flag: every read and write of the handle is uncached, as if
+/// each passed `WBC_DONTCACHE` ([`OpenOptions::dontcache`]). Bit 30, which
+/// no Linux architecture uses for an open(2) flag; the header's
+/// `WBC_O_DONTCACHE`.
+pub const WBC_O_DONTCACHE: c_int = 0x4000_0000;
+
 /// The open(2) flags [`wbc_open`] accepts besides the access mode.
 /// `O_CLOEXEC`, `O_DIRECT` and `O_LARGEFILE` are accepted and ignored:
 /// backing descriptors belong to the cache (and are opened O_DIRECT and
 /// close-on-exec by it), and offsets are always 64-bit.
 const ACCEPTED_OFLAGS: c_int = libc::O_ACCMODE
+    | WBC_O_DONTCACHE
     | libc::O_CREAT
     | libc::O_TRUNC
     | libc::O_EXCL
@@ -319,13 +326,15 @@ fn open_options(oflags: c_int, mode: c_uint) -> Result<OpenOptions, Failure> {
         .create(create)
         .create_new(create && oflags & libc::O_EXCL != 0)
         .truncate(oflags & libc::O_TRUNC != 0)
+        .dontcache(oflags & WBC_O_DONTCACHE != 0)
         .mode(mode & 0o7777))
 }
 
 /// Opens (or creates) `path` through the cache, with open(2) flags: the
 /// access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`), `O_CREAT`, `O_EXCL` (with
 /// `O_CREAT`: fail with `-EEXIST` if it exists), `O_TRUNC`; `O_CLOEXEC`,
-/// `O_DIRECT` and `O_LARGEFILE` are accepted and ignored; any other bit is
+/// `O_DIRECT` and `O_LARGEFILE` are accepted and ignored; `WBC_O_DONTCACHE`
+/// makes every read and write of the handle uncached; any other bit is
 /// `-EINVAL`. `mode` (permission bits, minus the umask) applies to a
 /// created file. `O_CREAT`/`O_TRUNC` need write access (`-EINVAL`
 /// otherwise). On success stores the handle in `*out` and returns 0;

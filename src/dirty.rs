@@ -157,6 +157,8 @@ pub struct DomainDirty {
     pub nr_dirty_bytes: AtomicU64,
     pub nr_writeback_bytes: AtomicU64,
     pub dontcache_dirty_bytes: AtomicU64,
+    /// Uncached writes' kicks of this domain (a generation counter).
+    dontcache_kicks: AtomicU64,
     /// Exponentially averaged writeback bandwidth, bytes per second.
     pub write_bw_bytes_per_s: AtomicU64,
     /// One wakeup per writeback worker: a kick sets its bit on each.
@@ -270,6 +272,7 @@ impl DomainDirty {
             nr_dirty_bytes: AtomicU64::new(0),
             nr_writeback_bytes: AtomicU64::new(0),
             dontcache_dirty_bytes: AtomicU64::new(0),
+            dontcache_kicks: AtomicU64::new(0),
             write_bw_bytes_per_s: AtomicU64::new(100 << 20),
             wakeups: (0..nr_workers).map(|_| WorkerWakeup::default()).collect(),
             shutdown: AtomicBool::new(false),
@@ -283,7 +286,9 @@ impl DomainDirty {
     }
 
     /// Sets a work bit on every worker and wakes those that did not have
-    /// it (the flusher of each: every worker writes its own share).
+    /// it (the flusher of each: every worker writes its own share). A bit
+    /// already set costs one atomic load: that wakeup is pending, or (for
+    /// `start_dontcache`) that worker is writing already.
     pub fn kick(&self, bit: u32) {
         debug_assert!(
             [WORK_START_DONTCACHE, WORK_BACKGROUND, WORK_RECLAIM].contains(&bit),
@@ -293,26 +298,63 @@ impl DomainDirty {
             if w.bits.load(Ordering::Acquire) & bit != 0 || w.bits.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
                 continue;
             }
+            Counters::add(&self.cache.counters.flusher_wakeups, 1);
             let _g = locks::lock(&w.lock);
             w.cond.notify_one();
         }
     }
 
+    /// An uncached write dirtied new blocks: counts the kick (also the
+    /// generation [`DomainDirty::end_start_dontcache`] compares) and kicks.
+    pub fn kick_dontcache(&self) {
+        self.dontcache_kicks.fetch_add(1, Ordering::AcqRel);
+        Counters::add(&self.cache.counters.dontcache_kicks, 1);
+        self.kick(WORK_START_DONTCACHE);
+    }
+
+    /// Uncached writes' kicks so far: sampled by a worker before it writes
+    /// for `start_dontcache`.
+    pub fn dontcache_kick_generation(&self) -> u64 {
+        self.dontcache_kicks.load(Ordering::Acquire)
+    }
+
     /// Worker side: waits up to `interval` for work for `worker`; returns
-    /// and clears its bits (0 on a timeout: time for periodic writeback).
+    /// its bits and clears them, all but `start_dontcache`, which the
+    /// worker ends itself ([`DomainDirty::end_start_dontcache`]). Returns 0
+    /// on a timeout: time for periodic writeback.
     pub fn wait_work(&self, worker: usize, interval: Duration) -> u32 {
         let w = &self.wakeups[worker];
         let g = locks::lock(&w.lock);
         if w.bits.load(Ordering::Acquire) == 0 && !self.is_shutdown() {
             drop(locks::wait_timeout(&w.cond, g, interval));
         }
-        w.bits.swap(0, Ordering::AcqRel)
+        w.bits.fetch_and(WORK_START_DONTCACHE, Ordering::AcqRel)
     }
 
-    /// Worker side, while it has writes in flight: takes and clears its
-    /// bits without waiting.
+    /// Worker side, while it has writes in flight: takes its bits without
+    /// waiting (as [`DomainDirty::wait_work`]).
     pub fn take_work(&self, worker: usize) -> u32 {
-        self.wakeups[worker].bits.swap(0, Ordering::AcqRel)
+        self.wakeups[worker].bits.fetch_and(WORK_START_DONTCACHE, Ordering::AcqRel)
+    }
+
+    /// Worker side, after a `start_dontcache` round. With `keep_going` (it
+    /// wrote something and uncached dirty data remains) the bit stays set:
+    /// the writers' kicks meanwhile keep coalescing into this one wakeup,
+    /// and the worker's next round writes again, as the kernel's flusher
+    /// holds its `start_dontcache` bit until it has written. Otherwise the
+    /// bit is cleared, and set again (without a wakeup: the worker is
+    /// awake) if an uncached write kicked since `generation_seen` and the
+    /// worker has dirty inodes, so no kick that found the bit set is lost.
+    pub fn end_start_dontcache(&self, worker: usize, keep_going: bool, generation_seen: u64, has_dirty: bool) {
+        let w = &self.wakeups[worker];
+        if keep_going {
+            debug_assert!(w.bits.load(Ordering::Acquire) & WORK_START_DONTCACHE != 0, "the bit is still held");
+            return;
+        }
+        w.bits.fetch_and(!WORK_START_DONTCACHE, Ordering::AcqRel);
+        if has_dirty && self.dontcache_kick_generation() != generation_seen {
+            w.bits.fetch_or(WORK_START_DONTCACHE, Ordering::AcqRel);
+        }
     }
 
     /// Tells the workers to stop and wakes them.
@@ -665,30 +707,65 @@ mod tests {
         assert_eq!(d.cache.counters.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 12 << 10, "never past 12K");
     }
 
-    /// A bit already set costs no wakeup; taking the bits clears them.
+    /// A bit already set costs no wakeup; taking the bits clears them, all
+    /// but `start_dontcache`, which the worker ends.
     #[test]
     fn work_bits_coalesce() {
         let d = domain();
+        let wakeups = || d.cache.counters.flusher_wakeups.load(Ordering::Relaxed);
         d.kick(WORK_BACKGROUND);
         d.kick(WORK_BACKGROUND);
         d.kick(WORK_START_DONTCACHE);
+        assert_eq!(wakeups(), 2, "one wakeup per bit set");
         assert_eq!(d.take_work(0), WORK_BACKGROUND | WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "held until the worker ends it");
+        d.end_start_dontcache(0, false, d.dontcache_kick_generation(), true);
         assert_eq!(d.take_work(0), 0);
         d.cache.kick_all(WORK_RECLAIM);
         assert_eq!(d.wait_work(0, Duration::from_millis(1)), WORK_RECLAIM);
         assert_eq!(d.wait_work(0, Duration::from_millis(1)), 0, "a timeout returns no bits");
     }
 
+    /// While a worker holds `start_dontcache`, uncached writers' kicks cost
+    /// no wakeup; ending the round clears the bit unless a kick came in
+    /// since the worker sampled the generation (and it has work).
+    #[test]
+    fn start_dontcache_is_held_while_the_worker_writes() {
+        let d = domain();
+        let wakeups = || d.cache.counters.flusher_wakeups.load(Ordering::Relaxed);
+        d.kick_dontcache();
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
+        let seen = d.dontcache_kick_generation();
+        for _ in 0..1000 {
+            d.kick_dontcache();
+        }
+        assert_eq!(wakeups(), 1, "1001 kicks, one wakeup");
+        assert_eq!(d.cache.counters.dontcache_kicks.load(Ordering::Relaxed), 1001);
+        d.end_start_dontcache(0, true, seen, true);
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "kept going");
+        d.end_start_dontcache(0, false, seen, false);
+        assert_eq!(d.take_work(0), 0, "nothing of its own to write: cleared");
+        d.kick_dontcache();
+        let seen = d.dontcache_kick_generation();
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
+        d.kick_dontcache();
+        d.end_start_dontcache(0, false, seen, true);
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "a kick since the sample is not lost");
+        d.end_start_dontcache(0, false, d.dontcache_kick_generation(), true);
+        assert_eq!(d.take_work(0), 0);
+        assert_eq!(wakeups(), 2);
+    }
+
     /// Every worker gets every kick, once, and takes only its own bits.
     #[test]
     fn every_worker_is_kicked() {
         let d = DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 3);
-        d.kick(WORK_START_DONTCACHE);
-        assert_eq!(d.take_work(1), WORK_START_DONTCACHE);
-        d.kick(WORK_START_DONTCACHE);
-        assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
-        assert_eq!(d.take_work(1), WORK_START_DONTCACHE, "worker 1 took its first bit and got a second");
-        assert_eq!(d.take_work(2), WORK_START_DONTCACHE, "coalesced: one bit for two kicks");
+        d.kick(WORK_BACKGROUND);
+        assert_eq!(d.take_work(1), WORK_BACKGROUND);
+        d.kick(WORK_BACKGROUND);
+        assert_eq!(d.take_work(0), WORK_BACKGROUND);
+        assert_eq!(d.take_work(1), WORK_BACKGROUND, "worker 1 took its first bit and got a second");
+        assert_eq!(d.take_work(2), WORK_BACKGROUND, "coalesced: one bit for two kicks");
         assert_eq!(d.take_work(2), 0);
     }
 

@@ -31,11 +31,23 @@ pub struct OpenOptions {
     pub truncate: bool,
     /// Permission bits for a created file (default 0o644).
     pub mode: u32,
+    /// Every read and write of the handle is uncached, as if it passed
+    /// [`WriteFlags::DONTCACHE`]: how a backup, log or streaming handle is
+    /// marked once instead of on each call.
+    pub dontcache: bool,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { read: true, write: false, create: false, create_new: false, truncate: false, mode: 0o644 }
+        OpenOptions {
+            read: true,
+            write: false,
+            create: false,
+            create_new: false,
+            truncate: false,
+            mode: 0o644,
+            dontcache: false,
+        }
     }
 }
 
@@ -71,6 +83,12 @@ impl OpenOptions {
         self.mode = mode;
         self
     }
+    /// Makes the handle's every read and write uncached (see
+    /// [`OpenOptions::dontcache`]).
+    pub fn dontcache(mut self, v: bool) -> Self {
+        self.dontcache = v;
+        self
+    }
 
     pub(crate) fn validate(&self) -> io::Result<()> {
         if !self.read && !self.write {
@@ -82,6 +100,13 @@ impl OpenOptions {
         Ok(())
     }
 }
+
+/// [`File::residency`] bit: the block's data is in the cache (uptodate).
+pub const RESIDENT_CACHED: u8 = 1;
+/// [`File::residency`] bit: the block is dirty (not yet written back).
+pub const RESIDENT_DIRTY: u8 = 2;
+/// [`File::residency`] bit: the block is being written back now.
+pub const RESIDENT_WRITEBACK: u8 = 4;
 
 /// Flags for [`File::write_at_with`] and [`File::read_at_with`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,6 +124,9 @@ impl WriteFlags {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("unknown I/O flags {bits:#x}")));
         }
         Ok(WriteFlags(bits))
+    }
+    pub fn union(self, other: WriteFlags) -> WriteFlags {
+        WriteFlags(self.0 | other.0)
     }
     pub fn contains(self, other: WriteFlags) -> bool {
         self.0 & other.0 == other.0
@@ -120,6 +148,8 @@ pub struct File {
     readahead_max_blocks: u64,
     readable: bool,
     writable: bool,
+    /// Flags every read and write of the handle carries ([`OpenOptions::dontcache`]).
+    default_flags: WriteFlags,
     err_cursor: Mutex<u64>,
     readahead: Mutex<Readahead>,
     /// Where this handle's last read ended (for access accounting).
@@ -136,6 +166,7 @@ impl File {
             shared,
             readable: options.read,
             writable: options.write,
+            default_flags: if options.dontcache { WriteFlags::DONTCACHE } else { WriteFlags::NONE },
             err_cursor: Mutex::new(cursor),
             readahead: Mutex::new(Readahead::default()),
             last_read_end: Arc::new(AtomicU64::new(0)),
@@ -217,7 +248,7 @@ impl File {
         let len = (buf.len() as u64).min(size - off);
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
-        let dontcache = flags.contains(WriteFlags::DONTCACHE);
+        let dontcache = flags.union(self.default_flags).contains(WriteFlags::DONTCACHE);
         let max_blocks = self.readahead_max_blocks;
         let decision = locks::lock(&self.readahead)
             .on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
@@ -281,7 +312,8 @@ impl File {
             // Past the file system's largest file size: short, or EFBIG.
             self.inode.room_to_grow(off, data.len())?
         };
-        let result = self.inode.write_at(data, len, off, flags.contains(WriteFlags::DONTCACHE));
+        let result =
+            self.inode.write_at(data, len, off, flags.union(self.default_flags).contains(WriteFlags::DONTCACHE));
         // An edge-block fill may have copied a buffer under writeback.
         self.memory.evict_excess();
         Ok(result?.0)
@@ -328,6 +360,39 @@ impl File {
         result?;
         self.inode.queue_on_dirty_list(None);
         Ok(())
+    }
+
+    /// What of `[off, off + len)` is cached, as `mincore(2)` answers for
+    /// pages: `out[i]` gets the bits of the `i`-th 4 KiB block from the one
+    /// holding `off` ([`RESIDENT_CACHED`], [`RESIDENT_DIRTY`],
+    /// [`RESIDENT_WRITEBACK`]; 0 = not cached). Blocks past the end of the
+    /// file are not reported. Returns the number of blocks filled; `out`
+    /// must hold them (`InvalidInput` otherwise). A snapshot: the answer
+    /// may be stale as soon as it returns.
+    pub fn residency(&self, off: u64, len: u64, out: &mut [u8]) -> io::Result<usize> {
+        let _op = self.shared.enter_op()?;
+        let end = off
+            .checked_add(len)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("range {off} + {len} overflows")))?;
+        let end = end.min(self.inode.size());
+        if end <= off {
+            return Ok(0);
+        }
+        let first = off / BLOCK;
+        let nr_blocks = (end.div_ceil(BLOCK) - first) as usize;
+        if out.len() < nr_blocks {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("residency of {nr_blocks} blocks needs {nr_blocks} bytes, got {}", out.len()),
+            ));
+        }
+        self.inode.residency(first, &mut out[..nr_blocks]);
+        Ok(nr_blocks)
+    }
+
+    /// Whether the handle was opened with [`OpenOptions::dontcache`].
+    pub fn is_dontcache(&self) -> bool {
+        self.default_flags.contains(WriteFlags::DONTCACHE)
     }
 
     /// Whether the backing store is a raw block device.

@@ -29,7 +29,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLockWriteGuard};
 
 use crate::buf::{AlignedBuf, BulkFree};
 use crate::config::Config;
-use crate::dirty::{DirtyRoom, DomainDirty, WORK_START_DONTCACHE};
+use crate::dirty::{DirtyRoom, DomainDirty};
+use crate::dropbehind::DropBehind;
 use crate::errseq::ErrSeq;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
@@ -154,6 +155,8 @@ pub struct InodeHandles {
     pub config: Arc<Config>,
     pub counters: Arc<Counters>,
     pub memory: Arc<Memory>,
+    /// Where drop-behind folios go to be freed once clean and idle.
+    pub dropbehind: Arc<DropBehind>,
     pub dirty: Arc<DomainDirty>,
     pub dirty_list: Arc<dyn DirtyInodeList>,
 }
@@ -181,6 +184,8 @@ pub struct Inode {
     pub config: Arc<Config>,
     pub counters: Arc<Counters>,
     pub memory: Arc<Memory>,
+    /// Where drop-behind folios go to be freed once clean and idle.
+    pub dropbehind: Arc<DropBehind>,
     /// The domain's dirty accounting (and its flusher's work bits).
     pub dirty: Arc<DomainDirty>,
     /// The domain's dirty inode list, which this inode joins when it goes
@@ -230,7 +235,7 @@ pub struct Inode {
 
 impl Inode {
     pub fn new(id: u64, store: Arc<dyn BackingStore>, writable: bool, handles: InodeHandles) -> Inode {
-        let InodeHandles { config, counters, memory, dirty, dirty_list } = handles;
+        let InodeHandles { config, counters, memory, dropbehind, dirty, dirty_list } = handles;
         let info = store.info().clone();
         let len = info.len_at_open;
         let mapping = Mapping::with_regions(id, config.region_tracking());
@@ -243,6 +248,7 @@ impl Inode {
             config,
             counters,
             memory,
+            dropbehind,
             dirty,
             dirty_list,
             mapping,
@@ -345,6 +351,38 @@ impl Inode {
         self.mapping.find(block)
     }
 
+    /// Fills `out[i]` with the residency bits ([`crate::RESIDENT_CACHED`],
+    /// `_DIRTY`, `_WRITEBACK`) of block `first_block + i`, as `mincore`
+    /// does for pages: a snapshot, stale as soon as it returns.
+    pub fn residency(&self, first_block: u64, out: &mut [u8]) {
+        out.fill(0);
+        let end_block = first_block + out.len() as u64;
+        let index = self.mapping.read();
+        let from = find_in(&index, first_block).map_or(first_block, |f| f.index);
+        for folio in index.range(from..end_block).map(|(_, f)| f) {
+            let st = folio.lock();
+            if st.removed {
+                continue;
+            }
+            let lo = folio.index.max(first_block);
+            let hi = folio.end_index().min(end_block);
+            for block in lo..hi {
+                let b = (block - folio.index) as usize;
+                let mut bits = 0;
+                if st.all_uptodate || st.uptodate.get(b) {
+                    bits |= crate::file::RESIDENT_CACHED;
+                }
+                if st.dirty.get(b) {
+                    bits |= crate::file::RESIDENT_DIRTY;
+                }
+                if st.writeback.get(b) {
+                    bits |= crate::file::RESIDENT_WRITEBACK;
+                }
+                out[(block - first_block) as usize] = bits;
+            }
+        }
+    }
+
     /// Finds the folio covering `block` or inserts a new one. A new folio is
     /// the largest naturally aligned power of two that starts at `block`, ends
     /// at or before `limit_block` and overlaps no cached folio; it is empty
@@ -416,6 +454,13 @@ impl Inode {
             }
             None => false,
         }
+    }
+
+    /// Hands a drop-behind folio that is clean now to the reaper, which
+    /// frees it if it is still marked, clean and unheld when it gets there.
+    pub fn queue_dropbehind(self: &Arc<Self>, folio: Arc<Folio>) {
+        let owner = Arc::downgrade(self) as std::sync::Weak<dyn MappingOwner>;
+        self.dropbehind.queue(owner, self.id, folio);
     }
 
     /// Bookkeeping for a folio just taken out of the mapping (folio locked).
@@ -691,7 +736,8 @@ impl Inode {
                     folio.mark_accessed();
                 }
             } else if clean && folio_off + n == folio.size_bytes() && folio.dropbehind.load(Ordering::Relaxed) {
-                self.try_remove_clean(&folio);
+                // Freed by the reaper, not here: the reader goes on.
+                self.queue_dropbehind(folio);
             }
             done += n;
         }
@@ -928,7 +974,7 @@ impl Inode {
         debug_assert!(newly_bytes > 0 && newly_bytes % BLOCK == 0, "whole blocks newly dirty");
         self.queue_on_dirty_list(Some(block));
         if dontcache {
-            self.dirty.kick(WORK_START_DONTCACHE);
+            self.dirty.kick_dontcache();
         }
         throttle::balance_dirty(&self.dirty, &self.config, newly_bytes);
     }

@@ -41,6 +41,7 @@ mod cache;
 pub mod capi;
 mod config;
 mod dirty;
+mod dropbehind;
 mod errseq;
 mod evict;
 mod file;
@@ -60,7 +61,7 @@ mod writeback;
 pub use buf::AlignedBuf;
 pub use cache::Cache;
 pub use config::{parse_size, Config, Routing};
-pub use file::{File, FileCursor, OpenOptions, WriteFlags};
+pub use file::{File, FileCursor, OpenOptions, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY, RESIDENT_WRITEBACK};
 /// The simulated I/O backend: in memory, with seeded latency, faults and a
 /// crash model (written vs. durable images). Only with the `sim` feature;
 /// use it through [`Cache::with_sim`].

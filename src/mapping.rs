@@ -222,13 +222,24 @@ impl Mapping {
     /// free, unless in-flight writeback still holds it (that writeback's
     /// completion frees it then).
     pub fn try_remove_clean(&self, folio: &Arc<Folio>) -> Option<Option<AlignedBuf>> {
+        self.remove_clean_if(folio, |_| true)
+    }
+
+    /// As [`Mapping::try_remove_clean`], only while the folio is still
+    /// marked drop-behind (checked under its lock: a cached access that
+    /// cleared the mark before the removal keeps it).
+    pub fn try_remove_clean_dropbehind(&self, folio: &Arc<Folio>) -> Option<Option<AlignedBuf>> {
+        self.remove_clean_if(folio, |f| f.dropbehind.load(Ordering::Acquire))
+    }
+
+    fn remove_clean_if(&self, folio: &Arc<Folio>, still_wanted: impl Fn(&Folio) -> bool) -> Option<Option<AlignedBuf>> {
         let mut index = self.write();
         let Entry::Occupied(entry) = index.entry(folio.index) else { return None };
         if !Arc::ptr_eq(entry.get(), folio) {
             return None;
         }
         let mut st = folio.lock();
-        if st.removed || st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight {
+        if st.removed || st.nr_dirty > 0 || st.nr_writeback > 0 || st.read_in_flight || !still_wanted(folio) {
             return None;
         }
         debug_assert_eq!(st.dontcache_dirty, 0, "a clean folio holds no uncached-dirty blocks");

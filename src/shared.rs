@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 use crate::buf::BulkFree;
 use crate::config::Config;
 use crate::dirty::{CacheDirty, DomainDirty, Progress};
+use crate::dropbehind::DropBehind;
 use crate::inode::{Inode, InodeHandles};
 use crate::io::{BackingStore, Io};
 use crate::locks;
@@ -38,6 +39,7 @@ pub struct Shared {
     pub counters: Arc<Counters>,
     pub dirty: Arc<CacheDirty>,
     pub memory: Arc<Memory>,
+    pub dropbehind: Arc<DropBehind>,
     pub io: Arc<dyn Io>,
     /// File operations hold it shared; closing takes it exclusively after
     /// marking the cache closed, so every operation that got in has
@@ -59,11 +61,13 @@ impl Shared {
         let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
         let memory = Arc::new(Memory::new(config.capacity_bytes, dirty.clone()));
         let workers = Workers::start(config.io_max_bytes)?;
+        let dropbehind = DropBehind::start(memory.clone(), counters.clone())?;
         Ok(Arc::new(Shared {
             config: Arc::new(config),
             counters,
             dirty,
             memory,
+            dropbehind,
             io,
             ops_gate: RwLock::new(()),
             inodes: Mutex::new(HashMap::new()),
@@ -116,6 +120,7 @@ impl Shared {
             config: self.config.clone(),
             counters: self.counters.clone(),
             memory: self.memory.clone(),
+            dropbehind: self.dropbehind.clone(),
             dirty: domain.dirty.clone(),
             dirty_list: domain.clone(),
         };
@@ -255,6 +260,9 @@ impl Shared {
         for d in domains {
             d.stop();
         }
+        // After the flushers: their last completions queue drop-behind
+        // folios too.
+        self.dropbehind.stop();
         self.dirty.clear_domains();
         let inodes: Vec<Arc<Inode>> = locks::lock(&self.inodes).drain().map(|(_, i)| i).collect();
         let bulk = BulkFree::begin();

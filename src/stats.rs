@@ -157,7 +157,15 @@ pub struct Counters {
     pub evictions: AtomicU64,
     pub readahead_bytes: AtomicU64,
     pub written_bytes_by_reason: [AtomicU64; Reason::COUNT],
+    /// Times a writeback worker was woken: a kick that found its work bit
+    /// clear (a kick finding it set coalesces into the wakeup pending).
     pub flusher_wakeups: AtomicU64,
+    /// Uncached writes that dirtied new blocks and so asked the flusher to
+    /// start (`start_dontcache`); most coalesce, see `flusher_wakeups`.
+    pub dontcache_kicks: AtomicU64,
+    /// Bytes of drop-behind folios freed once clean: after their writeback
+    /// completed, or after an uncached read copied them.
+    pub dropbehind_freed_bytes: AtomicU64,
     pub throttle_events: AtomicU64,
     pub throttle_us_total: AtomicU64,
     pub writeback_errors: AtomicU64,
@@ -271,7 +279,14 @@ pub struct Stats {
     pub readahead_bytes: u64,
     /// Bytes written back, indexed by [`Reason`] (see `Reason::ALL`).
     pub written_bytes_by_reason: [u64; Reason::COUNT],
+    /// Times a writeback worker was woken by a kick (coalesced kicks are
+    /// not counted).
     pub flusher_wakeups: u64,
+    /// Uncached writes that asked the flusher to start writeback.
+    pub dontcache_kicks: u64,
+    /// Bytes of drop-behind folios freed once clean (after writeback, or
+    /// after an uncached read's copy).
+    pub dropbehind_freed_bytes: u64,
     pub throttle_events: u64,
     pub throttle_us_total: u64,
     pub writeback_errors: u64,
@@ -335,6 +350,8 @@ impl Stats {
             readahead_bytes: c.readahead_bytes.load(Relaxed),
             written_bytes_by_reason: by_reason,
             flusher_wakeups: c.flusher_wakeups.load(Relaxed),
+            dontcache_kicks: c.dontcache_kicks.load(Relaxed),
+            dropbehind_freed_bytes: c.dropbehind_freed_bytes.load(Relaxed),
             throttle_events: c.throttle_events.load(Relaxed),
             throttle_us_total: c.throttle_us_total.load(Relaxed),
             writeback_errors: c.writeback_errors.load(Relaxed),
@@ -379,6 +396,8 @@ impl Stats {
         num("evictions", self.evictions);
         num("readahead_bytes", self.readahead_bytes);
         num("flusher_wakeups", self.flusher_wakeups);
+        num("dontcache_kicks", self.dontcache_kicks);
+        num("dropbehind_freed_bytes", self.dropbehind_freed_bytes);
         num("throttle_events", self.throttle_events);
         num("throttle_us_total", self.throttle_us_total);
         num("writeback_errors", self.writeback_errors);
@@ -454,6 +473,8 @@ mod tests {
             "evictions",
             "written_bytes_by_reason",
             "flusher_wakeups",
+            "dontcache_kicks",
+            "dropbehind_freed_bytes",
             "throttle_events",
             "throttle_us_total",
             "io_backend",

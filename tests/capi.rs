@@ -98,6 +98,7 @@ fn header_compiles_as_cpp() {
         &src,
         "#include \"wbcache.h\"\n#include \"wbcache.h\"\n\
          static_assert(WBC_DONTCACHE == 1u, \"flag\");\n\
+         static_assert(WBC_O_DONTCACHE == 0x40000000, \"open flag\");\n\
          int main() { wbc_cache *c = nullptr; return wbc_cache_open(nullptr, &c) == 0 ? wbc_cache_close(c) : 1; }\n",
     )
     .unwrap();
@@ -170,4 +171,5 @@ fn header_declares_exactly_the_exported_functions() {
     let header = std::fs::read_to_string(manifest_dir().join("include/wbcache.h")).unwrap();
     assert!(header.contains("#define WBC_DONTCACHE 0x1u"));
     assert_eq!(wbcache::capi::WBC_DONTCACHE, wbcache::WriteFlags::DONTCACHE.bits());
+    assert!(header.contains(&format!("#define WBC_O_DONTCACHE {:#x}", wbcache::capi::WBC_O_DONTCACHE)));
 }

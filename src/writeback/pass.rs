@@ -686,9 +686,11 @@ impl Inode {
         if redirtied_bytes > 0 {
             self.queue_on_dirty_list(None);
         }
+        // The reaper frees them, in task context and batched: never here,
+        // on the completion path that fsync waiters wait behind.
         drop_candidates.dedup_by(|a, b| Arc::ptr_eq(a, b));
         for f in drop_candidates {
-            self.try_remove_clean(&f);
+            self.queue_dropbehind(f);
         }
     }
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::dirty::{WORK_RECLAIM, WORK_START_DONTCACHE};
-use crate::stats::{Counters, Reason, WorkerCounters};
+use crate::stats::{Reason, WorkerCounters};
 use crate::writeback::domain::Domain;
 use crate::writeback::inflight::InFlight;
 use crate::writeback::policy::{self, BackgroundInput, PassLimits};
@@ -77,15 +77,8 @@ pub fn run(domain: Arc<Domain>, worker: usize, stats: Arc<WorkerCounters>) {
         if domain.is_shutdown() {
             break;
         }
-        if bits != 0 {
-            Counters::add(&domain.dirty.cache.counters.flusher_wakeups, 1);
-        }
         if bits & WORK_START_DONTCACHE != 0 {
-            let target = domain.dirty.dontcache_dirty_bytes.load(Ordering::Acquire);
-            let share = policy::dontcache_share(target, domain.nr_workers_with_dirty_inodes());
-            if share > 0 {
-                write_oldest(&domain, worker, &mut inflight, Reason::Dontcache, share, &limits);
-            }
+            write_dontcache(&domain, worker, &mut inflight, &limits);
         }
         write_expired(&domain, worker, &mut inflight);
         write_background(&domain, worker, &mut inflight, bits & WORK_RECLAIM != 0, &limits);
@@ -160,6 +153,21 @@ fn write_background(
     }
 }
 
+/// One `start_dontcache` round: the worker's share of the domain's
+/// uncached-dirty bytes, from the oldest inodes of its list. The work bit
+/// stays set while the worker makes progress and uncached dirty data
+/// remains, so a stream of uncached writes costs a handful of wakeups
+/// rather than one per write.
+fn write_dontcache(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight, limits: &PassLimits) {
+    let generation = domain.dirty.dontcache_kick_generation();
+    let target = domain.dirty.dontcache_dirty_bytes.load(Ordering::Acquire);
+    let share = policy::dontcache_share(target, domain.nr_workers_with_dirty_inodes());
+    let started = if share > 0 { write_oldest(domain, worker, inflight, Reason::Dontcache, share, limits) } else { 0 };
+    let remaining = domain.dirty.dontcache_dirty_bytes.load(Ordering::Acquire);
+    let keep_going = started > 0 && remaining > 0 && !inflight.failed() && !domain.is_shutdown();
+    domain.dirty.end_start_dontcache(worker, keep_going, generation, domain.nr_dirty_inodes(worker) > 0);
+}
+
 /// Writes up to `target_bytes` from the oldest inodes of the worker's
 /// list, one pass of at most the pass limits per inode; inodes that stay
 /// dirty go to the tail.
@@ -170,7 +178,7 @@ fn write_oldest(
     reason: Reason,
     target_bytes: u64,
     limits: &PassLimits,
-) {
+) -> u64 {
     let mut written = 0u64;
     let mut passes = policy::targeted_passes_max(domain.nr_dirty_inodes(worker));
     while written < target_bytes && passes > 0 && !domain.is_shutdown() {
@@ -183,4 +191,5 @@ fn write_oldest(
             break;
         }
     }
+    written
 }

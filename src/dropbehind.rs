@@ -1,0 +1,300 @@
+//! Drop-behind: freeing the folios uncached I/O brought in or dirtied, as
+//! soon as they are clean and nobody holds them, so a stream never grows
+//! the cache and never pushes out what other readers use.
+//!
+//! Who queues: a writeback completion queues each drop-behind folio it
+//! left clean; an uncached read queues each drop-behind folio it has
+//! copied to the end. Neither frees anything itself: removing a folio
+//! takes its mapping's write lock and gives its buffer back, work that
+//! belongs neither on the I/O completion path (it would delay the wakeup
+//! of the fsync waiting for that I/O) nor on a reader's or writer's path.
+//! The reaper thread (`wbc-dropbehind`, one per cache) takes the queued
+//! folios in batches, in task context, as the kernel defers uncached
+//! completions to task context in batches.
+//!
+//! What is freed: a folio still marked drop-behind (a cached access clears
+//! the mark), clean, not under writeback or being filled, and held by
+//! nobody beyond the cache's own references (its mapping and the eviction
+//! queue): a reader that has found the folio keeps it alive, and the
+//! reaper tries again in a later batch, a few times, before leaving it to
+//! eviction. A folio the reaper skips is never lost, only cached longer.
+//!
+//! Locks: the queue is sharded by inode and folio index, so producers on
+//! different threads rarely meet on one lock and none is cache-wide; the
+//! reaper holds a shard's lock only to swap its vector out.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::buf::BulkFree;
+use crate::folio::{DirtyMark, Folio};
+use crate::locks;
+use crate::mapping::MappingOwner;
+use crate::memory::Memory;
+use crate::stats::Counters;
+
+/// Queue shards: a few per core on this class of machine, so that
+/// completions and readers on different threads seldom share a lock.
+const SHARDS: usize = 8;
+
+/// Queued bytes that wake the reaper at once; below this it wakes on its
+/// tick. At 2 GB/s of uncached I/O that is about 250 batches a second.
+const BATCH_BYTES: u64 = 8 << 20;
+
+/// How long a queued folio may wait for a batch to fill: the memory it
+/// holds is capacity no one else can use meanwhile.
+const TICK: Duration = Duration::from_millis(2);
+
+/// How many batches a folio someone holds is retried in before the reaper
+/// leaves it to eviction.
+const HELD_RETRIES: u8 = 4;
+
+/// References the cache itself keeps to a clean, idle folio: its
+/// mapping's index and its eviction queue entry. One more is the reaper's.
+const CACHE_REFS: usize = 2;
+
+struct Queued {
+    owner: Weak<dyn MappingOwner>,
+    folio: Arc<Folio>,
+    retries: u8,
+}
+
+#[derive(Default)]
+struct Wake {
+    wanted: bool,
+    stop: bool,
+}
+
+pub struct DropBehind {
+    shards: Box<[Mutex<Vec<Queued>>]>,
+    queued_bytes: AtomicU64,
+    /// Set while a wakeup is pending, so producers past the batch size do
+    /// not take the wake lock again.
+    wake_pending: AtomicBool,
+    wake: Mutex<Wake>,
+    cond: Condvar,
+    memory: Arc<Memory>,
+    counters: Arc<Counters>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl DropBehind {
+    /// The queue and its reaper thread.
+    pub fn start(memory: Arc<Memory>, counters: Arc<Counters>) -> io::Result<Arc<DropBehind>> {
+        let this = Arc::new(DropBehind {
+            shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
+            queued_bytes: AtomicU64::new(0),
+            wake_pending: AtomicBool::new(false),
+            wake: Mutex::new(Wake::default()),
+            cond: Condvar::new(),
+            memory,
+            counters,
+            thread: Mutex::new(None),
+        });
+        let reaper = this.clone();
+        let handle = std::thread::Builder::new().name("wbc-dropbehind".into()).spawn(move || reaper.run())?;
+        *locks::lock(&this.thread) = Some(handle);
+        Ok(this)
+    }
+
+    /// Queues a drop-behind folio of `owner`'s mapping to be freed if it
+    /// is still clean, idle and marked when the reaper gets to it.
+    pub fn queue(&self, owner: Weak<dyn MappingOwner>, mapping_id: u64, folio: Arc<Folio>) {
+        debug_assert!(folio.dropbehind.load(Ordering::Relaxed), "only drop-behind folios are queued");
+        let bytes = folio.size_bytes() as u64;
+        let shard = (mapping_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ folio.index) as usize % SHARDS;
+        locks::lock(&self.shards[shard]).push(Queued { owner, folio, retries: 0 });
+        let queued = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        if queued >= BATCH_BYTES && !self.wake_pending.swap(true, Ordering::AcqRel) {
+            locks::lock(&self.wake).wanted = true;
+            self.cond.notify_one();
+        }
+    }
+
+    /// Bytes of folios queued and not yet looked at.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued_bytes.load(Ordering::Acquire)
+    }
+
+    /// Frees what is queued now, on the caller's thread.
+    #[cfg(test)]
+    pub fn reap_now(&self) -> u64 {
+        self.reap_batch()
+    }
+
+    /// Stops the reaper after a last batch; later queues are reaped by
+    /// [`DropBehind::reap_now`] or left to the inodes' teardown.
+    pub fn stop(&self) {
+        {
+            let mut wake = locks::lock(&self.wake);
+            wake.stop = true;
+            self.cond.notify_one();
+        }
+        if let Some(handle) = locks::lock(&self.thread).take() {
+            let _ = handle.join();
+        }
+        self.reap_batch();
+    }
+
+    fn run(self: Arc<Self>) {
+        loop {
+            {
+                let mut wake = locks::lock(&self.wake);
+                while !wake.wanted && !wake.stop {
+                    let timeout = if self.queued_bytes() > 0 { TICK } else { Duration::from_secs(1) };
+                    let (guard, result) =
+                        self.cond.wait_timeout(wake, timeout).unwrap_or_else(std::sync::PoisonError::into_inner);
+                    wake = guard;
+                    if result.timed_out() && self.queued_bytes() > 0 {
+                        break;
+                    }
+                }
+                if wake.stop {
+                    return;
+                }
+                wake.wanted = false;
+            }
+            self.wake_pending.store(false, Ordering::Release);
+            self.reap_batch();
+        }
+    }
+
+    /// Takes every shard's queue and frees what may be freed; returns the
+    /// bytes freed.
+    fn reap_batch(&self) -> u64 {
+        let mut batch: Vec<Queued> = Vec::new();
+        for shard in self.shards.iter() {
+            let mut q = locks::lock(shard);
+            if batch.is_empty() {
+                std::mem::swap(&mut batch, &mut q);
+            } else {
+                batch.append(&mut q);
+            }
+        }
+        if batch.is_empty() {
+            return 0;
+        }
+        let taken_bytes: u64 = batch.iter().map(|q| q.folio.size_bytes() as u64).sum();
+        let before = self.queued_bytes.fetch_sub(taken_bytes, Ordering::AcqRel);
+        debug_assert!(before >= taken_bytes, "queued bytes underflow");
+        let bulk = BulkFree::begin();
+        let mut freed_bytes = 0u64;
+        let mut retry = Vec::new();
+        for mut q in batch {
+            if q.folio.dirty_mark.load(Ordering::Acquire) == DirtyMark::REMOVED
+                || !q.folio.dropbehind.load(Ordering::Acquire)
+            {
+                continue;
+            }
+            let Some(owner) = q.owner.upgrade() else { continue };
+            if Arc::strong_count(&q.folio) > CACHE_REFS + 1 {
+                // Someone found it (a reader about to copy, a writer about
+                // to dirty it): not now.
+                if q.retries < HELD_RETRIES {
+                    q.retries += 1;
+                    retry.push(q);
+                }
+                continue;
+            }
+            if let Some(buf) = owner.mapping().try_remove_clean_dropbehind(&q.folio) {
+                self.memory.folio_removed(&q.folio, buf);
+                freed_bytes += q.folio.size_bytes() as u64;
+            }
+        }
+        drop(bulk);
+        Counters::add(&self.counters.dropbehind_freed_bytes, freed_bytes);
+        if !retry.is_empty() {
+            let bytes: u64 = retry.iter().map(|q| q.folio.size_bytes() as u64).sum();
+            locks::lock(&self.shards[0]).append(&mut retry);
+            self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        }
+        freed_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dirty::{CacheDirty, Progress};
+    use crate::folio::DirtyMark;
+    use crate::mapping::Mapping;
+
+    fn setup() -> (Arc<DropBehind>, Arc<Mapping>, Arc<Memory>, Arc<Counters>) {
+        let counters = Arc::new(Counters::default());
+        let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
+        let memory = Arc::new(Memory::new(64 << 20, dirty));
+        let db = DropBehind::start(memory.clone(), counters.clone()).unwrap();
+        (db, Arc::new(Mapping::new(7)), memory, counters)
+    }
+
+    /// A clean, uptodate 16 KiB folio at `index`, cached and counted.
+    fn cached_folio(mapping: &Arc<Mapping>, memory: &Memory, index: u64, dropbehind: bool) -> Arc<Folio> {
+        let buf = memory.reserve_folio_buf(16 << 10, false).unwrap();
+        let folio = Arc::new(Folio::with_buf(index, 2, false, buf));
+        folio.lock().set_uptodate(4, 0, 4);
+        mapping.insert(&mut mapping.write(), folio.clone());
+        memory.folio_added(mapping, &folio);
+        folio.dropbehind.store(dropbehind, Ordering::Relaxed);
+        folio
+    }
+
+    /// A queued folio that is clean, idle and still marked is freed and
+    /// counted; one a cached access unmarked stays.
+    #[test]
+    fn marked_idle_folios_are_freed_unmarked_ones_stay() {
+        let (db, mapping, memory, counters) = setup();
+        let owner: Weak<dyn MappingOwner> = Arc::downgrade(&mapping) as Weak<dyn MappingOwner>;
+        let freed = cached_folio(&mapping, &memory, 0, true);
+        let kept = cached_folio(&mapping, &memory, 4, true);
+        db.queue(owner.clone(), mapping.id, freed.clone());
+        db.queue(owner, mapping.id, kept.clone());
+        kept.dropbehind.store(false, Ordering::Relaxed);
+        let (freed_id, kept_id) = (freed.index, kept.index);
+        drop((freed, kept));
+        assert_eq!(db.reap_now(), 16 << 10);
+        assert_eq!(counters.dropbehind_freed_bytes.load(Ordering::Relaxed), 16 << 10);
+        assert!(mapping.find(freed_id).is_none(), "freed");
+        assert!(mapping.find(kept_id).is_some(), "a cached access cleared the mark");
+        assert_eq!(memory.cached_bytes(), 16 << 10);
+        db.stop();
+    }
+
+    /// A folio someone holds (a reader that found it) is not freed under
+    /// it; once let go, a later batch frees it.
+    #[test]
+    fn a_held_folio_is_not_freed_under_its_holder() {
+        let (db, mapping, memory, _counters) = setup();
+        let owner: Weak<dyn MappingOwner> = Arc::downgrade(&mapping) as Weak<dyn MappingOwner>;
+        let folio = cached_folio(&mapping, &memory, 0, true);
+        let reader = folio.clone();
+        db.queue(owner, mapping.id, folio);
+        assert_eq!(db.reap_now(), 0, "held by the reader");
+        assert_ne!(reader.dirty_mark.load(Ordering::Acquire), DirtyMark::REMOVED);
+        assert!(db.queued_bytes() > 0, "queued again for a later batch");
+        drop(reader);
+        assert_eq!(db.reap_now(), 16 << 10, "freed once let go");
+        db.stop();
+    }
+
+    /// The reaper thread frees a batch on its own (on its tick), off the
+    /// queuing thread.
+    #[test]
+    fn the_reaper_frees_on_its_own() {
+        let (db, mapping, memory, counters) = setup();
+        let owner: Weak<dyn MappingOwner> = Arc::downgrade(&mapping) as Weak<dyn MappingOwner>;
+        for i in 0..8 {
+            let f = cached_folio(&mapping, &memory, i * 4, true);
+            db.queue(owner.clone(), mapping.id, f);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while counters.dropbehind_freed_bytes.load(Ordering::Acquire) < 8 * (16 << 10) {
+            assert!(std::time::Instant::now() < deadline, "the reaper did not run");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(memory.cached_bytes(), 0);
+        db.stop();
+    }
+}
