@@ -159,6 +159,9 @@ pub struct DomainDirty {
     pub dontcache_dirty_bytes: AtomicU64,
     /// Uncached writes' kicks of this domain (a generation counter).
     dontcache_kicks: AtomicU64,
+    /// Bit `w` set while worker `w`'s dirty list holds inodes (kept by the
+    /// domain): kicks go to those workers only.
+    listed_workers: AtomicU64,
     /// Exponentially averaged writeback bandwidth, bytes per second.
     pub write_bw_bytes_per_s: AtomicU64,
     /// One wakeup per writeback worker: a kick sets its bit on each.
@@ -182,6 +185,11 @@ pub struct DomainDirty {
 #[derive(Default)]
 struct WorkerWakeup {
     bits: AtomicU32,
+    /// Set by the worker before it looks at `bits` and waits, cleared when
+    /// it wakes: a kick notifies (and counts a wakeup) only while it is
+    /// set. A worker that is awake finds the bit at its next round, as the
+    /// kernel does not wake a flusher whose writeback is in progress.
+    sleeping: AtomicBool,
     lock: Mutex<()>,
     cond: Condvar,
 }
@@ -273,6 +281,7 @@ impl DomainDirty {
             nr_writeback_bytes: AtomicU64::new(0),
             dontcache_dirty_bytes: AtomicU64::new(0),
             dontcache_kicks: AtomicU64::new(0),
+            listed_workers: AtomicU64::new(0),
             write_bw_bytes_per_s: AtomicU64::new(100 << 20),
             wakeups: (0..nr_workers).map(|_| WorkerWakeup::default()).collect(),
             shutdown: AtomicBool::new(false),
@@ -285,31 +294,56 @@ impl DomainDirty {
         domain
     }
 
-    /// Sets a work bit on every worker and wakes those that did not have
-    /// it (the flusher of each: every worker writes its own share). A bit
-    /// already set costs one atomic load: that wakeup is pending, or (for
-    /// `start_dontcache`) that worker is writing already.
+    /// Sets a work bit on every worker with inodes listed (the others have
+    /// nothing to write) and wakes those that sleep.
     pub fn kick(&self, bit: u32) {
+        self.kick_workers(bit, self.listed_workers.load(Ordering::Acquire));
+    }
+
+    /// Sets a work bit on the workers of `mask` and wakes those of them
+    /// that sleep. A bit already set costs one atomic load: that wakeup is
+    /// pending, or (for `start_dontcache`) that worker is writing.
+    fn kick_workers(&self, bit: u32, mask: u64) {
         debug_assert!(
             [WORK_START_DONTCACHE, WORK_BACKGROUND, WORK_RECLAIM].contains(&bit),
             "one known work bit at a time, not {bit:#x}"
         );
-        for w in self.wakeups.iter() {
-            if w.bits.load(Ordering::Acquire) & bit != 0 || w.bits.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+        for (i, w) in self.wakeups.iter().enumerate() {
+            if mask & (1 << i) == 0
+                || w.bits.load(Ordering::Acquire) & bit != 0
+                || w.bits.fetch_or(bit, Ordering::SeqCst) & bit != 0
+            {
                 continue;
             }
-            Counters::add(&self.cache.counters.flusher_wakeups, 1);
-            let _g = locks::lock(&w.lock);
-            w.cond.notify_one();
+            // Pairs with `wait_work`: either the worker sees the bit before
+            // it sleeps, or this sees it asleep (and it holds the lock from
+            // its check until it waits, so the notify cannot come between).
+            if w.sleeping.load(Ordering::SeqCst) {
+                Counters::add(&self.cache.counters.flusher_wakeups, 1);
+                let _g = locks::lock(&w.lock);
+                w.cond.notify_one();
+            }
         }
     }
 
-    /// An uncached write dirtied new blocks: counts the kick (also the
-    /// generation [`DomainDirty::end_start_dontcache`] compares) and kicks.
-    pub fn kick_dontcache(&self) {
+    /// Domain side: whether `worker`'s dirty list holds inodes now.
+    pub fn set_worker_listed(&self, worker: usize, listed: bool) {
+        let bit = 1u64 << worker;
+        if listed {
+            self.listed_workers.fetch_or(bit, Ordering::AcqRel);
+        } else {
+            self.listed_workers.fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+
+    /// An uncached write dirtied new blocks that the workers of `mask`
+    /// write: counts the kick (also the generation
+    /// [`DomainDirty::end_start_dontcache`] compares) and kicks them.
+    pub fn kick_dontcache(&self, mask: u64) {
+        debug_assert!(mask != 0, "some worker writes the new dirty data");
         self.dontcache_kicks.fetch_add(1, Ordering::AcqRel);
         Counters::add(&self.cache.counters.dontcache_kicks, 1);
-        self.kick(WORK_START_DONTCACHE);
+        self.kick_workers(WORK_START_DONTCACHE, mask);
     }
 
     /// Uncached writes' kicks so far: sampled by a worker before it writes
@@ -325,9 +359,13 @@ impl DomainDirty {
     pub fn wait_work(&self, worker: usize, interval: Duration) -> u32 {
         let w = &self.wakeups[worker];
         let g = locks::lock(&w.lock);
-        if w.bits.load(Ordering::Acquire) == 0 && !self.is_shutdown() {
+        w.sleeping.store(true, Ordering::SeqCst);
+        if w.bits.load(Ordering::SeqCst) == 0 && !self.is_shutdown() {
             drop(locks::wait_timeout(&w.cond, g, interval));
+        } else {
+            drop(g);
         }
+        w.sleeping.store(false, Ordering::SeqCst);
         w.bits.fetch_and(WORK_START_DONTCACHE, Ordering::AcqRel)
     }
 
@@ -707,16 +745,15 @@ mod tests {
         assert_eq!(d.cache.counters.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 12 << 10, "never past 12K");
     }
 
-    /// A bit already set costs no wakeup; taking the bits clears them, all
+    /// A bit already set is not set again; taking the bits clears them, all
     /// but `start_dontcache`, which the worker ends.
     #[test]
     fn work_bits_coalesce() {
         let d = domain();
-        let wakeups = || d.cache.counters.flusher_wakeups.load(Ordering::Relaxed);
+        d.set_worker_listed(0, true);
         d.kick(WORK_BACKGROUND);
         d.kick(WORK_BACKGROUND);
         d.kick(WORK_START_DONTCACHE);
-        assert_eq!(wakeups(), 2, "one wakeup per bit set");
         assert_eq!(d.take_work(0), WORK_BACKGROUND | WORK_START_DONTCACHE);
         assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "held until the worker ends it");
         d.end_start_dontcache(0, false, d.dontcache_kick_generation(), true);
@@ -724,42 +761,64 @@ mod tests {
         d.cache.kick_all(WORK_RECLAIM);
         assert_eq!(d.wait_work(0, Duration::from_millis(1)), WORK_RECLAIM);
         assert_eq!(d.wait_work(0, Duration::from_millis(1)), 0, "a timeout returns no bits");
+        assert_eq!(d.cache.counters.flusher_wakeups.load(Ordering::Relaxed), 0, "the worker never slept on a kick");
     }
 
-    /// While a worker holds `start_dontcache`, uncached writers' kicks cost
-    /// no wakeup; ending the round clears the bit unless a kick came in
-    /// since the worker sampled the generation (and it has work).
+    /// A kick wakes a sleeping worker, and counts one wakeup; kicks while
+    /// the bit is pending count none.
+    #[test]
+    fn a_kick_wakes_a_sleeping_worker_once() {
+        let d = domain();
+        d.set_worker_listed(0, true);
+        let sleeper = {
+            let d = d.clone();
+            std::thread::spawn(move || d.wait_work(0, Duration::from_secs(30)))
+        };
+        while !d.wakeups[0].sleeping.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // Asleep (or about to wait, holding the lock): the notify follows.
+        d.kick(WORK_BACKGROUND);
+        d.kick(WORK_BACKGROUND);
+        assert_eq!(sleeper.join().unwrap(), WORK_BACKGROUND, "woken well before 30 s");
+        assert_eq!(d.cache.counters.flusher_wakeups.load(Ordering::Relaxed), 1);
+    }
+
+    /// While a worker holds `start_dontcache`, uncached writers' kicks set
+    /// nothing; ending the round clears the bit unless a kick came in since
+    /// the worker sampled the generation (and it has work).
     #[test]
     fn start_dontcache_is_held_while_the_worker_writes() {
         let d = domain();
-        let wakeups = || d.cache.counters.flusher_wakeups.load(Ordering::Relaxed);
-        d.kick_dontcache();
+        d.kick_dontcache(1);
         assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
         let seen = d.dontcache_kick_generation();
         for _ in 0..1000 {
-            d.kick_dontcache();
+            d.kick_dontcache(1);
         }
-        assert_eq!(wakeups(), 1, "1001 kicks, one wakeup");
         assert_eq!(d.cache.counters.dontcache_kicks.load(Ordering::Relaxed), 1001);
         d.end_start_dontcache(0, true, seen, true);
         assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "kept going");
         d.end_start_dontcache(0, false, seen, false);
         assert_eq!(d.take_work(0), 0, "nothing of its own to write: cleared");
-        d.kick_dontcache();
+        d.kick_dontcache(1);
         let seen = d.dontcache_kick_generation();
         assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
-        d.kick_dontcache();
+        d.kick_dontcache(1);
         d.end_start_dontcache(0, false, seen, true);
         assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "a kick since the sample is not lost");
         d.end_start_dontcache(0, false, d.dontcache_kick_generation(), true);
         assert_eq!(d.take_work(0), 0);
-        assert_eq!(wakeups(), 2);
     }
 
-    /// Every worker gets every kick, once, and takes only its own bits.
+    /// A kick reaches every worker with inodes listed, once, and no other;
+    /// each takes only its own bits.
     #[test]
-    fn every_worker_is_kicked() {
-        let d = DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 3);
+    fn listed_workers_are_kicked() {
+        let d = DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 4);
+        for w in 0..3 {
+            d.set_worker_listed(w, true);
+        }
         d.kick(WORK_BACKGROUND);
         assert_eq!(d.take_work(1), WORK_BACKGROUND);
         d.kick(WORK_BACKGROUND);
@@ -767,6 +826,10 @@ mod tests {
         assert_eq!(d.take_work(1), WORK_BACKGROUND, "worker 1 took its first bit and got a second");
         assert_eq!(d.take_work(2), WORK_BACKGROUND, "coalesced: one bit for two kicks");
         assert_eq!(d.take_work(2), 0);
+        assert_eq!(d.take_work(3), 0, "nothing listed: not kicked");
+        d.set_worker_listed(1, false);
+        d.kick(WORK_BACKGROUND);
+        assert_eq!((d.take_work(0), d.take_work(1)), (WORK_BACKGROUND, 0));
     }
 
     /// Two workers' completions make one sample of the domain's rate, not

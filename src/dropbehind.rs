@@ -49,8 +49,9 @@ const BATCH_BYTES: u64 = 8 << 20;
 const TICK: Duration = Duration::from_millis(2);
 
 /// How many batches a folio someone holds is retried in before the reaper
-/// leaves it to eviction.
-const HELD_RETRIES: u8 = 4;
+/// leaves it to eviction: at one batch per tick, about 0.1 s, longer than
+/// a reader or a fill holds a folio.
+const HELD_RETRIES: u8 = 48;
 
 /// References the cache itself keeps to a clean, idle folio: its
 /// mapping's index and its eviction queue entry. One more is the reaper's.
@@ -103,11 +104,14 @@ impl DropBehind {
     /// Queues a drop-behind folio of `owner`'s mapping to be freed if it
     /// is still clean, idle and marked when the reaper gets to it.
     pub fn queue(&self, owner: Weak<dyn MappingOwner>, mapping_id: u64, folio: Arc<Folio>) {
-        debug_assert!(folio.dropbehind.load(Ordering::Relaxed), "only drop-behind folios are queued");
+        // The mark may be gone already (a cached access raced the caller):
+        // the reaper looks again.
         let bytes = folio.size_bytes() as u64;
         let shard = (mapping_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ folio.index) as usize % SHARDS;
-        locks::lock(&self.shards[shard]).push(Queued { owner, folio, retries: 0 });
+        // Counted before it is visible, so the reaper never takes more
+        // than was counted.
         let queued = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        locks::lock(&self.shards[shard]).push(Queued { owner, folio, retries: 0 });
         if queued >= BATCH_BYTES && !self.wake_pending.swap(true, Ordering::AcqRel) {
             locks::lock(&self.wake).wanted = true;
             self.cond.notify_one();
@@ -208,8 +212,8 @@ impl DropBehind {
         Counters::add(&self.counters.dropbehind_freed_bytes, freed_bytes);
         if !retry.is_empty() {
             let bytes: u64 = retry.iter().map(|q| q.folio.size_bytes() as u64).sum();
-            locks::lock(&self.shards[0]).append(&mut retry);
             self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+            locks::lock(&self.shards[0]).append(&mut retry);
         }
         freed_bytes
     }

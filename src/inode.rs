@@ -146,8 +146,8 @@ pub struct Tickets {
 pub trait DirtyInodeList: Send + Sync {
     /// Queues `inode` with the worker that writes block `at` (just
     /// dirtied), or, with `None`, with every worker that has dirty data of
-    /// it (at least one).
-    fn queue_dirty_inode(&self, inode: &Arc<Inode>, at: Option<u64>);
+    /// it (at least one). Returns those workers, as a bit mask.
+    fn queue_dirty_inode(&self, inode: &Arc<Inode>, at: Option<u64>) -> u64;
 }
 
 /// What an inode needs from the cache around it, and nothing more.
@@ -550,8 +550,11 @@ impl Inode {
         // All placeholders exist before any I/O, so a fast reader waits for
         // this fill instead of overtaking it. The I/O then goes in batches
         // of about `batch_bytes`, each readable as soon as it completes.
+        // Each batch's folios are let go once published: a reader done
+        // with one of them may hand it to drop-behind, which frees only
+        // folios nobody holds.
         let mut first_err = None;
-        let mut rest: &[Arc<Folio>] = &created;
+        let mut rest = std::collections::VecDeque::from(created);
         while !rest.is_empty() {
             let mut n = 0;
             let mut bytes = 0;
@@ -559,12 +562,12 @@ impl Inode {
                 bytes += rest[n].size_bytes() as u64;
                 n += 1;
             }
-            if let Err(e) = self.fill_folios(&rest[..n], priority) {
+            let batch: Vec<Arc<Folio>> = rest.drain(..n).collect();
+            if let Err(e) = self.fill_folios(&batch, priority) {
                 first_err.get_or_insert(e);
             }
-            rest = &rest[n..];
+            debug_assert!(batch.iter().all(|f| !f.lock().read_in_flight), "every placeholder was published");
         }
-        debug_assert!(created.iter().all(|f| !f.lock().read_in_flight), "every placeholder was published");
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
@@ -972,9 +975,11 @@ impl Inode {
     /// (never writing back inline), and the writer is throttled.
     fn dirtied(self: &Arc<Self>, block: u64, newly_bytes: u64, dontcache: bool) {
         debug_assert!(newly_bytes > 0 && newly_bytes % BLOCK == 0, "whole blocks newly dirty");
-        self.queue_on_dirty_list(Some(block));
+        let workers = self.queue_on_dirty_list(Some(block));
         if dontcache {
-            self.dirty.kick_dontcache();
+            // Only the worker that writes this block: the others have
+            // nothing of it to write.
+            self.dirty.kick_dontcache(workers);
         }
         throttle::balance_dirty(&self.dirty, &self.config, newly_bytes);
     }
@@ -1164,8 +1169,10 @@ impl Inode {
     /// the writeback workers look at it: after it went from clean to dirty
     /// (`at`: a block just dirtied), or after a size change whose store
     /// sync is still owed, or a failed writeback (`None`).
-    pub fn queue_on_dirty_list(self: &Arc<Self>, at: Option<u64>) {
-        self.dirty_list.queue_dirty_inode(self, at);
+    /// Joins the dirty list of the workers that write block `at` (`None`:
+    /// of every worker with dirty data of it); returns them as a mask.
+    pub fn queue_on_dirty_list(self: &Arc<Self>, at: Option<u64>) -> u64 {
+        self.dirty_list.queue_dirty_inode(self, at)
     }
 
     /// Whether any writeback worker lists this inode.

@@ -2,7 +2,8 @@
 //! few files, checked against a reference `Vec<u8>` per file.
 //!
 //! - `model_random_ops_with_crashes`: writes (unaligned, spanning folios,
-//!   uncached), reads, `sync_all`/`sync_data`, `set_len`, several handles per
+//!   uncached, also through handles opened uncached), reads,
+//!   `sync_all`/`sync_data`, `set_len`, several handles per
 //!   file that are closed and reopened, read-only handles, cursors, with a
 //!   cache small enough that eviction and writeback run all the time, and
 //!   random crashes. After every successful sync the durable image equals the
@@ -339,6 +340,9 @@ impl<'p> Model<'p> {
         } else {
             OpenOptions::new()
         };
+        // Some handles are uncached as a whole (the quiet mode's flusher
+        // must not be kicked).
+        let options = options.dontcache(self.mode != Mode::Quiet && self.rng.chance(20));
         if self.files[fi].handles.len() >= 5 {
             let victim = self.rng.below(5);
             self.files[fi].handles.swap_remove(victim);

@@ -42,8 +42,9 @@ pub enum Command {
 pub struct BenchArgs {
     /// Workloads to run, comma separated: names from --list, small-overwrite
     /// variants (e.g. pwrite-1k-2m-file), parallel-writeback variants
-    /// (parallel-writeback/files, parallel-writeback/shared/region-4), `all`,
-    /// or `default`. Without it, the default suite runs (about 7-8 minutes).
+    /// (parallel-writeback/files, parallel-writeback/shared/region-4),
+    /// hot-set variants (hot-set/write-stream), `all`, or `default`. Without
+    /// it, the default suite runs (about 7-8 minutes).
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Engines to run, comma separated (default: all five).
@@ -99,7 +100,8 @@ pub struct BenchArgs {
     /// Run every measurement N times and report the run with the median
     /// throughput (µs/call for per-call rows, fsync total for
     /// fsync-under-load's foreground, writeback MB/s for
-    /// parallel-writeback): on a shared, noisy machine one run can mislead.
+    /// parallel-writeback, the hot reader's MB/s for hot-set): on a shared,
+    /// noisy machine one run can mislead.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub repeat: u32,
     /// parallel-writeback: the writeback worker counts its wbcache rows try,
@@ -190,6 +192,7 @@ pub const DEFAULT_WORKLOADS: &[&str] = &[
     "parallel-writeback",
     "seq-read",
     "rand-read",
+    "hot-set",
     "small-overwrite",
 ];
 pub const DEFAULT_OVERWRITES: &[&str] =
@@ -426,7 +429,8 @@ impl Plan {
                 expand(name, overwrite_subset, &pw_workers).ok_or_else(|| {
                     format!(
                         "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file, \
-                         parallel-writeback ones like parallel-writeback/files or parallel-writeback/shared/rotor-2)"
+                         parallel-writeback ones like parallel-writeback/files or parallel-writeback/shared/rotor-2, \
+                         hot-set ones like hot-set/write-stream)"
                     )
                 })?
             };
@@ -783,6 +787,32 @@ mod tests {
             let e = Plan::from_args(a).err().unwrap_or_default();
             assert!(e.contains(needle), "{e:?} lacks {needle:?}");
         }
+    }
+
+    /// hot-set is in the default and quick suites with its three variants,
+    /// after rand-read; `-w hot-set/<variant>` selects one.
+    #[test]
+    fn hot_set_selection() {
+        let hot = |p: &Plan| -> Vec<String> {
+            p.groups.iter().filter(|g| g.workload == "hot-set").map(|g| g.variant.clone().unwrap()).collect()
+        };
+        for quick in [false, true] {
+            let p = Plan::from_args(BenchArgs { quick, ..BenchArgs::default() }).unwrap();
+            assert_eq!(hot(&p), ["alone", "write-stream", "read-stream"], "quick {quick}");
+            let workloads: Vec<&str> = p.groups.iter().map(|g| g.workload).collect();
+            let at = |w: &str| workloads.iter().position(|x| *x == w).unwrap();
+            assert!(at("rand-read") < at("hot-set") && at("hot-set") < at("small-overwrite"));
+            assert_eq!(p.params.memory, if quick { 128 * MIB } else { 256 * MIB });
+        }
+        let one = Plan::from_args(BenchArgs {
+            workloads: vec!["hot-set/read-stream".into(), "hot-set/alone".into()],
+            ..BenchArgs::default()
+        })
+        .unwrap();
+        assert_eq!(hot(&one), ["read-stream", "alone"]);
+        assert_eq!(one.engines.len(), 5, "every engine");
+        let e = Plan::from_args(BenchArgs { workloads: vec!["hot-set/both".into()], ..BenchArgs::default() }).err();
+        assert!(e.is_some_and(|e| e.contains("hot-set/write-stream")));
     }
 
     /// An empty selection is a usage error, not an empty run.

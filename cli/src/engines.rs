@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
 use serde::{Deserialize, Serialize};
-use wbcache::{Cache, Config, OpenOptions, WriteFlags};
+use wbcache::{Cache, Config, OpenOptions, WriteFlags, RESIDENT_CACHED};
 
 use crate::sys::{kernel_dirty_bytes, AlignedBuf};
 
@@ -170,6 +170,18 @@ pub trait EngineFile: Send {
     fn pipeline(&mut self) -> Option<&mut dyn Pipelined> {
         None
     }
+    /// Prepares [`EngineFile::resident`] for ranges inside `[off, off +
+    /// len)` (`off` page-aligned); `false` when the engine has no cache to
+    /// ask (O_DIRECT).
+    fn track_residency(&mut self, _off: u64, _len: u64) -> io::Result<bool> {
+        Ok(false)
+    }
+    /// Whether every page (kernel) or block (wbcache) of `[off, off + len)`
+    /// is cached now, asked without reading or faulting anything in. Only
+    /// after [`EngineFile::track_residency`] said `true`, inside its range.
+    fn resident(&mut self, _off: u64, _len: u64) -> io::Result<bool> {
+        Err(io::Error::other("this engine has no cache to ask"))
+    }
 }
 
 /// A source of `(offset, len)` requests for [`Pipelined::run`]; `None` ends
@@ -222,7 +234,7 @@ impl System {
                 let file = cache.open(&target.path, &options)?;
                 let flags =
                     if engine == EngineKind::WbcacheDontcache { WriteFlags::DONTCACHE } else { WriteFlags::NONE };
-                Ok(Box::new(WbFile { file, flags }))
+                Ok(Box::new(WbFile { file, flags, residency: Vec::new() }))
             }
             _ => Err(io::Error::other(format!("engine {} does not belong to this system", engine.name()))),
         }
@@ -311,6 +323,41 @@ enum Mode {
 struct KernelFile {
     file: fs::File,
     mode: Mode,
+    /// A read-only shared mapping of the range whose residency is asked
+    /// (`hot-set`), never touched: `mincore(2)` on it reports the page
+    /// cache without faulting pages in.
+    map: Option<Mapping>,
+}
+
+/// `len` bytes of a file from offset `off`, mapped at `addr`.
+struct Mapping {
+    addr: *mut libc::c_void,
+    off: u64,
+    len: usize,
+    /// One byte per page, for `mincore`.
+    vec: Vec<u8>,
+}
+
+// SAFETY: the mapping is owned by one `KernelFile` and only read through
+// `mincore`, which does not touch its memory.
+unsafe impl Send for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `addr` and `len` are what mmap returned and was given;
+        // nothing refers to the mapping any more.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page > 0 {
+        page as u64
+    } else {
+        4096
+    }
 }
 
 impl KernelFile {
@@ -322,7 +369,7 @@ impl KernelFile {
             .truncate(target.create)
             .mode(0o644)
             .open(&target.path)?;
-        Ok(KernelFile { file, mode })
+        Ok(KernelFile { file, mode, map: None })
     }
 
     fn fd(&self) -> RawFd {
@@ -472,6 +519,61 @@ impl EngineFile for KernelFile {
 
     fn fsync(&mut self) -> io::Result<()> {
         retry_eintr(|| self.file.sync_all())
+    }
+
+    fn track_residency(&mut self, off: u64, len: u64) -> io::Result<bool> {
+        if off % page_size() != 0 || len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("residency of [{off}, +{len}): needs a page-aligned, non-empty range"),
+            ));
+        }
+        self.map = None;
+        // SAFETY: a new read-only shared mapping of our own file; the
+        // kernel picks the address. It is never read or written, only
+        // passed to mincore, and unmapped when `Mapping` drops.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                self.fd(),
+                off as libc::off_t,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        self.map = Some(Mapping { addr, off, len: len as usize, vec: Vec::new() });
+        Ok(true)
+    }
+
+    fn resident(&mut self, off: u64, len: u64) -> io::Result<bool> {
+        let page = page_size();
+        let map = self.map.as_mut().ok_or_else(|| io::Error::other("residency asked before track_residency"))?;
+        let inside = off >= map.off && off + len <= map.off + map.len as u64 && (off - map.off) % page == 0;
+        if !inside || len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("residency of [{off}, +{len}) outside the mapping"),
+            ));
+        }
+        let pages = len.div_ceil(page) as usize;
+        map.vec.resize(pages, 0);
+        // SAFETY: the range lies inside the mapping (checked above) and
+        // starts on a page; `vec` holds one byte per page of it.
+        let rc = unsafe {
+            libc::mincore(
+                (map.addr as *mut u8).add((off - map.off) as usize) as *mut libc::c_void,
+                len as usize,
+                map.vec.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(map.vec.iter().all(|v| v & 1 != 0))
     }
 }
 
@@ -756,6 +858,8 @@ impl Pipelined for DirectFile {
 struct WbFile {
     file: wbcache::File,
     flags: WriteFlags,
+    /// One byte per block, for `residency`.
+    residency: Vec<u8>,
 }
 
 impl EngineFile for WbFile {
@@ -798,4 +902,87 @@ impl EngineFile for WbFile {
     fn fsync(&mut self) -> io::Result<()> {
         self.file.sync_all()
     }
+
+    fn track_residency(&mut self, _off: u64, _len: u64) -> io::Result<bool> {
+        Ok(true)
+    }
+
+    fn resident(&mut self, off: u64, len: u64) -> io::Result<bool> {
+        const BLOCK: u64 = 4096;
+        let blocks = ((off + len).div_ceil(BLOCK) - off / BLOCK) as usize;
+        self.residency.resize(blocks, 0);
+        let n = self.file.residency(off, len, &mut self.residency)?;
+        // Blocks past the end of the file are not reported: not cached.
+        Ok(n == blocks && self.residency[..n].iter().all(|b| b & RESIDENT_CACHED != 0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch file's path on a disk file system where one is at hand
+    /// (the page cache of a tmpfs cannot be dropped), and whether it is one.
+    fn scratch_file(name: &str) -> (PathBuf, bool) {
+        let dir = [PathBuf::from("/var/tmp"), std::env::temp_dir()]
+            .into_iter()
+            .find(|d| d.is_dir() && !crate::sys::is_memory_fs(d))
+            .unwrap_or_else(std::env::temp_dir);
+        let on_disk = !crate::sys::is_memory_fs(&dir);
+        (dir.join(format!("wbcache-cli-{name}-{}.bin", std::process::id())), on_disk)
+    }
+
+    /// The kernel's answer comes from mincore(2) on a mapping that is never
+    /// touched: pages dropped from the page cache are not resident, and
+    /// asking does not bring them back; reading them does.
+    #[test]
+    fn kernel_residency_follows_the_page_cache() {
+        let (path, on_disk) = scratch_file("residency");
+        let target = Target { path: path.clone(), offset: 0, len: MIB_TEST, create: true };
+        let mut f = KernelFile::open(&target, Mode::Buffered).unwrap();
+        assert!(f.resident(0, 4096).is_err(), "asked before track_residency");
+        let buf = AlignedBuf::filled(MIB_TEST as usize, 3);
+        f.write_at(&buf, 0).unwrap();
+        f.fsync().unwrap();
+        assert!(f.track_residency(0, MIB_TEST).unwrap());
+        assert!(f.resident(0, MIB_TEST).unwrap(), "just written");
+        assert!(f.resident(512 << 10, 256 << 10).unwrap());
+        assert!(f.resident(MIB_TEST - 4096, 8192).is_err(), "past the mapping");
+        if on_disk {
+            // SAFETY: plain syscall on an fd we own.
+            let rc = unsafe { libc::posix_fadvise(f.fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            assert_eq!(rc, 0);
+            assert!(!f.resident(0, MIB_TEST).unwrap(), "dropped");
+            assert!(!f.resident(0, MIB_TEST).unwrap(), "asking faulted nothing in");
+            let mut rbuf = AlignedBuf::new(256 << 10);
+            assert_eq!(f.read_at(&mut rbuf, 0).unwrap(), 256 << 10);
+            assert!(f.resident(0, 256 << 10).unwrap(), "read back in");
+        }
+        drop(f);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// wbcache's answer comes from File::residency: blocks written are
+    /// cached; blocks past the end are not.
+    #[test]
+    fn wbcache_residency_and_no_cache_for_direct() {
+        let (path, _) = scratch_file("wb-residency");
+        let sys = System::new(EngineKind::Wbcache, "capacity=32M").unwrap();
+        let target = Target { path: path.clone(), offset: 0, len: MIB_TEST, create: true };
+        let mut f = sys.open(EngineKind::Wbcache, &target).unwrap();
+        f.write_at(&AlignedBuf::filled(MIB_TEST as usize, 4), 0).unwrap();
+        assert!(f.track_residency(0, MIB_TEST).unwrap());
+        assert!(f.resident(0, MIB_TEST).unwrap());
+        assert!(f.resident(4096, 256 << 10).unwrap());
+        assert!(!f.resident(MIB_TEST - 4096, 8192).unwrap(), "a block past the end is not cached");
+        drop(f);
+        sys.close().unwrap();
+        // O_DIRECT has no cache to ask (where the file system takes O_DIRECT).
+        if let Ok(mut d) = DirectFile::open(&Target { create: false, ..target }) {
+            assert!(!d.track_residency(0, MIB_TEST).unwrap());
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    const MIB_TEST: u64 = 1 << 20;
 }

@@ -11,7 +11,7 @@ use crate::engines::EngineKind;
 use crate::measure::{rate_points, round3, sum_samples, HistData, Histogram, Percentiles, Series};
 use crate::sys::{fmt_size, Machine};
 use crate::worker::{JobResult, Outcome, Status};
-use crate::workloads::{Group, Kind, BACKGROUND, FOREGROUND};
+use crate::workloads::{Group, HotSet, Kind, BACKGROUND, FOREGROUND, HOT, STREAMER};
 
 /// One result row. Field order and names are the JSON schema; fields that do
 /// not apply are `null`. The `#[serde(skip)]` fields feed tables and charts.
@@ -48,6 +48,21 @@ pub struct ResultRow {
     /// wrote, in the order the cache's stats list them (`null` when they
     /// do not).
     pub written_bytes_per_worker: Option<Vec<u64>>,
+    /// `hot-set`: the share (0 to 1) of the hot reader's 256 KiB reads
+    /// whose every page (kernel) or block (wbcache) was cached just before
+    /// the read; `null` on kernel-direct, which has no cache.
+    pub hot_hit_ratio: Option<f64>,
+    /// `hot-set`: the hot reader's bytes over the time it read, in MB/s.
+    /// (The row's `throughput_mb_s` is the streamer's; on `alone` rows, the
+    /// hot reader's.)
+    pub hot_mb_s: Option<f64>,
+    /// `hot-set`'s streaming rows: `hot_mb_s` ÷ the same engine's `alone`
+    /// row's, when this run has it.
+    pub hot_mb_s_alone_ratio: Option<f64>,
+    /// `hot-set`'s wbcache rows: the bytes the cache dropped behind
+    /// uncached I/O (`dropbehind_freed_bytes` of its stats) over the whole
+    /// measurement, setup included.
+    pub dropbehind_freed_bytes: Option<u64>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -95,6 +110,10 @@ impl ResultRow {
             writeback_mb_s: None,
             cpu_s_per_gib: None,
             written_bytes_per_worker: None,
+            hot_hit_ratio: None,
+            hot_mb_s: None,
+            hot_mb_s_alone_ratio: None,
+            dropbehind_freed_bytes: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -183,6 +202,9 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
     if let Kind::ParallelWriteback(pw) = group.kind {
         return vec![pw_row(group, engine, pw, &jobs, o)];
     }
+    if let Kind::HotSet(_) = group.kind {
+        return vec![hot_row(group, engine, &jobs, o)];
+    }
     if group.kind == Kind::Competing {
         let mut rows: Vec<ResultRow> =
             jobs.iter().map(|j| aggregate(group, engine, j.role.clone(), &[*j], o)).collect();
@@ -217,6 +239,50 @@ fn pw_row(
     // One chart per pattern, every engine and configuration in it.
     row.group = format!("{}-{}", group.workload, pw.pattern.name());
     row
+}
+
+/// `hot-set`'s row: the streamer's figures (the hot reader's on `alone`),
+/// the hot reader's MB/s and hit ratio, and for wbcache the bytes dropped
+/// behind uncached I/O.
+fn hot_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) -> ResultRow {
+    let of_role =
+        |role: &str| -> Vec<&JobResult> { jobs.iter().copied().filter(|j| j.role.as_deref() == Some(role)).collect() };
+    let (hot, streamer) = (of_role(HOT), of_role(STREAMER));
+    let main = if streamer.is_empty() { &hot } else { &streamer };
+    let mut row = aggregate(group, engine, group.variant.clone(), main, o);
+    if let Some(h) = hot.first() {
+        row.hot_mb_s = (h.io_end_s > 0.0).then(|| round3(h.bytes as f64 / h.io_end_s / 1e6));
+        row.hot_hit_ratio = h.resident_chunks.filter(|_| h.ops > 0).map(|r| round6(r as f64 / h.ops as f64));
+        if streamer.is_empty() {
+            // Alone: the row's MB/s is the hot reader's, the same figure.
+            row.throughput_mb_s = row.hot_mb_s;
+        }
+    }
+    row.dropbehind_freed_bytes = o.wbcache_stats.as_deref().and_then(|s| stats_u64(s, "dropbehind_freed_bytes"));
+    row
+}
+
+/// `hot_mb_s_alone_ratio` of every streaming `hot-set` row whose engine
+/// has an `alone` row in `rows`.
+pub fn hot_alone_ratios(rows: &mut [ResultRow]) {
+    let alone: Vec<(String, f64)> = rows
+        .iter()
+        .filter(|r| r.workload == "hot-set" && r.variant.as_deref() == Some(HotSet::Alone.name()) && r.ok())
+        .filter_map(|r| Some((r.engine.clone(), r.hot_mb_s.filter(|v| *v > 0.0)?)))
+        .collect();
+    for r in rows.iter_mut().filter(|r| r.workload == "hot-set" && r.variant.as_deref() != Some("alone")) {
+        let base = alone.iter().find(|(e, _)| *e == r.engine).map(|(_, v)| *v);
+        r.hot_mb_s_alone_ratio = match (r.ok().then_some(r.hot_mb_s).flatten(), base) {
+            (Some(a), Some(b)) => Some(round3(a / b)),
+            _ => None,
+        };
+    }
+}
+
+/// A number at the top level of the cache's stats JSON.
+fn stats_u64(stats_json: &str, key: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(stats_json).ok()?;
+    v.get(key)?.as_u64()
 }
 
 /// The `written_bytes` of each entry of the `writeback_workers` array of
@@ -663,6 +729,121 @@ fn pw_targets(rows: &[ResultRow], lines: &mut Vec<(String, String, bool)>) {
     }
 }
 
+/// The order of `hot-set`'s rows in its table: per engine (in the
+/// engines' order), alone, then write-stream, then read-stream.
+fn hot_rank(r: &ResultRow) -> (usize, usize) {
+    let engine = EngineKind::ALL.iter().position(|e| e.name() == r.engine).unwrap_or(usize::MAX);
+    let variant = HotSet::ALL.iter().position(|v| Some(v.name()) == r.variant.as_deref()).unwrap_or(usize::MAX);
+    (engine, variant)
+}
+
+/// A hit ratio as a percentage: `99.8%`, `100%`.
+fn percent(ratio: f64) -> String {
+    if ratio >= 1.0 {
+        "100%".into()
+    } else {
+        format!("{:.1}%", ratio * 100.0)
+    }
+}
+
+/// What the `hot-set` table's columns mean (printed above it).
+pub const HOT_COLUMNS: &str = "stream MB/s: the streamer's bytes over its time (a write-stream's final fsync \
+     included). hot MB/s: the hot reader's bytes over the time it read; vs alone: that ÷ the same engine's alone row. \
+     hot hit ratio: the share of the hot reader's 256 KiB reads whose every page (mincore(2) on a read-only shared \
+     mapping of the hot file, for the kernel) or block (File::residency, for wbcache) was cached just before the read; \
+     kernel-direct has no cache, so no ratio.";
+
+/// The `hot-set` table: per engine and variant, the streamer's MB/s, the
+/// hot reader's MB/s (and against its alone row), the hot hit ratio, the
+/// peak of dirty bytes and, for wbcache, what was dropped behind.
+pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
+    let mut rows: Vec<&ResultRow> = rows.to_vec();
+    rows.sort_by_key(|r| hot_rank(r));
+    let has_status = rows.iter().any(|r| !r.ok());
+    let has_dropped = rows.iter().any(|r| r.dropbehind_freed_bytes.is_some());
+    let mut head =
+        vec!["engine", "variant", "stream MB/s", "hot MB/s", "hot vs alone", "hot hit ratio", "peak dirty+wb MiB"];
+    if has_dropped {
+        head.push("dropped behind MiB");
+    }
+    if has_status {
+        head.push("status");
+    }
+    let dropped_note = if has_dropped {
+        " dropped behind: what wbcache freed behind uncached I/O (dropbehind_freed_bytes of its stats), in MiB."
+    } else {
+        ""
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "### {title}\n\n{about}\n\n{HOT_COLUMNS}{dropped_note}\n");
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let aligns: Vec<&str> =
+        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
+    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    let dash = || "—".to_string();
+    for r in &rows {
+        let ok = r.ok();
+        let alone = r.variant.as_deref() == Some(HotSet::Alone.name());
+        let mut c: Vec<String> = vec![r.engine.clone(), r.variant.clone().unwrap_or_else(dash)];
+        c.push(r.throughput_mb_s.filter(|_| ok && !alone).map(fmt_num).unwrap_or_else(dash));
+        c.push(r.hot_mb_s.filter(|_| ok).map(fmt_num).unwrap_or_else(dash));
+        c.push(r.hot_mb_s_alone_ratio.filter(|_| ok).map(|x| format!("{x:.2}×")).unwrap_or_else(dash));
+        c.push(match r.hot_hit_ratio.filter(|_| ok) {
+            Some(x) => percent(x),
+            None if ok && r.engine == "kernel-direct" => "— (no cache)".into(),
+            None => dash(),
+        });
+        c.push(r.peak_dirty_bytes.filter(|_| ok).map(mib).unwrap_or_else(dash));
+        if has_dropped {
+            c.push(r.dropbehind_freed_bytes.filter(|_| ok).map(mib).unwrap_or_else(dash));
+        }
+        if has_status {
+            c.push(match &r.error {
+                Some(e) if !ok => cell(&format!("{}: {e}", r.status)),
+                _ => r.status.clone(),
+            });
+        }
+        let _ = writeln!(out, "| {} |", c.join(" | "));
+    }
+    out
+}
+
+/// `hot-set`'s goals, per streaming variant: wbcache-dontcache keeps its
+/// hot reader's data cached (hit ratio ≥ 99%) and its speed (≥ 0.9 × alone);
+/// kernel-buffered's figures beside them, as context.
+fn hot_targets(rows: &[ResultRow], lines: &mut Vec<(String, String, bool)>) {
+    let find = |variant: &str, engine: &str| {
+        rows.iter()
+            .find(|r| r.workload == "hot-set" && r.variant.as_deref() == Some(variant) && r.engine == engine && r.ok())
+    };
+    for v in [HotSet::WriteStream, HotSet::ReadStream] {
+        let variant = v.name();
+        let Some(w) = find(variant, "wbcache-dontcache") else { continue };
+        let kernel = find(variant, "kernel-buffered");
+        if let Some(a) = w.hot_hit_ratio {
+            let beside = kernel.and_then(|k| k.hot_hit_ratio).map(|k| format!(" (kernel-buffered {})", percent(k)));
+            lines.push((
+                format!("hot-set {variant}: wbcache-dontcache hot hit ratio ≥ 99%"),
+                format!("{}{}", percent(a), beside.unwrap_or_default()),
+                a >= 0.99,
+            ));
+        }
+        let alone = find(HotSet::Alone.name(), "wbcache-dontcache").and_then(|r| r.hot_mb_s).filter(|b| *b > 0.0);
+        if let (Some(a), Some(b)) = (w.hot_mb_s, alone) {
+            let kernel_alone = find(HotSet::Alone.name(), "kernel-buffered").and_then(|r| r.hot_mb_s);
+            let beside = match (kernel.and_then(|k| k.hot_mb_s), kernel_alone) {
+                (Some(k), Some(ka)) if ka > 0.0 => format!("; kernel-buffered {:.2}×", k / ka),
+                _ => String::new(),
+            };
+            lines.push((
+                format!("hot-set {variant}: wbcache-dontcache hot reader MB/s ≥ 0.9 × its alone MB/s"),
+                format!("{} vs {} MB/s alone ({:.2}×){beside}", fmt_num(a), fmt_num(b), a / b),
+                a >= 0.9 * b,
+            ));
+        }
+    }
+}
+
 /// `fsync-under-load`'s goals, where this run has the rows they compare.
 fn fsync_targets(rows: &[ResultRow], lines: &mut Vec<(String, String, bool)>) {
     let w = "fsync-under-load";
@@ -850,6 +1031,7 @@ pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference]) -
     }
     fsync_targets(rows, &mut lines);
     pw_targets(rows, &mut lines);
+    hot_targets(rows, &mut lines);
     if lines.is_empty() {
         return None;
     }
@@ -1167,7 +1349,8 @@ mod tests {
         assert_eq!(json["written_bytes_per_worker"], serde_json::json!([1 << 20, 2 << 20]));
         let text = serde_json::to_string(r).unwrap();
         assert!(text.ends_with(&format!(
-            ",\"fsync_total_s\":null,\"writeback_mb_s\":{},\"cpu_s_per_gib\":{},\"written_bytes_per_worker\":[1048576,2097152]}}",
+            ",\"fsync_total_s\":null,\"writeback_mb_s\":{},\"cpu_s_per_gib\":{},\"written_bytes_per_worker\":[1048576,2097152],\
+             \"hot_hit_ratio\":null,\"hot_mb_s\":null,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":null}}",
             json["writeback_mb_s"], json["cpu_s_per_gib"]
         )));
         // The kernel's rows: no configuration in the label, nor workers.
@@ -1270,5 +1453,154 @@ mod tests {
              wbcache rotor-2 0.75×."
         ));
         assert!(table.contains("kernel-dontcache and wbcache-dontcache do not run this workload. written per worker:"));
+    }
+
+    fn hot_group(variant: &str) -> Group {
+        crate::workloads::groups_for(&format!("hot-set/{variant}"), None).unwrap().remove(0)
+    }
+
+    fn hot_job(role: &str, bytes: u64, ops: u64, io_end_s: f64, resident: Option<u64>) -> JobResult {
+        let mut j = job(role, bytes, io_end_s);
+        j.ops = ops;
+        j.resident_chunks = resident;
+        j
+    }
+
+    fn hot_outcome(jobs: Vec<JobResult>, stats: Option<&str>) -> Outcome {
+        Outcome {
+            status: Status::Ok,
+            error: None,
+            jobs,
+            dirty: vec![(0.1, 1 << 20)],
+            peak_dirty_bytes: 2 << 20,
+            wbcache_stats: stats.map(String::from),
+            io_backend: None,
+            cpu_busy_s: None,
+        }
+    }
+
+    /// A hot-set row: the streamer's MB/s (the hot reader's when alone),
+    /// the hot reader's MB/s and hit ratio, what wbcache dropped behind;
+    /// the new fields close the JSON row.
+    #[test]
+    fn hot_set_rows() {
+        let stats = r#"{"dirty_bytes":0,"dropbehind_freed_bytes":536870912,"io_backend":"uring"}"#;
+        let o = hot_outcome(
+            vec![hot_job(HOT, 4_000_000_000, 1000, 2.0, Some(990)), hot_job(STREAMER, 500_000_000, 500, 1.0, None)],
+            Some(stats),
+        );
+        let rows = rows_from(&hot_group("write-stream"), EngineKind::WbcacheDontcache, &o);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!((r.workload.as_str(), r.variant.as_deref()), ("hot-set", Some("write-stream")));
+        assert_eq!(r.throughput_mb_s, Some(500.0), "the streamer's");
+        assert_eq!(r.bytes, Some(500_000_000));
+        assert_eq!(r.hot_mb_s, Some(2000.0));
+        assert_eq!(r.hot_hit_ratio, Some(0.99));
+        assert_eq!(r.dropbehind_freed_bytes, Some(512 << 20));
+        assert_eq!(r.peak_dirty_bytes, Some(2 << 20));
+        let text = serde_json::to_string(r).unwrap();
+        assert!(
+            text.ends_with(
+                ",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912}"
+            ),
+            "{text}"
+        );
+        // Alone: the hot reader's figures are the row's; O_DIRECT: no ratio.
+        let alone = hot_outcome(vec![hot_job(HOT, 1_000_000_000, 100, 1.0, None)], None);
+        let a = &rows_from(&hot_group("alone"), EngineKind::KernelDirect, &alone)[0];
+        assert_eq!((a.throughput_mb_s, a.hot_mb_s, a.hot_hit_ratio), (Some(1000.0), Some(1000.0), None));
+        assert_eq!(a.dropbehind_freed_bytes, None);
+        let json = serde_json::to_value(a).unwrap();
+        assert!(json["hot_hit_ratio"].is_null() && json.get("hot_hit_ratio").is_some());
+    }
+
+    fn hot_row(variant: &str, engine: &str, hot_mb_s: f64, ratio: Option<f64>) -> ResultRow {
+        let mut row = ResultRow::empty(
+            &hot_group(variant),
+            EngineKind::parse(engine).unwrap(),
+            Some(variant.into()),
+            Status::Ok,
+            None,
+        );
+        row.hot_mb_s = Some(hot_mb_s);
+        row.hot_hit_ratio = ratio;
+        row.throughput_mb_s = Some(if variant == "alone" { hot_mb_s } else { 1500.0 });
+        row.peak_dirty_bytes = Some(64 << 20);
+        row
+    }
+
+    fn hot_rows() -> Vec<ResultRow> {
+        vec![
+            hot_row("alone", "kernel-buffered", 20_000.0, Some(1.0)),
+            hot_row("alone", "wbcache-dontcache", 25_000.0, Some(1.0)),
+            hot_row("write-stream", "kernel-buffered", 8_000.0, Some(0.25)),
+            hot_row("write-stream", "wbcache-dontcache", 24_000.0, Some(0.995)),
+            hot_row("read-stream", "kernel-buffered", 10_000.0, Some(0.5)),
+            hot_row("read-stream", "wbcache-dontcache", 20_000.0, Some(0.98)),
+            hot_row("read-stream", "kernel-direct", 50.0, None),
+        ]
+    }
+
+    /// Per streaming variant: the hit ratio and the hot reader's speed
+    /// against alone, kernel-buffered's figures beside them.
+    #[test]
+    fn hot_set_targets() {
+        let mut rows = hot_rows();
+        hot_alone_ratios(&mut rows);
+        assert_eq!(rows[3].hot_mb_s_alone_ratio, Some(0.96));
+        assert_eq!(rows[2].hot_mb_s_alone_ratio, Some(0.4));
+        assert_eq!(rows[0].hot_mb_s_alone_ratio, None, "the alone row is the reference");
+        assert_eq!(rows[6].hot_mb_s_alone_ratio, None, "no kernel-direct alone row");
+        let v = verdicts(&rows, "hot-set");
+        let names: Vec<&str> = v.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "hot-set write-stream: wbcache-dontcache hot hit ratio ≥ 99%",
+                "hot-set write-stream: wbcache-dontcache hot reader MB/s ≥ 0.9 × its alone MB/s",
+                "hot-set read-stream: wbcache-dontcache hot hit ratio ≥ 99%",
+                "hot-set read-stream: wbcache-dontcache hot reader MB/s ≥ 0.9 × its alone MB/s",
+            ]
+        );
+        // write-stream: 99.5% and 0.96×; read-stream: 98% and 0.80×.
+        assert_eq!(v.iter().map(|(_, met)| *met).collect::<Vec<_>>(), [true, true, false, false]);
+        let table = targets(&rows, 1 << 30, &[]).unwrap();
+        assert!(table.contains("| 99.5% (kernel-buffered 25.0%) | met |"), "{table}");
+        assert!(table.contains("| 24,000 vs 25,000 MB/s alone (0.96×); kernel-buffered 0.40× | met |"), "{table}");
+        assert!(table.contains("| 98.0% (kernel-buffered 50.0%) | NOT met |"), "{table}");
+        // Without wbcache-dontcache rows, no lines; without its alone row, no speed line.
+        let kernel: Vec<ResultRow> = rows.iter().filter(|r| r.engine != "wbcache-dontcache").cloned().collect();
+        assert!(verdicts(&kernel, "hot-set").is_empty());
+        let streaming: Vec<ResultRow> =
+            rows.iter().filter(|r| r.variant.as_deref() != Some("alone")).cloned().collect();
+        assert_eq!(verdicts(&streaming, "hot-set").len(), 2);
+    }
+
+    /// The table: per engine, alone then the streams; no stream MB/s on
+    /// alone rows, no hit ratio on kernel-direct.
+    #[test]
+    fn hot_set_table() {
+        let mut rows = hot_rows();
+        rows[1].dropbehind_freed_bytes = Some(0);
+        rows[3].dropbehind_freed_bytes = Some(512 << 20);
+        hot_alone_ratios(&mut rows);
+        let refs: Vec<&ResultRow> = rows.iter().collect();
+        let table = hot_table("hot-set", "about", &refs);
+        assert!(table.contains(
+            "| engine | variant | stream MB/s | hot MB/s | hot vs alone | hot hit ratio | peak dirty+wb MiB | \
+             dropped behind MiB |"
+        ));
+        assert!(table.contains("| kernel-buffered | alone | — | 20,000 | — | 100% | 64.0 | — |"), "{table}");
+        assert!(table.contains("| kernel-buffered | write-stream | 1,500 | 8,000 | 0.40× | 25.0% | 64.0 | — |"));
+        assert!(table.contains("| kernel-direct | read-stream | 1,500 | 50.0 | — | — (no cache) | 64.0 | — |"));
+        assert!(table.contains("| wbcache-dontcache | write-stream | 1,500 | 24,000 | 0.96× | 99.5% | 64.0 | 512.0 |"));
+        let order: Vec<&str> = table.lines().filter(|l| l.starts_with("| k") || l.starts_with("| w")).collect();
+        assert!(
+            order[0].starts_with("| kernel-buffered | alone")
+                && order[2].starts_with("| kernel-buffered | read-stream")
+        );
+        assert!(order[3].starts_with("| kernel-direct") && order[6].starts_with("| wbcache-dontcache | read-stream"));
+        assert!(table.contains("kernel-direct has no cache, so no ratio"));
     }
 }

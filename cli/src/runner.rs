@@ -20,13 +20,14 @@ use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
 use crate::progress::{say, Progress};
 use crate::report::{
-    failed_row, fsync_table, markdown_table, pw_table, rows_from, targets, to_json, Reference, ResultRow,
+    failed_row, fsync_table, hot_alone_ratios, hot_table, markdown_table, pw_table, rows_from, targets, to_json,
+    Reference, ResultRow,
 };
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
 use crate::worker::{memcpy_reference_us, Outcome, Status};
 use crate::workloads::{
-    build_spec, cached_span, data_len, describe, fsync_background_about, info, pw_about, FioJob, Group, Kind, Place,
-    Spec, KIB,
+    build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about, FioJob, Group,
+    Kind, Place, Spec, KIB,
 };
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -358,8 +359,9 @@ fn run_worker(
 
 /// Of several runs of one measurement, the one whose primary figure
 /// (throughput, µs/call for per-call rows, the fsync total for
-/// fsync-under-load's foreground rows, or the writeback MB/s for
-/// parallel-writeback, of its first row) is the median among the runs that
+/// fsync-under-load's foreground rows, the writeback MB/s for
+/// parallel-writeback, or the hot reader's MB/s for hot-set, of its first
+/// row) is the median among the runs that
 /// succeeded; a failed run only if all failed.
 fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
     let key = |rows: &Vec<ResultRow>| -> Option<f64> {
@@ -367,7 +369,7 @@ fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
         if row.status != "ok" {
             return None;
         }
-        row.fsync_total_s.or(row.us_per_call).or(row.writeback_mb_s).or(row.throughput_mb_s)
+        row.fsync_total_s.or(row.us_per_call).or(row.writeback_mb_s).or(row.hot_mb_s).or(row.throughput_mb_s)
     };
     let mut ok: Vec<(f64, usize)> = runs.iter().enumerate().filter_map(|(i, r)| key(r).map(|k| (k, i))).collect();
     if ok.is_empty() {
@@ -396,6 +398,18 @@ fn summary(rows: &[ResultRow]) -> String {
         s.push_str(&format!(", fsync total {:.3} s", fg.fsync_total_s.unwrap_or(0.0)));
         if let Some(t) = rows.iter().filter(|r| r.fsync_total_s.is_none()).find_map(|r| r.throughput_mb_s) {
             s.push_str(&format!(", background {t:.1} MB/s"));
+        }
+        return s;
+    }
+    // hot-set: the streamer's and the hot reader's MB/s, the hit ratio.
+    if let Some(hot) = r.hot_mb_s {
+        let mut s = match r.variant.as_deref() {
+            Some("alone") => String::new(),
+            _ => format!("stream {:.1} MB/s, ", r.throughput_mb_s.unwrap_or(0.0)),
+        };
+        s.push_str(&format!("hot {hot:.1} MB/s"));
+        if let Some(x) = r.hot_hit_ratio {
+            s.push_str(&format!(", hot hit ratio {:.1}%", x * 100.0));
         }
         return s;
     }
@@ -626,6 +640,9 @@ pub fn run(args: BenchArgs) -> i32 {
             };
             progress.finish(&summary(&new_rows));
             rows.extend(new_rows);
+            if matches!(group.kind, Kind::HotSet(_)) {
+                hot_alone_ratios(&mut rows);
+            }
         }
         let ran = rows.iter().any(|r| r.workload == group.workload && r.variant == group.variant && r.ok());
         if group.kind == (Kind::CachedRead { offset0: false }) && ran && !INTERRUPTED.load(Ordering::SeqCst) {
@@ -782,10 +799,15 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
             mine.iter().map(|g| format!("{}: {}", g.variant.as_deref().unwrap_or("main"), describe(g, p))).collect();
         parts.join("; ")
     };
-    let what = if matches!(group.kind, Kind::FsyncUnderLoad(_)) {
-        format!("{}. {what}", fsync_background_about(p))
-    } else {
-        what
+    let what = match group.kind {
+        Kind::FsyncUnderLoad(_) => format!("{}. {what}", fsync_background_about(p)),
+        Kind::HotSet(_) => {
+            // A variant alone starts with its description: a sentence of its own.
+            let mut chars = what.chars();
+            let what = chars.next().map(|c| c.to_uppercase().chain(chars).collect::<String>()).unwrap_or_default();
+            format!("{}. {what}", hot_about(p))
+        }
+        _ => what,
     };
     // The catalog's workloads say what they model; a custom job is the user's.
     let context = match info(group.workload) {
@@ -802,6 +824,9 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
     }
     if matches!(group.kind, Kind::ParallelWriteback(_)) {
         return pw_table(group.workload, &about, &table_rows);
+    }
+    if matches!(group.kind, Kind::HotSet(_)) {
+        return hot_table(group.workload, &about, &table_rows);
     }
     markdown_table(group.workload, &about, &table_rows)
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::engines::{EngineFile, EngineKind, System, DIRECT_DEPTH};
 use crate::measure::{HistData, Histogram, Series};
 use crate::sys::{AlignedBuf, Rng};
-use crate::workloads::{JobSpec, Pattern, Setup, Spec, FOREGROUND};
+use crate::workloads::{JobSpec, Pattern, Setup, Spec, FOREGROUND, STREAMER};
 
 const MIB: u64 = 1 << 20;
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -66,6 +66,11 @@ pub struct JobResult {
     /// started, its latency in ms)`.
     #[serde(default)]
     pub fsync_points: Vec<(f64, f64)>,
+    /// `hot-set`'s hot reader: how many of its reads (`ops`) found their
+    /// whole chunk cached just before; `None` when the engine has no cache
+    /// to ask (O_DIRECT).
+    #[serde(default)]
+    pub resident_chunks: Option<u64>,
 }
 
 /// What a worker prints.
@@ -138,6 +143,7 @@ struct JobRaw {
     us_per_call: Option<f64>,
     fsync_total_s: Option<f64>,
     fsync_points: Vec<(f64, f64)>,
+    resident_chunks: Option<u64>,
 }
 
 /// Per-job series bookkeeping for the sampler.
@@ -187,7 +193,9 @@ pub fn run(spec: &Spec) -> Outcome {
                             // Also ends the wait of a job with `fsync_after_all`.
                             cancel.store(true, Relaxed);
                         }
-                        if job.role.as_deref() == Some(FOREGROUND) {
+                        // The foreground (fsync-under-load) or the streamer
+                        // (hot-set) ended: the jobs beside it stop.
+                        if matches!(job.role.as_deref(), Some(FOREGROUND | STREAMER)) {
                             stop.store(true, Relaxed);
                         }
                         running.store(false, Relaxed);
@@ -265,6 +273,7 @@ pub fn run(spec: &Spec) -> Outcome {
                     samples: std::mem::take(&mut st.samples),
                     fsync_total_s: r.fsync_total_s,
                     fsync_points: r.fsync_points,
+                    resident_chunks: r.resident_chunks,
                 });
             }
             Err(e) => {
@@ -331,20 +340,42 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
         }
         Setup::Warm { bytes } => {
             let mut f = sys.open(setup_engine(job.engine), &job.target)?;
-            let mut buf = AlignedBuf::new(MIB as usize);
+            read_through(&mut *f, base, bytes)?;
+            f
+        }
+        Setup::Hot { bytes } => {
+            // The hot reader's own engine: the data is cached where it reads.
+            let mut f = sys.open(job.engine, &job.target)?;
+            let buf = AlignedBuf::filled(MIB as usize, job.seed ^ 0xfeed);
             let mut off = 0;
             while off < bytes {
                 let n = MIB.min(bytes - off) as usize;
-                if f.read_at(&mut buf[..n], base + off)? == 0 {
-                    break;
-                }
+                f.write_at(&buf[..n], base + off)?;
                 off += n as u64;
+            }
+            f.fsync()?;
+            for _ in 0..2 {
+                read_through(&mut *f, base, bytes)?;
             }
             f
         }
     };
     let target = crate::engines::Target { create: false, ..job.target.clone() };
     sys.open(job.engine, &target)
+}
+
+/// Reads `[base, base + bytes)` once in 1 MiB reads (to its end of file).
+fn read_through(f: &mut dyn EngineFile, base: u64, bytes: u64) -> io::Result<()> {
+    let mut buf = AlignedBuf::new(MIB as usize);
+    let mut off = 0;
+    while off < bytes {
+        let n = MIB.min(bytes - off) as usize;
+        if f.read_at(&mut buf[..n], base + off)? == 0 {
+            break;
+        }
+        off += n as u64;
+    }
+    Ok(())
 }
 
 /// Opens a fio-style job's files after the first (the first is the
@@ -394,6 +425,7 @@ fn run_job(
     let mut fsync_hist = None;
     let mut fsync_total_s = None;
     let mut fsync_points = Vec::new();
+    let mut resident_chunks = None;
     let deadline_after = Duration::from_secs_f64(spec.deadline_s.max(0.01));
     match &job.pattern {
         Pattern::Seq { .. } | Pattern::Rand { .. } | Pattern::RandShare { .. } => {
@@ -579,6 +611,34 @@ fn run_job(
                 fsync_hist = Some(fsyncs);
             }
         }
+        Pattern::HotReads { bs } => {
+            let bs = *bs;
+            let len = (job.target.len / bs).max(1) * bs;
+            // Set up before the clock of the first read starts (a mapping
+            // of the hot file for the kernel engines).
+            let tracked = file.track_residency(base, len)?;
+            let mut resident = 0u64;
+            let mut rbuf = AlignedBuf::new(bs as usize);
+            let deadline = started + deadline_after;
+            let mut off = 0u64;
+            while !cancel.load(Relaxed) && !stop.load(Relaxed) && Instant::now() < deadline {
+                // Asked just before the read: was the whole chunk still cached?
+                if tracked && file.resident(base + off, bs)? {
+                    resident += 1;
+                }
+                let t = Instant::now();
+                let n = file.read_at(&mut rbuf, base + off)?;
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("read at {off} hit end of file")));
+                }
+                hist.record(t.elapsed().as_nanos() as u64);
+                bytes += n as u64;
+                ops += 1;
+                counter.fetch_add(n as u64, Relaxed);
+                off = (off + bs) % len;
+            }
+            resident_chunks = tracked.then_some(resident);
+        }
         Pattern::CachedReads { bs, span, iterations, warmup } => {
             let bs = *bs;
             let blocks = (span / bs).max(1);
@@ -626,7 +686,18 @@ fn run_job(
     }
     let end_s = started.elapsed().as_secs_f64();
     drop(file);
-    Ok(JobRaw { bytes, ops, io_end_s, end_s, hist, fsync: fsync_hist, us_per_call, fsync_total_s, fsync_points })
+    Ok(JobRaw {
+        bytes,
+        ops,
+        io_end_s,
+        end_s,
+        hist,
+        fsync: fsync_hist,
+        us_per_call,
+        fsync_total_s,
+        fsync_points,
+        resident_chunks,
+    })
 }
 
 /// µs per call of a bare `memcpy` of a random `bs`-byte block inside an

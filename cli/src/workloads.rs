@@ -37,6 +37,12 @@ const AG_WRITEBACK: &str = "the LKML posting \"[PATCH v3 0/6] AG aware parallel 
 const DONTCACHE_KICK: &str =
     "the tables of the LKML series \"mm: kick writeback flusher for IOCB_DONTCACHE with targeted dirty tracking\" (v5, 2026)";
 
+/// The series that brought uncached buffered I/O to Linux, whose reason
+/// to exist `hot-set` measures.
+const UNCACHED_IO: &str = "the LKML series \"Uncached buffered IO\" by Jens Axboe (PATCHSET v1 to v8, November and \
+     December 2024: RWF_UNCACHED, renamed RWF_DONTCACHE and merged for Linux 6.14), and what uncached I/O is for: \
+     data streamed once through the cache should not push out the data that is read again and again";
+
 pub const WORKLOADS: &[WorkloadInfo] = &[
     WorkloadInfo {
         name: "seq-write",
@@ -103,6 +109,26 @@ pub const WORKLOADS: &[WorkloadInfo] = &[
         source: Some("libMicro's pread_u4k case (the cached-4k-offset0 variant)"),
     },
     WorkloadInfo {
+        name: "hot-set",
+        about: "cache protection: a hot reader reads a hot file of a quarter of --memory over and over (256 KiB \
+                sequential reads, wrapping; the file is written and read twice before the timed part, so it starts \
+                out cached) while a streamer moves --size (twice the memory) through the engine. Variants alone (the \
+                hot reader alone for --runtime), write-stream (the streamer writes a new file in 1 MiB sequential \
+                writes, then fsync; the hot reader runs until it is done) and read-stream (the streamer reads a cold \
+                file, laid out before the run, in 1 MiB sequential reads). The streamer uses the engine's mode \
+                (RWF_DONTCACHE, O_DIRECT, WriteFlags::DONTCACHE, ...); the hot reader reads plainly through the \
+                engine's cache: buffered for both kernel engines with a cache, the same wbcache Cache as the streamer \
+                without flags for both wbcache engines, and O_DIRECT on kernel-direct, which has no cache (its hit \
+                ratio is null). Figures: the streamer's MB/s, the hot reader's MB/s (and against its alone row), and \
+                the hot hit ratio, the share of the hot reader's chunks wholly cached just before it read them \
+                (mincore(2) on a mapping of the hot file for the kernel, File::residency for wbcache). Select one \
+                variant with e.g. hot-set/write-stream",
+        models: "a database's or a web server's working set read again and again while a backup, a log shipper or \
+                 a bulk load streams through the same cache: does the stream push the hot data out, and does the \
+                 hot reader slow down",
+        source: Some(UNCACHED_IO),
+    },
+    WorkloadInfo {
         name: "small-overwrite",
         about: "overwrite offset 0 of an already cached file (written once and fsynced), per-call cost in µs; variants {write,pwrite,writev}-{1k,10k}-{4k,1m,2m}-file (writev: 10 iovecs of the size)",
         models: "small in-place updates of a cached file (a database header, a counter, a WAL tail): the cost of one write call",
@@ -126,6 +152,8 @@ pub enum Kind {
     FsyncUnderLoad(FsyncGroup),
     /// One measurement group of `parallel-writeback`.
     ParallelWriteback(PwGroup),
+    /// One variant of `hot-set`.
+    HotSet(HotSet),
     SeqRead,
     RandRead,
     /// µs per cached 4 KiB read: random inside a cached region, or the
@@ -352,6 +380,77 @@ impl PwGroup {
 /// The engines `parallel-writeback` runs on at all.
 pub const PW_ENGINES: [EngineKind; 3] = [EngineKind::KernelBuffered, EngineKind::KernelDirect, EngineKind::Wbcache];
 
+/// The variants of `hot-set`: the hot reader alone, or next to a streamer
+/// that writes or reads --size through the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HotSet {
+    Alone,
+    WriteStream,
+    ReadStream,
+}
+
+impl HotSet {
+    pub const ALL: [HotSet; 3] = [HotSet::Alone, HotSet::WriteStream, HotSet::ReadStream];
+
+    /// The variant name (JSON `variant`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HotSet::Alone => "alone",
+            HotSet::WriteStream => "write-stream",
+            HotSet::ReadStream => "read-stream",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<HotSet> {
+        HotSet::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// Whether the streamer writes (`Some(true)`), reads (`Some(false)`),
+    /// or does not run (`None`).
+    pub fn stream_writes(self) -> Option<bool> {
+        match self {
+            HotSet::Alone => None,
+            HotSet::WriteStream => Some(true),
+            HotSet::ReadStream => Some(false),
+        }
+    }
+
+    fn group(self) -> Group {
+        Group { workload: "hot-set", variant: Some(self.name().into()), kind: Kind::HotSet(self) }
+    }
+}
+
+/// The hot reader's request size.
+pub const HOT_BS: u64 = 256 * KIB;
+/// The streamer's request size.
+pub const HOT_STREAM_BS: u64 = MIB;
+/// The role of `hot-set`'s hot reader.
+pub const HOT: &str = "hot";
+/// The role of `hot-set`'s streamer: when it ends, the hot reader stops.
+pub const STREAMER: &str = "streamer";
+
+/// The hot file: a quarter of the memory, whole requests.
+pub fn hot_len(p: &Params) -> u64 {
+    round_down(p.memory / 4, HOT_BS)
+}
+
+/// What the streamer moves: --size (twice the memory by default), whole
+/// requests.
+pub fn hot_stream_len(p: &Params) -> u64 {
+    round_down(p.size, HOT_STREAM_BS)
+}
+
+/// The engine the hot reader reads through: the engine's own cache, read
+/// plainly (the uncached engines' buffered peer, on the same system and,
+/// for wbcache, the same `Cache`); kernel-direct reads with O_DIRECT.
+pub fn hot_engine(engine: EngineKind) -> EngineKind {
+    if engine.is_dontcache() {
+        engine.buffered_peer()
+    } else {
+        engine
+    }
+}
+
 /// `parallel-writeback`'s groups for these worker counts: per pattern, the
 /// kernel's group, then one per wbcache configuration.
 pub fn pw_groups(workers: &[u32]) -> Vec<Group> {
@@ -539,7 +638,14 @@ impl Group {
     /// Needs the shared data file (real data, laid out before the runs).
     pub fn needs_data(&self) -> bool {
         // (Custom jobs lay out files of their own: see the runner.)
-        matches!(self.kind, Kind::RandWrite | Kind::SeqRead | Kind::RandRead | Kind::CachedRead { .. })
+        matches!(
+            self.kind,
+            Kind::RandWrite
+                | Kind::SeqRead
+                | Kind::RandRead
+                | Kind::CachedRead { .. }
+                | Kind::HotSet(HotSet::ReadStream)
+        )
     }
 }
 
@@ -591,12 +697,16 @@ pub fn groups_for(name: &str, overwrite_subset: Option<&[&str]>) -> Option<Vec<G
 }
 
 /// The groups a workload name expands to: a catalog name, a small-overwrite
-/// variant name, or `parallel-writeback/<selector>` (see [`pw_selection`]);
-/// `parallel-writeback` tries these writeback worker counts.
+/// variant name, `parallel-writeback/<selector>` (see [`pw_selection`]) or
+/// `hot-set/<variant>`; `parallel-writeback` tries these writeback worker
+/// counts.
 pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: &[u32]) -> Option<Vec<Group>> {
     let g = |workload: &'static str, kind: Kind| Group { workload, variant: None, kind };
     if let Some(selector) = name.strip_prefix("parallel-writeback/") {
         return pw_selection(selector, writeback_workers);
+    }
+    if let Some(variant) = name.strip_prefix("hot-set/") {
+        return Some(vec![HotSet::parse(variant)?.group()]);
     }
     let groups = match name {
         "seq-write" => vec![g("seq-write", Kind::SeqWrite)],
@@ -613,6 +723,7 @@ pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: 
             })
             .collect(),
         "parallel-writeback" => pw_groups(writeback_workers),
+        "hot-set" => HotSet::ALL.into_iter().map(HotSet::group).collect(),
         "seq-read" => vec![g("seq-read", Kind::SeqRead)],
         "rand-read" => vec![
             g("rand-read", Kind::RandRead),
@@ -663,6 +774,12 @@ pub enum Setup {
     Warm {
         bytes: u64,
     },
+    /// `hot-set`'s hot file: write the first `bytes` of the target in 1 MiB
+    /// writes, fsync, then read them twice: they start out cached, and
+    /// hot (read more than once) for the cache's replacement policy.
+    Hot {
+        bytes: u64,
+    },
 }
 
 /// The timed phase of a job.
@@ -690,6 +807,11 @@ pub enum Pattern {
     /// `share`-th on. The jobs with shares `0..shares` write every block
     /// once between them. Until the deadline.
     RandShare { bs: u64, share: u64, shares: u64, key: u64 },
+    /// `hot-set`'s hot reader: `bs` sequential reads over the target,
+    /// wrapping, until the deadline or until the streamer ends; before each
+    /// read, asks the engine whether the whole chunk is cached (where the
+    /// engine has a cache to ask).
+    HotReads { bs: u64 },
 }
 
 /// The role of the job whose fsyncs `fsync-under-load` measures: when it
@@ -827,6 +949,29 @@ impl Place {
         }
     }
 
+    /// The targets of a `hot-set` measurement: the hot file (`hot_len`
+    /// bytes) and the stream (`stream_len` bytes: the shared data file
+    /// when `read`, else a new file). On a device: the stream's region
+    /// first (the data's, at offset 0), then the hot region right after it,
+    /// the hot region at most a quarter of the device and the stream what
+    /// is left of it.
+    fn hot_layout(&self, name: &str, hot_len: u64, stream_len: u64, read: bool) -> (Target, Target) {
+        match (&self.device, &self.dir) {
+            (Some(dev), _) => {
+                let hot = round_down(hot_len.min(self.device_size / 4), HOT_BS);
+                let stream = round_down(stream_len.min(self.device_size.saturating_sub(hot)), HOT_STREAM_BS);
+                let region = |offset: u64, len: u64| Target { path: dev.clone(), offset, len, create: false };
+                (region(stream, hot), region(0, stream))
+            }
+            (None, Some(dir)) => {
+                let hot = Target { path: dir.join(format!("{name}-hot.bin")), offset: 0, len: hot_len, create: true };
+                let stream = if read { self.data(stream_len) } else { self.fresh(name, 0, stream_len) };
+                (hot, stream)
+            }
+            (None, None) => unreachable!("a place has a dir or a device"),
+        }
+    }
+
     /// Per-file length for `n` time-based writers: `want`, bounded by the
     /// space there is (writers wrap around at this length).
     fn per_writer(&self, n: u64, want: u64) -> u64 {
@@ -880,6 +1025,21 @@ pub fn describe(group: &Group, p: &Params) -> String {
             };
             let on = pw.writeback.map(|w| format!(", wbcache with writeback {}", w.name())).unwrap_or_default();
             format!("{writers}, 4 KiB random writes (at most {rt} s), then fsync{on}")
+        }
+        Kind::HotSet(v) => {
+            let hot = fmt_size(hot_len(p));
+            let stream = fmt_size(hot_stream_len(p));
+            match v {
+                HotSet::Alone => format!("the hot reader alone over its cached {hot} file for {rt} s"),
+                HotSet::WriteStream => format!(
+                    "the hot reader over its cached {hot} file while the streamer writes a new {stream} file \
+                     (1 MiB writes, then fsync)"
+                ),
+                HotSet::ReadStream => format!(
+                    "the hot reader over its cached {hot} file while the streamer reads a cold {stream} file \
+                     (1 MiB reads)"
+                ),
+            }
         }
         Kind::SeqRead => format!("cold sequential read of a {size} file, 1 MiB reads"),
         Kind::RandRead => format!("4 KiB random reads over a {size} file, {rt} s"),
@@ -953,6 +1113,21 @@ pub fn pw_about(p: &Params) -> String {
         fmt_size(p.size),
         fmt_size(pw_file_len(p)),
         fmt_size(pw_shared_len(p))
+    )
+}
+
+/// What `hot-set` does, with this run's sizes (said once above its table,
+/// before each variant's description).
+pub fn hot_about(p: &Params) -> String {
+    format!(
+        "Hot reader: 256 KiB sequential reads over a hot {} file (a quarter of the memory), wrapping around; before \
+         the timed part the file is written, fsynced and read twice, so it starts out cached. It reads plainly \
+         through the engine's cache: buffered pread on kernel-buffered and kernel-dontcache, O_DIRECT on \
+         kernel-direct (no cache: no hit ratio), and read_at without flags on the same wbcache Cache as the \
+         streamer on wbcache and wbcache-dontcache. Streamer: {} through the engine in its own mode (plain \
+         buffered, RWF_DONTCACHE, O_DIRECT, wbcache, wbcache with WriteFlags::DONTCACHE)",
+        fmt_size(hot_len(p)),
+        fmt_size(hot_stream_len(p))
     )
 }
 
@@ -1057,6 +1232,22 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
                 }
             };
             (jobs, p.runtime_s, true)
+        }
+        Kind::HotSet(v) => {
+            let (hot_target, stream_target) =
+                place.hot_layout(&name, hot_len(p), hot_stream_len(p), *v == HotSet::ReadStream);
+            let setup = Setup::Hot { bytes: hot_target.len };
+            let mut hot = job(hot_engine(engine), hot_target, setup, Pattern::HotReads { bs: HOT_BS }, false, 50);
+            hot.role = Some(HOT.into());
+            let mut jobs = vec![hot];
+            if let Some(write) = v.stream_writes() {
+                let pat = Pattern::Seq { write, bs: HOT_STREAM_BS, total: Some(stream_target.len) };
+                let mut streamer = job(engine, stream_target, Setup::None, pat, write, 51);
+                streamer.role = Some(STREAMER.into());
+                jobs.push(streamer);
+            }
+            let deadline = if *v == HotSet::Alone { p.runtime_s } else { p.stream_cap_s };
+            (jobs, deadline, true)
         }
         Kind::SeqRead => {
             let pat = Pattern::Seq { write: false, bs: MIB, total: Some(p.size) };
@@ -1347,5 +1538,82 @@ mod tests {
         assert!(s.jobs.iter().all(|j| !j.target.create && j.target.path == std::path::Path::new("/dev/x")));
         let s = build_spec(&group("shared"), EngineKind::KernelBuffered, &p, &dev, false);
         assert!(s.jobs.iter().all(|j| (j.target.offset, j.target.len, j.target.create) == (0, 256 * MIB, false)));
+    }
+
+    /// hot-set: three variants on every engine, selectable one by one.
+    #[test]
+    fn hot_set_groups_and_selections() {
+        let groups = groups_for("hot-set", None).unwrap();
+        assert_eq!(variants_of(&groups), ["alone", "write-stream", "read-stream"]);
+        assert!(groups.iter().all(|g| g.workload == "hot-set" && EngineKind::ALL.iter().all(|e| g.runs_on(*e))));
+        assert_eq!(groups.iter().map(Group::needs_data).collect::<Vec<_>>(), [false, false, true]);
+        assert_eq!(groups[1].slug(), "hot-set-write-stream");
+        assert_eq!(groups[1].label(), "hot-set write-stream");
+        assert_eq!(variants_of(&groups_for("hot-set/read-stream", None).unwrap()), ["read-stream"]);
+        for bad in ["hot-set/", "hot-set/both", "hot-set/alone/x", "hot-set/Alone"] {
+            assert!(groups_for(bad, None).is_none(), "{bad}");
+        }
+        let source = info("hot-set").and_then(|w| w.source).unwrap();
+        assert!(source.contains("Uncached buffered IO") && source.contains("Jens Axboe"), "{source}");
+        assert_eq!(hot_engine(EngineKind::WbcacheDontcache), EngineKind::Wbcache);
+        assert_eq!(hot_engine(EngineKind::KernelDontcache), EngineKind::KernelBuffered);
+        assert_eq!(hot_engine(EngineKind::KernelDirect), EngineKind::KernelDirect);
+    }
+
+    /// The hot reader (a quarter of the memory, warmed, read through the
+    /// engine's cache) and the streamer (--size through the engine, in its
+    /// own mode): a new file to write, the data file to read; on a device,
+    /// the stream's region then the hot region.
+    #[test]
+    fn hot_set_specs() {
+        let dir = std::env::temp_dir();
+        let place = Place { dir: Some(dir.clone()), device: None, device_size: 0, free_bytes: 64 << 30 };
+        let p = params(2.0);
+        let spec = |variant: &str, engine: EngineKind, place: &Place| {
+            let g = groups_for(&format!("hot-set/{variant}"), None).unwrap().remove(0);
+            build_spec(&g, engine, &p, place, false)
+        };
+        let roles = |s: &Spec| s.jobs.iter().map(|j| j.role.clone().unwrap()).collect::<Vec<_>>();
+        let alone = spec("alone", EngineKind::KernelDontcache, &place);
+        assert_eq!(roles(&alone), [HOT]);
+        assert_eq!(alone.deadline_s, 2.0, "the runtime");
+        let hot = &alone.jobs[0];
+        assert_eq!(hot.engine, EngineKind::KernelBuffered, "the hot reader reads plainly");
+        assert!(matches!(hot.setup, Setup::Hot { bytes } if bytes == 32 * MIB));
+        assert!(matches!(hot.pattern, Pattern::HotReads { bs } if bs == 256 * KIB));
+        assert_eq!((hot.target.len, hot.target.create, hot.fsync_at_end), (32 * MIB, true, false));
+
+        let write = spec("write-stream", EngineKind::WbcacheDontcache, &place);
+        assert_eq!(roles(&write), [HOT, STREAMER]);
+        assert_eq!(write.deadline_s, p.stream_cap_s);
+        let (hot, streamer) = (&write.jobs[0], &write.jobs[1]);
+        assert_eq!((hot.engine, streamer.engine), (EngineKind::Wbcache, EngineKind::WbcacheDontcache));
+        assert!(
+            matches!(streamer.pattern, Pattern::Seq { write: true, bs, total: Some(t) } if bs == MIB && t == 256 * MIB)
+        );
+        assert!(streamer.fsync_at_end && streamer.target.create && streamer.target.path != hot.target.path);
+        assert!(write.pipelined);
+
+        let read = spec("read-stream", EngineKind::KernelDirect, &place);
+        let (hot, streamer) = (&read.jobs[0], &read.jobs[1]);
+        assert_eq!((hot.engine, streamer.engine), (EngineKind::KernelDirect, EngineKind::KernelDirect));
+        assert!(
+            matches!(streamer.pattern, Pattern::Seq { write: false, bs, total: Some(t) } if bs == MIB && t == 256 * MIB)
+        );
+        assert!(!streamer.fsync_at_end);
+        assert_eq!((streamer.target.path.clone(), streamer.target.create), (place.data_path(), false));
+        assert!(data_len(&p) >= streamer.target.len, "the laid-out data covers the stream");
+
+        // On a device: the stream from offset 0, the hot region after it.
+        let dev = Place { dir: None, device: Some("/dev/x".into()), device_size: 1 << 30, free_bytes: 1 << 30 };
+        let s = spec("write-stream", EngineKind::Wbcache, &dev);
+        let regions: Vec<(u64, u64)> = s.jobs.iter().map(|j| (j.target.offset, j.target.len)).collect();
+        assert_eq!(regions, [(256 * MIB, 32 * MIB), (0, 256 * MIB)]);
+        assert!(s.jobs.iter().all(|j| !j.target.create && j.target.path == std::path::Path::new("/dev/x")));
+        // A small device: the hot region at most a quarter, the stream the rest.
+        let small = Place { device_size: 64 * MIB, ..dev };
+        let s = spec("read-stream", EngineKind::Wbcache, &small);
+        let regions: Vec<(u64, u64)> = s.jobs.iter().map(|j| (j.target.offset, j.target.len)).collect();
+        assert_eq!(regions, [(48 * MIB, 16 * MIB), (0, 48 * MIB)]);
     }
 }

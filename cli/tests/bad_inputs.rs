@@ -85,6 +85,7 @@ fn bad_selections_and_options_are_refused() {
     assert_usage_error(&["-w", "parallel-writeback", "--writeback-workers", "0"], "--writeback-workers 0");
     assert_usage_error(&["-w", "seq-write", "--writeback-workers", "2"], "--writeback-workers");
     assert_usage_error(&["-w", "parallel-writeback", "-e", "kernel-dontcache"], "runs on kernel-buffered");
+    assert_usage_error(&["-w", "hot-set/both"], "unknown workload 'hot-set/both'");
 }
 
 #[test]

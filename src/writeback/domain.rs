@@ -53,6 +53,33 @@ pub struct Domain {
     workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
+/// A locked dirty list that tells the domain's accounting, as it is
+/// unlocked, whether the list holds anything.
+struct ListGuard<'a> {
+    list: std::sync::MutexGuard<'a, VecDeque<Listed>>,
+    dirty: &'a DomainDirty,
+    worker: usize,
+}
+
+impl std::ops::Deref for ListGuard<'_> {
+    type Target = VecDeque<Listed>;
+    fn deref(&self) -> &Self::Target {
+        &self.list
+    }
+}
+
+impl std::ops::DerefMut for ListGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.list
+    }
+}
+
+impl Drop for ListGuard<'_> {
+    fn drop(&mut self) {
+        self.dirty.set_worker_listed(self.worker, !self.list.is_empty());
+    }
+}
+
 impl Domain {
     /// A domain with its writeback workers running (as many as `config`
     /// routes to), their counters registered in `counters`.
@@ -111,8 +138,8 @@ impl Domain {
         for h in workers {
             let _ = h.join();
         }
-        for list in self.lists.iter() {
-            locks::lock(list).clear();
+        for worker in 0..self.lists.len() {
+            self.list(worker).clear();
         }
         debug_assert!(self.is_shutdown() && locks::lock(&self.workers).is_empty(), "no worker outlives the domain");
     }
@@ -121,8 +148,11 @@ impl Domain {
         self.dirty.is_shutdown()
     }
 
-    fn list(&self, worker: usize) -> std::sync::MutexGuard<'_, VecDeque<Listed>> {
-        locks::lock(&self.lists[worker])
+    /// Worker `worker`'s list, locked; whether it is empty is published
+    /// to [`DomainDirty`] when the guard drops (kicks go only to workers
+    /// with inodes listed).
+    fn list(&self, worker: usize) -> ListGuard<'_> {
+        ListGuard { list: locks::lock(&self.lists[worker]), dirty: &self.dirty, worker }
     }
 
     /// The oldest inode on `worker`'s list, taken off it (its bit stays
@@ -280,11 +310,12 @@ impl DirtyInodeList for Domain {
     /// Queues `inode` with the workers [`Domain::workers_for`] names,
     /// where it is not listed yet. A write into dirty data of an inode
     /// already listed costs one load.
-    fn queue_dirty_inode(&self, inode: &Arc<Inode>, at: Option<u64>) {
+    fn queue_dirty_inode(&self, inode: &Arc<Inode>, at: Option<u64>) -> u64 {
         let mask = self.workers_for(inode, at);
         let missing = mask & !inode.listed_workers.load(Ordering::Acquire);
         for worker in workers_in(missing) {
             self.queue_on(inode, worker);
         }
+        mask
     }
 }
