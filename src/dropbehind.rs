@@ -14,8 +14,8 @@
 //!
 //! What is freed: a folio still marked drop-behind (a cached access clears
 //! the mark), clean, not under writeback or being filled, and held by
-//! nobody beyond the cache's own references (its mapping and the eviction
-//! queue): a reader that has found the folio keeps it alive, and the
+//! nobody beyond the cache's own references (its mapping, the eviction
+//! queue, and the dirty index until its batched cleanup): a reader that has found the folio keeps it alive, and the
 //! reaper tries again in a later batch, a few times, before leaving it to
 //! eviction. A folio the reaper skips is never lost, only cached longer.
 //!
@@ -54,7 +54,8 @@ const TICK: Duration = Duration::from_millis(2);
 const HELD_RETRIES: u8 = 48;
 
 /// References the cache itself keeps to a clean, idle folio: its
-/// mapping's index and its eviction queue entry. One more is the reaper's.
+/// mapping's index and its eviction queue entry (and the dirty index's,
+/// counted apart). One more is the reaper's.
 const CACHE_REFS: usize = 2;
 
 struct Queued {
@@ -110,10 +111,15 @@ impl DropBehind {
         let shard = (mapping_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ folio.index) as usize % SHARDS;
         // Counted before it is visible, so the reaper never takes more
         // than was counted.
-        let queued = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        let before = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
         locks::lock(&self.shards[shard]).push(Queued { owner, folio, retries: 0 });
-        if queued >= BATCH_BYTES && !self.wake_pending.swap(true, Ordering::AcqRel) {
+        if before + bytes >= BATCH_BYTES && !self.wake_pending.swap(true, Ordering::AcqRel) {
             locks::lock(&self.wake).wanted = true;
+            self.cond.notify_one();
+        } else if before == 0 {
+            // The reaper sleeps long while nothing is queued: have it
+            // start its tick.
+            let _g = locks::lock(&self.wake);
             self.cond.notify_one();
         }
     }
@@ -145,22 +151,26 @@ impl DropBehind {
 
     fn run(self: Arc<Self>) {
         loop {
-            {
-                let mut wake = locks::lock(&self.wake);
-                while !wake.wanted && !wake.stop {
-                    let timeout = if self.queued_bytes() > 0 { TICK } else { Duration::from_secs(1) };
-                    let (guard, result) =
-                        self.cond.wait_timeout(wake, timeout).unwrap_or_else(std::sync::PoisonError::into_inner);
-                    wake = guard;
-                    if result.timed_out() && self.queued_bytes() > 0 {
-                        break;
-                    }
-                }
+            let mut wake = locks::lock(&self.wake);
+            loop {
                 if wake.stop {
                     return;
                 }
-                wake.wanted = false;
+                if wake.wanted {
+                    wake.wanted = false;
+                    break;
+                }
+                // Something queued: reap within a tick. Nothing: sleep
+                // until the first folio comes (its producer notifies).
+                let timeout = if self.queued_bytes() > 0 { TICK } else { Duration::from_secs(1) };
+                let (guard, result) =
+                    self.cond.wait_timeout(wake, timeout).unwrap_or_else(std::sync::PoisonError::into_inner);
+                wake = guard;
+                if result.timed_out() && self.queued_bytes() > 0 {
+                    break;
+                }
             }
+            drop(wake);
             self.wake_pending.store(false, Ordering::Release);
             self.reap_batch();
         }
@@ -194,7 +204,10 @@ impl DropBehind {
                 continue;
             }
             let Some(owner) = q.owner.upgrade() else { continue };
-            if Arc::strong_count(&q.folio) > CACHE_REFS + 1 {
+            // A folio that went clean may still sit in the dirty index until
+            // the inode's next writeback pass: the cache's own reference too.
+            let cache_refs = CACHE_REFS + usize::from(owner.mapping().dirty_index_holds(&q.folio));
+            if Arc::strong_count(&q.folio) > cache_refs + 1 {
                 // Someone found it (a reader about to copy, a writer about
                 // to dirty it): not now.
                 if q.retries < HELD_RETRIES {

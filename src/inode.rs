@@ -981,7 +981,7 @@ impl Inode {
             // nothing of it to write.
             self.dirty.kick_dontcache(workers);
         }
-        throttle::balance_dirty(&self.dirty, &self.config, newly_bytes);
+        throttle::balance_dirty(&self.dirty, &self.config, newly_bytes, dontcache);
     }
 
     /// Changes the logical size. Shrinking waits for writeback I/O in

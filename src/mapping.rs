@@ -204,6 +204,12 @@ impl Mapping {
         );
     }
 
+    /// Whether the dirty index holds `folio` itself (a folio gone clean
+    /// stays there until the next writeback pass's batched cleanup).
+    pub fn dirty_index_holds(&self, folio: &Arc<Folio>) -> bool {
+        self.dirty_index().get(&folio.index).is_some_and(|f| Arc::ptr_eq(f, folio))
+    }
+
     /// A folio whose dirty blocks were all discarded or written (its lock
     /// held) leaves the dirty index.
     pub fn unindex_clean(&self, folio: &Folio) {

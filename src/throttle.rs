@@ -91,11 +91,47 @@ thread_local! {
     static DIRTIED_SINCE_CHECK: Cell<u64> = const { Cell::new(0) };
 }
 
+/// The bound on an uncached writer: its domain's uncached bytes not yet
+/// written back plus the writeback in flight, paced between half of
+/// `dirty_background` (freerun) and `dirty_background` (the limit). The
+/// flusher writes uncached data as soon as it is dirtied, so this is how
+/// far the writer is ahead of the device: holding it there keeps dirty
+/// memory (and the final fsync) small at no cost in throughput, where
+/// without it a writer faster than the device fills the cache to
+/// `dirty_limit`. Buffered dirty data of other writers does not count, so
+/// an uncached writer is not starved by a buffered one.
+pub fn uncached_input(
+    dontcache_dirty_bytes: u64,
+    writeback_bytes: u64,
+    cfg: &Config,
+    write_bw_bytes_per_s: u64,
+    dirtied_bytes: u64,
+) -> ThrottleInput {
+    ThrottleInput {
+        nr_dirty_bytes: dontcache_dirty_bytes + writeback_bytes,
+        dirty_background_bytes: 0,
+        dirty_limit_bytes: cfg.dirty_background_bytes,
+        write_bw_bytes_per_s,
+        dirtied_bytes,
+        pause_max: Duration::from_millis(cfg.throttle_pause_ms_max),
+    }
+}
+
+/// Whether a writer that dirtied `dirtied_bytes` since its last check must
+/// look at its pause now: past freerun, every `ratelimit` bytes, and at or
+/// over the limit, every write.
+fn check_due(input: &ThrottleInput, ratelimit: u64) -> bool {
+    let freerun = freerun_bytes(input.dirty_background_bytes, input.dirty_limit_bytes);
+    input.nr_dirty_bytes > freerun
+        && (input.dirtied_bytes >= ratelimit || input.nr_dirty_bytes >= input.dirty_limit_bytes)
+}
+
 /// Throttles a writer that just dirtied `newly_bytes` in `domain`, as
 /// `balance_dirty_pages` does: rate-limited checks, a pause from the pure
 /// policy above, and waiting for writeback progress while over the dirty
-/// limit.
-pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64) {
+/// limit. An uncached writer (`dontcache`) is also held to
+/// [`uncached_input`]'s bound.
+pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64, dontcache: bool) {
     let cache = &domain.cache;
     let dirtied = DIRTIED_SINCE_CHECK.with(|c| {
         c.set(c.get() + newly_bytes);
@@ -105,8 +141,31 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64) {
     if dirty > cfg.dirty_background_bytes {
         domain.kick(WORK_BACKGROUND);
     }
-    let freerun = freerun_bytes(cfg.dirty_background_bytes, cfg.dirty_limit_bytes);
-    if dirty <= freerun || (dirtied < ratelimit_bytes(cfg.dirty_limit_bytes) && dirty < cfg.dirty_limit_bytes) {
+    let pause_max = Duration::from_millis(cfg.throttle_pause_ms_max);
+    let inputs = |dirtied: u64| {
+        let bw = domain.write_bw_bytes_per_s.load(Ordering::Relaxed);
+        let global = ThrottleInput {
+            nr_dirty_bytes: cache.dirty_bytes(),
+            dirty_background_bytes: cfg.dirty_background_bytes,
+            dirty_limit_bytes: cfg.dirty_limit_bytes,
+            write_bw_bytes_per_s: bw,
+            dirtied_bytes: dirtied,
+            pause_max,
+        };
+        let uncached = dontcache.then(|| {
+            uncached_input(
+                domain.dontcache_dirty_bytes.load(Ordering::Acquire),
+                domain.nr_writeback_bytes.load(Ordering::Acquire),
+                cfg,
+                bw,
+                dirtied,
+            )
+        });
+        (global, uncached)
+    };
+    let ratelimit = ratelimit_bytes(cfg.dirty_limit_bytes);
+    let (global, uncached) = inputs(dirtied);
+    if !check_due(&global, ratelimit) && !uncached.is_some_and(|u| check_due(&u, ratelimit)) {
         return;
     }
     DIRTIED_SINCE_CHECK.with(|c| c.set(0));
@@ -117,15 +176,8 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64) {
     // go as soon as the time waited covers it. Dirty falling releases it
     // early; dirty staying high keeps it the full pause.
     loop {
-        let input = ThrottleInput {
-            nr_dirty_bytes: cache.dirty_bytes(),
-            dirty_background_bytes: cfg.dirty_background_bytes,
-            dirty_limit_bytes: cfg.dirty_limit_bytes,
-            write_bw_bytes_per_s: domain.write_bw_bytes_per_s.load(Ordering::Relaxed),
-            dirtied_bytes: dirtied,
-            pause_max: Duration::from_millis(cfg.throttle_pause_ms_max),
-        };
-        let pause = throttle_pause(&input);
+        let (global, uncached) = inputs(dirtied);
+        let pause = throttle_pause(&global).max(uncached.map_or(Duration::ZERO, |u| throttle_pause(&u)));
         let waited = started.elapsed();
         if pause <= waited || cache.is_closed() {
             break;
@@ -231,6 +283,23 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    /// An uncached writer runs free up to half of `dirty_background` of
+    /// its own backlog (uncached dirty + writeback), is paced above it and
+    /// held at `dirty_background`; buffered dirty data is not its backlog.
+    #[test]
+    fn uncached_writers_are_held_to_the_background_threshold() {
+        let cfg = Config::from_options("capacity=256M,dirty_limit=128M,dirty_background=64M").unwrap();
+        let at =
+            |dontcache_dirty: u64, writeback: u64| uncached_input(dontcache_dirty, writeback, &cfg, 500 * MIB, MIB);
+        assert_eq!(throttle_pause(&at(20 * MIB, 12 * MIB)), Duration::ZERO, "freerun up to 32M");
+        let paced = throttle_pause(&at(30 * MIB, 16 * MIB));
+        assert!(paced > Duration::ZERO && paced < Duration::from_millis(200), "paced: {paced:?}");
+        assert!(throttle_pause(&at(40 * MIB, 16 * MIB)) > paced, "more backlog, longer pause");
+        assert_eq!(throttle_pause(&at(48 * MIB, 16 * MIB)), Duration::from_millis(200), "held at 64M");
+        assert!(check_due(&at(48 * MIB, 16 * MIB), 1 << 30), "at the limit every write checks");
+        assert!(!check_due(&at(30 * MIB, 0), 0), "under freerun no write checks");
+    }
 
     fn input(dirty: u64) -> ThrottleInput {
         ThrottleInput {

@@ -47,6 +47,22 @@ fn cached_blocks(file: &File, off: u64, len: u64) -> usize {
     out[..n].iter().filter(|&&b| b & RESIDENT_CACHED != 0).count()
 }
 
+/// The cached runs of blocks of `[0, len)`, as `(first block, count)`.
+fn cached_runs(file: &File, len: u64) -> Vec<(usize, usize)> {
+    let mut out = vec![0u8; (len as usize).div_ceil(4 * KIB)];
+    let n = file.residency(0, len, &mut out).unwrap();
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, b) in out[..n].iter().enumerate() {
+        if b & RESIDENT_CACHED != 0 {
+            match runs.last_mut() {
+                Some((start, count)) if *start + *count == i => *count += 1,
+                _ => runs.push((i, 1)),
+            }
+        }
+    }
+    runs
+}
+
 /// Waits until the reaper has freed what it was given (its batches run on
 /// a short tick) and returns the stats then.
 fn settled(cache: &Cache, freed_at_least: u64) -> Stats {
@@ -279,7 +295,7 @@ fn uncached_io_on_a_loop_device() {
         // The reaper frees the last reads' folios on its next tick.
         let dropped = wait_until(Duration::from_secs(10), || cached_blocks(&f, 0, 48 * MIB as u64) < 2048);
         let st = cache.stats();
-        assert!(dropped, "{io}: {} blocks still cached: {st:?}", cached_blocks(&f, 0, 48 * MIB as u64));
+        assert!(dropped, "{io}: cached block runs {:?}: {st:?}", cached_runs(&f, 48 * MIB as u64));
         assert!(st.dropbehind_freed_bytes >= 80 * MIB as u64, "{io}: what was written, then what was read: {st:?}");
         assert!(st.cached_bytes <= 16 * MIB as u64, "{io}: {st:?}");
         drop(f);
