@@ -173,6 +173,9 @@ impl DropBehind {
             drop(wake);
             self.wake_pending.store(false, Ordering::Release);
             self.reap_batch();
+            if let Some(us) = crate::io::thread_cpu_us() {
+                self.counters.dropbehind_cpu_us.store(us, Ordering::Relaxed);
+            }
         }
     }
 

@@ -63,6 +63,9 @@ pub struct ResultRow {
     /// uncached I/O (`dropbehind_freed_bytes` of its stats) over the whole
     /// measurement, setup included.
     pub dropbehind_freed_bytes: Option<u64>,
+    /// `hot-set`'s wbcache rows: CPU time the cache's drop-behind reaper
+    /// thread used (`dropbehind_cpu_us` of its stats), microseconds.
+    pub dropbehind_cpu_us: Option<u64>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -114,6 +117,7 @@ impl ResultRow {
             hot_mb_s: None,
             hot_mb_s_alone_ratio: None,
             dropbehind_freed_bytes: None,
+            dropbehind_cpu_us: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -259,6 +263,7 @@ fn hot_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) 
         }
     }
     row.dropbehind_freed_bytes = o.wbcache_stats.as_deref().and_then(|s| stats_u64(s, "dropbehind_freed_bytes"));
+    row.dropbehind_cpu_us = o.wbcache_stats.as_deref().and_then(|s| stats_u64(s, "dropbehind_cpu_us"));
     row
 }
 
@@ -1350,7 +1355,7 @@ mod tests {
         let text = serde_json::to_string(r).unwrap();
         assert!(text.ends_with(&format!(
             ",\"fsync_total_s\":null,\"writeback_mb_s\":{},\"cpu_s_per_gib\":{},\"written_bytes_per_worker\":[1048576,2097152],\
-             \"hot_hit_ratio\":null,\"hot_mb_s\":null,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":null}}",
+             \"hot_hit_ratio\":null,\"hot_mb_s\":null,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":null,\"dropbehind_cpu_us\":null}}",
             json["writeback_mb_s"], json["cpu_s_per_gib"]
         )));
         // The kernel's rows: no configuration in the label, nor workers.
@@ -1484,7 +1489,8 @@ mod tests {
     /// the new fields close the JSON row.
     #[test]
     fn hot_set_rows() {
-        let stats = r#"{"dirty_bytes":0,"dropbehind_freed_bytes":536870912,"io_backend":"uring"}"#;
+        let stats =
+            r#"{"dirty_bytes":0,"dropbehind_freed_bytes":536870912,"dropbehind_cpu_us":1234,"io_backend":"uring"}"#;
         let o = hot_outcome(
             vec![hot_job(HOT, 4_000_000_000, 1000, 2.0, Some(990)), hot_job(STREAMER, 500_000_000, 500, 1.0, None)],
             Some(stats),
@@ -1498,11 +1504,12 @@ mod tests {
         assert_eq!(r.hot_mb_s, Some(2000.0));
         assert_eq!(r.hot_hit_ratio, Some(0.99));
         assert_eq!(r.dropbehind_freed_bytes, Some(512 << 20));
+        assert_eq!(r.dropbehind_cpu_us, Some(1234));
         assert_eq!(r.peak_dirty_bytes, Some(2 << 20));
         let text = serde_json::to_string(r).unwrap();
         assert!(
             text.ends_with(
-                ",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912}"
+                ",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912,\"dropbehind_cpu_us\":1234}"
             ),
             "{text}"
         );

@@ -301,6 +301,19 @@ int main(int argc, char **argv) {
         CHECK_EQ(wbc_close(tmp), 0, "close O_TRUNC handle");
     }
 
+    /* --- WBC_O_DONTCACHE: every read and write of the handle uncached --- */
+    {
+        static unsigned char want[1 << 20], got[1 << 20];
+        REQUIRE(wbc_open(c, p3, O_RDWR | WBC_O_DONTCACHE, 0, &tmp) == 0, "open WBC_O_DONTCACHE: %s", last_error());
+        fill(want, sizeof want, 21);
+        CHECK_EQ(wbc_pwrite(tmp, want, sizeof want, 0, 0), sizeof want, "pwrite through an uncached handle");
+        CHECK_EQ(wbc_fdatasync(tmp), 0, "fdatasync of the uncached handle");
+        CHECK_EQ(wbc_pread(tmp, got, sizeof got, 0, 0), sizeof got, "pread through an uncached handle");
+        CHECK(memcmp(got, want, sizeof want) == 0, "uncached handle: content differs");
+        CHECK_EQ(wbc_close(tmp), 0, "close the uncached handle");
+        CHECK_EQ(wbc_open(c, p3, O_RDWR | 0x20000000, 0, &tmp), -EINVAL, "an unknown high open flag");
+    }
+
     /* --- concurrent writers on one handle --- */
     {
         pthread_t th[THREADS];
@@ -351,6 +364,9 @@ int main(int argc, char **argv) {
                 CHECK(strstr(json, "\"cached_bytes\":") != NULL, "no cached_bytes in %s", json);
                 CHECK(strstr(json, "\"written_bytes_by_reason\":{") != NULL, "no written_bytes_by_reason in %s", json);
                 CHECK(strstr(json, "\"io_backend\":\"threads\"") != NULL, "io_backend is not threads: %s", json);
+                CHECK(strstr(json, "\"dontcache_kicks\":") != NULL && strstr(json, "\"dontcache_kicks\":0,") == NULL,
+                      "the uncached handle's writes kicked the flusher: %s", json);
+                CHECK(strstr(json, "\"dropbehind_freed_bytes\":") != NULL, "no dropbehind_freed_bytes in %s", json);
             }
             free(exact);
             free(json);
