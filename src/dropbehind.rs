@@ -108,7 +108,10 @@ impl DropBehind {
         // The mark may be gone already (a cached access raced the caller):
         // the reaper looks again.
         let bytes = folio.size_bytes() as u64;
-        let shard = (mapping_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ folio.index) as usize % SHARDS;
+        // Folio indexes are multiples of the folio's size: mixed by the
+        // multiply, whose high bits pick the shard.
+        let key = mapping_id.rotate_left(32) ^ (folio.index >> folio.order);
+        let shard = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % SHARDS;
         // Counted before it is visible, so the reaper never takes more
         // than was counted.
         let before = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
@@ -135,8 +138,8 @@ impl DropBehind {
         self.reap_batch()
     }
 
-    /// Stops the reaper after a last batch; later queues are reaped by
-    /// [`DropBehind::reap_now`] or left to the inodes' teardown.
+    /// Stops the reaper after a last batch (the cache is closing: what is
+    /// queued later goes with its inode).
     pub fn stop(&self) {
         {
             let mut wake = locks::lock(&self.wake);
