@@ -114,9 +114,10 @@ fn uncached_reads_read_ahead_and_drop_behind() {
     let st = cache.stats();
     assert!(st.readahead_bytes > 0, "uncached reads still read ahead");
     // At most three readahead windows (capacity/8 each) hold data at once:
-    // the one being copied, the next, and the one being filled; never the
-    // whole file.
-    assert!(peak_cached <= (24 << 20) + (256 << 10), "peak cached {peak_cached} for a 48 MiB uncached read");
+    // the one being copied, the next, and the one being filled; plus what
+    // waits for the drop-behind reaper (a batch of 8 MiB, and what comes
+    // while it is being woken); never the whole file.
+    assert!(peak_cached <= (40 << 20), "peak cached {peak_cached} for a 48 MiB uncached read");
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert!(cache.stats().cached_bytes <= 4 << 20, "left cached: {}", cache.stats().cached_bytes);
 }
