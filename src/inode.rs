@@ -213,6 +213,10 @@ pub struct Inode {
     /// holds it exclusively, so a truncation never races an in-flight write
     /// beyond the old length.
     pub store_len_gate: StoreLenGate,
+    /// A lower bound on the backing store's length (files only): writeback
+    /// past it grows the store first ([`Inode::grow_store_for_writeback`]).
+    /// Lowered by every cut, under the store's length gate.
+    pub store_len_min: AtomicU64,
     /// Size changed since the last successful store sync: use fsync, not
     /// fdatasync.
     pub size_changed: AtomicBool,
@@ -261,6 +265,7 @@ impl Inode {
             len_limit: AtomicU64::new(u64::MAX),
             size_lock: Mutex::new(()),
             store_len_gate: StoreLenGate::default(),
+            store_len_min: AtomicU64::new(len),
             size_changed: AtomicBool::new(false),
             written_since_sync: AtomicBool::new(false),
             errseq: ErrSeq::default(),
@@ -1025,6 +1030,7 @@ impl Inode {
         let store = self.store();
         if store.len()? < new_size {
             store.set_len(new_size)?;
+            self.store_len_min.fetch_max(new_size, Ordering::AcqRel);
         }
         debug_assert!(self.size() >= new_size);
         Ok(())
@@ -1071,6 +1077,7 @@ impl Inode {
         // Writeback I/O of the removed blocks ended before the gate was
         // taken, and none has run since: the cut is the last word on them.
         self.size_changed.store(true, Ordering::Release);
+        self.store_len_min.fetch_min(new_size, Ordering::AcqRel);
         self.store().set_len(new_size)?;
         self.store_padded.store(false, Ordering::Release);
         // Raised only by writeback taking blocks, which the gate holds off.

@@ -99,7 +99,10 @@ impl Inode {
         let size = self.size();
         let store = self.store();
         if self.backing_size_needs_fix(store.len()?, size) {
+            // Whichever way it goes, the store's length is `size` after.
+            self.store_len_min.fetch_min(size, Ordering::AcqRel);
             store.set_len(size)?;
+            self.store_len_min.fetch_max(size, Ordering::AcqRel);
             self.size_changed.store(true, Ordering::Release);
         }
         self.store_padded.store(false, Ordering::Release);
