@@ -126,7 +126,10 @@ fn parallel_writeback_runs_several_workers() {
         let written = r["written_bytes_per_worker"].as_array().unwrap_or_else(|| panic!("per-worker bytes in {r}"));
         assert_eq!(written.len(), workers, "{r}");
         let sum: u64 = written.iter().map(|w| w.as_u64().unwrap()).sum();
-        assert!(sum <= r["bytes"].as_u64().unwrap(), "{r}");
+        // Workers' bytes include the clean blocks bridged between dirty
+        // runs (gaps of up to 8 KiB among random 4 KiB blocks): a little
+        // more than the writers wrote, never much more.
+        assert!(sum > 0 && sum <= r["bytes"].as_u64().unwrap() / 10 * 11, "{r}");
     }
     assert!(stdout.contains("written per worker MiB"), "{stdout}");
     assert!(stdout.contains("region_size (4M)"), "{stdout}");
