@@ -329,6 +329,10 @@ impl DomainDirty {
     /// Domain side: whether `worker`'s dirty list holds inodes now.
     pub fn set_worker_listed(&self, worker: usize, listed: bool) {
         let bit = 1u64 << worker;
+        // Called at every unlock of a list: mostly unchanged, one load.
+        if (self.listed_workers.load(Ordering::Acquire) & bit != 0) == listed {
+            return;
+        }
         if listed {
             self.listed_workers.fetch_or(bit, Ordering::AcqRel);
         } else {

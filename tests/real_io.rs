@@ -122,17 +122,6 @@ fn reopen_after_close_reads_durable_data() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn loop_device_or_skip() -> Option<LoopDevice> {
-    match LoopDevice::create("loop", 64 << 20) {
-        Ok(d) => Some(d),
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true but no loop device: {e}"),
-        Err(e) => {
-            eprintln!("SKIPPED: no loop device here ({e})");
-            None
-        }
-    }
-}
-
 fn read_device(path: &Path, off: u64, len: usize) -> Vec<u8> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path).unwrap();
@@ -144,7 +133,7 @@ fn read_device(path: &Path, off: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn raw_loop_device() {
-    let Some(dev) = loop_device_or_skip() else { return };
+    let Some(dev) = LoopDevice::create_or_skip("loop", 64 << 20) else { return };
     // A device's regions are slices of the device: four workers share it.
     for (io, routing) in [
         ("uring", "writeback_routing=single"),

@@ -260,24 +260,13 @@ fn mixed_uncached_and_cached_io_never_changes_content() {
     }
 }
 
-fn loop_device_or_skip() -> Option<LoopDevice> {
-    match LoopDevice::create("uncached-loop", 64 << 20) {
-        Ok(d) => Some(d),
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true but no loop device: {e}"),
-        Err(e) => {
-            eprintln!("SKIPPED: no loop device here ({e})");
-            None
-        }
-    }
-}
-
 /// Uncached writes and reads on a raw block device, through both
 /// backends: the kernel refuses `RWF_DONTCACHE` on a block device; the
 /// cache does it. After the cache closed, plain reads of the device see
 /// every byte written.
 #[test]
 fn uncached_io_on_a_loop_device() {
-    let Some(dev) = loop_device_or_skip() else { return };
+    let Some(dev) = LoopDevice::create_or_skip("uncached-loop", 64 << 20) else { return };
     for (round, io) in ["uring", "threads"].iter().enumerate() {
         let cache = Cache::new(Config::from_options(&format!("capacity=16M,dirty_limit=4M,io={io}")).unwrap()).unwrap();
         let f = cache.open(&dev.device, &OpenOptions::new().read(true).write(true).dontcache(true)).unwrap();
@@ -305,4 +294,35 @@ fn uncached_io_on_a_loop_device() {
         std::fs::File::open(&dev.device).unwrap().read_exact(&mut raw).unwrap();
         assert_same(&raw, &data, &format!("{io}: the device after close"));
     }
+}
+
+/// `File::residency`: what a write left (cached and dirty), what a sync
+/// made clean, nothing past the end of the file, and a clear refusal of a
+/// vector too short or a range that overflows.
+#[test]
+fn residency_reports_blocks_and_refuses_bad_input() {
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 6, direct_io: true, ..SimConfig::default() }));
+    let options = "capacity=16M,folio_max=64K,expire_ms=600000";
+    let cache = Cache::with_sim(Config::from_options(options).unwrap(), sim).unwrap();
+    let file = cache.open("/r", &OpenOptions::read_write_create()).unwrap();
+    file.write_at(&pattern(10 * KIB, 7), 8 * KIB as u64).unwrap();
+    let mut out = [0xffu8; 8];
+    // Blocks 0..5 of the 18 KiB file: 0 and 1 untouched, 2..4 written.
+    assert_eq!(file.residency(0, 64 * KIB as u64, &mut out).unwrap(), 5, "not past the end of the file");
+    assert_eq!(out[..2], [0, 0], "never written, never read: not cached");
+    for b in &out[2..5] {
+        assert_eq!(b & RESIDENT_CACHED, RESIDENT_CACHED, "{out:?}");
+        assert_eq!(b & wbcache::RESIDENT_DIRTY, wbcache::RESIDENT_DIRTY, "{out:?}");
+    }
+    file.sync_data().unwrap();
+    assert_eq!(file.residency(9 * KIB as u64, 1, &mut out).unwrap(), 1, "the block holding the offset");
+    assert_eq!(out[0], RESIDENT_CACHED, "clean after the sync, still cached");
+    assert_eq!(file.residency(1 << 20, 4096, &mut out).unwrap(), 0, "past the end: nothing");
+    let short = file.residency(0, 64 * KIB as u64, &mut out[..2]).unwrap_err();
+    assert_eq!(short.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(short.to_string().contains("needs 5 bytes"), "{short}");
+    let overflow = file.residency(u64::MAX - 1, 4096, &mut out).unwrap_err();
+    assert_eq!(overflow.kind(), std::io::ErrorKind::InvalidInput, "{overflow}");
+    drop(file);
+    cache.close().unwrap();
 }

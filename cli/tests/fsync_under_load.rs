@@ -5,13 +5,12 @@
 
 mod common;
 use common::scratch;
-use std::process::Command;
 
 #[test]
 fn fsync_under_load_runs_every_variant() {
     let dir = scratch("fsync-under-load");
     let run = common::run_bench(&dir, &["-w", "fsync-under-load", "--quick", "-e", "wbcache"]);
-    let (stdout, json, work) = (&run.stdout, &run.json, &run.work);
+    let (stdout, json) = (&run.stdout, &run.json);
     let results = json["results"].as_array().unwrap();
     let row = |variant: &str| {
         results
@@ -61,14 +60,12 @@ fn fsync_under_load_runs_every_variant() {
     assert!(stdout.contains("boosting urgent asynchronous writeback io"), "{stdout}");
     // kernel-buffered did not run: only the wbcache-only targets.
     assert_eq!(stdout.matches("| fsync-under-load ").count(), 3, "{stdout}");
-    assert!(std::fs::read_dir(work).unwrap().next().is_none(), "the scratch directory is removed");
-    std::fs::remove_dir_all(&dir).unwrap();
+    common::finish(&run, &dir);
 }
 
 #[test]
 fn fsync_under_load_is_listed() {
-    let out = Command::new(env!("CARGO_BIN_EXE_wbcache")).args(["bench", "--list"]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = common::bench_list();
     assert!(text.contains("fsync-under-load"), "{text}");
     assert!(text.contains("small/load") && text.contains("background/alone"), "{text}");
 }

@@ -6,7 +6,6 @@
 
 mod common;
 use common::scratch;
-use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
@@ -14,7 +13,7 @@ const MIB: u64 = 1 << 20;
 fn hot_set_runs_every_variant() {
     let dir = scratch("hot-set");
     let run = common::run_bench(&dir, &["-w", "hot-set", "--quick", "-e", "wbcache,wbcache-dontcache,kernel-buffered"]);
-    let (stdout, stderr, json, work) = (&run.stdout, &run.stderr, &run.json, &run.work);
+    let (stdout, stderr, json) = (&run.stdout, &run.stderr, &run.json);
     let results = json["results"].as_array().unwrap();
     let mut rows: Vec<(String, String)> = results
         .iter()
@@ -76,14 +75,12 @@ fn hot_set_runs_every_variant() {
             .contains(&format!("| hot-set {variant}: wbcache-dontcache hot reader MB/s ≥ 0.9 × its alone MB/s |")));
     }
     assert!(stderr.contains("bench: 9 results from 9 measurements"), "{stderr}");
-    assert!(std::fs::read_dir(work).unwrap().next().is_none(), "the scratch directory is removed");
-    std::fs::remove_dir_all(&dir).unwrap();
+    common::finish(&run, &dir);
 }
 
 #[test]
 fn hot_set_is_listed() {
-    let out = Command::new(env!("CARGO_BIN_EXE_wbcache")).args(["bench", "--list"]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = common::bench_list();
     assert!(text.contains("hot-set"), "{text}");
     assert!(text.contains("Jens Axboe") && text.contains("hot-set/write-stream"), "{text}");
 }

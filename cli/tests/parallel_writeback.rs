@@ -7,7 +7,6 @@
 
 mod common;
 use common::scratch;
-use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
@@ -32,7 +31,7 @@ fn parallel_writeback_runs_both_patterns() {
             "--no-cgroup",
         ],
     );
-    let (stdout, stderr, json, work) = (&run.stdout, &run.stderr, &run.json, &run.work);
+    let (stdout, stderr, json) = (&run.stdout, &run.stderr, &run.json);
     let results = json["results"].as_array().unwrap();
     let rows: Vec<(String, String)> = results
         .iter()
@@ -91,8 +90,7 @@ fn parallel_writeback_runs_both_patterns() {
     assert_eq!(stdout.matches("| parallel-writeback ").count(), 2, "{stdout}");
     assert!(stdout.contains("| parallel-writeback shared: best wbcache writeback MB/s ≥ kernel-buffered |"));
     assert!(stderr.contains("bench: 8 results from 8 measurements"), "{stderr}");
-    assert!(std::fs::read_dir(work).unwrap().next().is_none(), "the scratch directory is removed");
-    std::fs::remove_dir_all(&dir).unwrap();
+    common::finish(&run, &dir);
 }
 
 /// Rows with several writeback workers, selected one by one: the cache
@@ -116,7 +114,7 @@ fn parallel_writeback_runs_several_workers() {
             "1",
         ],
     );
-    let (stdout, json, work) = (&run.stdout, &run.json, &run.work);
+    let (stdout, json) = (&run.stdout, &run.json);
     let results = json["results"].as_array().unwrap();
     let variants: Vec<&str> = results.iter().map(|r| r["variant"].as_str().unwrap()).collect();
     assert_eq!(variants, ["shared/region-4", "files/rotor-2"], "the order given");
@@ -133,14 +131,12 @@ fn parallel_writeback_runs_several_workers() {
     }
     assert!(stdout.contains("written per worker MiB"), "{stdout}");
     assert!(stdout.contains("region_size (4M)"), "{stdout}");
-    assert!(std::fs::read_dir(work).unwrap().next().is_none(), "the scratch directory is removed");
-    std::fs::remove_dir_all(&dir).unwrap();
+    common::finish(&run, &dir);
 }
 
 #[test]
 fn parallel_writeback_is_listed() {
-    let out = Command::new(env!("CARGO_BIN_EXE_wbcache")).args(["bench", "--list"]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = common::bench_list();
     assert!(text.contains("parallel-writeback"), "{text}");
     assert!(text.contains("Kundan Kumar") && text.contains("Brian Foster"), "{text}");
     assert!(text.contains("parallel-writeback/shared/region-4"), "{text}");

@@ -572,11 +572,14 @@ impl Inode {
         if self.info.is_block_device {
             return;
         }
+        let known_len = self.store_len_min.load(Ordering::Acquire);
         let pass_end = pass.chunks.iter().map(|c| c.folio.offset() + (c.end * BLOCK_SIZE) as u64).max().unwrap_or(0);
-        if pass_end <= self.store_len_min.load(Ordering::Acquire) {
+        let size = self.size();
+        // Within the store, or only the padded tail block past the size
+        // (that write extends the store whatever is done here): no fstat.
+        if pass_end <= known_len || size <= known_len {
             return;
         }
-        let size = self.size();
         let store = self.store();
         let Ok(len) = store.len() else { return };
         if len >= size {

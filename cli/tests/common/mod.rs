@@ -43,3 +43,18 @@ pub fn run_bench(dir: &Path, args: &[&str]) -> BenchRun {
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     BenchRun { stdout, stderr, json, work }
 }
+
+/// What `wbcache bench --list` prints.
+#[allow(dead_code)] // not every test binary lists
+pub fn bench_list() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_wbcache")).args(["bench", "--list"]).output().expect("run wbcache");
+    assert_eq!(out.status.code(), Some(0), "bench --list");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts the run removed its scratch directory, then removes `dir`.
+#[allow(dead_code)]
+pub fn finish(run: &BenchRun, dir: &Path) {
+    assert!(std::fs::read_dir(&run.work).unwrap().next().is_none(), "the scratch directory is removed");
+    std::fs::remove_dir_all(dir).unwrap();
+}
