@@ -136,7 +136,7 @@ impl LatencyHistogram {
     }
 }
 
-/// What [`LatencyHistogram::summary`] reports.
+/// A latency histogram summed up: the count, p50, p99 and max.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LatencySummary {
     pub count: u64,
