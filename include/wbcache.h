@@ -133,6 +133,32 @@ int wbc_cache_sync(wbc_cache *c);
 int wbc_open(wbc_cache *c, const char *path, int oflags, unsigned mode, wbc_file **out);
 
 /**
+ * Removes path as unlink(2) does. When that was the file's last name, its
+ * cached data goes too: every cached block of it, dirty ones included, is
+ * dropped without being written. Handles still open keep reading and
+ * writing the file until closed, as with unlink(2), and then its data goes;
+ * none of it ever reaches a file created later under the same name. With
+ * other hard links left, or for a block device node, the data stays cached.
+ *
+ * Returns 0 or -errno: what unlink(2) would (-ENOENT, -EISDIR, -EACCES,
+ * -EPERM, ...), -EINVAL for NULL arguments, -EBADF after wbc_cache_close.
+ */
+int wbc_unlink(wbc_cache *c, const char *path);
+
+/**
+ * Makes the cache forget path if it is cached and no handle has it open:
+ * writes back and syncs its dirty data, then drops all it cached of the
+ * file, so the next wbc_open reads it afresh (for files that another
+ * process may change while this one has no handle open).
+ *
+ * Returns 1 if the file was forgotten; 0 if it was not cached, does not
+ * exist or is open; or -errno: a failed writeback or sync (the data stays
+ * cached and dirty), -EINVAL for NULL arguments, -EBADF after
+ * wbc_cache_close.
+ */
+int wbc_forget(wbc_cache *c, const char *path);
+
+/**
  * Frees a file handle. Like close(2) it does not write back: dirty data
  * stays in the cache for the flusher; call wbc_fsync first for durability.
  * Valid after wbc_cache_close. Returns 0, or -EINVAL for NULL.

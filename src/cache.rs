@@ -67,8 +67,35 @@ impl Cache {
     /// [`capi::errno_of`](crate::capi::errno_of) reads it from there.
     pub fn open(&self, path: impl AsRef<Path>, options: &OpenOptions) -> io::Result<File> {
         let path = path.as_ref();
-        self.open_path(path, options)
-            .map_err(|source| io::Error::new(source.kind(), OpenError { path: path.to_path_buf(), source }))
+        self.open_path(path, options).map_err(|source| PathError::wrap(path, source))
+    }
+
+    /// Removes the name `path`, as `unlink(2)` does, and with it the file's
+    /// cached data when that was its last name: every cached folio of it,
+    /// dirty ones too, is dropped without being written. Handles still
+    /// open keep reading and writing the file until they close, as with
+    /// `unlink(2)`, and then its data goes; none of it ever reaches a file
+    /// created later under the name (or with the same inode number). With
+    /// other hard links left, or for a block device node, the data stays
+    /// cached. Errors are `unlink(2)`'s (`NotFound`, `IsADirectory`, ...),
+    /// naming `path` as [`Cache::open`]'s do.
+    pub fn remove_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let path = path.as_ref();
+        self.shared.remove_file(path).map_err(|source| PathError::wrap(path, source))
+    }
+
+    /// Makes the cache forget the file `path` names, if it is cached and no
+    /// handle has it open: writes back and syncs its dirty data, then drops
+    /// every cached folio and what the cache knew of its size, so the next
+    /// open reads the store afresh. For a program that lets other processes
+    /// change the file while it has no handle open (SQLite's VFS does this
+    /// when it gives up its lock on a database). Returns whether the file
+    /// was forgotten: `false` if it was not cached, names nothing, or is
+    /// open. A failed writeback or sync is returned and the file stays
+    /// cached, its data dirty.
+    pub fn forget(&self, path: impl AsRef<Path>) -> io::Result<bool> {
+        let path = path.as_ref();
+        self.shared.forget(path).map_err(|source| PathError::wrap(path, source))
     }
 
     fn open_path(&self, path: &Path, options: &OpenOptions) -> io::Result<File> {
@@ -143,20 +170,27 @@ impl Cache {
     }
 }
 
-/// A failed [`Cache::open`]: the path, and the failure with its errno.
+/// A failed call on a path ([`Cache::open`], [`Cache::remove_file`]):
+/// the path, and the failure with its errno.
 #[derive(Debug)]
-struct OpenError {
+struct PathError {
     path: PathBuf,
     source: io::Error,
 }
 
-impl fmt::Display for OpenError {
+impl PathError {
+    fn wrap(path: &Path, source: io::Error) -> io::Error {
+        io::Error::new(source.kind(), PathError { path: path.to_path_buf(), source })
+    }
+}
+
+impl fmt::Display for PathError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.path.display(), self.source)
     }
 }
 
-impl Error for OpenError {
+impl Error for PathError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         Some(&self.source)
     }

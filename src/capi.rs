@@ -359,11 +359,8 @@ pub unsafe extern "C" fn wbc_open(
         unsafe { out.write(ptr::null_mut()) };
         // SAFETY: the caller guarantees `c` is NULL or live.
         let cache = unsafe { cache_ref(c) }?;
-        if path.is_null() {
-            return Err(einval("NULL path"));
-        }
-        // SAFETY: non-NULL, and the caller guarantees NUL termination.
-        let path = Path::new(OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes()));
+        // SAFETY: the caller guarantees `path` is NULL or NUL-terminated.
+        let path = unsafe { c_path(path) }?;
         let options = open_options(oflags, mode)?;
         // The error names the path already.
         let file = cache.open(path, &options)?;
@@ -371,6 +368,64 @@ pub unsafe extern "C" fn wbc_open(
         unsafe { out.write(Box::into_raw(Box::new(wbc_file { file }))) };
         Ok(())
     })
+}
+
+/// The path argument of a C call: `-EINVAL` for NULL.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string that outlives the borrow.
+unsafe fn c_path<'a>(path: *const c_char) -> Result<&'a Path, Failure> {
+    if path.is_null() {
+        return Err(einval("NULL path"));
+    }
+    // SAFETY: non-NULL, and the caller guarantees NUL termination.
+    Ok(Path::new(OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes())))
+}
+
+/// Removes `path` as unlink(2) does, with its cached data when that was
+/// the file's last name (dropped unwritten; open handles keep working
+/// until closed, then it goes). See [`Cache::remove_file`]. Returns 0 or
+/// `-errno`: unlink(2)'s (`-ENOENT`, `-EISDIR`, `-EACCES`, ...), `-EINVAL`
+/// for NULL arguments, `-EBADF` after [`wbc_cache_close`].
+///
+/// # Safety
+/// `c` is NULL or a live pointer from [`wbc_cache_open`]; `path` is NULL or
+/// a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn wbc_unlink(c: *mut wbc_cache, path: *const c_char) -> c_int {
+    guard_int("wbc_unlink", || {
+        // SAFETY: the caller guarantees `c` is NULL or live.
+        let cache = unsafe { cache_ref(c) }?;
+        // SAFETY: the caller guarantees `path` is NULL or NUL-terminated.
+        let path = unsafe { c_path(path) }?;
+        Ok(cache.remove_file(path)?)
+    })
+}
+
+/// Makes the cache forget `path` if it is cached and no handle has it
+/// open: writes it back, syncs it, and drops its cached data, so the next
+/// open reads it afresh. See [`Cache::forget`]. Returns 1 if forgotten, 0
+/// if not cached, missing or open, or `-errno` (a failed writeback or sync,
+/// `-EINVAL` for NULL arguments, `-EBADF` after [`wbc_cache_close`]).
+///
+/// # Safety
+/// As [`wbc_unlink`].
+#[no_mangle]
+pub unsafe extern "C" fn wbc_forget(c: *mut wbc_cache, path: *const c_char) -> c_int {
+    let mut forgotten = false;
+    let rc = guard_int("wbc_forget", || {
+        // SAFETY: the caller guarantees `c` is NULL or live.
+        let cache = unsafe { cache_ref(c) }?;
+        // SAFETY: the caller guarantees `path` is NULL or NUL-terminated.
+        let path = unsafe { c_path(path) }?;
+        forgotten = cache.forget(path)?;
+        Ok(())
+    });
+    if rc == 0 {
+        c_int::from(forgotten)
+    } else {
+        rc
+    }
 }
 
 /// Frees a file handle. Like close(2) it does not write back: dirty data

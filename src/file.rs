@@ -411,10 +411,17 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        let before = self.inode.handles.fetch_sub(1, Ordering::AcqRel);
+        // SeqCst: see `Inode::mark_unlinked`.
+        let before = self.inode.handles.fetch_sub(1, Ordering::SeqCst);
         assert!(before > 0, "handle count underflow");
         if before == 1 && !self.shared.is_closed() {
-            self.shared.forget_inode_if_idle(&self.inode);
+            if self.inode.is_unlinked() {
+                // As close(2) of an unlinked file's last descriptor: its
+                // data goes, unwritten.
+                self.inode.discard_all();
+            } else {
+                self.shared.forget_inode_if_idle(&self.inode);
+            }
         }
     }
 }

@@ -233,6 +233,10 @@ pub struct Inode {
     pub rotor_worker: AtomicU32,
     /// Open handles.
     pub handles: AtomicUsize,
+    /// The file's last name was removed through the cache
+    /// ([`crate::Cache::remove_file`]): the inode left the inode table, and
+    /// when its last handle closes its data is discarded, not written.
+    unlinked: AtomicBool,
     /// Where each worker's next cyclic writeback pass starts (block).
     pub writeback_cursors: Box<[AtomicU64]>,
 }
@@ -274,6 +278,7 @@ impl Inode {
             listed_workers: AtomicU64::new(0),
             rotor_worker: AtomicU32::new(u32::MAX),
             handles: AtomicUsize::new(0),
+            unlinked: AtomicBool::new(false),
             writeback_cursors,
         }
     }
@@ -1162,6 +1167,40 @@ impl Inode {
             "a folio the cut left clean is marked clean"
         );
         (cleared as u64, dontcache)
+    }
+
+    /// Marks the inode unlinked (see [`Inode::is_unlinked`]). SeqCst, paired
+    /// with the handle count's: of a last close and an unlink racing, one
+    /// sees the other's change and discards the data.
+    pub fn mark_unlinked(&self) {
+        self.unlinked.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the file's last name was removed through the cache.
+    pub fn is_unlinked(&self) -> bool {
+        self.unlinked.load(Ordering::SeqCst)
+    }
+
+    /// Drops every cached folio, dirty ones too, without writing anything
+    /// back: for an unlinked file that no handle can read any more. Waits
+    /// for fills and writeback I/O in flight first. The size and the store
+    /// are left as they are (nobody will look at them again).
+    pub fn discard_all(&self) {
+        debug_assert!(self.is_unlinked(), "only an unlinked file's data may be thrown away");
+        let _size = locks::lock(&self.size_lock);
+        let (mut map, no_io) = self.quiesce_for_cut(0);
+        let bulk = BulkFree::begin();
+        let (blocks, dontcache) = self.drop_folios_from(&mut map, 0);
+        debug_assert!(map.is_empty(), "nothing cached after a discard");
+        drop(map);
+        drop(bulk);
+        self.dirty.account_discarded(blocks * BLOCK, dontcache * BLOCK);
+        // Nothing of the file is worth a store sync any more: a worker that
+        // still lists it finds nothing to do and lets it go.
+        self.written_since_sync.store(false, Ordering::Release);
+        self.size_changed.store(false, Ordering::Release);
+        drop(no_io);
+        debug_assert!(!self.has_dirty(), "a discarded inode is clean");
     }
 
     /// Drops every clean folio (used when the cache closes).

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
@@ -223,6 +224,64 @@ impl Shared {
         let _bulk = BulkFree::begin();
         inode.drop_all_clean();
         true
+    }
+
+    /// [`crate::Cache::remove_file`]: unlinks `path`; if that removed the
+    /// last name of a cached file, the file's inode leaves the table (a new
+    /// file that gets its inode number is a new inode) and its data is
+    /// discarded unwritten, now or when its last handle closes.
+    pub fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let _op = self.enter_op()?;
+        // The name's identity before it goes (a symlink is removed, not
+        // followed, as unlink(2) does).
+        let id = self.io.store_id_at(path, false)?;
+        self.io.remove_name(path)?;
+        let Some(id) = id else { return Ok(()) };
+        let inode = {
+            let mut table = locks::lock(&self.inodes);
+            let Some(inode) = table.get(&id).cloned() else { return Ok(()) };
+            // Other hard links keep the data readable: then the cache keeps
+            // it too. A failed fstat keeps it as well (nothing is lost).
+            if !inode.store().is_unlinked().unwrap_or(false) {
+                return Ok(());
+            }
+            table.remove(&id);
+            inode.mark_unlinked();
+            inode
+        };
+        // SeqCst: see `Inode::mark_unlinked`. Handles only go away now (no
+        // open finds the inode), and the last to go discards.
+        if inode.handles.load(Ordering::SeqCst) == 0 {
+            inode.discard_all();
+        }
+        Ok(())
+    }
+
+    /// [`crate::Cache::forget`]: if the file `path` names is cached and no
+    /// handle has it open, writes it back, syncs it and drops it from the
+    /// cache. Returns whether it did.
+    pub fn forget(&self, path: &Path) -> io::Result<bool> {
+        let _op = self.enter_op()?;
+        let id = match self.io.store_id_at(path, true) {
+            Ok(Some(id)) => id,
+            Ok(None) => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let Some(inode) = locks::lock(&self.inodes).get(&id).cloned() else { return Ok(false) };
+        if inode.handles.load(Ordering::Acquire) != 0 {
+            return Ok(false);
+        }
+        inode.write_and_sync(false, Reason::Close)?;
+        // A clean inode can still be on its domain's dirty list (the sync
+        // cleaned it); take it off, or it never counts as idle.
+        if inode.is_listed() {
+            let domain = locks::lock(&self.domains).get(&inode.info.device_id).cloned();
+            if let Some(domain) = domain {
+                domain.unlist_clean(&inode);
+            }
+        }
+        Ok(self.forget_inode(&inode))
     }
 
     /// Writes back and syncs every inode; returns the first error.

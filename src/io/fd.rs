@@ -350,6 +350,22 @@ fn block_device_store_id(st_rdev: u64) -> (u64, u64) {
     (BLOCK_DEVICE_STORE_DEV, st_rdev)
 }
 
+/// [`crate::io::Io::store_id_at`] for the descriptor backends: the key an
+/// open of `path` would get, from `stat(2)` (`lstat(2)` unless
+/// `follow_symlink`).
+pub fn store_id_at(path: &Path, follow_symlink: bool) -> io::Result<Option<(u64, u64)>> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = if follow_symlink { std::fs::metadata(path)? } else { std::fs::symlink_metadata(path)? };
+    let kind = meta.file_type();
+    Ok(if kind.is_file() {
+        Some((meta.dev(), meta.ino()))
+    } else if kind.is_block_device() {
+        Some(block_device_store_id(meta.rdev()))
+    } else {
+        None
+    })
+}
+
 impl FdStore {
     /// Opens `path`; see [`open_fd_store`].
     pub fn open(path: &Path, how: &OpenHow, engine: Arc<dyn FdEngine>) -> io::Result<FdStore> {
@@ -459,6 +475,10 @@ impl BackingStore for FdStore {
             Some(libc::EINVAL) | Some(libc::EOVERFLOW) => Ok(false),
             _ => Err(err),
         }
+    }
+
+    fn is_unlinked(&self) -> io::Result<bool> {
+        Ok(!self.info.is_block_device && fstat(self.fd.as_raw_fd())?.st_nlink == 0)
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {

@@ -191,6 +191,17 @@ impl<'a> IoOp<'a> {
 pub trait Io: Send + Sync {
     fn kind(&self) -> IoKind;
     fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>>;
+    /// The identity ([`BackingInfo::store_id`]) of the regular file or
+    /// block device `path` names now, without opening it (`stat(2)`, or
+    /// `lstat(2)` when `follow_symlink` is false); `None` when it names
+    /// something else (a directory, a symlink not followed).
+    fn store_id_at(&self, path: &Path, follow_symlink: bool) -> io::Result<Option<(u64, u64)>> {
+        fd::store_id_at(path, follow_symlink)
+    }
+    /// Removes the name `path` (`unlink(2)`).
+    fn remove_name(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
     /// A queue of asynchronous writes for the calling thread (which alone
     /// may use it), for stores this backend opened. The default runs them in
     /// batches ([`queue::BatchQueue`]).
@@ -227,6 +238,13 @@ pub trait BackingStore: Send + Sync {
     fn accepts_len(&self, len: u64) -> io::Result<bool> {
         let _ = len;
         Ok(true)
+    }
+    /// Whether the store is a file no name leads to any more (its link
+    /// count is zero): its data can never be read again once its last
+    /// descriptor closes. Never true of a block device, whose blocks
+    /// outlive any node naming it.
+    fn is_unlinked(&self) -> io::Result<bool> {
+        Ok(false)
     }
 }
 

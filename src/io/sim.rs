@@ -561,6 +561,22 @@ impl Io for SimIo {
         IoKind::Sim
     }
 
+    fn store_id_at(&self, path: &Path, _follow_symlink: bool) -> io::Result<Option<(u64, u64)>> {
+        let st = self.shared.lock();
+        match st.names.get(path) {
+            Some(&ino) => Ok(Some((SIM_DEVICE_ID, ino))),
+            None => Err(errno(libc::ENOENT)),
+        }
+    }
+
+    fn remove_name(&self, path: &Path) -> io::Result<()> {
+        if self.remove(path) {
+            Ok(())
+        } else {
+            Err(errno(libc::ENOENT))
+        }
+    }
+
     fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>> {
         // Same rules as std's OpenOptions, which the real backends go through.
         if !how.read && !how.write {
@@ -866,6 +882,11 @@ fn gather(iovecs: &[libc::iovec], dst: &mut [u8]) {
 impl BackingStore for SimStore {
     fn info(&self) -> &BackingInfo {
         &self.info
+    }
+
+    fn is_unlinked(&self) -> io::Result<bool> {
+        let st = self.shared.lock();
+        Ok(!self.info.is_block_device && !st.names.values().any(|&ino| ino == self.ino))
     }
 
     fn accepts_len(&self, len: u64) -> io::Result<bool> {

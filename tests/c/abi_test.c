@@ -130,7 +130,7 @@ static void *writer_main(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    char p1[4096], p2[4096], p3[4096], p4[4096];
+    char p1[4096], p2[4096], p3[4096], p4[4096], p5[4096];
     wbc_cache *c = NULL, *c2 = NULL;
     wbc_file *f = NULL, *f2 = NULL, *ro = NULL, *wo = NULL, *tmp = NULL;
     unsigned char buf[256];
@@ -148,6 +148,7 @@ int main(int argc, char **argv) {
     path_in(p2, "missing.bin");
     path_in(p3, "trunc.bin");
     path_in(p4, "threads.bin");
+    path_in(p5, "unlinked.bin");
 
     /* --- cache open/close and options --- */
     REQUIRE(wbc_cache_open("capacity=64M,dirty_limit=16M,io=threads", &c) == 0 && c != NULL,
@@ -338,6 +339,37 @@ int main(int argc, char **argv) {
         }
         CHECK_EQ(bad, 0, "chunks that read back wrong after concurrent writes");
         CHECK_EQ(wbc_close(tmp), 0, "close threads handle");
+    }
+
+    /* --- wbc_unlink and wbc_forget --- */
+    {
+        static unsigned char data[8192], got[8192];
+        fill(data, sizeof data, 33);
+        REQUIRE(wbc_open(c, p5, O_CREAT | O_RDWR, 0600, &tmp) == 0, "open for unlink: %s", last_error());
+        CHECK_EQ(wbc_pwrite(tmp, data, sizeof data, 0, 0), sizeof data, "dirty data before unlink");
+        CHECK_EQ(wbc_unlink(c, p5), 0, "wbc_unlink with a handle open");
+        CHECK(access(p5, F_OK) != 0, "the name is gone");
+        CHECK_EQ(wbc_pread(tmp, got, sizeof got, 0, 0), sizeof got, "an open handle still reads the unlinked file");
+        CHECK(memcmp(got, data, sizeof data) == 0, "unlinked file's content differs");
+        CHECK_EQ(wbc_close(tmp), 0, "close the unlinked file's handle");
+        REQUIRE(wbc_open(c, p5, O_CREAT | O_RDWR, 0600, &tmp) == 0, "recreate: %s", last_error());
+        CHECK_EQ(wbc_size(tmp), 0, "a file created under an unlinked name is new and empty");
+        CHECK_EQ(wbc_forget(c, p5), 0, "wbc_forget of an open file");
+        CHECK_EQ(wbc_pwrite(tmp, data, 100, 0, 0), 100, "write the new file");
+        CHECK_EQ(wbc_close(tmp), 0, "close the new file");
+        CHECK_EQ(wbc_forget(c, p5), 1, "wbc_forget of a cached, closed file");
+        CHECK_EQ(wbc_forget(c, p5), 0, "wbc_forget of a file no longer cached");
+        {
+            struct stat st;
+            CHECK(stat(p5, &st) == 0 && st.st_size == 100, "wbc_forget wrote the data back");
+        }
+        CHECK_EQ(wbc_unlink(c, p5), 0, "wbc_unlink of a closed file");
+        CHECK_EQ(wbc_unlink(c, p5), -ENOENT, "wbc_unlink of a missing file");
+        CHECK_EQ(wbc_forget(c, p5), 0, "wbc_forget of a missing file");
+        CHECK_EQ(wbc_unlink(c, dir), -EISDIR, "wbc_unlink of a directory");
+        CHECK_EQ(wbc_unlink(NULL, p5), -EINVAL, "wbc_unlink(cache=NULL)");
+        CHECK_EQ(wbc_unlink(c, NULL), -EINVAL, "wbc_unlink(path=NULL)");
+        CHECK_EQ(wbc_forget(c, NULL), -EINVAL, "wbc_forget(path=NULL)");
     }
 
     /* --- stats --- */

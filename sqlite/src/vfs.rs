@@ -1,0 +1,530 @@
+//! The `sqlite3_vfs` object: opening, deleting and naming files through
+//! one cache, and registering with SQLite.
+//!
+//! A registered VFS lives for the rest of the process (SQLite keeps
+//! pointers to it in every connection), so its [`VfsState`] and
+//! `sqlite3_vfs` are leaked on purpose. It owns a reference to the cache,
+//! and the table of databases open in this process (each a
+//! [`DbShared`], shared by the connections to it). What the cache does not
+//! do (randomness, sleeping, the clock, loading libraries) goes to the VFS
+//! that was the default when this one registered (SQLite's `unix`).
+//!
+//! Files without a name (temporary databases and journals) are created in
+//! the usual temporary directory and unlinked at once through the cache,
+//! so their data is dropped, never written, once they close. At exit the
+//! process writes back what its caches hold (an `atexit` hook): SQLite
+//! closes files without syncing when `synchronous` is OFF.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use libsqlite3_sys as ffi;
+use wbcache::{Cache, OpenOptions};
+
+use crate::api::SqliteApi;
+use crate::file::{FileState, VfsFile, IO_METHODS};
+use crate::lock::{DbShared, Level};
+use crate::shm::ShmHeld;
+
+/// `SQLITE_OPEN_SUPER_JOURNAL` (called `MASTER_JOURNAL` in the bindings
+/// of older headers).
+const SQLITE_OPEN_SUPER_JOURNAL: c_int = 0x4000;
+
+/// The longest path SQLite may ask for (`PATH_MAX`).
+const MAX_PATHNAME: c_int = 4096;
+
+pub struct VfsState {
+    pub cache: Arc<Cache>,
+    pub name: CString,
+    pub api: SqliteApi,
+    /// The VFS that was the default before this one registered.
+    os: *mut ffi::sqlite3_vfs,
+    /// Databases open in this process, by (device, inode).
+    dbs: Mutex<HashMap<(u64, u64), Arc<DbShared>>>,
+    temp_files: AtomicU64,
+}
+
+// SAFETY: `os` points at SQLite's static VFS object, which SQLite lets any
+// thread use; everything else is Send and Sync on its own.
+unsafe impl Send for VfsState {}
+// SAFETY: as above.
+unsafe impl Sync for VfsState {}
+
+/// Every VFS registered by this library in this process.
+static REGISTERED: Mutex<Vec<&'static VfsState>> = Mutex::new(Vec::new());
+
+/// Runs `body`, turning a panic into `on_panic` (a panic must not unwind
+/// into SQLite's C frames).
+pub fn guard(on_panic: c_int, body: impl FnOnce() -> c_int) -> c_int {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(on_panic)
+}
+
+/// Registers a VFS named `name` over `cache` with the SQLite `api` leads
+/// to; `make_default` makes it the default VFS.
+pub fn register(api: SqliteApi, cache: Arc<Cache>, name: &str, make_default: bool) -> std::io::Result<()> {
+    let c_name = CString::new(name)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "VFS name contains a NUL byte"))?;
+    let mut registered = REGISTERED.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: `vfs_find` is SQLite's; it takes a NUL-terminated name.
+    if !unsafe { (api.vfs_find)(c_name.as_ptr()) }.is_null() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("a SQLite VFS named '{name}' is already registered"),
+        ));
+    }
+    // SAFETY: as above; NULL asks for the default VFS.
+    let mut os = unsafe { (api.vfs_find)(c"unix".as_ptr()) };
+    if os.is_null() {
+        // SAFETY: as above.
+        os = unsafe { (api.vfs_find)(std::ptr::null()) };
+    }
+    if os.is_null() {
+        return Err(std::io::Error::other("SQLite has no default VFS to take the clock and randomness from"));
+    }
+    let state: &'static VfsState = Box::leak(Box::new(VfsState {
+        cache,
+        name: c_name,
+        api,
+        os,
+        dbs: Mutex::new(HashMap::new()),
+        temp_files: AtomicU64::new(0),
+    }));
+    let vfs: &'static mut ffi::sqlite3_vfs = Box::leak(Box::new(ffi::sqlite3_vfs {
+        iVersion: 2,
+        szOsFile: std::mem::size_of::<VfsFile>() as c_int,
+        mxPathname: MAX_PATHNAME,
+        pNext: std::ptr::null_mut(),
+        zName: state.name.as_ptr(),
+        pAppData: (state as *const VfsState).cast_mut().cast(),
+        xOpen: Some(x_open),
+        xDelete: Some(x_delete),
+        xAccess: Some(x_access),
+        xFullPathname: Some(x_full_pathname),
+        xDlOpen: Some(x_dl_open),
+        xDlError: Some(x_dl_error),
+        xDlSym: Some(x_dl_sym),
+        xDlClose: Some(x_dl_close),
+        xRandomness: Some(x_randomness),
+        xSleep: Some(x_sleep),
+        xCurrentTime: Some(x_current_time),
+        xGetLastError: Some(x_get_last_error),
+        xCurrentTimeInt64: Some(x_current_time_int64),
+        xSetSystemCall: None,
+        xGetSystemCall: None,
+        xNextSystemCall: None,
+    }));
+    // SAFETY: `vfs` is a complete, leaked (never freed) VFS object.
+    let rc = unsafe { (api.vfs_register)(vfs, c_int::from(make_default)) };
+    if rc != ffi::SQLITE_OK {
+        return Err(std::io::Error::other(format!("sqlite3_vfs_register failed with code {rc}")));
+    }
+    if registered.is_empty() {
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(write_back_at_exit) };
+    }
+    registered.push(state);
+    Ok(())
+}
+
+/// Writes back every registered VFS's cache when the process exits.
+extern "C" fn write_back_at_exit() {
+    let registered = REGISTERED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for state in registered {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| state.cache.sync_all()));
+    }
+}
+
+/// The VFS state behind `vfs`.
+///
+/// # Safety
+/// `vfs` is a VFS object [`register`] made.
+unsafe fn vfs_state(vfs: *mut ffi::sqlite3_vfs) -> &'static VfsState {
+    // SAFETY: `pAppData` is the leaked `VfsState`, per the contract.
+    unsafe { &*(*vfs).pAppData.cast::<VfsState>() }
+}
+
+/// The (device, inode) of the file `path` names.
+pub fn file_key(path: &Path) -> std::io::Result<(u64, u64)> {
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// `fsync` of a directory, so names created or removed in it are durable.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// A path argument from SQLite.
+///
+/// # Safety
+/// `name` is NULL or NUL-terminated.
+unsafe fn path_of(name: *const c_char) -> Option<PathBuf> {
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract.
+    let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+}
+
+impl VfsState {
+    /// The [`DbShared`] of the database at `path`, made (taking the
+    /// cross-process lock if it can) for the first connection.
+    fn db_for(&self, path: &Path) -> std::io::Result<Arc<DbShared>> {
+        let key = file_key(path)?;
+        let mut dbs = self.dbs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(db) = dbs.get(&key) {
+            return Ok(db.clone());
+        }
+        let db = DbShared::open(&self.cache, path, key)?;
+        dbs.insert(key, db.clone());
+        Ok(db)
+    }
+
+    /// A connection closed `db`: the last one writes back what the cache
+    /// holds of the database, its journal and WAL, makes the cache forget
+    /// them, and gives up the cross-process lock.
+    pub fn release_db(&self, db: Arc<DbShared>) -> c_int {
+        let mut dbs = self.dbs.lock().unwrap_or_else(|p| p.into_inner());
+        // The table's reference and this one: no connection left.
+        if Arc::strong_count(&db) > 2 {
+            return ffi::SQLITE_OK;
+        }
+        let mut rc = ffi::SQLITE_OK;
+        if db.is_owned() {
+            for path in db.related_paths() {
+                if self.cache.forget(&path).is_err() {
+                    rc = ffi::SQLITE_IOERR_CLOSE;
+                }
+            }
+        }
+        dbs.remove(&db.key);
+        drop(dbs);
+        drop(db);
+        rc
+    }
+
+    /// A fresh name for a temporary file, in SQLite's temporary directory
+    /// (`SQLITE_TMPDIR`, `TMPDIR`, `/var/tmp`, `/usr/tmp`, `/tmp`, `.`).
+    fn temp_path(&self) -> PathBuf {
+        let candidates = [std::env::var_os("SQLITE_TMPDIR"), std::env::var_os("TMPDIR")]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::from)
+            .chain(["/var/tmp", "/usr/tmp", "/tmp", "."].map(PathBuf::from));
+        let dir = candidates
+            .into_iter()
+            .find(|d| std::fs::metadata(d).is_ok_and(|m| m.is_dir()) && nix_access(d, libc::W_OK | libc::X_OK))
+            .unwrap_or_else(|| PathBuf::from("."));
+        let n = self.temp_files.fetch_add(1, Ordering::Relaxed);
+        let mut random = [0u8; 8];
+        // SAFETY: the OS VFS is SQLite's; its `xRandomness` writes at most
+        // the bytes given.
+        unsafe {
+            if let Some(f) = (*self.os).xRandomness {
+                f(self.os, random.len() as c_int, random.as_mut_ptr().cast());
+            }
+        }
+        dir.join(format!("etilqs_wbc{:x}_{n:x}_{:x}", std::process::id(), u64::from_ne_bytes(random)))
+    }
+}
+
+/// `access(2)`.
+fn nix_access(path: &Path, mode: c_int) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: a NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), mode) == 0 }
+}
+
+/// Permission bits for a new journal or WAL: those of its database, as the
+/// unix VFS gives them, else 0644.
+fn create_mode(path: &Path, kind_flags: c_int) -> u32 {
+    let db_path = |suffix: &str| {
+        let name = path.as_os_str().as_bytes();
+        name.strip_suffix(suffix.as_bytes()).map(|b| PathBuf::from(std::ffi::OsStr::from_bytes(b)))
+    };
+    let db = if kind_flags & ffi::SQLITE_OPEN_WAL != 0 {
+        db_path("-wal")
+    } else if kind_flags & ffi::SQLITE_OPEN_MAIN_JOURNAL != 0 {
+        db_path("-journal")
+    } else {
+        None
+    };
+    db.and_then(|p| std::fs::metadata(p).ok()).map(|m| m.permissions().mode() & 0o777).unwrap_or(0o644)
+}
+
+unsafe extern "C" fn x_open(
+    vfs: *mut ffi::sqlite3_vfs,
+    name: *const c_char,
+    file: *mut ffi::sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
+) -> c_int {
+    // SAFETY: SQLite hands `szOsFile` writable bytes; until the methods are
+    // set, SQLite will not call xClose on them.
+    let vf = unsafe { &mut *file.cast::<VfsFile>() };
+    vf.base.pMethods = std::ptr::null();
+    vf.state = std::ptr::null_mut();
+    // SAFETY: `vfs` is one `register` made.
+    let state = unsafe { vfs_state(vfs) };
+    // SAFETY: SQLite passes NULL or a NUL-terminated name.
+    let name = unsafe { path_of(name) };
+    guard(ffi::SQLITE_CANTOPEN, || {
+        let (st, flags) = match open_file(state, name, flags) {
+            Ok(opened) => opened,
+            Err(rc) => return rc,
+        };
+        vf.state = Box::into_raw(Box::new(st));
+        vf.base.pMethods = &IO_METHODS;
+        if !out_flags.is_null() {
+            // SAFETY: SQLite passes NULL or a writable int.
+            unsafe { *out_flags = flags };
+        }
+        ffi::SQLITE_OK
+    })
+}
+
+/// `xOpen`'s work: the file's state and the flags it was opened with.
+fn open_file(state: &'static VfsState, name: Option<PathBuf>, mut flags: c_int) -> Result<(FileState, c_int), c_int> {
+    let main_db = flags & ffi::SQLITE_OPEN_MAIN_DB != 0;
+    let create = flags & ffi::SQLITE_OPEN_CREATE != 0;
+    let exclusive = flags & ffi::SQLITE_OPEN_EXCLUSIVE != 0;
+    let read_only = flags & ffi::SQLITE_OPEN_READWRITE == 0;
+    let delete_on_close = flags & ffi::SQLITE_OPEN_DELETEONCLOSE != 0;
+    let is_new_journal =
+        create && flags & (ffi::SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | ffi::SQLITE_OPEN_WAL) != 0;
+    let (path, unnamed) = match name {
+        Some(p) => (p, false),
+        None => (state.temp_path(), true),
+    };
+    let mode = create_mode(&path, flags);
+    let mut st = FileState {
+        vfs: state,
+        path: path.clone(),
+        read_only,
+        file: None,
+        db: None,
+        level: Level::None,
+        shm_held: ShmHeld::default(),
+        shm_mapped: false,
+        dir_to_sync: None,
+        persist_wal: false,
+        powersafe_overwrite: true,
+    };
+    if main_db {
+        // The file must exist before its lock descriptor opens; the cached
+        // handle waits for the cross-process lock.
+        if create {
+            let mut o = std::fs::OpenOptions::new();
+            o.read(true).write(true).create(true).create_new(exclusive);
+            std::os::unix::fs::OpenOptionsExt::mode(&mut o, mode);
+            if let Err(e) = o.open(&path) {
+                let writable_denied = matches!(e.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM));
+                if !(writable_denied && path.exists()) {
+                    return Err(ffi::SQLITE_CANTOPEN);
+                }
+            }
+        } else if !path.exists() {
+            return Err(ffi::SQLITE_CANTOPEN);
+        }
+        let db = state.db_for(&path).map_err(|_| ffi::SQLITE_CANTOPEN)?;
+        if !read_only && !nix_access(&path, libc::W_OK) {
+            // As the unix VFS does: a database that cannot be written is
+            // opened read-only, and SQLite is told so.
+            st.read_only = true;
+            flags = (flags & !(ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_CREATE)) | ffi::SQLITE_OPEN_READONLY;
+        }
+        st.db = Some(db);
+        return Ok((st, flags));
+    }
+    let options = OpenOptions::new()
+        .read(true)
+        .write(!read_only)
+        .create(create || unnamed)
+        .create_new(exclusive || unnamed)
+        .mode(mode);
+    let opened = match state.cache.open(&path, &options) {
+        Err(e) if !read_only && !create && wbcache::capi::errno_of(&e) == libc::EACCES => {
+            st.read_only = true;
+            flags = (flags & !ffi::SQLITE_OPEN_READWRITE) | ffi::SQLITE_OPEN_READONLY;
+            state.cache.open(&path, &OpenOptions::new().read(true))
+        }
+        other => other,
+    };
+    st.file = Some(opened.map_err(|_| ffi::SQLITE_CANTOPEN)?);
+    if unnamed || delete_on_close {
+        // Unlinked now, as the unix VFS does: the data lives as long as the
+        // handle, and is dropped unwritten when it closes.
+        state.cache.remove_file(&path).map_err(|_| ffi::SQLITE_CANTOPEN)?;
+    } else if is_new_journal {
+        st.dir_to_sync =
+            path.parent().map(|d| if d.as_os_str().is_empty() { PathBuf::from(".") } else { d.to_path_buf() });
+    }
+    Ok((st, flags))
+}
+
+unsafe extern "C" fn x_delete(vfs: *mut ffi::sqlite3_vfs, name: *const c_char, sync_dir_too: c_int) -> c_int {
+    // SAFETY: `vfs` is one `register` made.
+    let state = unsafe { vfs_state(vfs) };
+    // SAFETY: SQLite passes a NUL-terminated name.
+    let Some(path) = (unsafe { path_of(name) }) else { return ffi::SQLITE_IOERR_DELETE };
+    guard(ffi::SQLITE_IOERR_DELETE, || {
+        if let Err(e) = state.cache.remove_file(&path) {
+            return if wbcache::capi::errno_of(&e) == libc::ENOENT {
+                ffi::SQLITE_IOERR_DELETE_NOENT
+            } else {
+                ffi::SQLITE_IOERR_DELETE
+            };
+        }
+        if sync_dir_too != 0 {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if sync_dir(dir).is_err() {
+                return ffi::SQLITE_IOERR_DIR_FSYNC;
+            }
+        }
+        ffi::SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_access(vfs: *mut ffi::sqlite3_vfs, name: *const c_char, flags: c_int, out: *mut c_int) -> c_int {
+    // SAFETY: `vfs` is one `register` made.
+    let state = unsafe { vfs_state(vfs) };
+    // SAFETY: SQLite passes a NUL-terminated name.
+    let Some(path) = (unsafe { path_of(name) }) else { return ffi::SQLITE_IOERR_ACCESS };
+    guard(ffi::SQLITE_IOERR_ACCESS, || {
+        let yes = match flags {
+            ffi::SQLITE_ACCESS_READWRITE => nix_access(&path, libc::R_OK | libc::W_OK),
+            // SQLITE_ACCESS_EXISTS (and the unused ACCESS_READ): as the unix
+            // VFS, an empty regular file does not count (a journal left
+            // empty is no journal). Its size is the cache's when it caches
+            // the file (written data may not have reached the disk yet).
+            _ => match std::fs::metadata(&path) {
+                Err(_) => false,
+                Ok(m) if !m.is_file() || m.len() > 0 => true,
+                Ok(_) => state
+                    .cache
+                    .open(&path, &OpenOptions::new().read(true))
+                    .and_then(|f| f.len())
+                    .is_ok_and(|len| len > 0),
+            },
+        };
+        // SAFETY: SQLite passes a writable int.
+        unsafe { *out = c_int::from(yes) };
+        ffi::SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_full_pathname(
+    _vfs: *mut ffi::sqlite3_vfs,
+    name: *const c_char,
+    out_len: c_int,
+    out: *mut c_char,
+) -> c_int {
+    // SAFETY: SQLite passes a NUL-terminated name.
+    let Some(path) = (unsafe { path_of(name) }) else { return ffi::SQLITE_CANTOPEN };
+    guard(ffi::SQLITE_CANTOPEN, || {
+        let absolute = if path.is_absolute() {
+            path
+        } else {
+            match std::env::current_dir() {
+                Ok(cwd) => cwd.join(path),
+                Err(_) => return ffi::SQLITE_CANTOPEN,
+            }
+        };
+        // The journal and WAL go beside the database's real directory.
+        let resolved = match (absolute.parent(), absolute.file_name()) {
+            (Some(dir), Some(file)) => std::fs::canonicalize(dir).map(|d| d.join(file)).unwrap_or(absolute),
+            _ => absolute,
+        };
+        let bytes = resolved.as_os_str().as_bytes();
+        let Ok(room) = usize::try_from(out_len) else { return ffi::SQLITE_CANTOPEN };
+        if bytes.len() + 1 > room {
+            return ffi::SQLITE_CANTOPEN;
+        }
+        // SAFETY: `out` holds `out_len` bytes; `bytes.len() + 1` fit.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), bytes.len());
+            *out.add(bytes.len()) = 0;
+        }
+        ffi::SQLITE_OK
+    })
+}
+
+// What the cache has no part in goes to the OS VFS.
+
+/// The OS VFS of `vfs`.
+///
+/// # Safety
+/// `vfs` is one [`register`] made.
+unsafe fn os(vfs: *mut ffi::sqlite3_vfs) -> *mut ffi::sqlite3_vfs {
+    // SAFETY: per the contract.
+    unsafe { vfs_state(vfs) }.os
+}
+
+unsafe extern "C" fn x_dl_open(vfs: *mut ffi::sqlite3_vfs, name: *const c_char) -> *mut c_void {
+    // SAFETY: the OS VFS is SQLite's and has this method.
+    unsafe { os(vfs).as_ref().and_then(|o| o.xDlOpen).map_or(std::ptr::null_mut(), |f| f(os(vfs), name)) }
+}
+
+unsafe extern "C" fn x_dl_error(vfs: *mut ffi::sqlite3_vfs, len: c_int, out: *mut c_char) {
+    // SAFETY: as above.
+    unsafe {
+        if let Some(f) = os(vfs).as_ref().and_then(|o| o.xDlError) {
+            f(os(vfs), len, out)
+        }
+    }
+}
+
+unsafe extern "C" fn x_dl_sym(
+    vfs: *mut ffi::sqlite3_vfs,
+    handle: *mut c_void,
+    symbol: *const c_char,
+) -> Option<unsafe extern "C" fn(*mut ffi::sqlite3_vfs, *mut c_void, *const c_char)> {
+    // SAFETY: as above.
+    unsafe { os(vfs).as_ref().and_then(|o| o.xDlSym).and_then(|f| f(os(vfs), handle, symbol)) }
+}
+
+unsafe extern "C" fn x_dl_close(vfs: *mut ffi::sqlite3_vfs, handle: *mut c_void) {
+    // SAFETY: as above.
+    unsafe {
+        if let Some(f) = os(vfs).as_ref().and_then(|o| o.xDlClose) {
+            f(os(vfs), handle)
+        }
+    }
+}
+
+unsafe extern "C" fn x_randomness(vfs: *mut ffi::sqlite3_vfs, len: c_int, out: *mut c_char) -> c_int {
+    // SAFETY: the OS VFS is SQLite's and has this method.
+    unsafe { os(vfs).as_ref().and_then(|o| o.xRandomness).map_or(0, |f| f(os(vfs), len, out)) }
+}
+
+unsafe extern "C" fn x_sleep(vfs: *mut ffi::sqlite3_vfs, micros: c_int) -> c_int {
+    // SAFETY: the OS VFS is SQLite's and has this method.
+    unsafe { os(vfs).as_ref().and_then(|o| o.xSleep).map_or(0, |f| f(os(vfs), micros)) }
+}
+
+unsafe extern "C" fn x_current_time(vfs: *mut ffi::sqlite3_vfs, out: *mut f64) -> c_int {
+    // SAFETY: as above.
+    unsafe { os(vfs).as_ref().and_then(|o| o.xCurrentTime).map_or(ffi::SQLITE_ERROR, |f| f(os(vfs), out)) }
+}
+
+unsafe extern "C" fn x_get_last_error(vfs: *mut ffi::sqlite3_vfs, len: c_int, out: *mut c_char) -> c_int {
+    // SAFETY: as above.
+    unsafe { os(vfs).as_ref().and_then(|o| o.xGetLastError).map_or(0, |f| f(os(vfs), len, out)) }
+}
+
+unsafe extern "C" fn x_current_time_int64(vfs: *mut ffi::sqlite3_vfs, out: *mut i64) -> c_int {
+    // SAFETY: as above; version 2 VFS objects have this method.
+    unsafe {
+        let o = os(vfs);
+        match o.as_ref() {
+            Some(v) if v.iVersion >= 2 => v.xCurrentTimeInt64.map_or(ffi::SQLITE_ERROR, |f| f(o, out)),
+            _ => ffi::SQLITE_ERROR,
+        }
+    }
+}
