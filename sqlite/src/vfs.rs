@@ -272,13 +272,19 @@ unsafe extern "C" fn x_open(
     vf.state = std::ptr::null_mut();
     // SAFETY: `vfs` is one `register` made.
     let state = unsafe { vfs_state(vfs) };
+    // As the unix VFS: `psow=0` in a database's URI turns powersafe
+    // overwrite off.
+    let psow = flags & ffi::SQLITE_OPEN_MAIN_DB == 0
+        // SAFETY: a main database's name is followed by its URI parameters.
+        || unsafe { uri_boolean(name, "psow") }.unwrap_or(true);
     // SAFETY: SQLite passes NULL or a NUL-terminated name.
     let name = unsafe { path_of(name) };
     guard(ffi::SQLITE_CANTOPEN, || {
-        let (st, flags) = match open_file(state, name, flags) {
+        let (mut st, flags) = match open_file(state, name, flags) {
             Ok(opened) => opened,
             Err(rc) => return rc,
         };
+        st.powersafe_overwrite = psow;
         vf.state = Box::into_raw(Box::new(st));
         vf.base.pMethods = &IO_METHODS;
         if !out_flags.is_null() {
@@ -287,6 +293,38 @@ unsafe extern "C" fn x_open(
         }
         ffi::SQLITE_OK
     })
+}
+
+/// The boolean URI parameter `key` of a database name, if given (SQLite's
+/// spellings: 1/yes/true/on, 0/no/false/off).
+///
+/// # Safety
+/// `name` is NULL or a main database's name as SQLite passes it to `xOpen`:
+/// the path, then `key\0value\0` pairs, then an empty key.
+unsafe fn uri_boolean(name: *const c_char, key: &str) -> Option<bool> {
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract, each step stays inside the parameter block.
+    unsafe {
+        let mut p = name.add(CStr::from_ptr(name).to_bytes().len() + 1);
+        loop {
+            let k = CStr::from_ptr(p).to_bytes();
+            if k.is_empty() {
+                return None;
+            }
+            p = p.add(k.len() + 1);
+            let v = CStr::from_ptr(p).to_bytes();
+            p = p.add(v.len() + 1);
+            if k == key.as_bytes() {
+                return match v.to_ascii_lowercase().as_slice() {
+                    b"1" | b"yes" | b"true" | b"on" => Some(true),
+                    b"0" | b"no" | b"false" | b"off" => Some(false),
+                    _ => None,
+                };
+            }
+        }
+    }
 }
 
 /// `xOpen`'s work: the file's state and the flags it was opened with.
