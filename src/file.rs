@@ -418,7 +418,7 @@ impl Drop for File {
             if self.inode.is_unlinked() {
                 // As close(2) of an unlinked file's last descriptor: its
                 // data goes, unwritten.
-                self.inode.discard_all();
+                self.shared.discard_unlinked(&self.inode);
             } else {
                 self.shared.forget_inode_if_idle(&self.inode);
             }

@@ -1195,8 +1195,7 @@ impl Inode {
         drop(map);
         drop(bulk);
         self.dirty.account_discarded(blocks * BLOCK, dontcache * BLOCK);
-        // Nothing of the file is worth a store sync any more: a worker that
-        // still lists it finds nothing to do and lets it go.
+        // Nothing of the file is worth a store sync any more.
         self.written_since_sync.store(false, Ordering::Release);
         self.size_changed.store(false, Ordering::Release);
         drop(no_io);

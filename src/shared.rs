@@ -125,9 +125,17 @@ impl Shared {
             dirty: domain.dirty.clone(),
             dirty_list: domain.clone(),
         };
+        // Unlinked between the open and this lock (a `remove_file` that
+        // ran in between found no inode to mark): keep it out of the table,
+        // and let its last handle discard its data, as the mark does.
+        let unlinked = store.is_unlinked().unwrap_or(false);
         let inode = Arc::new(Inode::new(id, store, writable, handles));
         inode.handles.fetch_add(1, Ordering::AcqRel);
-        table.insert(info.store_id, inode.clone());
+        if unlinked {
+            inode.mark_unlinked();
+        } else {
+            table.insert(info.store_id, inode.clone());
+        }
         Ok(inode)
     }
 
@@ -252,9 +260,23 @@ impl Shared {
         // SeqCst: see `Inode::mark_unlinked`. Handles only go away now (no
         // open finds the inode), and the last to go discards.
         if inode.handles.load(Ordering::SeqCst) == 0 {
-            inode.discard_all();
+            self.discard_unlinked(&inode);
         }
         Ok(())
+    }
+
+    /// Throws away an unlinked inode's data (no handle is left), and takes
+    /// it off its domain's dirty list at once: the list's reference would
+    /// otherwise keep its descriptor, and so the file's blocks on disk,
+    /// until the flusher's next look at it.
+    pub fn discard_unlinked(&self, inode: &Arc<Inode>) {
+        inode.discard_all();
+        if inode.is_listed() {
+            let domain = locks::lock(&self.domains).get(&inode.info.device_id).cloned();
+            if let Some(domain) = domain {
+                domain.unlist_clean(inode);
+            }
+        }
     }
 
     /// [`crate::Cache::forget`]: if the file `path` names is cached and no
