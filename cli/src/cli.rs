@@ -10,8 +10,7 @@ use wbcache::Config;
 use crate::engines::EngineKind;
 use crate::sys::fmt_size;
 use crate::workloads::{
-    expand, overwrite_variants, FioJob, FioRw, Group, Kind, Params, PW_DEFAULT_WORKERS, PW_ENGINES, PW_MAX_WORKERS,
-    WORKLOADS,
+    expand, overwrite_variants, FioJob, FioRw, Group, Kind, Params, PW_DEFAULT_WORKERS, PW_MAX_WORKERS, WORKLOADS,
 };
 
 const MIB: u64 = 1 << 20;
@@ -43,8 +42,9 @@ pub struct BenchArgs {
     /// Workloads to run, comma separated: names from --list, small-overwrite
     /// variants (e.g. pwrite-1k-2m-file), parallel-writeback variants
     /// (parallel-writeback/files, parallel-writeback/shared/region-4),
-    /// hot-set variants (hot-set/write-stream), `all`, or `default`. Without
-    /// it, the default suite runs (about 7-8 minutes).
+    /// hot-set variants (hot-set/write-stream), sqlite variants
+    /// (sqlite/wal-streaming), `all`, or `default`. Without it, the default
+    /// suite runs (about 8-9 minutes).
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Engines to run, comma separated (default: all five).
@@ -100,8 +100,9 @@ pub struct BenchArgs {
     /// Run every measurement N times and report the run with the median
     /// throughput (µs/call for per-call rows, fsync total for
     /// fsync-under-load's foreground, writeback MB/s for
-    /// parallel-writeback, the hot reader's MB/s for hot-set): on a shared,
-    /// noisy machine one run can mislead.
+    /// parallel-writeback, the hot reader's MB/s for hot-set, transactions
+    /// per second for sqlite): on a shared, noisy machine one run can
+    /// mislead.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub repeat: u32,
     /// parallel-writeback: the writeback worker counts its wbcache rows try,
@@ -173,7 +174,7 @@ fn long_help() -> String {
     );
     s.push_str(&format!(
         "\nDefault suite (no --workloads): every workload, small-overwrite variants {}.\n\
-         --quick: the same with small-overwrite {}, --memory 128M, --runtime 1s.\n\
+         --quick: the same with small-overwrite {}, --memory 128M, --runtime 1s, and a 4M sqlite database.\n\
          Without --quick, any selection runs with --memory 256M, --size 2 × memory, --runtime 5s unless given, \
          so a workload alone measures what it measures in the default suite.\n",
         DEFAULT_OVERWRITES.join(", "),
@@ -193,11 +194,14 @@ pub const DEFAULT_WORKLOADS: &[&str] = &[
     "seq-read",
     "rand-read",
     "hot-set",
+    "sqlite",
     "small-overwrite",
 ];
 pub const DEFAULT_OVERWRITES: &[&str] =
     &["pwrite-1k-4k-file", "pwrite-1k-2m-file", "pwrite-10k-2m-file", "write-1k-2m-file", "writev-1k-2m-file"];
 pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"];
+/// The accounts data of `sqlite` with --quick.
+pub const SQLITE_QUICK_DATA: u64 = 4 * MIB;
 
 pub fn list_text() -> String {
     let mut s = long_help();
@@ -430,7 +434,7 @@ impl Plan {
                     format!(
                         "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file, \
                          parallel-writeback ones like parallel-writeback/files or parallel-writeback/shared/rotor-2, \
-                         hot-set ones like hot-set/write-stream)"
+                         hot-set ones like hot-set/write-stream, sqlite ones like sqlite/wal-streaming)"
                     )
                 })?
             };
@@ -476,22 +480,29 @@ impl Plan {
         if !args.writeback_workers.is_empty() && !has_pw {
             return Err("--writeback-workers applies to parallel-writeback, which is not selected".into());
         }
-        // parallel-writeback runs on three engines only: its groups that
-        // none of the selected engines runs are left out, and said so.
-        let before = groups.len();
-        groups.retain(|g| engines.iter().any(|e| g.runs_on(*e)));
-        if groups.len() < before {
-            if groups.is_empty() {
-                return Err(format!(
-                    "parallel-writeback runs on {} only: none of them is among --engines",
-                    PW_ENGINES.map(|e| e.name()).join(", ")
-                ));
+        // parallel-writeback and sqlite run on some engines only: their
+        // groups that none of the selected engines runs are left out, and
+        // said so, per workload.
+        let mut left_out: Vec<(&'static str, &'static [EngineKind], usize)> = Vec::new();
+        groups.retain(|g| {
+            let runs = engines.iter().any(|e| g.runs_on(*e));
+            if !runs {
+                let only = g.only_on().unwrap_or(&EngineKind::ALL);
+                match left_out.iter_mut().find(|(w, _, _)| *w == g.workload) {
+                    Some(entry) => entry.2 += 1,
+                    None => left_out.push((g.workload, only, 1)),
+                }
             }
-            notes.push(format!(
-                "parallel-writeback: {} of its groups left out (it runs on {} only)",
-                before - groups.len(),
-                PW_ENGINES.map(|e| e.name()).join(", ")
-            ));
+            runs
+        });
+        let names = |only: &[EngineKind]| only.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ");
+        if groups.is_empty() && !left_out.is_empty() {
+            let parts: Vec<String> =
+                left_out.iter().map(|(w, only, _)| format!("{w} runs on {} only", names(only))).collect();
+            return Err(format!("{}: none of them is among --engines", parts.join("; ")));
+        }
+        for (workload, only, n) in left_out {
+            notes.push(format!("{workload}: {n} of its groups left out (it runs on {} only)", names(only)));
         }
 
         // One set of defaults for every selection, so a workload run alone
@@ -557,6 +568,9 @@ impl Plan {
             iterations_1k: if quick { 20_000 } else { 200_000 },
             iterations_10k: if quick { 5_000 } else { 50_000 },
             warmup: if quick { 200 } else { 1_000 },
+            // More accounts data than memory, so the database does not fit
+            // in either cache; a few MiB for the smoke run.
+            sqlite_data_bytes: if quick { SQLITE_QUICK_DATA } else { memory / 4 * 5 },
             wbcache_options: options,
         };
         if let (Some(dev), false) = (&args.device, args.yes_destroy) {
@@ -822,5 +836,46 @@ mod tests {
             let e = Plan::from_args(BenchArgs { workloads: w.clone(), ..BenchArgs::default() }).err();
             assert!(e.as_deref().is_some_and(|e| e.contains("no workload selected")), "{w:?}: {e:?}");
         }
+    }
+
+    /// sqlite is in the default and quick suites with its four variants,
+    /// after hot-set; the quick suite's database is a few MiB, the
+    /// default's 1.25 × the memory; it runs on two engines only.
+    #[test]
+    fn sqlite_selection() {
+        let sqlite = |p: &Plan| -> Vec<String> {
+            p.groups.iter().filter(|g| g.workload == "sqlite").map(|g| g.variant.clone().unwrap()).collect()
+        };
+        for quick in [false, true] {
+            let p = Plan::from_args(BenchArgs { quick, ..BenchArgs::default() }).unwrap();
+            assert_eq!(sqlite(&p), ["wal-idle", "wal-streaming", "delete-idle", "delete-streaming"], "quick {quick}");
+            let workloads: Vec<&str> = p.groups.iter().map(|g| g.workload).collect();
+            let at = |w: &str| workloads.iter().position(|x| *x == w).unwrap();
+            assert!(at("hot-set") < at("sqlite") && at("sqlite") < at("small-overwrite"));
+            assert_eq!(p.params.sqlite_data_bytes, if quick { 4 * MIB } else { 320 * MIB });
+            assert!(p.notes.is_empty(), "{:?}", p.notes);
+        }
+        let args = |w: &[&str], engines: &[&str]| BenchArgs {
+            workloads: w.iter().map(|s| s.to_string()).collect(),
+            engines: engines.iter().map(|s| s.to_string()).collect(),
+            ..BenchArgs::default()
+        };
+        let one = Plan::from_args(args(&["sqlite/wal-streaming"], &[])).unwrap();
+        assert_eq!(sqlite(&one), ["wal-streaming"]);
+        assert_eq!(one.params.sqlite_data_bytes, 320 * MIB, "as in the default suite");
+        let big = Plan::from_args(BenchArgs { memory: Some("1G".into()), ..args(&["sqlite"], &[]) }).unwrap();
+        assert_eq!(big.params.sqlite_data_bytes, 1280 * MIB);
+        // Engines it does not run on: its groups left out, said so.
+        let some = Plan::from_args(args(&["seq-write", "sqlite"], &["kernel-direct"])).unwrap();
+        assert!(sqlite(&some).is_empty());
+        assert!(some
+            .notes
+            .iter()
+            .any(|n| n == "sqlite: 4 of its groups left out (it runs on kernel-buffered, wbcache only)"));
+        let e =
+            Plan::from_args(args(&["sqlite"], &["kernel-dontcache", "wbcache-dontcache"])).err().unwrap_or_default();
+        assert!(e.contains("sqlite runs on kernel-buffered, wbcache only: none of them is among --engines"), "{e}");
+        let e = Plan::from_args(args(&["sqlite/both"], &[])).err().unwrap_or_default();
+        assert!(e.contains("sqlite/wal-streaming"), "{e}");
     }
 }

@@ -240,6 +240,15 @@ impl System {
         }
     }
 
+    /// The wbcache Cache every job of the measurement shares (`None` for
+    /// the kernel): `sqlite` registers its VFS over it.
+    pub fn cache(&self) -> Option<&Arc<Cache>> {
+        match self {
+            System::Kernel => None,
+            System::Wbcache(c) => Some(c),
+        }
+    }
+
     /// Dirty + writeback bytes now: `/proc/meminfo` for the kernel (system
     /// wide), the cache's stats for wbcache.
     pub fn dirty_bytes(&self) -> u64 {
@@ -276,6 +285,8 @@ impl System {
     }
 
     /// Closes the cache (writes back and syncs whatever is still dirty).
+    /// A cache still shared (a SQLite VFS registered over it holds it for
+    /// the process's life) is left to the process's exit instead.
     pub fn close(self) -> io::Result<()> {
         match self {
             System::Kernel => Ok(()),

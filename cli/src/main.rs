@@ -8,7 +8,8 @@
 //! Layout: [`cli`] (options, suites), [`workloads`] (catalog, job specs),
 //! [`engines`] (the five engines behind one trait), [`worker`] (one
 //! measurement in a child process), [`runner`] (the parent: places, cgroups,
-//! caches, workers), [`cgroup`], [`measure`] (histograms, series),
+//! caches, workers), [`sqlite_bench`] (the `sqlite` workload's database),
+//! [`cgroup`], [`measure`] (histograms, series),
 //! [`report`] (tables, JSON, targets), [`svg`], [`progress`], [`sys`].
 
 mod cgroup;
@@ -18,6 +19,7 @@ mod measure;
 mod progress;
 mod report;
 mod runner;
+mod sqlite_bench;
 mod svg;
 mod sys;
 mod worker;

@@ -11,7 +11,7 @@ use crate::engines::EngineKind;
 use crate::measure::{rate_points, round3, sum_samples, HistData, Histogram, Percentiles, Series};
 use crate::sys::{fmt_size, Machine};
 use crate::worker::{JobResult, Outcome, Status};
-use crate::workloads::{Group, HotSet, Kind, BACKGROUND, FOREGROUND, HOT, STREAMER};
+use crate::workloads::{Group, HotSet, Kind, SqliteVariant, BACKGROUND, FOREGROUND, HOT, STREAMER, TRANSACTIONS};
 
 /// One result row. Field order and names are the JSON schema; fields that do
 /// not apply are `null`. The `#[serde(skip)]` fields feed tables and charts.
@@ -66,6 +66,24 @@ pub struct ResultRow {
     /// `hot-set`'s wbcache rows: CPU time the cache's drop-behind reaper
     /// thread used (`dropbehind_cpu_us` of its stats), microseconds.
     pub dropbehind_cpu_us: Option<u64>,
+    /// `sqlite`: transactions per second (transactions ÷ the time they
+    /// ran). Its `ops` are the transactions, `runtime_s` that time, and
+    /// `lat_us` each whole transaction's latency (BEGIN to COMMIT's return).
+    pub tps: Option<f64>,
+    /// `sqlite`: the COMMIT statement's latency alone, in µs: median, 99th
+    /// percentile, maximum.
+    pub commit_us_p50: Option<f64>,
+    pub commit_us_p99: Option<f64>,
+    pub commit_us_max: Option<f64>,
+    /// `sqlite`'s streaming rows: the streaming writer's bytes over the
+    /// time it wrote, in MB/s.
+    pub stream_mb_s: Option<f64>,
+    /// `sqlite`: the database file's size after the load, in bytes.
+    pub db_bytes: Option<u64>,
+    /// `sqlite`: the worker process's peak resident set size (`VmHWM`,
+    /// the load included), in bytes. For wbcache it includes the cache's
+    /// memory; the kernel's page cache is not in it.
+    pub peak_rss_bytes: Option<u64>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -118,6 +136,13 @@ impl ResultRow {
             hot_mb_s_alone_ratio: None,
             dropbehind_freed_bytes: None,
             dropbehind_cpu_us: None,
+            tps: None,
+            commit_us_p50: None,
+            commit_us_p99: None,
+            commit_us_max: None,
+            stream_mb_s: None,
+            db_bytes: None,
+            peak_rss_bytes: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -209,6 +234,9 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
     if let Kind::HotSet(_) = group.kind {
         return vec![hot_row(group, engine, &jobs, o)];
     }
+    if let Kind::Sqlite(_) = group.kind {
+        return vec![sqlite_row(group, engine, &jobs, o)];
+    }
     if group.kind == Kind::Competing {
         let mut rows: Vec<ResultRow> =
             jobs.iter().map(|j| aggregate(group, engine, j.role.clone(), &[*j], o)).collect();
@@ -264,6 +292,36 @@ fn hot_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) 
     }
     row.dropbehind_freed_bytes = o.wbcache_stats.as_deref().and_then(|s| stats_u64(s, "dropbehind_freed_bytes"));
     row.dropbehind_cpu_us = o.wbcache_stats.as_deref().and_then(|s| stats_u64(s, "dropbehind_cpu_us"));
+    row
+}
+
+/// `sqlite`'s row: the transactions' figures (per second, their latency,
+/// the COMMIT's alone), the database's size, the streaming writer's MB/s
+/// and the process's peak RSS.
+fn sqlite_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) -> ResultRow {
+    let of_role =
+        |role: &str| -> Vec<&JobResult> { jobs.iter().copied().filter(|j| j.role.as_deref() == Some(role)).collect() };
+    let (txn, streamer) = (of_role(TRANSACTIONS), of_role(STREAMER));
+    let mut row = aggregate(group, engine, group.variant.clone(), &txn, o);
+    // No bytes of its own: the MB/s columns are the writer's (stream_mb_s).
+    row.throughput_mb_s = None;
+    row.bytes = None;
+    row.per_second_mb_s = None;
+    row.rate_points = Vec::new();
+    if let Some(t) = txn.first() {
+        row.tps = (t.io_end_s > 0.0).then(|| round3(t.ops as f64 / t.io_end_s));
+        if let Some(sq) = &t.sqlite {
+            let commit = Histogram::from_data(&sq.commit).percentiles();
+            row.commit_us_p50 = commit.map(|p| p.p50);
+            row.commit_us_p99 = commit.map(|p| p.p99);
+            row.commit_us_max = commit.map(|p| p.max);
+            row.db_bytes = Some(sq.db_bytes);
+        }
+    }
+    if let Some(w) = streamer.first() {
+        row.stream_mb_s = (w.end_s > 0.0).then(|| round3(w.bytes as f64 / w.end_s / 1e6));
+    }
+    row.peak_rss_bytes = o.peak_rss_bytes;
     row
 }
 
@@ -813,6 +871,98 @@ pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     out
 }
 
+/// The order of `sqlite`'s rows in its table: per variant (wal-idle,
+/// wal-streaming, delete-idle, delete-streaming), kernel-buffered then
+/// wbcache.
+fn sqlite_rank(r: &ResultRow) -> (usize, usize) {
+    let variant = SqliteVariant::ALL.iter().position(|v| Some(v.name()) == r.variant.as_deref()).unwrap_or(usize::MAX);
+    let engine = EngineKind::ALL.iter().position(|e| e.name() == r.engine).unwrap_or(usize::MAX);
+    (variant, engine)
+}
+
+/// What the `sqlite` table's columns mean (printed above it).
+pub const SQLITE_COLUMNS: &str = "TPS: transactions per second. vs idle: TPS ÷ the same engine's idle row of the \
+     same journal mode. commit: the COMMIT statement's latency alone (where SQLite writes and syncs the journal or \
+     the WAL, and in DELETE mode the database); txn p99: the whole transaction's, BEGIN to COMMIT's return. stream \
+     MB/s: the streaming writer's bytes over its time, its final fsync included. db: the database's size after the load. peak RSS: \
+     the worker process's peak resident set size, the load included (wbcache's cache is in it; the kernel's page \
+     cache is not: its memory cgroup bounds that). TPS vs kernel-buffered: TPS ÷ kernel-buffered's in the same \
+     variant.";
+
+/// The `sqlite` table: per variant and engine, transactions per second
+/// (and against the idle row and kernel-buffered), the commit latency,
+/// the writer's MB/s, the database's size and the memory used.
+pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
+    let mut rows: Vec<&ResultRow> = rows.to_vec();
+    rows.sort_by_key(|r| sqlite_rank(r));
+    let has_status = rows.iter().any(|r| !r.ok());
+    let mut head = vec![
+        "variant",
+        "engine",
+        "TPS",
+        "vs idle",
+        "commit p50 ms",
+        "commit p99 ms",
+        "commit max ms",
+        "txn p99 ms",
+        "stream MB/s",
+        "db MiB",
+        "peak RSS MiB",
+        "peak dirty+wb MiB",
+        "TPS vs kernel-buffered",
+    ];
+    if has_status {
+        head.push("status");
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "### {title}\n\n{about}\n\n{SQLITE_COLUMNS}\n");
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let aligns: Vec<&str> =
+        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
+    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    let dash = || "—".to_string();
+    let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
+    let tps_of = |variant: &str, engine: &str| {
+        rows.iter()
+            .find(|b| b.variant.as_deref() == Some(variant) && b.engine == engine && b.ok())
+            .and_then(|b| b.tps)
+            .filter(|t| *t > 0.0)
+    };
+    for r in &rows {
+        let ok = r.ok();
+        let tps = r.tps.filter(|_| ok);
+        let variant = r.variant.as_deref().unwrap_or("");
+        let idle = variant.strip_suffix("-streaming").map(|j| format!("{j}-idle"));
+        let vs_idle = match (tps, idle.and_then(|v| tps_of(&v, &r.engine))) {
+            (Some(a), Some(b)) => Some(a / b),
+            _ => None,
+        };
+        let vs_kernel = match (tps, tps_of(variant, "kernel-buffered")) {
+            (Some(a), Some(b)) => Some(a / b),
+            _ => None,
+        };
+        let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
+        c.push(tps.map(fmt_num).unwrap_or_else(dash));
+        c.push(times(vs_idle));
+        for v in [r.commit_us_p50, r.commit_us_p99, r.commit_us_max, r.lat_us.map(|p| p.p99)] {
+            c.push(v.filter(|_| ok).map(ms).unwrap_or_else(dash));
+        }
+        c.push(r.stream_mb_s.filter(|_| ok).map(fmt_num).unwrap_or_else(dash));
+        for v in [r.db_bytes, r.peak_rss_bytes, r.peak_dirty_bytes] {
+            c.push(v.filter(|_| ok).map(mib).unwrap_or_else(dash));
+        }
+        c.push(times(vs_kernel));
+        if has_status {
+            c.push(match &r.error {
+                Some(e) if !ok => cell(&format!("{}: {e}", r.status)),
+                _ => r.status.clone(),
+            });
+        }
+        let _ = writeln!(out, "| {} |", c.join(" | "));
+    }
+    out
+}
+
 /// `hot-set`'s goals, per streaming variant: wbcache-dontcache keeps its
 /// hot reader's data cached (hit ratio ≥ 99%) and its speed (≥ 0.9 × alone);
 /// kernel-buffered's figures beside them, as context.
@@ -1144,6 +1294,10 @@ mod tests {
             .unwrap()
     }
 
+    /// The fields `sqlite` added, closing every row (null on other workloads').
+    const SQLITE_NULLS: &str = "\"tps\":null,\"commit_us_p50\":null,\"commit_us_p99\":null,\"commit_us_max\":null,\
+         \"stream_mb_s\":null,\"db_bytes\":null,\"peak_rss_bytes\":null";
+
     fn job(role: &str, bytes: u64, io_end_s: f64) -> JobResult {
         let mut lat = Histogram::default();
         lat.record(20_000);
@@ -1181,6 +1335,7 @@ mod tests {
             wbcache_stats: None,
             io_backend: None,
             cpu_busy_s: None,
+            peak_rss_bytes: None,
         };
         let rows = rows_from(&fsync_group("small/load"), EngineKind::Wbcache, &o);
         assert_eq!(rows.len(), 2, "{rows:?}");
@@ -1336,6 +1491,7 @@ mod tests {
             wbcache_stats: Some(stats.into()),
             io_backend: None,
             cpu_busy_s: Some(3.75),
+            peak_rss_bytes: None,
         };
         let rows = rows_from(&pw_group("files/rotor-2"), EngineKind::Wbcache, &o);
         assert_eq!(rows.len(), 1);
@@ -1355,7 +1511,8 @@ mod tests {
         let text = serde_json::to_string(r).unwrap();
         assert!(text.ends_with(&format!(
             ",\"fsync_total_s\":null,\"writeback_mb_s\":{},\"cpu_s_per_gib\":{},\"written_bytes_per_worker\":[1048576,2097152],\
-             \"hot_hit_ratio\":null,\"hot_mb_s\":null,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":null,\"dropbehind_cpu_us\":null}}",
+             \"hot_hit_ratio\":null,\"hot_mb_s\":null,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":null,\"dropbehind_cpu_us\":null,\
+             {SQLITE_NULLS}}}",
             json["writeback_mb_s"], json["cpu_s_per_gib"]
         )));
         // The kernel's rows: no configuration in the label, nor workers.
@@ -1481,6 +1638,7 @@ mod tests {
             wbcache_stats: stats.map(String::from),
             io_backend: None,
             cpu_busy_s: None,
+            peak_rss_bytes: None,
         }
     }
 
@@ -1509,7 +1667,7 @@ mod tests {
         let text = serde_json::to_string(r).unwrap();
         assert!(
             text.ends_with(
-                ",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912,\"dropbehind_cpu_us\":1234}"
+                &format!(",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912,\"dropbehind_cpu_us\":1234,{SQLITE_NULLS}}}")
             ),
             "{text}"
         );
@@ -1609,5 +1767,106 @@ mod tests {
         );
         assert!(order[3].starts_with("| kernel-direct") && order[6].starts_with("| wbcache-dontcache | read-stream"));
         assert!(table.contains("kernel-direct has no cache, so no ratio"));
+    }
+
+    fn sqlite_group(variant: &str) -> Group {
+        crate::workloads::groups_for(&format!("sqlite/{variant}"), None).unwrap().remove(0)
+    }
+
+    /// A sqlite row: transactions per second over the time they ran, the
+    /// COMMIT's percentiles, the writer's MB/s (its fsync included), the
+    /// database's size and the peak RSS; no MB/s or bytes of its own.
+    #[test]
+    fn sqlite_rows() {
+        let mut txn = job(TRANSACTIONS, 0, 2.0);
+        txn.ops = 1000;
+        let mut commit = Histogram::default();
+        for us in [100u64, 200, 300, 5_000] {
+            commit.record(us * 1000);
+        }
+        txn.sqlite = Some(crate::worker::SqliteResult { db_bytes: 320 << 20, load_s: 3.0, commit: commit.to_data() });
+        let mut writer = job(STREAMER, 1_000_000_000, 0.5);
+        writer.end_s = 1.0;
+        let mut o = hot_outcome(vec![txn, writer], None);
+        o.peak_rss_bytes = Some(300 << 20);
+        let rows = rows_from(&sqlite_group("wal-streaming"), EngineKind::Wbcache, &o);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!((r.workload.as_str(), r.variant.as_deref()), ("sqlite", Some("wal-streaming")));
+        assert_eq!((r.tps, r.ops, r.runtime_s), (Some(500.0), Some(1000), Some(2.0)));
+        assert_eq!(r.commit_us_max, Some(5000.0));
+        let (p50, p99) = (r.commit_us_p50.unwrap(), r.commit_us_p99.unwrap());
+        assert!((190.0..=210.0).contains(&p50) && p50 <= p99 && p99 <= 5000.0, "{r:?}");
+        assert_eq!(r.stream_mb_s, Some(1000.0), "the writer's bytes over its time, fsync included");
+        assert_eq!((r.db_bytes, r.peak_rss_bytes), (Some(320 << 20), Some(300 << 20)));
+        assert_eq!((r.throughput_mb_s, r.bytes), (None, None));
+        assert!(r.lat_us.is_some(), "each transaction's latency");
+        let text = serde_json::to_string(r).unwrap();
+        let (p50, p99) = (serde_json::to_string(&p50).unwrap(), serde_json::to_string(&p99).unwrap());
+        assert!(
+            text.ends_with(&format!(
+                ",\"tps\":500.0,\"commit_us_p50\":{p50},\"commit_us_p99\":{p99},\"commit_us_max\":5000.0,\
+                 \"stream_mb_s\":1000.0,\"db_bytes\":335544320,\"peak_rss_bytes\":314572800}}"
+            )),
+            "{text}"
+        );
+        // Idle: no writer, no stream figure.
+        let idle = hot_outcome(vec![o.jobs[0].clone()], None);
+        let r = &rows_from(&sqlite_group("delete-idle"), EngineKind::KernelBuffered, &idle)[0];
+        assert_eq!((r.tps, r.stream_mb_s, r.peak_rss_bytes), (Some(500.0), None, None));
+    }
+
+    fn sqlite_row(variant: &str, engine: &str, tps: f64) -> ResultRow {
+        let mut row = ResultRow::empty(
+            &sqlite_group(variant),
+            EngineKind::parse(engine).unwrap(),
+            Some(variant.into()),
+            Status::Ok,
+            None,
+        );
+        row.tps = Some(tps);
+        row.commit_us_p50 = Some(150.0);
+        row.commit_us_p99 = Some(2_500.0);
+        row.commit_us_max = Some(40_000.0);
+        row.lat_us = Some(Percentiles { p50: 200.0, p99: 3_000.0, p999: 9_000.0, max: 41_000.0 });
+        row.db_bytes = Some(320 << 20);
+        row.peak_rss_bytes = Some(8 << 20);
+        row.peak_dirty_bytes = Some(1 << 20);
+        if variant.ends_with("-streaming") {
+            row.stream_mb_s = Some(900.0);
+        }
+        row
+    }
+
+    /// The table: per variant, kernel-buffered then wbcache; TPS against
+    /// the idle row and against kernel-buffered.
+    #[test]
+    fn sqlite_table_compares_with_idle_and_the_kernel() {
+        let mut rows = vec![
+            sqlite_row("delete-streaming", "wbcache", 300.0),
+            sqlite_row("wal-idle", "wbcache", 4_000.0),
+            sqlite_row("wal-idle", "kernel-buffered", 5_000.0),
+            sqlite_row("wal-streaming", "kernel-buffered", 500.0),
+            sqlite_row("wal-streaming", "wbcache", 1_000.0),
+            sqlite_row("delete-idle", "wbcache", 600.0),
+        ];
+        rows.push(failed_row(&sqlite_group("delete-idle"), EngineKind::KernelBuffered, Status::Error, "boom".into()));
+        let refs: Vec<&ResultRow> = rows.iter().collect();
+        let table = sqlite_table("sqlite", "about", &refs);
+        assert!(table.contains(
+            "| variant | engine | TPS | vs idle | commit p50 ms | commit p99 ms | commit max ms | txn p99 ms | \
+             stream MB/s | db MiB | peak RSS MiB | peak dirty+wb MiB | TPS vs kernel-buffered | status |"
+        ));
+        assert!(
+            table.contains("| wal-idle | kernel-buffered | 5,000 | — | 0.15 | 2.50 | 40.0 | 3.00 | — | 320.0 | 8.0 | 1.0 | 1.00× | ok |"),
+            "{table}"
+        );
+        assert!(table.contains("| wal-streaming | wbcache | 1,000 | 0.25× | 0.15 | 2.50 | 40.0 | 3.00 | 900 | 320.0 | 8.0 | 1.0 | 2.00× | ok |"));
+        assert!(table.contains("| delete-streaming | wbcache | 300 | 0.50× |"), "{table}");
+        assert!(table
+            .contains("| delete-idle | kernel-buffered | — | — | — | — | — | — | — | — | — | — | — | error: boom |"));
+        let order: Vec<&str> = table.lines().filter(|l| l.starts_with("| wal") || l.starts_with("| delete")).collect();
+        assert!(order[0].starts_with("| wal-idle | kernel-buffered") && order[1].starts_with("| wal-idle | wbcache"));
+        assert!(order[4].starts_with("| delete-idle | kernel-buffered") && order[6].starts_with("| delete-streaming"));
     }
 }

@@ -20,14 +20,14 @@ use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
 use crate::progress::{say, Progress};
 use crate::report::{
-    failed_row, fsync_table, hot_alone_ratios, hot_table, markdown_table, pw_table, rows_from, targets, to_json,
-    Reference, ResultRow,
+    failed_row, fsync_table, hot_alone_ratios, hot_table, markdown_table, pw_table, rows_from, sqlite_table, targets,
+    to_json, Reference, ResultRow,
 };
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
 use crate::worker::{memcpy_reference_us, Outcome, Status};
 use crate::workloads::{
-    build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about, FioJob, Group,
-    Kind, Place, Spec, KIB,
+    build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about, sqlite_about,
+    FioJob, Group, Kind, Pattern, Place, Spec, KIB,
 };
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -360,16 +360,21 @@ fn run_worker(
 /// Of several runs of one measurement, the one whose primary figure
 /// (throughput, µs/call for per-call rows, the fsync total for
 /// fsync-under-load's foreground rows, the writeback MB/s for
-/// parallel-writeback, or the hot reader's MB/s for hot-set, of its first
-/// row) is the median among the runs that
-/// succeeded; a failed run only if all failed.
+/// parallel-writeback, the hot reader's MB/s for hot-set, or the
+/// transactions per second for sqlite, of its first row) is the median
+/// among the runs that succeeded; a failed run only if all failed.
 fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
     let key = |rows: &Vec<ResultRow>| -> Option<f64> {
         let row = rows.first()?;
         if row.status != "ok" {
             return None;
         }
-        row.fsync_total_s.or(row.us_per_call).or(row.writeback_mb_s).or(row.hot_mb_s).or(row.throughput_mb_s)
+        row.fsync_total_s
+            .or(row.us_per_call)
+            .or(row.writeback_mb_s)
+            .or(row.hot_mb_s)
+            .or(row.tps)
+            .or(row.throughput_mb_s)
     };
     let mut ok: Vec<(f64, usize)> = runs.iter().enumerate().filter_map(|(i, r)| key(r).map(|k| (k, i))).collect();
     if ok.is_empty() {
@@ -378,6 +383,15 @@ fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
     ok.sort_by(|a, b| a.0.total_cmp(&b.0));
     let pick = ok[ok.len() / 2].1;
     runs.swap_remove(pick)
+}
+
+/// How long a measurement may take before it is killed: twice its time cap
+/// plus a minute, plus, for `sqlite`, its database's load (at 10 MB/s, well
+/// below what a disk takes).
+fn default_timeout_s(spec: &Spec) -> f64 {
+    let load_s: f64 =
+        spec.jobs.iter().filter(|j| matches!(j.pattern, Pattern::Sqlite(_))).map(|j| j.target.len as f64 / 10e6).sum();
+    2.0 * spec.deadline_s + 60.0 + load_s
 }
 
 fn spec_memory(spec: &Spec) -> u64 {
@@ -410,6 +424,20 @@ fn summary(rows: &[ResultRow]) -> String {
         s.push_str(&format!("hot {hot:.1} MB/s"));
         if let Some(x) = r.hot_hit_ratio {
             s.push_str(&format!(", hot hit ratio {:.1}%", x * 100.0));
+        }
+        return s;
+    }
+    // sqlite: the transactions per second, the commit's p99, the writer's MB/s.
+    if let Some(tps) = r.tps {
+        let mut s = format!("{tps:.0} TPS");
+        if let Some(p99) = r.commit_us_p99 {
+            s.push_str(&format!(", commit p99 {:.2} ms", p99 / 1e3));
+        }
+        if let Some(w) = r.stream_mb_s {
+            s.push_str(&format!(", stream {w:.1} MB/s"));
+        }
+        if let Some(db) = r.db_bytes {
+            s.push_str(&format!(" ({} database)", fmt_size(db)));
         }
         return s;
     }
@@ -609,7 +637,7 @@ pub fn run(args: BenchArgs) -> i32 {
                     if can_drop {
                         let _ = sys::drop_caches();
                     }
-                    let timeout = plan.args.timeout.unwrap_or(2.0 * spec.deadline_s + 60.0);
+                    let timeout = plan.args.timeout.unwrap_or_else(|| default_timeout_s(&spec));
                     let outcome = run_worker(
                         &spec,
                         cgroups.as_mut(),
@@ -792,6 +820,11 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
     let mine: Vec<&Group> = groups.iter().filter(|g| g.workload == group.workload).collect();
     let what = if matches!(group.kind, Kind::ParallelWriteback(_)) {
         format!("{}. {}", pw_about(p), pw_options_about(p))
+    } else if matches!(group.kind, Kind::Sqlite(_)) {
+        // Each variant named, also when it runs alone.
+        let parts: Vec<String> =
+            mine.iter().map(|g| format!("{}, {}", g.variant.as_deref().unwrap_or("main"), describe(g, p))).collect();
+        format!("{}. Variants: {}", sqlite_about(p), parts.join("; "))
     } else if mine.len() == 1 {
         describe(mine[0], p)
     } else {
@@ -827,6 +860,9 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
     }
     if matches!(group.kind, Kind::HotSet(_)) {
         return hot_table(group.workload, &about, &table_rows);
+    }
+    if matches!(group.kind, Kind::Sqlite(_)) {
+        return sqlite_table(group.workload, &about, &table_rows);
     }
     markdown_table(group.workload, &about, &table_rows)
 }

@@ -419,9 +419,11 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
         let rows = &groups[g];
         // Every engine that ran appears, even one too short for a line: a
         // missing line must never read as a missing engine.
+        // (sqlite's rows have no bytes of their own to chart: their
+        // figures are transactions.)
         let lines: Vec<Line> = rows
             .iter()
-            .filter(|r| r.us_per_call.is_none())
+            .filter(|r| r.us_per_call.is_none() && r.tps.is_none())
             .map(|r| {
                 let label = match (r.rate_points.len(), r.runtime_s) {
                     (0, Some(t)) => format!("{} (no point: I/O took {t:.2} s)", r.series_label()),
@@ -448,12 +450,13 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
                 .collect();
             let series = [("p50", "#9ecae1"), ("p99", "#4292c6"), ("p99.9", "#08519c"), ("max", "#08306b")];
             let name = format!("{g}-latency.svg");
+            let per = if with_lat.iter().all(|r| r.tps.is_some()) { "transaction" } else { "call" };
             fs::write(
                 dir.join(&name),
                 log_bar_chart(
-                    &format!("{g}: latency per call (percentiles)"),
+                    &format!("{g}: latency per {per} (percentiles)"),
                     subtitle,
-                    "µs per call (log scale)",
+                    &format!("µs per {per} (log scale)"),
                     &cats,
                     &series,
                     &vals,

@@ -149,6 +149,12 @@ pub fn meminfo_field(text: &str, field: &str) -> Option<u64> {
     })
 }
 
+/// This process's peak resident set size so far (`VmHWM` of
+/// `/proc/self/status`), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    meminfo_field(&fs::read_to_string("/proc/self/status").ok()?, "VmHWM")
+}
+
 /// Dirty + Writeback from `/proc/meminfo`, in bytes (system-wide).
 pub fn kernel_dirty_bytes() -> u64 {
     match fs::read_to_string("/proc/meminfo") {

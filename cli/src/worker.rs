@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::engines::{EngineFile, EngineKind, System, DIRECT_DEPTH};
 use crate::measure::{HistData, Histogram, Series};
 use crate::sys::{AlignedBuf, Rng};
-use crate::workloads::{JobSpec, Pattern, Setup, Spec, FOREGROUND, STREAMER};
+use crate::workloads::{JobSpec, Pattern, Setup, Spec, SqliteJob, FOREGROUND, STREAMER, TRANSACTIONS};
 
 const MIB: u64 = 1 << 20;
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -71,6 +71,22 @@ pub struct JobResult {
     /// to ask (O_DIRECT).
     #[serde(default)]
     pub resident_chunks: Option<u64>,
+    /// `sqlite`'s transactions: what the database was and what the
+    /// commits took (the job's `ops` are its transactions, `lat` their
+    /// latency, `io_end_s` the time they ran).
+    #[serde(default)]
+    pub sqlite: Option<SqliteResult>,
+}
+
+/// What `sqlite`'s transactions job measured besides its transactions.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SqliteResult {
+    /// The database file's size after the load (pages × page size).
+    pub db_bytes: u64,
+    /// The load's time (not part of the measurement), in seconds.
+    pub load_s: f64,
+    /// Each COMMIT statement's time.
+    pub commit: HistData,
 }
 
 /// What a worker prints.
@@ -89,6 +105,10 @@ pub struct Outcome {
     /// phase until the last job ended, in seconds.
     #[serde(default)]
     pub cpu_busy_s: Option<f64>,
+    /// The worker process's peak resident set size (`VmHWM`), setup
+    /// included, in bytes.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
 }
 
 impl Outcome {
@@ -103,6 +123,7 @@ impl Outcome {
             wbcache_stats: None,
             io_backend: None,
             cpu_busy_s: None,
+            peak_rss_bytes: None,
         }
     }
 }
@@ -144,6 +165,7 @@ struct JobRaw {
     fsync_total_s: Option<f64>,
     fsync_points: Vec<(f64, f64)>,
     resident_chunks: Option<u64>,
+    sqlite: Option<SqliteResult>,
 }
 
 /// Per-job series bookkeeping for the sampler.
@@ -185,17 +207,25 @@ pub fn run(spec: &Spec) -> Outcome {
             .map(|(i, job)| {
                 let (sys, barrier, cancel, stop, finished) = (&sys, &barrier, &cancel, &stop, &finished);
                 let (counter, running, io_done, cpu_end) = (&counters[i], &running[i], &io_done, &cpu_end);
+                let counters = &counters;
                 std::thread::Builder::new()
                     .name(format!("job-{i}"))
                     .spawn_scoped(s, move || {
-                        let r = run_job(sys, spec, job, barrier, Stops { cancel, stop }, counter, io_done);
+                        let stops = Stops { cancel, stop };
+                        let r = match &job.pattern {
+                            Pattern::Sqlite(sq) => {
+                                run_sqlite_job(sys, spec, job, sq, barrier, stops, counters, io_done)
+                            }
+                            _ => run_job(sys, spec, job, barrier, stops, counter, io_done),
+                        };
                         if r.is_err() {
                             // Also ends the wait of a job with `fsync_after_all`.
                             cancel.store(true, Relaxed);
                         }
-                        // The foreground (fsync-under-load) or the streamer
-                        // (hot-set) ended: the jobs beside it stop.
-                        if matches!(job.role.as_deref(), Some(FOREGROUND | STREAMER)) {
+                        // The foreground (fsync-under-load), the streamer
+                        // (hot-set, sqlite) or the transactions (sqlite)
+                        // ended: the jobs beside it stop.
+                        if matches!(job.role.as_deref(), Some(FOREGROUND | STREAMER | TRANSACTIONS)) {
                             stop.store(true, Relaxed);
                         }
                         running.store(false, Relaxed);
@@ -274,6 +304,7 @@ pub fn run(spec: &Spec) -> Outcome {
                     fsync_total_s: r.fsync_total_s,
                     fsync_points: r.fsync_points,
                     resident_chunks: r.resident_chunks,
+                    sqlite: r.sqlite,
                 });
             }
             Err(e) => {
@@ -294,6 +325,7 @@ pub fn run(spec: &Spec) -> Outcome {
     };
     let wbcache_stats = sys.stats_json();
     let io_backend = sys.io_backend();
+    let peak_rss_bytes = crate::sys::peak_rss_bytes();
     let close = sys.close();
     if let Some(e) = first_err {
         let mut o = Outcome::failed(&e);
@@ -304,7 +336,17 @@ pub fn run(spec: &Spec) -> Outcome {
         Ok(()) => (Status::Ok, None),
         Err(e) => (Status::Error, Some(format!("closing the cache: {e}"))),
     };
-    Outcome { status, error, jobs, dirty, peak_dirty_bytes: peak, wbcache_stats, io_backend, cpu_busy_s }
+    Outcome {
+        status,
+        error,
+        jobs,
+        dirty,
+        peak_dirty_bytes: peak,
+        wbcache_stats,
+        io_backend,
+        cpu_busy_s,
+        peak_rss_bytes,
+    }
 }
 
 const CANCELLED: &str = "cancelled: another job failed";
@@ -639,6 +681,7 @@ fn run_job(
             }
             resident_chunks = tracked.then_some(resident);
         }
+        Pattern::Sqlite(_) => unreachable!("run by run_sqlite_job"),
         Pattern::CachedReads { bs, span, iterations, warmup } => {
             let bs = *bs;
             let blocks = (span / bs).max(1);
@@ -697,6 +740,68 @@ fn run_job(
         fsync_total_s,
         fsync_points,
         resident_chunks,
+        sqlite: None,
+    })
+}
+
+/// Runs `sqlite`'s transactions job: the database's load (before
+/// `barrier`, untimed), then, once the streaming writer (if any) has
+/// written `head_start` bytes, pgbench's TPC-B-like transactions one after
+/// another until the deadline, or until the writer ends (at least one).
+/// `counters` are every job's bytes so far.
+#[allow(clippy::too_many_arguments)]
+fn run_sqlite_job(
+    sys: &System,
+    spec: &Spec,
+    job: &JobSpec,
+    sq: &SqliteJob,
+    barrier: &Barrier,
+    stops: Stops<'_>,
+    counters: &[AtomicU64],
+    io_done: &AtomicUsize,
+) -> io::Result<JobRaw> {
+    let Stops { cancel, stop } = stops;
+    let db = crate::sqlite_bench::Db::create(sys, &job.target.path, sq);
+    if db.is_err() {
+        cancel.store(true, Relaxed);
+    }
+    barrier.wait();
+    let db = db?;
+    let streamer = spec.jobs.iter().position(|j| j.role.as_deref() == Some(STREAMER));
+    if let (Some(i), true) = (streamer, sq.head_start > 0) {
+        // The writer goes first; the wait is bounded by the runtime.
+        let until = Instant::now() + Duration::from_secs_f64(spec.deadline_s.max(0.01));
+        while counters[i].load(Relaxed) < sq.head_start
+            && !cancel.load(Relaxed)
+            && !stop.load(Relaxed)
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    if cancel.load(Relaxed) {
+        return Err(io::Error::other(CANCELLED));
+    }
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(spec.deadline_s.max(0.01));
+    let mut done = || cancel.load(Relaxed) || stop.load(Relaxed) || Instant::now() >= deadline;
+    let run = db.run(job.seed, &mut done)?;
+    let io_end_s = started.elapsed().as_secs_f64();
+    io_done.fetch_add(1, SeqCst);
+    let sqlite = SqliteResult { db_bytes: db.db_bytes, load_s: db.load_s, commit: run.commit.to_data() };
+    drop(db);
+    Ok(JobRaw {
+        bytes: 0,
+        ops: run.transactions,
+        io_end_s,
+        end_s: io_end_s,
+        hist: run.txn,
+        fsync: None,
+        us_per_call: None,
+        fsync_total_s: None,
+        fsync_points: Vec::new(),
+        resident_chunks: None,
+        sqlite: Some(sqlite),
     })
 }
 

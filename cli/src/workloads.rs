@@ -43,6 +43,9 @@ const UNCACHED_IO: &str = "the LKML series \"Uncached buffered IO\" by Jens Axbo
      December 2024: RWF_UNCACHED, renamed RWF_DONTCACHE and merged for Linux 6.14), and what uncached I/O is for: \
      data streamed once through the cache should not push out the data that is read again and again";
 
+/// The transaction `sqlite` runs.
+const PGBENCH_TPCB: &str = "pgbench's built-in TPC-B-like script";
+
 pub const WORKLOADS: &[WorkloadInfo] = &[
     WorkloadInfo {
         name: "seq-write",
@@ -129,6 +132,28 @@ pub const WORKLOADS: &[WorkloadInfo] = &[
         source: Some(UNCACHED_IO),
     },
     WorkloadInfo {
+        name: "sqlite",
+        about: "SQLite (one connection, synchronous=FULL, 4 KiB pages) running pgbench's TPC-B-like transaction \
+                for --runtime: BEGIN; UPDATE an account's balance; SELECT it; UPDATE a teller's; UPDATE a branch's; \
+                INSERT a history row; COMMIT (account, teller, branch and delta at random). The database is \
+                pgbench's (10 tellers and up to 100,000 accounts per branch, an 84-character filler per account), \
+                with about 1.25 × --memory of accounts data (4M with --quick), loaded before the timed part. It \
+                runs on kernel-buffered (SQLite's default unix VFS, the kernel's page cache) and on wbcache (the \
+                wbcache VFS over the engine's Cache); the other engines do not run it. Variants wal-idle and \
+                delete-idle (journal_mode WAL or DELETE, the transactions alone), wal-streaming and \
+                delete-streaming (the same next to a streaming writer of the same engine: --size, twice the \
+                memory, written to a new file in the same directory in 1 MiB sequential writes, over and over \
+                from its start until --runtime ends, then fsync, through the kernel's page cache or the \
+                database's own wbcache Cache; the transactions start once it has written a quarter of the memory \
+                and stop when it is done). Figures: \
+                transactions per second, the COMMIT statement's latency (p50, p99, max), the writer's MB/s and the \
+                process's peak RSS. Select one variant with e.g. sqlite/wal-streaming",
+        models: "an application's embedded database (a browser profile, a phone app, a service's local store) \
+                 committing small transactions durably while a backup, a download or a log streams through the \
+                 same cache to the same disk: what a commit costs, idle and under the stream",
+        source: Some(PGBENCH_TPCB),
+    },
+    WorkloadInfo {
         name: "small-overwrite",
         about: "overwrite offset 0 of an already cached file (written once and fsynced), per-call cost in µs; variants {write,pwrite,writev}-{1k,10k}-{4k,1m,2m}-file (writev: 10 iovecs of the size)",
         models: "small in-place updates of a cached file (a database header, a counter, a WAL tail): the cost of one write call",
@@ -154,6 +179,8 @@ pub enum Kind {
     ParallelWriteback(PwGroup),
     /// One variant of `hot-set`.
     HotSet(HotSet),
+    /// One variant of `sqlite`.
+    Sqlite(SqliteVariant),
     SeqRead,
     RandRead,
     /// µs per cached 4 KiB read: random inside a cached region, or the
@@ -451,6 +478,124 @@ pub fn hot_engine(engine: EngineKind) -> EngineKind {
     }
 }
 
+/// SQLite's journal modes the `sqlite` workload measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Journal {
+    /// `journal_mode=WAL`: commits append to the write-ahead log.
+    Wal,
+    /// `journal_mode=DELETE`: SQLite's default rollback journal.
+    Delete,
+}
+
+impl Journal {
+    /// The `PRAGMA journal_mode` value (SQLite answers it in lower case).
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Journal::Wal => "wal",
+            Journal::Delete => "delete",
+        }
+    }
+}
+
+/// The variants of `sqlite`: a journal mode, with the transactions alone
+/// or next to a streaming writer of the same engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqliteVariant {
+    pub journal: Journal,
+    pub streaming: bool,
+}
+
+impl SqliteVariant {
+    pub const ALL: [SqliteVariant; 4] = [
+        SqliteVariant { journal: Journal::Wal, streaming: false },
+        SqliteVariant { journal: Journal::Wal, streaming: true },
+        SqliteVariant { journal: Journal::Delete, streaming: false },
+        SqliteVariant { journal: Journal::Delete, streaming: true },
+    ];
+
+    /// The variant name (JSON `variant`).
+    pub fn name(self) -> &'static str {
+        match (self.journal, self.streaming) {
+            (Journal::Wal, false) => "wal-idle",
+            (Journal::Wal, true) => "wal-streaming",
+            (Journal::Delete, false) => "delete-idle",
+            (Journal::Delete, true) => "delete-streaming",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SqliteVariant> {
+        SqliteVariant::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    fn group(self) -> Group {
+        Group { workload: "sqlite", variant: Some(self.name().into()), kind: Kind::Sqlite(self) }
+    }
+}
+
+/// The engines `sqlite` runs on: SQLite's default unix VFS over the
+/// kernel's page cache, and the wbcache VFS over a wbcache Cache.
+pub const SQLITE_ENGINES: [EngineKind; 2] = [EngineKind::KernelBuffered, EngineKind::Wbcache];
+/// The role of `sqlite`'s transactions: when they end, the streaming
+/// writer stops (and when it ends, they stop).
+pub const TRANSACTIONS: &str = "transactions";
+/// The streaming writer's request size.
+pub const SQLITE_STREAM_BS: u64 = MIB;
+/// pgbench's shape: accounts and tellers per branch.
+pub const ACCOUNTS_PER_BRANCH: u64 = 100_000;
+pub const TELLERS_PER_BRANCH: u64 = 10;
+/// The bytes one account takes in the database's 4 KiB pages (an
+/// 84-character filler, three integers, the cell's header, the b-tree's
+/// inner pages; measured: 3,355,443 accounts made a 315.7 MiB database, 98.7
+/// bytes each), to size the table from the bytes wanted.
+pub const SQLITE_ACCOUNT_BYTES: u64 = 98;
+
+/// What a `sqlite` job does: the database to load, the journal mode to
+/// measure, and how far the streaming writer gets ahead of the first
+/// transaction.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SqliteJob {
+    pub journal: Journal,
+    /// Accounts loaded (pgbench's `100,000 × scale`, here to reach the size).
+    pub accounts: u64,
+    /// The transactions start once the job with the [`STREAMER`] role has
+    /// written this many bytes (0: no streaming writer).
+    pub head_start: u64,
+    /// SQLite's files next to the database (`-wal`, `-shm`, `-journal`),
+    /// removed after the run as the database is.
+    pub side_files: Vec<Target>,
+}
+
+impl SqliteJob {
+    /// pgbench's scale: branches, one per 100,000 accounts (the last one
+    /// may have fewer).
+    pub fn branches(&self) -> u64 {
+        self.accounts.div_ceil(ACCOUNTS_PER_BRANCH).max(1)
+    }
+
+    pub fn tellers(&self) -> u64 {
+        self.branches() * TELLERS_PER_BRANCH
+    }
+}
+
+/// The accounts of a `sqlite` database: about `p.sqlite_data_bytes` of
+/// table pages.
+pub fn sqlite_accounts(p: &Params) -> u64 {
+    (p.sqlite_data_bytes / SQLITE_ACCOUNT_BYTES).max(1)
+}
+
+/// What `sqlite`'s streaming writer writes: --size (twice the memory by
+/// default), whole requests.
+pub fn sqlite_stream_len(p: &Params) -> u64 {
+    round_down(p.size, SQLITE_STREAM_BS)
+}
+
+/// How much the streaming writer writes before the first transaction: a
+/// quarter of the memory (at most a quarter of the stream).
+pub fn sqlite_head_start(p: &Params) -> u64 {
+    (p.memory / 4).min(sqlite_stream_len(p) / 4)
+}
+
 /// `parallel-writeback`'s groups for these worker counts: per pattern, the
 /// kernel's group, then one per wbcache configuration.
 pub fn pw_groups(workers: &[u32]) -> Vec<Group> {
@@ -627,11 +772,23 @@ impl Group {
     }
 
     /// Whether the group runs on `engine` (every group does, except
-    /// `parallel-writeback`'s: see [`PwGroup::runs_on`]).
+    /// `parallel-writeback`'s, see [`PwGroup::runs_on`], and `sqlite`'s,
+    /// see [`SQLITE_ENGINES`]).
     pub fn runs_on(&self, engine: EngineKind) -> bool {
         match self.kind {
             Kind::ParallelWriteback(pw) => pw.runs_on(engine),
+            Kind::Sqlite(_) => SQLITE_ENGINES.contains(&engine),
             _ => true,
+        }
+    }
+
+    /// The engines the group runs on, when not every one (said in the
+    /// note or error about groups left out).
+    pub fn only_on(&self) -> Option<&'static [EngineKind]> {
+        match self.kind {
+            Kind::ParallelWriteback(_) => Some(&PW_ENGINES),
+            Kind::Sqlite(_) => Some(&SQLITE_ENGINES),
+            _ => None,
         }
     }
 
@@ -697,9 +854,9 @@ pub fn groups_for(name: &str, overwrite_subset: Option<&[&str]>) -> Option<Vec<G
 }
 
 /// The groups a workload name expands to: a catalog name, a small-overwrite
-/// variant name, `parallel-writeback/<selector>` (see [`pw_selection`]) or
-/// `hot-set/<variant>`; `parallel-writeback` tries these writeback worker
-/// counts.
+/// variant name, `parallel-writeback/<selector>` (see [`pw_selection`]),
+/// `hot-set/<variant>` or `sqlite/<variant>`; `parallel-writeback` tries
+/// these writeback worker counts.
 pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: &[u32]) -> Option<Vec<Group>> {
     let g = |workload: &'static str, kind: Kind| Group { workload, variant: None, kind };
     if let Some(selector) = name.strip_prefix("parallel-writeback/") {
@@ -707,6 +864,9 @@ pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: 
     }
     if let Some(variant) = name.strip_prefix("hot-set/") {
         return Some(vec![HotSet::parse(variant)?.group()]);
+    }
+    if let Some(variant) = name.strip_prefix("sqlite/") {
+        return Some(vec![SqliteVariant::parse(variant)?.group()]);
     }
     let groups = match name {
         "seq-write" => vec![g("seq-write", Kind::SeqWrite)],
@@ -724,6 +884,7 @@ pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: 
             .collect(),
         "parallel-writeback" => pw_groups(writeback_workers),
         "hot-set" => HotSet::ALL.into_iter().map(HotSet::group).collect(),
+        "sqlite" => SqliteVariant::ALL.into_iter().map(SqliteVariant::group).collect(),
         "seq-read" => vec![g("seq-read", Kind::SeqRead)],
         "rand-read" => vec![
             g("rand-read", Kind::RandRead),
@@ -812,6 +973,10 @@ pub enum Pattern {
     /// read, asks the engine whether the whole chunk is cached (where the
     /// engine has a cache to ask).
     HotReads { bs: u64 },
+    /// `sqlite`'s transactions: load the database (the target), then run
+    /// pgbench's TPC-B-like transaction one after another until the
+    /// deadline, or until the streaming writer ends.
+    Sqlite(SqliteJob),
 }
 
 /// The role of the job whose fsyncs `fsync-under-load` measures: when it
@@ -841,6 +1006,7 @@ impl JobSpec {
     pub fn targets(&self) -> impl Iterator<Item = &Target> {
         let more = match &self.pattern {
             Pattern::Fio { more_targets, .. } => more_targets.as_slice(),
+            Pattern::Sqlite(sq) => sq.side_files.as_slice(),
             _ => &[],
         };
         std::iter::once(&self.target).chain(more)
@@ -876,6 +1042,9 @@ pub struct Params {
     pub iterations_1k: u64,
     pub iterations_10k: u64,
     pub warmup: u64,
+    /// The accounts data `sqlite` loads: 1.25 × the memory (a few MiB
+    /// with --quick).
+    pub sqlite_data_bytes: u64,
     pub wbcache_options: String,
 }
 
@@ -972,6 +1141,25 @@ impl Place {
         }
     }
 
+    /// The database of a `sqlite` measurement (a new file in the
+    /// directory; on a device, the device itself, where the job reports
+    /// that SQLite needs a file system) and its side files.
+    fn sqlite_db(&self, name: &str, len: u64) -> (Target, Vec<Target>) {
+        match (&self.device, &self.dir) {
+            (Some(dev), _) => (Target { path: dev.clone(), offset: 0, len, create: false }, Vec::new()),
+            (None, Some(dir)) => {
+                let file = |suffix: &str| Target {
+                    path: dir.join(format!("{name}.db{suffix}")),
+                    offset: 0,
+                    len: if suffix.is_empty() { len } else { 0 },
+                    create: true,
+                };
+                (file(""), ["-wal", "-shm", "-journal"].map(file).to_vec())
+            }
+            (None, None) => unreachable!("a place has a dir or a device"),
+        }
+    }
+
     /// Per-file length for `n` time-based writers: `want`, bounded by the
     /// space there is (writers wrap around at this length).
     fn per_writer(&self, n: u64, want: u64) -> u64 {
@@ -1039,6 +1227,22 @@ pub fn describe(group: &Group, p: &Params) -> String {
                     "the hot reader over its cached {hot} file while the streamer reads a cold {stream} file \
                      (1 MiB reads)"
                 ),
+            }
+        }
+        Kind::Sqlite(v) => {
+            let journal = match v.journal {
+                Journal::Wal => "journal_mode=WAL",
+                Journal::Delete => "journal_mode=DELETE",
+            };
+            if v.streaming {
+                format!(
+                    "{journal}, next to the streaming writer (a {} file written in 1 MiB writes over and over \
+                     until the runtime ends, then fsync; the transactions starting once it has written {})",
+                    fmt_size(sqlite_stream_len(p)),
+                    fmt_size(sqlite_head_start(p))
+                )
+            } else {
+                format!("{journal}, the transactions alone")
             }
         }
         Kind::SeqRead => format!("cold sequential read of a {size} file, 1 MiB reads"),
@@ -1129,6 +1333,43 @@ pub fn hot_about(p: &Params) -> String {
         fmt_size(hot_len(p)),
         fmt_size(hot_stream_len(p))
     )
+}
+
+/// What `sqlite` does, with this run's sizes (said once above its table,
+/// before each variant's description).
+pub fn sqlite_about(p: &Params) -> String {
+    let accounts = sqlite_accounts(p);
+    let job = SqliteJob { journal: Journal::Wal, accounts, head_start: 0, side_files: Vec::new() };
+    format!(
+        "SQLite, one connection, PRAGMA synchronous=FULL, 4 KiB pages, running pgbench's TPC-B-like transaction \
+         one after another for {} s: BEGIN; UPDATE pgbench_accounts (a random account's balance + a random delta); \
+         SELECT that balance; UPDATE pgbench_tellers; UPDATE pgbench_branches; INSERT INTO pgbench_history; COMMIT. \
+         The database: {}, {} tellers, {} accounts (about {} of accounts data, an 84-character filler each), \
+         loaded before the timed part with journal_mode=OFF and synchronous=OFF, then synced. \
+         kernel-buffered runs SQLite's default unix VFS (the kernel's page cache); wbcache runs the wbcache VFS over \
+         the engine's Cache, which the streaming writer shares",
+        p.runtime_s,
+        match job.branches() {
+            1 => "1 branch".to_string(),
+            n => format!("{} branches", fmt_num(n)),
+        },
+        fmt_num(job.tellers()),
+        fmt_num(accounts),
+        fmt_size(p.sqlite_data_bytes)
+    )
+}
+
+/// `1234567` as `1,234,567`.
+fn fmt_num(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The region the `cached-4k` variant reads at random.
@@ -1249,6 +1490,29 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
             let deadline = if *v == HotSet::Alone { p.runtime_s } else { p.stream_cap_s };
             (jobs, deadline, true)
         }
+        Kind::Sqlite(v) => {
+            let (db, side_files) = place.sqlite_db(&name, p.sqlite_data_bytes);
+            // On a device there is no file system for SQLite: the job says
+            // so, and no writer runs.
+            let streaming = v.streaming && place.device.is_none();
+            let head_start = if streaming { sqlite_head_start(p) } else { 0 };
+            let sq = SqliteJob { journal: v.journal, accounts: sqlite_accounts(p), head_start, side_files };
+            let mut txn = job(engine, db, Setup::None, Pattern::Sqlite(sq), false, 60);
+            txn.role = Some(TRANSACTIONS.into());
+            let mut jobs = vec![txn];
+            if streaming {
+                let len = sqlite_stream_len(p);
+                // Round and round the file until the runtime ends, so the
+                // transactions run beside the stream for all of it (one
+                // pass takes well under a second on a fast disk); then
+                // fsync, as hot-set's write-stream.
+                let pat = Pattern::Seq { write: true, bs: SQLITE_STREAM_BS, total: None };
+                let mut streamer = job(engine, place.fresh(&name, 0, len), Setup::None, pat, true, 61);
+                streamer.role = Some(STREAMER.into());
+                jobs.push(streamer);
+            }
+            (jobs, p.runtime_s, false)
+        }
         Kind::SeqRead => {
             let pat = Pattern::Seq { write: false, bs: MIB, total: Some(p.size) };
             (vec![job(engine, place.data(p.size), Setup::None, pat, false, 7)], p.stream_cap_s, true)
@@ -1328,6 +1592,7 @@ mod tests {
             iterations_1k: 10,
             iterations_10k: 10,
             warmup: 1,
+            sqlite_data_bytes: 160 * MIB,
             wbcache_options: "capacity=128M".into(),
         }
     }
@@ -1615,5 +1880,89 @@ mod tests {
         let s = spec("read-stream", EngineKind::Wbcache, &small);
         let regions: Vec<(u64, u64)> = s.jobs.iter().map(|j| (j.target.offset, j.target.len)).collect();
         assert_eq!(regions, [(48 * MIB, 16 * MIB), (0, 48 * MIB)]);
+    }
+
+    /// sqlite: four variants on kernel-buffered and wbcache only,
+    /// selectable one by one.
+    #[test]
+    fn sqlite_groups_and_selections() {
+        let groups = groups_for("sqlite", None).unwrap();
+        assert_eq!(variants_of(&groups), ["wal-idle", "wal-streaming", "delete-idle", "delete-streaming"]);
+        for g in &groups {
+            let on: Vec<EngineKind> = EngineKind::ALL.into_iter().filter(|e| g.runs_on(*e)).collect();
+            assert_eq!(on, [EngineKind::KernelBuffered, EngineKind::Wbcache]);
+            assert_eq!(g.only_on(), Some(&SQLITE_ENGINES[..]));
+            assert!(!g.needs_data());
+        }
+        assert_eq!(groups[1].slug(), "sqlite-wal-streaming");
+        assert_eq!(groups[1].label(), "sqlite wal-streaming");
+        assert_eq!(variants_of(&groups_for("sqlite/delete-idle", None).unwrap()), ["delete-idle"]);
+        for bad in ["sqlite/", "sqlite/wal", "sqlite/wal-idle/x", "sqlite/WAL-idle"] {
+            assert!(groups_for(bad, None).is_none(), "{bad}");
+        }
+        let w = info("sqlite").unwrap();
+        assert_eq!(w.source, Some("pgbench's built-in TPC-B-like script"));
+        for text in [w.about, w.models, w.source.unwrap()] {
+            for word in ["issue", "seed", "slot"] {
+                assert!(!text.contains(word), "{word} in {text}");
+            }
+        }
+    }
+
+    /// The transactions over a new database in the directory (its side
+    /// files removed with it), sized from the memory; the streaming
+    /// variants add a writer of the same engine, --size to a new file in
+    /// 1 MiB writes, then fsync.
+    #[test]
+    fn sqlite_specs() {
+        let dir = std::env::temp_dir();
+        let place = Place { dir: Some(dir.clone()), device: None, device_size: 0, free_bytes: 64 << 30 };
+        let p = params(2.0);
+        let spec = |variant: &str, engine: EngineKind, place: &Place| {
+            let g = groups_for(&format!("sqlite/{variant}"), None).unwrap().remove(0);
+            build_spec(&g, engine, &p, place, false)
+        };
+        let roles = |s: &Spec| s.jobs.iter().map(|j| j.role.clone().unwrap()).collect::<Vec<_>>();
+        let idle = spec("delete-idle", EngineKind::KernelBuffered, &place);
+        assert_eq!(roles(&idle), [TRANSACTIONS]);
+        assert_eq!((idle.deadline_s, idle.pipelined), (2.0, false));
+        let txn = &idle.jobs[0];
+        let Pattern::Sqlite(sq) = &txn.pattern else { panic!("{:?}", txn.pattern) };
+        assert_eq!((sq.journal, sq.head_start), (Journal::Delete, 0));
+        assert_eq!(sq.accounts, 160 * MIB / SQLITE_ACCOUNT_BYTES);
+        assert_eq!((sq.branches(), sq.tellers()), (18, 180));
+        assert_eq!(txn.target.path, dir.join("sqlite-delete-idle-kernel-buffered.db"));
+        assert!(txn.target.create);
+        let removed: Vec<_> =
+            txn.targets().map(|t| t.path.file_name().unwrap().to_str().unwrap().to_string()).collect();
+        assert_eq!(
+            removed,
+            [
+                "sqlite-delete-idle-kernel-buffered.db",
+                "sqlite-delete-idle-kernel-buffered.db-wal",
+                "sqlite-delete-idle-kernel-buffered.db-shm",
+                "sqlite-delete-idle-kernel-buffered.db-journal"
+            ]
+        );
+        assert!(txn.targets().all(|t| t.create));
+
+        let streaming = spec("wal-streaming", EngineKind::Wbcache, &place);
+        assert_eq!(roles(&streaming), [TRANSACTIONS, STREAMER]);
+        let (txn, writer) = (&streaming.jobs[0], &streaming.jobs[1]);
+        let Pattern::Sqlite(sq) = &txn.pattern else { panic!("{:?}", txn.pattern) };
+        assert_eq!((sq.journal, sq.head_start), (Journal::Wal, 32 * MIB));
+        assert_eq!((txn.engine, writer.engine), (EngineKind::Wbcache, EngineKind::Wbcache));
+        // Round and round its file until the runtime ends.
+        assert!(matches!(writer.pattern, Pattern::Seq { write: true, bs, total: None } if bs == MIB));
+        assert!(writer.fsync_at_end && writer.target.create);
+        assert_eq!(writer.target.path.parent(), Some(dir.as_path()));
+        assert_ne!(writer.target.path, txn.target.path);
+
+        // On a device: the transactions only, which report that SQLite
+        // needs a file system; no writer touches the device.
+        let dev = Place { dir: None, device: Some("/dev/x".into()), device_size: 1 << 30, free_bytes: 1 << 30 };
+        let s = spec("wal-streaming", EngineKind::KernelBuffered, &dev);
+        assert_eq!(roles(&s), [TRANSACTIONS]);
+        assert!(!s.jobs[0].target.create && s.jobs[0].targets().count() == 1);
     }
 }
