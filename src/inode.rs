@@ -175,6 +175,10 @@ struct WritePart {
     dontcache: bool,
 }
 
+/// The sync-waiter id of a reader waiting for a fill (no inode's id:
+/// those count up from 1).
+const READER_SYNC_WAITER_ID: u64 = u64::MAX;
+
 pub struct Inode {
     /// Unique within the cache (for eviction ghosts and debugging).
     pub id: u64,
@@ -633,6 +637,13 @@ impl Inode {
                 op_folio.push((i, k * io_max));
             }
         }
+        // A reader waiting on the device counts as a sync waiter of the
+        // domain: the flusher then keeps its background writes in the
+        // device queue to `async_depth_while_sync`, so a read does not wait
+        // behind megabytes of them (the kernel's block layer throttles
+        // buffered writeback for reads the same way, `wbt`). No inode has
+        // the waiter's id: nothing is promoted for it.
+        let _reader = (priority == IoPriority::Sync).then(|| self.dirty.enter_sync(READER_SYNC_WAITER_ID));
         run_batch(&*store, &mut ops);
         let mut short = vec![false; created.len()];
         for (op, (i, start)) in ops.iter_mut().zip(op_folio) {
@@ -853,7 +864,7 @@ impl Inode {
         // happens with no lock held, and the part runs again.
         let needed = (last - first - st.dirty.count_range(first, last)) as u64 * BLOCK;
         if needed > room.bytes() {
-            match self.dirty.try_take_room(needed - room.bytes(), self.config.dirty_limit_bytes) {
+            match self.dirty.try_take_room(needed - room.bytes(), throttle::room_limit_bytes(&self.config)) {
                 Some(more) => room.absorb(more),
                 None => {
                     drop(st);

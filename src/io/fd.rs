@@ -142,6 +142,10 @@ pub struct FdStore {
     fd: OwnedFd,
     info: BackingInfo,
     engine: Arc<dyn FdEngine>,
+    /// A second descriptor of the file without O_DIRECT, opened on first
+    /// use, for [`BackingStore::write_tail`]; `None` when it cannot be
+    /// opened (then the tail is written whole, padded).
+    tail_fd: std::sync::OnceLock<Option<OwnedFd>>,
 }
 
 /// Opens `path` as described by `how` and wraps it in an [`FdStore`] that
@@ -433,7 +437,38 @@ impl FdStore {
             device_id,
             store_id,
         };
-        Ok(FdStore { fd, info, engine })
+        Ok(FdStore { fd, info, engine, tail_fd: std::sync::OnceLock::new() })
+    }
+}
+
+impl FdStore {
+    /// The descriptor [`BackingStore::write_tail`] writes through: the
+    /// store's own when it is not O_DIRECT, else a second one of the same
+    /// file opened through `/proc/self/fd` (so it is the same file even if
+    /// renamed or unlinked since), read-write; `None` for a block device
+    /// (whose size is whole blocks), a read-only store, or when the second
+    /// open fails.
+    fn tail_descriptor(&self) -> Option<&OwnedFd> {
+        if self.info.is_block_device {
+            return None;
+        }
+        if !self.info.direct_io {
+            return Some(&self.fd);
+        }
+        self.tail_fd
+            .get_or_init(|| {
+                // SAFETY: fcntl(F_GETFL) on a descriptor we own.
+                let flags = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_GETFL) };
+                if flags < 0 || flags & libc::O_ACCMODE == libc::O_RDONLY {
+                    return None;
+                }
+                let path = CString::new(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).ok()?;
+                // SAFETY: a NUL-terminated path; the result is checked.
+                let raw = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+                // SAFETY: a fresh descriptor that nothing else owns.
+                (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
+            })
+            .as_ref()
     }
 }
 
@@ -479,6 +514,34 @@ impl BackingStore for FdStore {
 
     fn is_unlinked(&self) -> io::Result<bool> {
         Ok(!self.info.is_block_device && fstat(self.fd.as_raw_fd())?.st_nlink == 0)
+    }
+
+    fn supports_tail_writes(&self) -> bool {
+        self.tail_descriptor().is_some()
+    }
+
+    fn write_tail(&self, offset: u64, data: &[u8]) -> io::Result<usize> {
+        let fd = self.tail_descriptor().ok_or_else(|| io::Error::from(io::ErrorKind::Unsupported))?;
+        let mut done = 0;
+        while done < data.len() {
+            let at =
+                libc::off_t::try_from(offset + done as u64).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            let rest = &data[done..];
+            // SAFETY: `rest` is a live slice of `rest.len()` bytes; the
+            // descriptor is owned by self.
+            let n = unsafe { libc::pwrite(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len(), at) };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
+                _ => {
+                    let err = io::Error::last_os_error();
+                    if !super::is_retryable(&err) {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+        Ok(done)
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {

@@ -246,6 +246,21 @@ pub trait BackingStore: Send + Sync {
     fn is_unlinked(&self) -> io::Result<bool> {
         Ok(false)
     }
+    /// Whether [`BackingStore::write_tail`] works here: an O_DIRECT file
+    /// whose last block can also be written through the kernel's cache.
+    fn supports_tail_writes(&self) -> bool {
+        false
+    }
+    /// Writes `data` at `offset` through the kernel's page cache, not
+    /// O_DIRECT: for the partial last block of a file, which O_DIRECT could
+    /// only write whole, padding the file with zeros that a later
+    /// `ftruncate` must cut (and that cut reads the block back to zero its
+    /// end). The next fsync of the store writes it out. Returns the bytes
+    /// written (all of them, or an error).
+    fn write_tail(&self, offset: u64, data: &[u8]) -> io::Result<usize> {
+        let _ = (offset, data);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
 }
 
 pub(crate) fn is_retryable(err: &io::Error) -> bool {

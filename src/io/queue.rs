@@ -45,6 +45,9 @@ pub struct QueuedWrite {
     pub segments: Vec<Segment>,
     pub priority: IoPriority,
     pub tag: u64,
+    /// The partial last block of a file, written through the kernel's
+    /// cache ([`BackingStore::write_tail`]) on the pushing thread.
+    pub tail: bool,
 }
 
 impl QueuedWrite {
@@ -60,6 +63,10 @@ impl QueuedWrite {
     /// [`run_batch`] op): the path for stores and queues that cannot run it
     /// asynchronously.
     pub fn run_now(&self) -> io::Result<usize> {
+        if self.tail {
+            let data: Vec<u8> = self.segments.iter().flat_map(|s| s.buf[s.range.clone()].iter().copied()).collect();
+            return self.store.write_tail(self.offset, &data);
+        }
         let mut ops = [self.as_op()];
         run_batch(&*self.store, &mut ops);
         ops[0].result.take().expect("run_batch completes every op")
@@ -173,8 +180,9 @@ impl SlotTable {
     }
 }
 
-/// The completion of a write no backend needs to see: an empty one, or one
-/// for a store without a descriptor (run now, on the caller's thread).
+/// The completion of a write no backend needs to see: an empty one, a
+/// file's partial last block, or one for a store without a descriptor (run
+/// now, on the caller's thread).
 pub(crate) fn complete_without_backend(write: &QueuedWrite) -> Completion {
     let result = if write.is_empty() { Ok(0) } else { write.run_now() };
     Completion { tag: write.tag, result }
@@ -219,10 +227,11 @@ impl WriteQueue for BatchQueue {
         if !wait || self.pending.is_empty() {
             return Vec::new();
         }
-        let mut pending = std::mem::take(&mut self.pending);
+        let (tails, mut pending): (Vec<QueuedWrite>, Vec<QueuedWrite>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|w| w.tail);
+        let mut completions: Vec<Completion> = tails.iter().map(complete_without_backend).collect();
         // One batch per store, in push order within each.
         pending.sort_by_key(|w| Arc::as_ptr(&w.store) as *const () as usize);
-        let mut completions = Vec::with_capacity(pending.len());
         for group in pending.chunk_by(|a, b| Arc::ptr_eq(&a.store, &b.store)) {
             let mut ops: Vec<IoOp<'_>> = group.iter().map(QueuedWrite::as_op).collect();
             run_batch(&*group[0].store, &mut ops);
@@ -251,7 +260,7 @@ pub(crate) mod tests {
                 Segment { buf: Arc::new(buf), range: 0..BLOCK_SIZE }
             })
             .collect();
-        QueuedWrite { store: store.clone(), offset, segments, priority: IoPriority::Async, tag }
+        QueuedWrite { store: store.clone(), offset, segments, priority: IoPriority::Async, tag, tail: false }
     }
 
     /// Pushes writes to two stores through `queue`, reaps them all, and

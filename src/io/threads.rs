@@ -507,7 +507,7 @@ impl PoolQueue {
 impl WriteQueue for PoolQueue {
     fn push(&mut self, write: QueuedWrite) {
         self.queued += 1;
-        if write.store.raw_fd().is_none() || write.is_empty() {
+        if write.tail || write.store.raw_fd().is_none() || write.is_empty() {
             self.ready.push(complete_without_backend(&write));
             return;
         }

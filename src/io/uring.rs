@@ -567,7 +567,7 @@ impl UringQueue {
 impl WriteQueue for UringQueue {
     fn push(&mut self, write: QueuedWrite) {
         self.queued += 1;
-        if self.ring.is_none() || write.store.raw_fd().is_none() || write.is_empty() {
+        if write.tail || self.ring.is_none() || write.store.raw_fd().is_none() || write.is_empty() {
             self.ready.push(complete_without_backend(&write));
             return;
         }
@@ -661,6 +661,7 @@ mod tests {
                 segments,
                 priority: IoPriority::Async,
                 tag,
+                tail: false,
             });
             q.queued += 1;
             q.in_ring += 1; // as if its SQE were in the ring

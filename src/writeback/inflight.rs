@@ -63,8 +63,9 @@ struct Pending {
     inode: Arc<Inode>,
     pass: WbPass,
     results: Vec<Option<io::Result<usize>>>,
-    /// The class each I/O went to the queue in (`None` while held).
-    classes: Vec<Option<IoClass>>,
+    /// The class each I/O went to the queue in (`None` while held), and
+    /// its length.
+    classes: Vec<Option<(IoClass, u64)>>,
     remaining: usize,
 }
 
@@ -90,11 +91,16 @@ pub struct InFlight {
     /// I/Os in the queue, and the async ones among them.
     in_queue: usize,
     async_in_queue: usize,
+    /// Bytes of the async I/Os in the queue.
+    async_bytes_in_queue: u64,
     queue_ios_max: usize,
     /// The sync waiters' inodes as last looked up, and the generation of
     /// the domain's waiter list they belong to.
     sync_inodes: Vec<u64>,
     sync_generation_seen: u64,
+    /// When a sync waiter last came or went (see
+    /// [`policy::ASYNC_QUEUE_BYTES_WHILE_SYNC`]).
+    sync_seen_at: Option<Instant>,
     /// Set when a pass completed with failed writes; cleared by
     /// [`InFlight::clear_failed`].
     failed: bool,
@@ -132,9 +138,11 @@ impl InFlight {
             held_async: VecDeque::new(),
             in_queue: 0,
             async_in_queue: 0,
+            async_bytes_in_queue: 0,
             queue_ios_max: queue_ios_max.max(1),
             sync_inodes: Vec::new(),
             sync_generation_seen: 0,
+            sync_seen_at: None,
             failed: false,
             busy_since: None,
         }
@@ -248,6 +256,7 @@ impl InFlight {
         if dirty.sync_waiters_generation() == self.sync_generation_seen {
             return;
         }
+        self.sync_seen_at = Some(Instant::now());
         (self.sync_generation_seen, self.sync_inodes) = dirty.sync_waiter_inodes();
         if self.sync_inodes.is_empty() || self.held_async.is_empty() {
             return;
@@ -280,7 +289,18 @@ impl InFlight {
         let domain = self.domain.clone();
         let waiters = domain.dirty.has_sync_waiters();
         let cap = domain.config.async_depth_while_sync;
-        while policy::may_submit_async(self.async_in_queue, self.in_queue, self.queue_ios_max, waiters, cap) {
+        let sync_recent = waiters || self.sync_seen_at.is_some_and(|at| at.elapsed() < policy::SYNC_RECENT);
+        let bytes_max = if sync_recent { policy::ASYNC_QUEUE_BYTES_WHILE_SYNC } else { u64::MAX };
+        while let Some(next_len) = self.held_async.front().map(|(_, w)| w.len() as u64) {
+            let queue = policy::AsyncQueue {
+                ios: self.async_in_queue,
+                bytes: self.async_bytes_in_queue,
+                all_ios: self.in_queue,
+                ios_max: self.queue_ios_max,
+            };
+            if !policy::may_submit_async(&queue, next_len, waiters, cap, bytes_max) {
+                break;
+            }
             let Some((_, w)) = self.held_async.pop_front() else { break };
             self.push_to_queue(w);
             if waiters {
@@ -302,11 +322,13 @@ impl InFlight {
     fn push_to_queue(&mut self, w: QueuedWrite) {
         let (id, index) = (w.tag >> TAG_SHIFT, (w.tag & ((1 << TAG_SHIFT) - 1)) as usize);
         let class = class_of(w.priority);
+        let len = w.len() as u64;
         let p = self.passes.get_mut(&id).expect("held I/O belongs to a pass in flight");
-        assert!(p.classes[index].replace(class).is_none(), "an I/O goes to the queue once");
+        assert!(p.classes[index].replace((class, len)).is_none(), "an I/O goes to the queue once");
         self.in_queue += 1;
         if class == IoClass::Async {
             self.async_in_queue += 1;
+            self.async_bytes_in_queue += len;
         }
         self.queue.push(w);
     }
@@ -323,10 +345,11 @@ impl InFlight {
             let index = (c.tag & ((1 << TAG_SHIFT) - 1)) as usize;
             let p = self.passes.get_mut(&id).expect("a completion belongs to a pass in flight");
             assert!(p.results[index].is_none(), "an I/O completes once");
-            let class = p.classes[index].expect("a completed I/O went to the queue");
+            let (class, len) = p.classes[index].expect("a completed I/O went to the queue");
             self.in_queue -= 1;
             if class == IoClass::Async {
                 self.async_in_queue -= 1;
+                self.async_bytes_in_queue -= len;
             }
             if let Ok(n) = &c.result {
                 completed_bytes += *n as u64;

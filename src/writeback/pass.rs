@@ -55,6 +55,10 @@ struct WbChunk {
     /// the I/Os of the rand-write benchmark, whose device is bound by I/Os
     /// per second; gaps of 4 or 8 blocks saved hardly more).
     bridge: bool,
+    /// The file's partial last block (the chunk is that one block): only
+    /// its first `tail_len` bytes, up to the file's size, are written,
+    /// through the kernel's cache ([`crate::io::BackingStore::write_tail`]).
+    tail_len: Option<usize>,
     result: Option<io::Result<()>>,
 }
 
@@ -271,7 +275,15 @@ impl Inode {
             if chunk_end > self.size() {
                 self.store_padded.store(true, Ordering::Release);
             }
-            chunks.push(WbChunk { folio: folio.clone(), buf: st.buf.clone(), start, end, bridge: false, result: None });
+            chunks.push(WbChunk {
+                folio: folio.clone(),
+                buf: st.buf.clone(),
+                start,
+                end,
+                bridge: false,
+                tail_len: None,
+                result: None,
+            });
         }
         if taken_blocks == 0 {
             return (0, 0);
@@ -335,8 +347,10 @@ impl Inode {
         let store = self.store();
         let started = Instant::now();
         let results: Vec<io::Result<usize>> = {
-            let mut ops: Vec<IoOp<'_>> = pass
-                .groups
+            // The tail chunk, an I/O of its own, is always the last.
+            let tail = pass.groups.last().filter(|&&(i, _)| pass.chunks[i].tail_len.is_some()).copied();
+            let direct = &pass.groups[..pass.groups.len() - usize::from(tail.is_some())];
+            let mut ops: Vec<IoOp<'_>> = direct
                 .iter()
                 .map(|&(i, j)| {
                     let bufs =
@@ -345,7 +359,14 @@ impl Inode {
                 })
                 .collect();
             run_batch(&*store, &mut ops);
-            ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect()
+            let mut results: Vec<io::Result<usize>> =
+                ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect();
+            if let Some((i, _)) = tail {
+                let c = &pass.chunks[i];
+                let from = c.start * BLOCK_SIZE;
+                results.push(store.write_tail(c.offset(), &c.buf[from..from + c.tail_len.unwrap_or(BLOCK_SIZE)]));
+            }
+            results
         };
         self.store_len_gate.end_io();
         let elapsed = started.elapsed();
@@ -389,14 +410,17 @@ impl Inode {
                     start: s,
                     end: e,
                     bridge: false,
+                    tail_len: None,
                     result: None,
                 });
                 s = e;
             }
         }
+        self.mark_tail(&mut split);
         // Neighbouring chunks form one vectored I/O of at most `io_max` and
         // `IOV_MAX` buffers (one per chunk), bridging a small gap of clean
-        // cached blocks where one lies between.
+        // cached blocks where one lies between. A tail chunk is an I/O of
+        // its own.
         let mut chunks: Vec<WbChunk> = Vec::with_capacity(split.len());
         let mut groups: Vec<(usize, usize)> = Vec::new();
         let mut group_start = 0;
@@ -408,6 +432,7 @@ impl Inode {
                 // A bridge adds at most one buffer per block of the gap.
                 let buffers_after = chunks.len() - group_start + (gap_bytes / BLOCK) as usize + 1;
                 let fits = group_bytes + gap_bytes as usize + c.len_bytes() <= io_max_bytes && buffers_after <= IOV_MAX;
+                let fits = fits && c.tail_len.is_none();
                 let mut joined = fits && gap_bytes == 0;
                 if fits && gap_bytes > 0 && gap_bytes <= self.config.bridge_gap_bytes {
                     if let Some(bridge) = self.take_bridge(prev_end / BLOCK, c.offset() / BLOCK) {
@@ -444,6 +469,49 @@ impl Inode {
         );
         let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
         Some(WbPass { ticket, reason, chunks, groups, bytes })
+    }
+
+    /// Makes the file's partial last block, when the pass writes it, a
+    /// chunk of its own that is written only up to the file's size,
+    /// through the kernel's cache (see `WbChunk::tail_len`), where the
+    /// store can. Written whole with O_DIRECT, it would pad the file to
+    /// the block's end, and the `ftruncate` that cuts the padding before
+    /// the next store sync reads the block back to zero its end and writes
+    /// it again: for a log or a WAL synced after each small append, that
+    /// was a read, a write and a metadata update more per sync. The size is
+    /// read after the blocks were taken: whatever a writer put in the block
+    /// up to it before then is in the chunk's buffer.
+    fn mark_tail(&self, chunks: &mut Vec<WbChunk>) {
+        if self.info.is_block_device {
+            return;
+        }
+        let Some(last) = chunks.last() else { return };
+        let size = self.size();
+        let end = last.offset() + last.len_bytes() as u64;
+        // Only the block holding the size, cut inside it.
+        if last.bridge || size % BLOCK == 0 || end <= size || end - BLOCK > size {
+            return;
+        }
+        if !self.store().supports_tail_writes() {
+            return;
+        }
+        if last.end - last.start > 1 {
+            let last = chunks.last_mut().expect("looked at above");
+            let tail = WbChunk {
+                folio: last.folio.clone(),
+                buf: last.buf.clone(),
+                start: last.end - 1,
+                end: last.end,
+                bridge: false,
+                tail_len: None,
+                result: None,
+            };
+            last.end -= 1;
+            chunks.push(tail);
+        }
+        let tail = chunks.last_mut().expect("looked at above");
+        tail.tail_len = Some((size - tail.offset()) as usize);
+        debug_assert!(tail.end - tail.start == 1 && (1..BLOCK_SIZE).contains(&tail.tail_len.unwrap_or(0)));
     }
 
     /// Takes blocks `[start, end)` for writeback as a bridge between two
@@ -497,7 +565,7 @@ impl Inode {
         debug_assert_eq!(st.writeback.count_range(first, last), last - first, "the bridge is under writeback");
         let buf = st.buf.clone();
         drop(st);
-        Some(WbChunk { folio, buf, start: first, end: last, bridge: true, result: None })
+        Some(WbChunk { folio, buf, start: first, end: last, bridge: true, tail_len: None, result: None })
     }
 
     /// Gives back a bridge chunk that will not be written.
@@ -548,10 +616,14 @@ impl Inode {
                 offset: pass.chunks[i].offset(),
                 segments: pass.chunks[i..j]
                     .iter()
-                    .map(|c| Segment { buf: c.buf.clone(), range: c.start * BLOCK_SIZE..c.end * BLOCK_SIZE })
+                    .map(|c| {
+                        let len = c.tail_len.unwrap_or(c.len_bytes());
+                        Segment { buf: c.buf.clone(), range: c.start * BLOCK_SIZE..c.start * BLOCK_SIZE + len }
+                    })
                     .collect(),
                 priority,
                 tag: tag_base + g as u64,
+                tail: pass.chunks[i].tail_len.is_some(),
             })
             .collect()
     }
