@@ -23,6 +23,10 @@ pub struct Config {
     /// Dirty bytes at which writers are throttled to a stop, in bytes.
     /// Default 50% of `capacity_bytes`: scattered writes merge into fewer,
     /// larger I/Os the more of them wait dirty (see `with_capacity`).
+    /// Heavy writers (more than a sixty-fourth of it dirtied lately) stop
+    /// a sixteenth short of it, which light writers (a database committing
+    /// small transactions beside a bulk writer) keep for themselves; light
+    /// writers are not paced below it either.
     pub dirty_limit_bytes: u64,
     /// Dirty bytes at which the flusher starts background writeback.
     /// Default 25% of `capacity_bytes` (half of `dirty_limit` when only that
@@ -61,9 +65,10 @@ pub struct Config {
     /// something else (another process or cache) writes the same files.
     pub bridge_gap_bytes: u64,
     /// Background (async) writeback I/Os a domain keeps in flight while an
-    /// fsync or fdatasync waits on it, in I/Os (of up to `io_max`). With
-    /// nobody waiting, background writeback uses the full `io_depth`; the
-    /// moment a sync waiter comes, no further async I/O is submitted until
+    /// fsync, fdatasync or read miss waits on it, in I/Os (of up to
+    /// `io_max`). With nobody waiting, background writeback uses the full
+    /// `io_depth` (within 100 ms of a waiter, at most 1 MiB per worker);
+    /// the moment a sync waiter comes, no further async I/O is submitted until
     /// fewer than this many are in flight, so the waiter's own I/O and its
     /// store flush queue behind at most this many, and its blocks that the
     /// flusher had collected are submitted first. Default 1: on this
