@@ -221,6 +221,11 @@ pub struct Inode {
     /// past it grows the store first ([`Inode::grow_store_for_writeback`]).
     /// Lowered by every cut, under the store's length gate.
     pub store_len_min: AtomicU64,
+    /// The furthest end of the writeback writes that may extend the store
+    /// (past `store_len_min`) since the store was last cut; its lock is
+    /// held by [`Inode::grow_store_for_writeback`] from its look at the
+    /// size to its `set_len`, which never goes below it.
+    pub store_writes_end: Mutex<u64>,
     /// Size changed since the last successful store sync: use fsync, not
     /// fdatasync.
     pub size_changed: AtomicBool,
@@ -274,6 +279,7 @@ impl Inode {
             size_lock: Mutex::new(()),
             store_len_gate: StoreLenGate::default(),
             store_len_min: AtomicU64::new(len),
+            store_writes_end: Mutex::new(0),
             size_changed: AtomicBool::new(false),
             written_since_sync: AtomicBool::new(false),
             errseq: ErrSeq::default(),
@@ -1094,6 +1100,11 @@ impl Inode {
         // taken, and none has run since: the cut is the last word on them.
         self.size_changed.store(true, Ordering::Release);
         self.store_len_min.fetch_min(new_size, Ordering::AcqRel);
+        // No writeback I/O runs (the gate): no registered write outlives the cut.
+        {
+            let mut writes_end = locks::lock(&self.store_writes_end);
+            *writes_end = (*writes_end).min(new_size);
+        }
         self.store().set_len(new_size)?;
         self.store_padded.store(false, Ordering::Release);
         // Raised only by writeback taking blocks, which the gate holds off.

@@ -117,10 +117,11 @@ impl DbShared {
             shm: Mutex::new(None),
         });
         let mut levels = db.levels();
-        if let Err(e) = db.take_cross_process(cache, &mut levels) {
-            if e == LockError::Io {
-                return Err(std::io::Error::last_os_error());
-            }
+        if db.take_cross_process(cache, &mut levels) == Err(LockError::Io) {
+            return Err(std::io::Error::other(format!(
+                "{}: cannot take the lock bytes, or write back what the cache held of the database",
+                path.display()
+            )));
         }
         drop(levels);
         Ok(db)

@@ -646,10 +646,28 @@ impl Inode {
         }
         let known_len = self.store_len_min.load(Ordering::Acquire);
         let pass_end = pass.chunks.iter().map(|c| c.folio.offset() + (c.end * BLOCK_SIZE) as u64).max().unwrap_or(0);
+        // Within the store: no grow ever sets the store below
+        // `store_len_min` (it only grows past it, below), so nothing can
+        // cut these writes.
+        if pass_end <= known_len {
+            return;
+        }
+        // The shared gate lets other workers' passes of this inode write
+        // meanwhile, and `set_len` is no grow-only call: a pass that read
+        // the size, then another pass writing past it (extending the
+        // store), then the first pass's `set_len` would cut the second
+        // pass's written blocks (their folios clean, maybe dropped: lost).
+        // So a pass that may extend the store registers its end first, and
+        // a grow holds the lock from its look at the size to its `set_len`
+        // and never sets the store below a registered end.
+        let mut writes_end = locks::lock(&self.store_writes_end);
+        *writes_end = (*writes_end).max(pass_end);
+        let known_len = self.store_len_min.load(Ordering::Acquire);
         let size = self.size();
-        // Within the store, or only the padded tail block past the size
-        // (that write extends the store whatever is done here): no fstat.
-        if pass_end <= known_len || size <= known_len {
+        // Only the padded tail block past the size (that write extends the
+        // store whatever is done here), or a registered write reaches past
+        // the size already: no fstat, no grow.
+        if size <= known_len || size < *writes_end {
             return;
         }
         let store = self.store();
