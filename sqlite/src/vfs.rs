@@ -191,10 +191,15 @@ impl VfsState {
     /// them, and gives up the cross-process lock.
     pub fn release_db(&self, db: Arc<DbShared>) -> c_int {
         let mut dbs = self.dbs.lock().unwrap_or_else(|p| p.into_inner());
-        // The table's reference and this one: no connection left.
-        if Arc::strong_count(&db) > 2 {
+        // This connection's reference goes under the table's lock, so of
+        // two last connections closing at once, exactly one sees the table
+        // hold the only reference left.
+        let key = db.key;
+        drop(db);
+        if dbs.get(&key).is_none_or(|db| Arc::strong_count(db) > 1) {
             return ffi::SQLITE_OK;
         }
+        let db = dbs.remove(&key).expect("looked up above");
         let mut rc = ffi::SQLITE_OK;
         if db.is_owned() {
             for path in db.related_paths() {
@@ -203,9 +208,10 @@ impl VfsState {
                 }
             }
         }
-        dbs.remove(&db.key);
-        drop(dbs);
+        // Gives up the cross-process lock, with the table's lock still
+        // held: a connection opening now finds no entry and takes it anew.
         drop(db);
+        drop(dbs);
         rc
     }
 

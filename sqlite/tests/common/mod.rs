@@ -1,0 +1,168 @@
+//! Helpers shared by the SQLite VFS tests: a seeded generator, scratch
+//! directories, the seed from the environment, and reading query results
+//! as plain values.
+// Each test crate uses a different subset.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::types::ValueRef;
+use rusqlite::Connection;
+
+/// A value read back: SQLite's text kept as bytes (a blob concatenated
+/// into text need not be UTF-8).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(Vec<u8>),
+    Blob(Vec<u8>),
+}
+
+impl Cell {
+    pub fn of(v: ValueRef<'_>) -> Cell {
+        match v {
+            ValueRef::Null => Cell::Null,
+            ValueRef::Integer(i) => Cell::Int(i),
+            ValueRef::Real(f) => Cell::Real(f),
+            ValueRef::Text(t) => Cell::Text(t.to_vec()),
+            ValueRef::Blob(b) => Cell::Blob(b.to_vec()),
+        }
+    }
+
+    /// Text as a string (lossy), anything else in its debug form.
+    pub fn as_string(&self) -> String {
+        match self {
+            Cell::Text(t) => String::from_utf8_lossy(t).into_owned(),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// Every column of a row, as cells.
+pub fn cells(row: &rusqlite::Row<'_>, columns: usize) -> rusqlite::Result<Vec<Cell>> {
+    (0..columns).map(|i| row.get_ref(i).map(Cell::of)).collect()
+}
+
+/// splitmix64: small, seeded, deterministic.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..bound` (`bound > 0`).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    /// True with probability 1/`n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 8);
+        while out.len() < len {
+            out.extend_from_slice(&self.next_u64().to_le_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// The seed: `var` from the environment if set, else `default`.
+pub fn seed_from_env(var: &str, default: u64) -> u64 {
+    match std::env::var(var) {
+        Ok(s) => s.trim().parse().unwrap_or_else(|_| panic!("{var}='{s}' is not an unsigned integer")),
+        Err(_) => default,
+    }
+}
+
+/// A seed from the clock, for tests whose timing is random anyway.
+pub fn clock_seed() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// A fresh, empty scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wbcache-sqlite-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Removes a scratch directory (a test that failed leaves it for a look).
+pub fn remove_scratch(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Every row of a query, as values.
+pub fn query_all(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<Vec<Cell>>> {
+    let mut stmt = conn.prepare(sql)?;
+    let n = stmt.column_count();
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(cells(row, n)?);
+    }
+    Ok(out)
+}
+
+/// `PRAGMA integrity_check`'s answer, lines joined.
+pub fn integrity(conn: &Connection) -> String {
+    let rows = query_all(conn, "PRAGMA integrity_check").unwrap();
+    rows.iter().map(|r| r[0].as_string()).collect::<Vec<_>>().join("\n")
+}
+
+/// A whole database as text: the schema, then every table's rows ordered
+/// by all their columns.
+pub fn dump(conn: &Connection) -> Vec<String> {
+    let mut out = Vec::new();
+    let schema = query_all(conn, "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").unwrap();
+    for row in &schema {
+        out.push(format!("schema {row:?}"));
+    }
+    let tables: Vec<String> =
+        schema.iter().filter(|r| r[0] == Cell::Text(b"table".to_vec())).map(|r| r[1].as_string()).collect();
+    for table in tables {
+        let quoted = format!("\"{}\"", table.replace('"', "\"\""));
+        let columns = conn.prepare(&format!("SELECT * FROM {quoted}")).unwrap().column_count();
+        let order: Vec<String> = (1..=columns).map(|i| i.to_string()).collect();
+        let rows = query_all(conn, &format!("SELECT * FROM {quoted} ORDER BY {}", order.join(", "))).unwrap();
+        out.push(format!("table {table}: {} rows", rows.len()));
+        for row in rows {
+            out.push(format!("{table} {row:?}"));
+        }
+    }
+    out
+}
+
+/// The first line where two dumps differ, for a message that does not
+/// print megabytes.
+pub fn first_dump_difference(a: &[String], b: &[String]) -> Option<String> {
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        if x != y {
+            return Some(format!("line {i}:\n  wbcache: {x:.400}\n  unix:    {y:.400}"));
+        }
+    }
+    (a.len() != b.len()).then(|| format!("{} lines against {}", a.len(), b.len()))
+}
