@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::assert_same;
-use common::loopdev::LoopDevice;
+use common::loopdev::{mknod_block, LoopDevice};
 use wbcache::{Cache, Config, File, OpenOptions};
 
 /// Nothing is written back while a test looks (dirty stays far below the
@@ -230,21 +230,6 @@ fn a_bind_mount_is_one_more_name() {
     assert_same(&on_disk[4096..], &reference, "on disk after fsync through the bind mount");
     drop(files);
     cache.close().unwrap();
-}
-
-/// Makes a block-device node for `rdev` at `at` (a second name for a
-/// device, with its own inode number).
-fn mknod_block(at: &Path, rdev: u64) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap();
-    // SAFETY: `c` is a NUL-terminated path that outlives the call.
-    #[allow(clippy::useless_conversion)] // dev_t is not u64 on every target.
-    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, rdev.try_into().unwrap()) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// Two device nodes of one block device have different inode numbers (and

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::loopdev::LoopDevice;
+use common::loopdev::{mknod_block, LoopDevice};
 use common::programs::TempDir;
 use common::{assert_same, Rng};
 use wbcache::capi::errno_of;
@@ -586,20 +586,6 @@ fn skip(what: &str, why: &str) {
         panic!("CI=true but {what} cannot run: {why}");
     }
     eprintln!("SKIPPED {what}: {why}");
-}
-
-/// Makes a block-device node for `rdev` at `at`.
-fn mknod_block(at: &Path, rdev: u64) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap();
-    // SAFETY: `c` is a NUL-terminated path that outlives the call.
-    #[allow(clippy::useless_conversion)] // dev_t is not u64 on every target.
-    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, rdev.try_into().unwrap()) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// The same on a real loop device: its second node, made with `mknod`, is

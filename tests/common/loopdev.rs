@@ -55,3 +55,18 @@ impl Drop for LoopDevice {
         let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
     }
 }
+
+/// Makes a block-device node for `rdev` at `at` (a second name for a
+/// device, with its own inode number; needs root).
+pub fn mknod_block(at: &std::path::Path, rdev: u64) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    #[allow(clippy::useless_conversion)] // dev_t is not u64 on every target.
+    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, rdev.try_into().unwrap()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
