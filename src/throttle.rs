@@ -358,6 +358,30 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// A writer is light until it dirtied more than a sixty-fourth of
+    /// `dirty_limit` lately; heavy, it stops a sixteenth short of the
+    /// limit; its past is forgotten with a 100 ms half-life.
+    #[test]
+    fn light_writers_keep_the_last_sixteenth() {
+        let cfg = Config::from_options("capacity=256M,dirty_limit=128M").unwrap();
+        std::thread::spawn(move || {
+            assert_eq!(light_reserve_bytes(&cfg), 8 * MIB);
+            assert_eq!(room_limit_bytes(&cfg), 128 * MIB, "a new thread is light");
+            assert!(note_dirtied(&cfg, MIB), "1 MiB: light");
+            assert!(!note_dirtied(&cfg, 2 * MIB), "3 MiB at once: heavy");
+            assert_eq!(room_limit_bytes(&cfg), 120 * MIB);
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(thread_is_light(&cfg), "three half-lives later, under 0.4 MiB remembered");
+            assert_eq!(room_limit_bytes(&cfg), 128 * MIB);
+        })
+        .join()
+        .unwrap();
+        // A limit so small that the largest request needs all of it keeps
+        // no reserve.
+        let tiny = Config::from_options("capacity=1M,dirty_limit=16K,dirty_background=8K,folio_max=4K").unwrap();
+        assert_eq!(light_reserve_bytes(&tiny), 0);
+    }
+
     /// Alone, an uncached writer runs free up to a quarter of
     /// `dirty_background` of its own backlog (uncached dirty data not yet
     /// under writeback), is paced above it and held at half of it; beside
