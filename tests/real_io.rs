@@ -420,3 +420,50 @@ fn writes_past_the_largest_file_size_fail_like_pwrite() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A log synced after every small append, as SQLite's WAL and journals
+/// are: the partial last block goes through the kernel's cache, so after
+/// each sync the file on disk is exactly as long as written (no padding to
+/// cut) and holds every byte, appends that fill the block later included;
+/// a cached read of it, and a cold one after the cache forgot the file,
+/// read the same. Both backends.
+#[test]
+fn small_appends_synced_one_by_one_keep_the_exact_length() {
+    for io in ["uring", "threads"] {
+        let dir = temp_dir(&format!("appends-{io}"));
+        let path = dir.join("log");
+        let _ = std::fs::remove_file(&path);
+        let cache = Cache::new(Config::from_options(&format!("capacity=32M,io={io}")).unwrap()).unwrap();
+        let f = cache.open(&path, &OpenOptions::read_write_create()).unwrap();
+        let mut want = Vec::new();
+        for i in 0..300u64 {
+            // 1..=9000 bytes: appends inside a block, across one, and of
+            // several blocks.
+            let piece = pattern(1 + (i as usize * 2741) % 9000, i);
+            f.write_at(&piece, want.len() as u64).unwrap();
+            want.extend_from_slice(&piece);
+            if i % 3 == 0 {
+                f.sync_data().unwrap();
+            } else {
+                f.sync_all().unwrap();
+            }
+            let on_disk = std::fs::read(&path).unwrap();
+            assert_eq!(on_disk.len(), want.len(), "{io}: length after sync {i}");
+            if i % 50 == 0 || i == 299 {
+                assert!(on_disk == want, "{io}: content after sync {i}");
+            }
+        }
+        let mut got = vec![0u8; want.len()];
+        assert_eq!(f.read_at(&mut got, 0).unwrap(), want.len());
+        assert!(got == want, "{io}: cached read");
+        drop(f);
+        assert!(cache.forget(&path).unwrap(), "{io}: the closed file is forgotten");
+        let f = cache.open(&path, &OpenOptions::new().read(true)).unwrap();
+        let mut cold = vec![0u8; want.len()];
+        assert_eq!(f.read_at(&mut cold, 0).unwrap(), want.len());
+        assert!(cold == want, "{io}: cold read");
+        drop(f);
+        cache.close().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
