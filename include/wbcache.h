@@ -146,6 +146,17 @@ int wbc_open(wbc_cache *c, const char *path, int oflags, unsigned mode, wbc_file
 int wbc_unlink(wbc_cache *c, const char *path);
 
 /**
+ * Renames from to to as rename(2) does, replacing to. The cached data
+ * follows the file, dirty data included; handles open on it keep working.
+ * A replaced to whose last name that was loses its cached data, dirty
+ * blocks unwritten (as wbc_unlink drops it).
+ *
+ * Returns 0 or -errno: what rename(2) would (-ENOENT, -EISDIR, -EXDEV,
+ * -EACCES, ...), -EINVAL for NULL arguments, -EBADF after wbc_cache_close.
+ */
+int wbc_rename(wbc_cache *c, const char *from, const char *to);
+
+/**
  * Makes the cache forget path if it is cached and no handle has it open:
  * writes back and syncs its dirty data, then drops all it cached of the
  * file, so the next wbc_open reads it afresh (for files that another
@@ -245,6 +256,25 @@ int64_t wbc_size(wbc_file *f);
  * block device.
  */
 int wbc_truncate(wbc_file *f, uint64_t size);
+
+/** wbc_residency bits: the block is cached, dirty, under writeback. */
+#define WBC_RESIDENT_CACHED 0x1u
+#define WBC_RESIDENT_DIRTY 0x2u
+#define WBC_RESIDENT_WRITEBACK 0x4u
+
+/**
+ * What of [off, off + len) is cached, as mincore(2) answers for pages:
+ * vec[i] gets the bits of the i-th 4 KiB block from the one holding off
+ * (WBC_RESIDENT_*; 0 = not cached). vec must hold one byte per block the
+ * range touches, (off % 4096 + len + 4095) / 4096. Blocks past the end of
+ * the file are not reported (their bytes are left alone). A snapshot: the
+ * answer may be stale as soon as it returns.
+ *
+ * Returns the number of blocks filled, or -errno: -EINVAL for a NULL
+ * handle, a NULL vec with len > 0 or a range past UINT64_MAX, -EBADF after
+ * wbc_cache_close.
+ */
+int64_t wbc_residency(wbc_file *f, uint64_t off, uint64_t len, unsigned char *vec);
 
 /**
  * The cache's statistics as one JSON object, e.g.

@@ -84,6 +84,17 @@ impl Cache {
         self.shared.remove_file(path).map_err(|source| PathError::wrap(path, source))
     }
 
+    /// Renames `from` to `to` as `rename(2)` does, replacing `to`. The
+    /// cached data follows the file, dirty data included (it is written
+    /// back to the file under its new name); handles open on it keep
+    /// working. A replaced `to` whose last name that was loses its cached
+    /// data, dirty blocks unwritten, as [`Cache::remove_file`] drops it.
+    /// Errors are `rename(2)`'s, naming `from`.
+    pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
+        let (from, to) = (from.as_ref(), to.as_ref());
+        self.shared.rename(from, to).map_err(|source| PathError::wrap(from, source))
+    }
+
     /// Makes the cache forget the file `path` names, if it is cached and no
     /// handle has it open: writes back and syncs its dirty data, then drops
     /// every cached folio and what the cache knew of its size, so the next

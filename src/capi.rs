@@ -50,6 +50,11 @@ pub const WBC_DONTCACHE: u32 = 0x1;
 /// `WBC_O_DONTCACHE`.
 pub const WBC_O_DONTCACHE: c_int = 0x4000_0000;
 
+/// [`wbc_residency`] bits: the block is cached, dirty, under writeback.
+pub const WBC_RESIDENT_CACHED: u8 = crate::file::RESIDENT_CACHED;
+pub const WBC_RESIDENT_DIRTY: u8 = crate::file::RESIDENT_DIRTY;
+pub const WBC_RESIDENT_WRITEBACK: u8 = crate::file::RESIDENT_WRITEBACK;
+
 /// The open(2) flags [`wbc_open`] accepts besides the access mode.
 /// `O_CLOEXEC`, `O_DIRECT` and `O_LARGEFILE` are accepted and ignored:
 /// backing descriptors belong to the cache (and are opened O_DIRECT and
@@ -691,6 +696,59 @@ pub unsafe extern "C" fn wbc_size(f: *mut wbc_file) -> i64 {
         // SAFETY: the caller guarantees `f` is NULL or live.
         let size = unsafe { file_ref(f) }?.len()?;
         i64::try_from(size).map_err(|_| Failure::from(io::Error::from_raw_os_error(libc::EOVERFLOW)))
+    })
+}
+
+/// What of `[off, off + len)` is cached, as `mincore(2)` answers for
+/// pages: `vec[i]` gets the bits of the `i`-th 4 KiB block from the one
+/// holding `off`: [`WBC_RESIDENT_CACHED`] (1), [`WBC_RESIDENT_DIRTY`] (2),
+/// [`WBC_RESIDENT_WRITEBACK`] (4); 0 = not cached. `vec` must hold one byte
+/// per block the range touches, `(off % 4096 + len + 4095) / 4096`. Blocks
+/// past the end of the file are not reported (their bytes are left alone).
+/// Returns the number of blocks filled, or `-errno`: `-EINVAL` for a NULL
+/// handle, a NULL `vec` with `len > 0` or a range past `UINT64_MAX`,
+/// `-EBADF` after [`wbc_cache_close`].
+///
+/// # Safety
+/// `f` is NULL or a live pointer from [`wbc_open`]; `vec` is NULL or valid
+/// for writes of the bytes said above.
+#[no_mangle]
+pub unsafe extern "C" fn wbc_residency(f: *mut wbc_file, off: u64, len: u64, vec: *mut u8) -> i64 {
+    guard("wbc_residency", || {
+        // SAFETY: the caller guarantees `f` is NULL or live.
+        let file = unsafe { file_ref(f) }?;
+        let end = off.checked_add(len).ok_or_else(|| einval("range past UINT64_MAX"))?;
+        if len == 0 {
+            return Ok(0);
+        }
+        if vec.is_null() {
+            return Err(einval("NULL vec"));
+        }
+        let touched = end.div_ceil(4096) - off / 4096;
+        let touched = usize::try_from(touched).map_err(|_| einval("range too large"))?;
+        // SAFETY: the caller guarantees `vec` holds a byte per touched block.
+        let out = unsafe { std::slice::from_raw_parts_mut(vec, touched) };
+        Ok(to_i64(file.residency(off, len, out)?))
+    })
+}
+
+/// Renames `from` to `to` as rename(2) does, replacing `to`; the cached
+/// data follows the file, and a replaced `to` whose last name that was
+/// loses its cached data unwritten (see [`Cache::rename`]). Returns 0 or
+/// `-errno`: rename(2)'s (`-ENOENT`, `-EISDIR`, `-EXDEV`, ...), `-EINVAL`
+/// for NULL arguments, `-EBADF` after [`wbc_cache_close`].
+///
+/// # Safety
+/// `c` is NULL or a live pointer from [`wbc_cache_open`]; `from` and `to`
+/// are NULL or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn wbc_rename(c: *mut wbc_cache, from: *const c_char, to: *const c_char) -> c_int {
+    guard_int("wbc_rename", || {
+        // SAFETY: the caller guarantees `c` is NULL or live.
+        let cache = unsafe { cache_ref(c) }?;
+        // SAFETY: the caller guarantees both are NULL or NUL-terminated.
+        let (from, to) = unsafe { (c_path(from)?, c_path(to)?) };
+        Ok(cache.rename(from, to)?)
     })
 }
 

@@ -390,6 +390,22 @@ impl File {
         Ok(nr_blocks)
     }
 
+    /// The byte ranges of the file the cache holds (as `fincore(1)`
+    /// reports), in order, merged, within the file's size. Costs a look at
+    /// every cached block, not at the file's whole length. A snapshot: the
+    /// answer may be stale as soon as it returns.
+    pub fn cached_ranges(&self) -> io::Result<Vec<std::ops::Range<u64>>> {
+        let _op = self.shared.enter_op()?;
+        let size = self.inode.size();
+        Ok(self
+            .inode
+            .cached_block_runs()
+            .into_iter()
+            .map(|(first, end)| first * BLOCK..(end * BLOCK).min(size))
+            .filter(|r| r.start < r.end)
+            .collect())
+    }
+
     /// Whether the handle was opened with [`OpenOptions::dontcache`].
     pub fn is_dontcache(&self) -> bool {
         self.default_flags.contains(WriteFlags::DONTCACHE)

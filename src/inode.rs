@@ -403,6 +403,29 @@ impl Inode {
         }
     }
 
+    /// The runs of cached (uptodate) blocks, `[first, end)` in block
+    /// numbers, in order and merged; visits cached folios only.
+    pub fn cached_block_runs(&self) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let index = self.mapping.read();
+        for folio in index.values() {
+            let st = folio.lock();
+            if st.removed {
+                continue;
+            }
+            for block in folio.index..folio.end_index() {
+                if !(st.all_uptodate || st.uptodate.get((block - folio.index) as usize)) {
+                    continue;
+                }
+                match runs.last_mut() {
+                    Some(last) if last.1 == block => last.1 += 1,
+                    _ => runs.push((block, block + 1)),
+                }
+            }
+        }
+        runs
+    }
+
     /// Finds the folio covering `block` or inserts a new one. A new folio is
     /// the largest naturally aligned power of two that starts at `block`, ends
     /// at or before `limit_block` and overlaps no cached folio; it is empty

@@ -244,14 +244,41 @@ impl Shared {
         // followed, as unlink(2) does).
         let id = self.io.store_id_at(path, false)?;
         self.io.remove_name(path)?;
-        let Some(id) = id else { return Ok(()) };
+        if let Some(id) = id {
+            self.drop_if_unlinked(id);
+        }
+        Ok(())
+    }
+
+    /// [`crate::Cache::rename`]: renames `from` to `to`; the cached inode
+    /// follows the file (inodes are keyed by identity, not name), and a
+    /// replaced `to` whose last name that was loses its cached data as
+    /// [`Shared::remove_file`] drops it.
+    pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let _op = self.enter_op()?;
+        let replaced = match self.io.store_id_at(to, false) {
+            Ok(id) => id,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        self.io.rename_name(from, to)?;
+        if let Some(id) = replaced {
+            self.drop_if_unlinked(id);
+        }
+        Ok(())
+    }
+
+    /// After a name of the file `id` went: if that was its last name, its
+    /// inode leaves the table and its data is discarded unwritten, now or
+    /// when its last handle closes.
+    fn drop_if_unlinked(&self, id: (u64, u64)) {
         let inode = {
             let mut table = locks::lock(&self.inodes);
-            let Some(inode) = table.get(&id).cloned() else { return Ok(()) };
+            let Some(inode) = table.get(&id).cloned() else { return };
             // Other hard links keep the data readable: then the cache keeps
             // it too. A failed fstat keeps it as well (nothing is lost).
             if !inode.store().is_unlinked().unwrap_or(false) {
-                return Ok(());
+                return;
             }
             table.remove(&id);
             inode.mark_unlinked();
@@ -262,7 +289,6 @@ impl Shared {
         if inode.handles.load(Ordering::SeqCst) == 0 {
             self.discard_unlinked(&inode);
         }
-        Ok(())
     }
 
     /// Throws away an unlinked inode's data (no handle is left), and takes

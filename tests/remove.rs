@@ -827,3 +827,100 @@ fn an_open_racing_a_removal_leaves_no_inode_behind() {
         drop(sim);
     });
 }
+
+/// A rename through the cache: the cached inode follows the file (one inode,
+/// its dirty data readable under the new name before any writeback, and
+/// written there at the sync); an open handle keeps working. Renaming over
+/// a cached, dirty file drops that file's data unwritten: after the sync
+/// the target holds the renamed file's bytes only, and only they were
+/// written.
+#[test]
+fn rename_moves_the_cached_file_and_drops_a_replaced_one() {
+    let dir = TempDir::new("rename");
+    let cache = Cache::new(Config::from_options(NO_WRITEBACK).unwrap()).unwrap();
+    let (a, b, c) = (dir.0.join("a"), dir.0.join("b"), dir.0.join("c"));
+    let data_a = pattern(50_000, 1);
+    let fa = cache.open(&a, &create_new()).unwrap();
+    fa.write_at(&data_a, 0).unwrap();
+    cache.rename(&a, &b).unwrap();
+    assert_gone(&a);
+    assert_eq!(std::fs::metadata(&b).unwrap().len(), 0, "nothing written back yet");
+    assert_eq!(read_all(&fa), data_a, "the open handle follows the file");
+    let fb = cache.open(&b, &rw()).unwrap();
+    assert_eq!(read_all(&fb), data_a, "the new name reads the cached data");
+    assert_eq!(cache.stats().open_inodes, 1, "one inode under either name");
+    drop((fa, fb));
+
+    // Renaming over a cached file with dirty data: its data goes unwritten.
+    let data_c = pattern(30_000, 2);
+    let fc = cache.open(&c, &create_new()).unwrap();
+    fc.write_at(&data_c, 0).unwrap();
+    drop(fc);
+    let dirty_before = cache.stats().dirty_bytes;
+    cache.rename(&b, &c).unwrap();
+    let after = cache.stats();
+    assert!(
+        after.dirty_bytes < dirty_before,
+        "the replaced file's dirty data is dropped: {dirty_before} -> {}",
+        after.dirty_bytes
+    );
+    assert_eq!(after.open_inodes, 1, "the replaced file's inode left the cache");
+    cache.sync_all().unwrap();
+    assert!(std::fs::read(&c).unwrap() == data_a, "the target holds the renamed file's bytes");
+    assert_eq!(
+        written_total(&cache.stats()),
+        data_a.len().next_multiple_of(4096) as u64,
+        "only the renamed file was written"
+    );
+
+    // Errors are rename(2)'s, naming the source.
+    let missing = cache.rename(&a, &b).unwrap_err();
+    assert_eq!(errno_of(&missing), libc::ENOENT);
+    assert!(missing.to_string().contains(&a.display().to_string()), "{missing}");
+    cache.close().unwrap();
+}
+
+/// The same on the simulated backend, whose write log shows what reached
+/// each inode.
+#[test]
+fn sim_rename_keeps_data_and_drops_a_replaced_file() {
+    let (sim, cache) = sim_cache(NO_WRITEBACK, SimConfig { seed: 31, ..SimConfig::default() });
+    let (a, b) = (Path::new("/a"), Path::new("/b"));
+    let fa = cache.open(a, &create_new()).unwrap();
+    fa.write_at(&pattern(9000, 3), 0).unwrap();
+    let fb = cache.open(b, &create_new()).unwrap();
+    fb.write_at(&pattern(7000, 4), 0).unwrap();
+    drop((fa, fb));
+    cache.rename(a, b).unwrap();
+    assert!(sim.written_image(a).is_none(), "the old name is gone");
+    cache.sync_all().unwrap();
+    assert_eq!(sim.written_image(b).unwrap(), pattern(9000, 3), "the target holds the renamed file");
+    assert_eq!(cache.stats().open_inodes, 1);
+    cache.close().unwrap();
+}
+
+/// `File::cached_ranges` lists what is cached, merged, within the size.
+#[test]
+fn cached_ranges_list_what_is_cached() {
+    let dir = TempDir::new("ranges");
+    let cache = Cache::new(Config::from_options(NO_WRITEBACK).unwrap()).unwrap();
+    let f = cache.open(dir.0.join("f"), &create_new()).unwrap();
+    assert_eq!(f.cached_ranges().unwrap(), vec![], "an empty file");
+    f.write_at(&pattern(8192, 5), 0).unwrap();
+    f.write_at(&pattern(100, 6), 40_000).unwrap();
+    let ranges = f.cached_ranges().unwrap();
+    assert_eq!(ranges.first(), Some(&(0..8192)), "{ranges:?}");
+    assert_eq!(ranges.last().map(|r| r.end), Some(40_100), "the last range ends at the size: {ranges:?}");
+    assert!(ranges.windows(2).all(|w| w[0].end < w[1].start), "merged and in order: {ranges:?}");
+    let range_blocks: u64 = ranges.iter().map(|r| r.end.div_ceil(4096) - r.start / 4096).sum();
+    let mut bits = vec![0u8; 10];
+    let n = f.residency(0, 40_100, &mut bits).unwrap();
+    let resident = bits[..n].iter().filter(|&&b| b & wbcache::RESIDENT_CACHED != 0).count() as u64;
+    assert_eq!(range_blocks, resident, "the same blocks as residency(): {ranges:?} {bits:?}");
+    f.sync_all().unwrap();
+    assert_eq!(f.cached_ranges().unwrap(), ranges, "clean data stays cached");
+    f.set_len(4000).unwrap();
+    assert_eq!(f.cached_ranges().unwrap(), vec![0..4000], "a cut file");
+    drop(f);
+    cache.close().unwrap();
+}

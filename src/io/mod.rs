@@ -202,6 +202,10 @@ pub trait Io: Send + Sync {
     fn remove_name(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
     }
+    /// Renames `from` to `to`, replacing `to` (`rename(2)`).
+    fn rename_name(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
     /// A queue of asynchronous writes for the calling thread (which alone
     /// may use it), for stores this backend opened. The default runs them in
     /// batches ([`queue::BatchQueue`]).

@@ -577,6 +577,17 @@ impl Io for SimIo {
         }
     }
 
+    fn rename_name(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut st = self.shared.lock();
+        let ino = st.names.remove(from).ok_or_else(|| errno(libc::ENOENT))?;
+        if let Some(replaced) = st.names.insert(to.to_path_buf(), ino) {
+            if replaced != ino {
+                free_if_orphan(&mut st, replaced);
+            }
+        }
+        Ok(())
+    }
+
     fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>> {
         // Same rules as std's OpenOptions, which the real backends go through.
         if !how.read && !how.write {

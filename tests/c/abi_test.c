@@ -367,6 +367,46 @@ int main(int argc, char **argv) {
         CHECK_EQ(wbc_unlink(c, p5), -ENOENT, "wbc_unlink of a missing file");
         CHECK_EQ(wbc_forget(c, p5), 0, "wbc_forget of a missing file");
         CHECK_EQ(wbc_unlink(c, dir), -EISDIR, "wbc_unlink of a directory");
+        /* wbc_residency: a new file written in part, then synced. */
+        {
+            static unsigned char rv[8];
+            REQUIRE(wbc_open(c, p5, O_CREAT | O_RDWR, 0600, &tmp) == 0, "open for residency: %s", last_error());
+            CHECK_EQ(wbc_pwrite(tmp, data, 8192, 4096, 0), 8192, "write blocks 1 and 2");
+            memset(rv, 0xee, sizeof rv);
+            CHECK_EQ(wbc_residency(tmp, 0, 3 * 4096, rv), 3, "residency of 3 blocks");
+            CHECK(rv[0] == 0 && (rv[1] & (WBC_RESIDENT_CACHED | WBC_RESIDENT_DIRTY)) == (WBC_RESIDENT_CACHED | WBC_RESIDENT_DIRTY)
+                      && (rv[2] & WBC_RESIDENT_DIRTY),
+                  "residency bits %x %x %x", rv[0], rv[1], rv[2]);
+            CHECK_EQ(wbc_residency(tmp, 100, 4096, rv), 2, "an unaligned range touches 2 blocks");
+            CHECK_EQ(wbc_residency(tmp, 3 * 4096, 4096, rv), 0, "past the end of the file");
+            CHECK_EQ(wbc_fsync(tmp), 0, "fsync before residency");
+            CHECK_EQ(wbc_residency(tmp, 4096, 4096, rv), 1, "residency of block 1");
+            CHECK(rv[0] == WBC_RESIDENT_CACHED, "clean after fsync: %x", rv[0]);
+            CHECK_EQ(wbc_residency(tmp, 0, 4096, NULL), -EINVAL, "wbc_residency(vec=NULL)");
+            CHECK_EQ(wbc_residency(tmp, UINT64_MAX, 2, rv), -EINVAL, "wbc_residency past UINT64_MAX");
+            CHECK_EQ(wbc_residency(NULL, 0, 1, rv), -EINVAL, "wbc_residency(f=NULL)");
+            CHECK_EQ(wbc_close(tmp), 0, "close after residency");
+        }
+        /* wbc_rename: the data follows the file, a replaced target goes. */
+        {
+            char moved[4096 + 16];
+            snprintf(moved, sizeof moved, "%s.moved", p5);
+            REQUIRE(wbc_open(c, p5, O_RDWR, 0, &tmp) == 0, "open before rename: %s", last_error());
+            CHECK_EQ(wbc_pwrite(tmp, data, 100, 0, 0), 100, "dirty data before rename");
+            CHECK_EQ(wbc_rename(c, p5, moved), 0, "wbc_rename");
+            CHECK(access(p5, F_OK) != 0 && access(moved, F_OK) == 0, "renamed on disk");
+            CHECK_EQ(wbc_pread(tmp, got, 100, 0, 0), 100, "the open handle follows the file");
+            CHECK_EQ(wbc_close(tmp), 0, "close after rename");
+            REQUIRE(wbc_open(c, moved, O_RDWR, 0, &tmp) == 0, "open the new name: %s", last_error());
+            CHECK_EQ(wbc_pread(tmp, got, 100, 0, 0), 100, "read through the new name");
+            CHECK(memcmp(got, data, 100) == 0, "renamed file's content");
+            CHECK_EQ(wbc_size(tmp), 3 * 4096, "renamed file's size");
+            CHECK_EQ(wbc_close(tmp), 0, "close the new name");
+            CHECK_EQ(wbc_rename(c, p5, moved), -ENOENT, "wbc_rename of a missing file");
+            CHECK_EQ(wbc_rename(c, NULL, moved), -EINVAL, "wbc_rename(from=NULL)");
+            CHECK_EQ(wbc_rename(c, moved, NULL), -EINVAL, "wbc_rename(to=NULL)");
+            CHECK_EQ(wbc_rename(c, moved, p5), 0, "rename back");
+        }
         CHECK_EQ(wbc_unlink(NULL, p5), -EINVAL, "wbc_unlink(cache=NULL)");
         CHECK_EQ(wbc_unlink(c, NULL), -EINVAL, "wbc_unlink(path=NULL)");
         CHECK_EQ(wbc_forget(c, NULL), -EINVAL, "wbc_forget(path=NULL)");
