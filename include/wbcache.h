@@ -113,11 +113,13 @@ int wbc_cache_sync(wbc_cache *c);
  * Opens (or creates) the file or block device at path through the cache.
  *
  * oflags, from <fcntl.h>: exactly one of O_RDONLY, O_WRONLY, O_RDWR, plus
- * any of O_CREAT, O_EXCL (with O_CREAT: -EEXIST if path exists), O_TRUNC.
- * O_CLOEXEC, O_DIRECT and O_LARGEFILE are accepted and ignored (the cache
- * owns the backing descriptors and always uses 64-bit offsets).
- * WBC_O_DONTCACHE makes the handle uncached. Any other bit (O_APPEND,
- * O_NONBLOCK, O_SYNC, ...) is -EINVAL. O_CREAT and O_TRUNC
+ * any of O_CREAT, O_EXCL (with O_CREAT: -EEXIST if path exists), O_TRUNC,
+ * O_APPEND (every write goes to the end of the file, whatever offset it
+ * names, as pwrite(2) does on Linux; appends through the cache never
+ * interleave). O_CLOEXEC, O_DIRECT and O_LARGEFILE are accepted and
+ * ignored (the cache owns the backing descriptors and always uses 64-bit
+ * offsets). WBC_O_DONTCACHE makes the handle uncached. Any other bit
+ * (O_NONBLOCK, O_SYNC, ...) is -EINVAL. O_CREAT, O_TRUNC and O_APPEND
  * need O_WRONLY or O_RDWR (-EINVAL otherwise).
  *
  * mode: permission bits for a created file (the umask applies).

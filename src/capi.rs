@@ -63,6 +63,7 @@ const ACCEPTED_OFLAGS: c_int = libc::O_ACCMODE
     | WBC_O_DONTCACHE
     | libc::O_CREAT
     | libc::O_TRUNC
+    | libc::O_APPEND
     | libc::O_EXCL
     | libc::O_CLOEXEC
     | libc::O_DIRECT
@@ -332,12 +333,15 @@ fn open_options(oflags: c_int, mode: c_uint) -> Result<OpenOptions, Failure> {
         .create_new(create && oflags & libc::O_EXCL != 0)
         .truncate(oflags & libc::O_TRUNC != 0)
         .dontcache(oflags & WBC_O_DONTCACHE != 0)
+        .append(oflags & libc::O_APPEND != 0)
         .mode(mode & 0o7777))
 }
 
 /// Opens (or creates) `path` through the cache, with open(2) flags: the
 /// access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`), `O_CREAT`, `O_EXCL` (with
-/// `O_CREAT`: fail with `-EEXIST` if it exists), `O_TRUNC`; `O_CLOEXEC`,
+/// `O_CREAT`: fail with `-EEXIST` if it exists), `O_TRUNC`, `O_APPEND`
+/// (every write goes to the end of the file, whatever its offset, as
+/// pwrite(2) on Linux; appends through the cache never interleave); `O_CLOEXEC`,
 /// `O_DIRECT` and `O_LARGEFILE` are accepted and ignored; `WBC_O_DONTCACHE`
 /// makes every read and write of the handle uncached; any other bit is
 /// `-EINVAL`. `mode` (permission bits, minus the umask) applies to a
@@ -1063,7 +1067,11 @@ mod tests {
 
     #[test]
     fn open_flags_are_validated_and_mapped() {
-        assert_eq!(open_options(libc::O_APPEND | libc::O_RDWR, 0).unwrap_err().errno, libc::EINVAL);
+        assert!(open_options(libc::O_APPEND | libc::O_RDWR, 0).unwrap().append);
+        assert_eq!(
+            open_options(libc::O_APPEND | libc::O_RDONLY, 0).unwrap().validate().unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
         assert_eq!(open_options(libc::O_NONBLOCK, 0).unwrap_err().errno, libc::EINVAL);
         assert_eq!(open_options(libc::O_ACCMODE, 0).unwrap_err().errno, libc::EINVAL);
         assert_eq!(open_options(libc::O_SYNC, 0).unwrap_err().errno, libc::EINVAL);
@@ -1090,7 +1098,11 @@ mod tests {
             open_file(c, path, libc::O_CREAT | libc::O_EXCL | libc::O_RDWR).unwrap_err(),
             -(libc::EEXIST as i64)
         );
-        assert_eq!(open_file(c, path, libc::O_RDWR | libc::O_APPEND).unwrap_err(), EINVAL);
+        assert_eq!(
+            open_file(c, path, libc::O_RDONLY | libc::O_APPEND).unwrap_err(),
+            EINVAL,
+            "append needs write access"
+        );
 
         let data = pattern(100_000, 7);
         assert_eq!(pwrite(f, &data, 12_345, 0), data.len() as i64);

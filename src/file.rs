@@ -35,6 +35,10 @@ pub struct OpenOptions {
     /// [`WriteFlags::DONTCACHE`]: how a backup, log or streaming handle is
     /// marked once instead of on each call.
     pub dontcache: bool,
+    /// `O_APPEND`: every write goes to the end of the file, whatever
+    /// offset it names (as `pwrite(2)` on Linux), atomically with respect
+    /// to other appends through the cache. Needs write access.
+    pub append: bool,
 }
 
 impl Default for OpenOptions {
@@ -47,6 +51,7 @@ impl Default for OpenOptions {
             truncate: false,
             mode: 0o644,
             dontcache: false,
+            append: false,
         }
     }
 }
@@ -89,6 +94,11 @@ impl OpenOptions {
         self.dontcache = v;
         self
     }
+    /// Opens for appending (see [`OpenOptions::append`]).
+    pub fn append(mut self, v: bool) -> Self {
+        self.append = v;
+        self
+    }
 
     pub(crate) fn validate(&self) -> io::Result<()> {
         if !self.read && !self.write {
@@ -96,6 +106,9 @@ impl OpenOptions {
         }
         if (self.create || self.create_new || self.truncate) && !self.write {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "create and truncate need write access"));
+        }
+        if self.append && !self.write {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "append needs write access"));
         }
         Ok(())
     }
@@ -150,6 +163,8 @@ pub struct File {
     writable: bool,
     /// Flags every read and write of the handle carries ([`OpenOptions::dontcache`]).
     default_flags: WriteFlags,
+    /// [`OpenOptions::append`].
+    append: bool,
     err_cursor: Mutex<u64>,
     readahead: Mutex<Readahead>,
     /// Where this handle's last read ended (for access accounting).
@@ -167,6 +182,7 @@ impl File {
             readable: options.read,
             writable: options.write,
             default_flags: if options.dontcache { WriteFlags::DONTCACHE } else { WriteFlags::NONE },
+            append: options.append,
             err_cursor: Mutex::new(cursor),
             readahead: Mutex::new(Readahead::default()),
             last_read_end: Arc::new(AtomicU64::new(0)),
@@ -296,10 +312,25 @@ impl File {
     }
 
     fn write_from<S: WriteSource + ?Sized>(&self, data: &S, off: u64, flags: WriteFlags) -> io::Result<usize> {
+        self.write_from_pos(data, off, flags).map(|(n, _)| n)
+    }
+
+    /// [`File::write_from`], also returning where the write went (the end
+    /// of the file for an append handle).
+    fn write_from_pos<S: WriteSource + ?Sized>(
+        &self,
+        data: &S,
+        off: u64,
+        flags: WriteFlags,
+    ) -> io::Result<(usize, u64)> {
         let _op = self.enter(true)?;
         if data.is_empty() {
-            return Ok(0);
+            return Ok((0, off));
         }
+        // An append finds the end and writes there with no other append
+        // of the inode in between.
+        let _append = self.append.then(|| locks::lock(&self.inode.append_lock));
+        let off = if self.append { self.inode.size() } else { off };
         let len = if self.inode.info.is_block_device {
             let dev_size = self.inode.size();
             if off >= dev_size {
@@ -316,7 +347,7 @@ impl File {
             self.inode.write_at(data, len, off, flags.union(self.default_flags).contains(WriteFlags::DONTCACHE));
         // An edge-block fill may have copied a buffer under writeback.
         self.memory.evict_excess();
-        Ok(result?.0)
+        Ok((result?.0, off))
     }
 
     /// Writes back and syncs data and metadata (`fsync`). Reports a
@@ -406,6 +437,11 @@ impl File {
             .collect())
     }
 
+    /// Whether the handle was opened with [`OpenOptions::append`].
+    pub fn is_append(&self) -> bool {
+        self.append
+    }
+
     /// Whether the handle was opened with [`OpenOptions::dontcache`].
     pub fn is_dontcache(&self) -> bool {
         self.default_flags.contains(WriteFlags::DONTCACHE)
@@ -471,16 +507,20 @@ impl Read for FileCursor<'_> {
 }
 
 impl Write for FileCursor<'_> {
+    /// On an append handle the data goes to the end, and the position
+    /// follows it there (as `write(2)` with `O_APPEND`).
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.file.write_at(buf, self.pos)?;
-        self.pos += n as u64;
+        let (n, at) = self.file.write_from_pos(buf, self.pos, WriteFlags::NONE)?;
+        self.pos = at + n as u64;
         Ok(n)
     }
     /// As `std::fs::File`: past 1024 buffers (`IOV_MAX`), a short write of
     /// the first 1024, which `write_all_vectored`-style loops continue.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        let n = self.file.write_vectored_at(&bufs[..bufs.len().min(IOV_MAX)], self.pos)?;
-        self.pos += n as u64;
+        let bufs = &bufs[..bufs.len().min(IOV_MAX)];
+        self.file.check_access(true)?;
+        let (n, at) = self.file.write_from_pos(&Gather::new(bufs)?, self.pos, WriteFlags::NONE)?;
+        self.pos = at + n as u64;
         Ok(n)
     }
     /// Buffered data lives in the cache; `flush` is a no-op like

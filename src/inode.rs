@@ -213,6 +213,9 @@ pub struct Inode {
     len_limit: AtomicU64,
     /// Serializes size changes against each other and backing-size fixes.
     pub size_lock: Mutex<()>,
+    /// Held by an append from finding the end to writing there (appends
+    /// through the cache never interleave).
+    pub append_lock: Mutex<()>,
     /// Writeback I/O holds it shared; changing the backing store's length
     /// holds it exclusively, so a truncation never races an in-flight write
     /// beyond the old length.
@@ -277,6 +280,7 @@ impl Inode {
             len_accepted: AtomicU64::new(len / BLOCK * BLOCK),
             len_limit: AtomicU64::new(u64::MAX),
             size_lock: Mutex::new(()),
+            append_lock: Mutex::new(()),
             store_len_gate: StoreLenGate::default(),
             store_len_min: AtomicU64::new(len),
             store_writes_end: Mutex::new(0),

@@ -924,3 +924,55 @@ fn cached_ranges_list_what_is_cached() {
     drop(f);
     cache.close().unwrap();
 }
+
+/// `O_APPEND` handles: every write goes to the end whatever its offset,
+/// and appends from several threads never overlap or interleave: the file
+/// ends as the concatenation of every record, each whole.
+#[test]
+fn appends_from_several_threads_never_overlap() {
+    let dir = TempDir::new("append");
+    let cache = Cache::new(Config::from_options("capacity=64M").unwrap()).unwrap();
+    let path = dir.0.join("log");
+    let first = cache.open(&path, &create_new().append(true)).unwrap();
+    assert!(first.is_append());
+    first.write_at(b"0123456789", 1_000_000).unwrap();
+    assert_eq!(first.len().unwrap(), 10, "the offset is ignored");
+    let mut cursor = first.cursor();
+    std::io::Write::write_all(&mut cursor, b"abc").unwrap();
+    assert_eq!(cursor.position(), 13, "the position follows the append");
+    const THREADS: u64 = 4;
+    const RECORDS: u64 = 500;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let cache = &cache;
+            let path = &path;
+            s.spawn(move || {
+                let f = cache.open(path, &OpenOptions::new().write(true).append(true)).unwrap();
+                for i in 0..RECORDS {
+                    // A record: its length, its id, then a pattern of it.
+                    let body = pattern(1 + ((t * RECORDS + i) as usize * 977) % 9000, t * RECORDS + i);
+                    let mut rec = (body.len() as u32).to_le_bytes().to_vec();
+                    rec.extend_from_slice(&(t * RECORDS + i).to_le_bytes());
+                    rec.extend_from_slice(&body);
+                    assert_eq!(f.write_at(&rec, 0).unwrap(), rec.len());
+                }
+            });
+        }
+    });
+    let all = read_all(&first);
+    assert_eq!(&all[..13], b"0123456789abc");
+    let mut seen = std::collections::HashSet::new();
+    let mut at = 13;
+    while at < all.len() {
+        let len = u32::from_le_bytes(all[at..at + 4].try_into().unwrap()) as usize;
+        let id = u64::from_le_bytes(all[at + 4..at + 12].try_into().unwrap());
+        assert!(all[at + 12..at + 12 + len] == pattern(len, id), "record {id} at {at} is whole");
+        assert!(seen.insert(id), "record {id} once");
+        at += 12 + len;
+    }
+    assert_eq!((at, seen.len() as u64), (all.len(), THREADS * RECORDS), "every record, nothing else");
+    let err = cache.open(&path, &OpenOptions::new().append(true)).map(|_| ()).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "append needs write access");
+    drop(first);
+    cache.close().unwrap();
+}

@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     CHECK(tmp == NULL, "out not cleared on failure");
     CHECK_EQ(wbc_open(c, p2, O_RDWR, 0644, &tmp), -ENOENT, "missing file without O_CREAT");
     CHECK_EQ(wbc_open(c, p2, O_RDONLY, 0, &tmp), -ENOENT, "missing file read-only");
-    CHECK_EQ(wbc_open(c, p1, O_RDWR | O_APPEND, 0, &tmp), -EINVAL, "O_APPEND is not supported");
+    CHECK_EQ(wbc_open(c, p1, O_RDONLY | O_APPEND, 0, &tmp), -EINVAL, "O_APPEND needs write access");
     CHECK_EQ(wbc_open(c, p1, O_RDWR | O_NONBLOCK, 0, &tmp), -EINVAL, "O_NONBLOCK is not supported");
     CHECK_EQ(wbc_open(c, p1, O_ACCMODE, 0, &tmp), -EINVAL, "invalid access mode");
     CHECK_EQ(wbc_open(c, p1, O_RDONLY | O_TRUNC, 0, &tmp), -EINVAL, "O_TRUNC without write access");
@@ -367,6 +367,20 @@ int main(int argc, char **argv) {
         CHECK_EQ(wbc_unlink(c, p5), -ENOENT, "wbc_unlink of a missing file");
         CHECK_EQ(wbc_forget(c, p5), 0, "wbc_forget of a missing file");
         CHECK_EQ(wbc_unlink(c, dir), -EISDIR, "wbc_unlink of a directory");
+        /* O_APPEND: writes go to the end whatever their offset. */
+        {
+            wbc_file *app = NULL;
+            REQUIRE(wbc_open(c, p5, O_CREAT | O_WRONLY | O_APPEND, 0600, &app) == 0, "open O_APPEND: %s", last_error());
+            CHECK_EQ(wbc_pwrite(app, data, 10, 0, 0), 10, "append 10 bytes");
+            CHECK_EQ(wbc_pwrite(app, data + 10, 20, 0, 0), 20, "append 20 more, offset 0 ignored");
+            CHECK_EQ(wbc_size(app), 30, "appended size");
+            CHECK_EQ(wbc_close(app), 0, "close the append handle");
+            REQUIRE(wbc_open(c, p5, O_RDWR, 0, &tmp) == 0, "reopen to check appends: %s", last_error());
+            CHECK_EQ(wbc_pread(tmp, got, 30, 0, 0), 30, "read the appends back");
+            CHECK(memcmp(got, data, 30) == 0, "appended content");
+            CHECK_EQ(wbc_truncate(tmp, 0), 0, "empty it again");
+            CHECK_EQ(wbc_close(tmp), 0, "close");
+        }
         /* wbc_residency: a new file written in part, then synced. */
         {
             static unsigned char rv[8];
