@@ -27,7 +27,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::buf::BulkFree;
 use crate::folio::{DirtyMark, Folio};
@@ -48,10 +48,13 @@ const BATCH_BYTES: u64 = 8 << 20;
 /// holds is capacity no one else can use meanwhile.
 const TICK: Duration = Duration::from_millis(2);
 
-/// How many batches a folio someone holds is retried in before the reaper
-/// leaves it to eviction: at one batch per tick, about 0.1 s, longer than
-/// a reader or a fill holds a folio.
-const HELD_RETRIES: u8 = 48;
+/// How long a folio someone holds is retried (in every batch) before the
+/// reaper leaves it to eviction: far longer than a reader or a fill holds
+/// a folio, even on a loaded machine. 0.1 s (48 retries at one batch per
+/// tick) was too short there: on a 2-core machine running two test suites
+/// at once, a test found 8 MiB of an uncached reader's folios still cached
+/// 10 s after the reads.
+const HELD_FOR_MAX: Duration = Duration::from_secs(2);
 
 /// References the cache itself keeps to a clean, idle folio: its
 /// mapping's index and its eviction queue entry (and the dirty index's,
@@ -61,7 +64,8 @@ const CACHE_REFS: usize = 2;
 struct Queued {
     owner: Weak<dyn MappingOwner>,
     folio: Arc<Folio>,
-    retries: u8,
+    /// When the reaper first found it held.
+    held_since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -115,7 +119,7 @@ impl DropBehind {
         // Counted before it is visible, so the reaper never takes more
         // than was counted.
         let before = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
-        locks::lock(&self.shards[shard]).push(Queued { owner, folio, retries: 0 });
+        locks::lock(&self.shards[shard]).push(Queued { owner, folio, held_since: None });
         if before + bytes >= BATCH_BYTES && !self.wake_pending.swap(true, Ordering::AcqRel) {
             locks::lock(&self.wake).wanted = true;
             self.cond.notify_one();
@@ -216,8 +220,8 @@ impl DropBehind {
             if Arc::strong_count(&q.folio) > cache_refs + 1 {
                 // Someone found it (a reader about to copy, a writer about
                 // to dirty it): not now.
-                if q.retries < HELD_RETRIES {
-                    q.retries += 1;
+                let since = *q.held_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < HELD_FOR_MAX {
                     retry.push(q);
                 }
                 continue;

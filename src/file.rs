@@ -272,7 +272,7 @@ impl File {
         // behind the reader once copied.
         if let Some((s, e)) = decision.sync {
             // An error here is retried and reported by the read below.
-            let _ = self.inode.fill_range_marked(s, e, IoPriority::Sync, dontcache, u64::MAX);
+            let _ = self.inode.fill_range_marked(s, e, IoPriority::Sync, dontcache, u64::MAX, None);
         }
         if let Some((s, e)) = decision.async_ {
             self.shared.workers.readahead(&self.inode, (s, e), dontcache, &self.last_read_end);

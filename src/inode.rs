@@ -561,7 +561,8 @@ impl Inode {
 
     /// [`Inode::fill_range`]; `dropbehind` marks the folios it creates for
     /// dropping after use (uncached reads); `batch_bytes` bounds the reads
-    /// submitted together.
+    /// submitted together; `reader_pos` (readahead's reader's position, in
+    /// bytes) skips the blocks the reader has already passed.
     pub fn fill_range_marked(
         self: &Arc<Self>,
         start: u64,
@@ -569,10 +570,21 @@ impl Inode {
         priority: IoPriority,
         dropbehind: bool,
         batch_bytes: u64,
+        reader_pos: Option<&AtomicU64>,
     ) -> io::Result<()> {
         let mut created = Vec::new();
         let mut b = start;
         while b < end {
+            // A window the reader overtook (read and, uncached, dropped
+            // already) is not filled again: nobody would read it, and its
+            // folios would stay cached, not dropped behind.
+            if let Some(pos) = reader_pos {
+                let passed = pos.load(Ordering::Acquire).div_ceil(BLOCK);
+                if b < passed {
+                    b = passed;
+                    continue;
+                }
+            }
             // Once some placeholders exist, fill those rather than wait for
             // memory they themselves may be holding.
             let may_wait = priority == IoPriority::Sync && created.is_empty();
@@ -770,7 +782,7 @@ impl Inode {
                 // At most a readahead window per fill, so one huge read
                 // cannot pin the whole cache in placeholders.
                 let fill_end = end_block.min(block + self.config.readahead_max_blocks());
-                self.fill_range_marked(block, fill_end, IoPriority::Sync, dontcache, u64::MAX)?;
+                self.fill_range_marked(block, fill_end, IoPriority::Sync, dontcache, u64::MAX, None)?;
                 continue;
             };
             let Some(mut st) = folio.lock_filled() else { continue };

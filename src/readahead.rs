@@ -229,7 +229,14 @@ fn fill_window(job: &ReadaheadJob, batch_bytes: u64) {
     if start >= job.end_block {
         return;
     }
-    let _ = job.inode.fill_range_marked(start, job.end_block, IoPriority::Async, job.dropbehind, batch_bytes);
+    let _ = job.inode.fill_range_marked(
+        start,
+        job.end_block,
+        IoPriority::Async,
+        job.dropbehind,
+        batch_bytes,
+        Some(&job.reader_pos),
+    );
 }
 
 #[cfg(test)]
