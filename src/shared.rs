@@ -198,13 +198,8 @@ impl Shared {
     pub fn forget_idle_inodes(&self) -> usize {
         let inodes: Vec<Arc<Inode>> = locks::lock(&self.inodes).values().cloned().collect();
         for inode in &inodes {
-            // A clean inode can still be on its domain's dirty list (an
-            // fsync cleaned it); take it off, or it never counts as idle.
-            if inode.handles.load(Ordering::Acquire) == 0 && inode.is_listed() {
-                let domain = locks::lock(&self.domains).get(&inode.info.device_id).cloned();
-                if let Some(domain) = domain {
-                    domain.unlist_clean(inode);
-                }
+            if inode.handles.load(Ordering::Acquire) == 0 {
+                self.unlist_if_clean(inode);
             }
         }
         inodes.iter().filter(|inode| self.forget_inode(inode)).count()
@@ -297,6 +292,13 @@ impl Shared {
     /// until the flusher's next look at it.
     pub fn discard_unlinked(&self, inode: &Arc<Inode>) {
         inode.discard_all();
+        self.unlist_if_clean(inode);
+    }
+
+    /// Takes a clean inode off its domain's dirty list: a sync or a
+    /// discard may have cleaned it while listed, and a listed inode never
+    /// counts as idle.
+    fn unlist_if_clean(&self, inode: &Arc<Inode>) {
         if inode.is_listed() {
             let domain = locks::lock(&self.domains).get(&inode.info.device_id).cloned();
             if let Some(domain) = domain {
@@ -321,14 +323,7 @@ impl Shared {
             return Ok(false);
         }
         inode.write_and_sync(false, Reason::Close)?;
-        // A clean inode can still be on its domain's dirty list (the sync
-        // cleaned it); take it off, or it never counts as idle.
-        if inode.is_listed() {
-            let domain = locks::lock(&self.domains).get(&inode.info.device_id).cloned();
-            if let Some(domain) = domain {
-                domain.unlist_clean(&inode);
-            }
-        }
+        self.unlist_if_clean(&inode);
         Ok(self.forget_inode(&inode))
     }
 

@@ -593,6 +593,8 @@ struct Live {
     path: usize,
     read: bool,
     write: bool,
+    /// Opened with `O_APPEND`: writes go to the end, whatever their offset.
+    append: bool,
 }
 
 /// One cache of the fuzzer: its handle (NULL once closed: a closed
@@ -1021,6 +1023,7 @@ impl Fuzzer {
                 path: path_index.unwrap(),
                 read: access != libc::O_WRONLY,
                 write: access != libc::O_RDONLY,
+                append: flags & libc::O_APPEND != 0,
             });
             // Bounded: close one at random past 24.
             if self.files.len() > 24 {
@@ -1068,6 +1071,20 @@ impl Fuzzer {
         self.open_cache(options);
     }
 
+    /// Where a write of handle `at` at `off` lands: the end of the file for
+    /// an `O_APPEND` handle (its size now; the fuzzer runs one call at a
+    /// time), else `off`.
+    fn write_offset(&self, at: Option<usize>, off: u64) -> u64 {
+        match at {
+            Some(a) if self.files[a].append => {
+                // SAFETY: a live handle.
+                let size = unsafe { capi::wbc_size(self.files[a].f) };
+                u64::try_from(size).unwrap_or(off)
+            }
+            _ => off,
+        }
+    }
+
     fn op_pwrite(&mut self, i: u64) {
         let (f, at) = self.file();
         let len = length(&mut self.rng, BUF_BYTES);
@@ -1079,6 +1096,7 @@ impl Fuzzer {
             Rng::new(seed).fill(&mut self.buf[..len]);
         }
         let buf: *const u8 = if null_buf { ptr::null() } else { self.buf.as_ptr() };
+        let lands_at = self.write_offset(at, off);
         // SAFETY: `f` NULL or live; `buf` NULL, or valid for `len` bytes, or
         // `len` is past SSIZE_MAX (refused before use).
         let rc = unsafe { capi::wbc_pwrite(f, buf.cast(), len, off, flags) };
@@ -1089,8 +1107,9 @@ impl Fuzzer {
             self.failures.found.push(format!("seed {} iteration {i}: {call} wrote {rc} > {len}", self.failures.seed));
         }
         if let (Some(a), true) = (at, rc > 0) {
-            self.read_back(i, a, off, rc as usize, &call);
+            self.read_back(i, a, lands_at, rc as usize, &call);
         }
+        let off = lands_at;
         if let Some(a) = at {
             let live = &self.files[a];
             if !null_buf && len <= isize::MAX as usize && flags & !capi::WBC_DONTCACHE == 0 && !self.is_closed(at) {
@@ -1156,6 +1175,7 @@ impl Fuzzer {
         let off = offset(&mut self.rng);
         let flags = rw_flags(&mut self.rng);
         let iov = if null_iov { ptr::null() } else { list.as_ptr() };
+        let lands_at = self.write_offset(at, off);
         // SAFETY: `f` NULL or live; `iov` NULL or valid for `list.len()`
         // iovecs, each NULL or valid for its length within `buf` unless
         // the ABI refuses the list first (count outside 0..=1024, a length
@@ -1181,7 +1201,7 @@ impl Fuzzer {
             let saved = std::mem::take(&mut self.buf);
             self.buf = gathered;
             if let Some(a) = at {
-                self.read_back(i, a, off, rc as usize, &call);
+                self.read_back(i, a, lands_at, rc as usize, &call);
             }
             let mut saved = saved;
             std::mem::swap(&mut self.buf, &mut saved);
