@@ -278,6 +278,66 @@ int wbc_truncate(wbc_file *f, uint64_t size);
  */
 int64_t wbc_residency(wbc_file *f, uint64_t off, uint64_t len, unsigned char *vec);
 
+/** wbc_fadvise advice: the POSIX_FADV_* values. */
+#define WBC_FADV_NORMAL 0
+#define WBC_FADV_RANDOM 1
+#define WBC_FADV_SEQUENTIAL 2
+#define WBC_FADV_WILLNEED 3
+#define WBC_FADV_DONTNEED 4
+#define WBC_FADV_NOREUSE 5
+
+/**
+ * Advice about future accesses (posix_fadvise(2)); len == 0 reaches the
+ * end of the file. NORMAL undoes SEQUENTIAL, RANDOM and NOREUSE for the
+ * handle; SEQUENTIAL lets the handle's readahead window grow to twice
+ * readahead_max; RANDOM turns the handle's readahead off; WILLNEED starts
+ * reading the range in the background (at most half the cache's capacity);
+ * DONTNEED drops the range's clean folios now and makes its dirty ones
+ * drop-behind (the flusher writes them, then they are dropped), writing
+ * nothing itself; NOREUSE makes the handle's reads and writes uncached.
+ *
+ * Returns 0 or -errno: -EINVAL for an unknown advice, a negative offset or
+ * length or a NULL handle, -EBADF after wbc_cache_close.
+ */
+int wbc_fadvise(wbc_file *f, int64_t off, int64_t len, int advice);
+
+/** wbc_sync_range flags: the SYNC_FILE_RANGE_* values. */
+#define WBC_SYNC_RANGE_WAIT_BEFORE 0x1u
+#define WBC_SYNC_RANGE_WRITE 0x2u
+#define WBC_SYNC_RANGE_WAIT_AFTER 0x4u
+
+/**
+ * Writeback of [off, off + len) (sync_file_range(2)); len == 0 reaches the
+ * end of the file. WAIT_BEFORE waits for the file's writeback in flight;
+ * WRITE starts writeback of the range's dirty blocks (background class;
+ * without WAIT_AFTER it returns once they are under writeback); WAIT_AFTER
+ * waits for the file's writeback in flight, this call's included.
+ * No durability promise, as with the kernel's call: the device's cache is
+ * not flushed and the size is not synced (use wbc_fdatasync).
+ *
+ * Returns 0 or -errno: -EINVAL for unknown flags, a negative offset or
+ * length or a NULL handle; when it waits, a writeback error of the file
+ * since this handle's last report (-EIO, -ENOSPC, ...; reported once, as
+ * wbc_fsync does); -EBADF after wbc_cache_close.
+ */
+int wbc_sync_range(wbc_file *f, int64_t off, int64_t len, unsigned int flags);
+
+/**
+ * fallocate(2) of [off, off + len): mode 0 or FALLOC_FL_KEEP_SIZE reserve
+ * blocks (mode 0 extends the file past its end); FALLOC_FL_PUNCH_HOLE |
+ * FALLOC_FL_KEEP_SIZE deallocates; FALLOC_FL_ZERO_RANGE (optionally with
+ * KEEP_SIZE) zeroes. A punched or zeroed range reads as zeros afterwards,
+ * cached or not, and its dirty data is discarded, never written over it.
+ * Forwarded to the backing store; a failure there changes nothing.
+ *
+ * Returns 0 or -errno: -EINVAL for a negative offset, a length <= 0 or a
+ * NULL handle; -EFBIG past INT64_MAX or the file system's largest file;
+ * -EOPNOTSUPP for another mode or where the store cannot (mode 0 on a
+ * block device, a file system without fallocate); -EBADF on a read-only
+ * handle or after wbc_cache_close; the store's own (-ENOSPC, ...).
+ */
+int wbc_fallocate(wbc_file *f, int mode, int64_t off, int64_t len);
+
 /**
  * The cache's statistics as one JSON object, e.g.
  * {"capacity_bytes":...,"cached_bytes":...,"dirty_bytes":...,

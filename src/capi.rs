@@ -37,7 +37,7 @@ use std::ptr;
 
 use crate::cache::Cache;
 use crate::config::Config;
-use crate::file::{File, OpenOptions, WriteFlags};
+use crate::file::{Advice, File, OpenOptions, SyncRangeFlags, WriteFlags};
 use crate::userbuf::{RawIov, IOV_MAX};
 
 /// `wbc_pread`/`wbc_pwrite` flag: uncached I/O (`RWF_DONTCACHE`); equals
@@ -767,6 +767,83 @@ pub unsafe extern "C" fn wbc_truncate(f: *mut wbc_file, size: u64) -> c_int {
     guard_int("wbc_truncate", || {
         // SAFETY: the caller guarantees `f` is NULL or live.
         Ok(unsafe { file_ref(f) }?.set_len(size)?)
+    })
+}
+
+/// `[off, off + len)` as a range, `len == 0` meaning "to the end of the
+/// file" (`posix_fadvise`, `sync_file_range`); `EINVAL` for a negative
+/// offset or length, or an end past `INT64_MAX`.
+fn file_range(off: i64, len: i64) -> Result<std::ops::Range<u64>, Failure> {
+    if off < 0 || len < 0 {
+        return Err(einval("negative offset or length"));
+    }
+    if len == 0 {
+        return Ok(off as u64..u64::MAX);
+    }
+    let end = off.checked_add(len).ok_or_else(|| einval("range past INT64_MAX"))?;
+    Ok(off as u64..end as u64)
+}
+
+/// Advice about the handle's future accesses (`posix_fadvise(2)`):
+/// `WBC_FADV_*`, the `POSIX_FADV_*` values. `len == 0` reaches the end of
+/// the file. Returns 0 or `-errno`: `-EINVAL` for an unknown advice, a
+/// negative offset or length or a NULL handle, `-EBADF` after
+/// [`wbc_cache_close`].
+///
+/// # Safety
+/// `f` is NULL or a live pointer from [`wbc_open`].
+#[no_mangle]
+pub unsafe extern "C" fn wbc_fadvise(f: *mut wbc_file, off: i64, len: i64, advice: c_int) -> c_int {
+    guard_int("wbc_fadvise", || {
+        // SAFETY: the caller guarantees `f` is NULL or live.
+        let file = unsafe { file_ref(f) }?;
+        let advice = Advice::from_raw(advice)?;
+        Ok(file.advise(file_range(off, len)?, advice)?)
+    })
+}
+
+/// Writeback of `[off, off + len)` (`sync_file_range(2)`): `flags` are
+/// `WBC_SYNC_RANGE_*`, the `SYNC_FILE_RANGE_*` values. No durability
+/// promise (no device flush, no metadata sync). `len == 0` reaches the end
+/// of the file. Returns 0 or `-errno`: `-EINVAL` for unknown flags, a
+/// negative offset or length or a NULL handle, a writeback error since the
+/// handle's last report when it waits (`-EIO`, `-ENOSPC`, ...), `-EBADF`
+/// after [`wbc_cache_close`].
+///
+/// # Safety
+/// `f` is NULL or a live pointer from [`wbc_open`].
+#[no_mangle]
+pub unsafe extern "C" fn wbc_sync_range(f: *mut wbc_file, off: i64, len: i64, flags: c_uint) -> c_int {
+    guard_int("wbc_sync_range", || {
+        // SAFETY: the caller guarantees `f` is NULL or live.
+        let file = unsafe { file_ref(f) }?;
+        let how = SyncRangeFlags::from_bits(flags)?;
+        Ok(file.writeback_range(file_range(off, len)?, how)?)
+    })
+}
+
+/// `fallocate(2)` of `[off, off + len)` with `mode` 0,
+/// `FALLOC_FL_KEEP_SIZE`, `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`,
+/// `FALLOC_FL_ZERO_RANGE` or `FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE`,
+/// with the cache kept coherent (a punched or zeroed range reads as zeros,
+/// its dirty data is discarded). Returns 0 or `-errno`: `-EINVAL` for a
+/// negative offset, a length `<= 0` or a NULL handle, `-EFBIG` past
+/// `INT64_MAX` or the file system's largest file, `-EOPNOTSUPP` for
+/// another mode or a store that cannot, `-EBADF` on a read-only handle or
+/// after [`wbc_cache_close`], and the store's own (`-ENOSPC`, ...).
+///
+/// # Safety
+/// `f` is NULL or a live pointer from [`wbc_open`].
+#[no_mangle]
+pub unsafe extern "C" fn wbc_fallocate(f: *mut wbc_file, mode: c_int, off: i64, len: i64) -> c_int {
+    guard_int("wbc_fallocate", || {
+        // SAFETY: the caller guarantees `f` is NULL or live.
+        let file = unsafe { file_ref(f) }?;
+        if off < 0 || len <= 0 {
+            return Err(einval("negative offset, or a length not above 0"));
+        }
+        let end = off.checked_add(len).ok_or(Failure { errno: libc::EFBIG, message: "range past INT64_MAX".into() })?;
+        Ok(file.fallocate_mode(mode, off as u64..end as u64)?)
     })
 }
 

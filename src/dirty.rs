@@ -508,6 +508,19 @@ impl DomainDirty {
         }
     }
 
+    /// Dirty bytes already accounted became uncached-dirty (an advice to
+    /// drop them behind): the flusher writes them as it writes uncached
+    /// data.
+    pub fn account_made_dontcache(&self, bytes: u64) {
+        debug_assert!(bytes % BLOCK_SIZE as u64 == 0, "whole blocks, not {bytes} bytes");
+        if bytes == 0 {
+            return;
+        }
+        let before = self.dontcache_dirty_bytes.fetch_add(bytes, Ordering::AcqRel);
+        debug_assert!(before.checked_add(bytes).is_some(), "domain uncached-dirty overflow");
+        Counters::add(&self.cache.counters.dontcache_dirty_bytes, bytes);
+    }
+
     /// Dirty blocks moved to writeback. `dontcache_bytes` is what the
     /// folios that went clean held of uncached-dirty bytes, which a pass
     /// takes whole, so it may exceed `bytes`.

@@ -8,13 +8,14 @@
 //! and the flusher writes it.
 
 use std::io::{self, IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::memory::Memory;
+use crate::range_ops::Allocation;
 use crate::readahead::Readahead;
 use crate::shared::{OpGuard, Shared};
 use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource, IOV_MAX};
@@ -121,6 +122,113 @@ pub const RESIDENT_DIRTY: u8 = 2;
 /// [`File::residency`] bit: the block is being written back now.
 pub const RESIDENT_WRITEBACK: u8 = 4;
 
+/// Advice for [`File::advise`], as `posix_fadvise(2)`'s (the C ABI's
+/// `WBC_FADV_*` values are `POSIX_FADV_*`'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// Undo `Sequential`, `Random` and `NoReuse` for the handle.
+    Normal,
+    /// The handle reads sequentially: its readahead window may grow to
+    /// twice `readahead_max`.
+    Sequential,
+    /// The handle reads at random: no readahead, each read reads only
+    /// what it needs.
+    Random,
+    /// The range will be read soon: start reading it in the background
+    /// (at most half the cache's capacity from its start).
+    WillNeed,
+    /// The range will not be read again soon: drop its clean folios now,
+    /// and make its dirty ones drop-behind (written by the flusher, then
+    /// dropped). Writes nothing itself and waits for nothing.
+    DontNeed,
+    /// Data the handle reads or writes from now on is used once: its
+    /// reads and writes are uncached, as with [`WriteFlags::DONTCACHE`].
+    NoReuse,
+}
+
+impl Advice {
+    /// From `posix_fadvise(2)`'s `advice`; `EINVAL` for an unknown value.
+    pub fn from_raw(advice: i32) -> io::Result<Advice> {
+        Ok(match advice {
+            libc::POSIX_FADV_NORMAL => Advice::Normal,
+            libc::POSIX_FADV_SEQUENTIAL => Advice::Sequential,
+            libc::POSIX_FADV_RANDOM => Advice::Random,
+            libc::POSIX_FADV_WILLNEED => Advice::WillNeed,
+            libc::POSIX_FADV_DONTNEED => Advice::DontNeed,
+            libc::POSIX_FADV_NOREUSE => Advice::NoReuse,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("unknown advice {advice}: use one of POSIX_FADV_NORMAL ... POSIX_FADV_NOREUSE (0-5)"),
+                ))
+            }
+        })
+    }
+
+    /// `posix_fadvise(2)`'s value for this advice.
+    pub fn raw(self) -> i32 {
+        match self {
+            Advice::Normal => libc::POSIX_FADV_NORMAL,
+            Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
+            Advice::Random => libc::POSIX_FADV_RANDOM,
+            Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
+            Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
+            Advice::NoReuse => libc::POSIX_FADV_NOREUSE,
+        }
+    }
+}
+
+/// What [`File::writeback_range`] does: `sync_file_range(2)`'s flags,
+/// with the same values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncRangeFlags(u32);
+
+impl SyncRangeFlags {
+    pub const NONE: SyncRangeFlags = SyncRangeFlags(0);
+    /// Wait for writeback of the file already in flight first
+    /// (`SYNC_FILE_RANGE_WAIT_BEFORE`).
+    pub const WAIT_BEFORE: SyncRangeFlags = SyncRangeFlags(1);
+    /// Start writeback of the range's dirty blocks
+    /// (`SYNC_FILE_RANGE_WRITE`).
+    pub const WRITE: SyncRangeFlags = SyncRangeFlags(2);
+    /// Wait for writeback of the file in flight, this call's included,
+    /// before returning (`SYNC_FILE_RANGE_WAIT_AFTER`).
+    pub const WAIT_AFTER: SyncRangeFlags = SyncRangeFlags(4);
+
+    /// From `sync_file_range(2)`'s `flags`; `EINVAL` for unknown bits.
+    pub fn from_bits(bits: u32) -> io::Result<SyncRangeFlags> {
+        if bits & !7 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unknown sync_file_range flags {bits:#x}: use WAIT_BEFORE (1), WRITE (2), WAIT_AFTER (4)"),
+            ));
+        }
+        Ok(SyncRangeFlags(bits))
+    }
+    pub fn union(self, other: SyncRangeFlags) -> SyncRangeFlags {
+        SyncRangeFlags(self.0 | other.0)
+    }
+    pub fn contains(self, other: SyncRangeFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for SyncRangeFlags {
+    type Output = SyncRangeFlags;
+    fn bitor(self, other: SyncRangeFlags) -> SyncRangeFlags {
+        self.union(other)
+    }
+}
+
+/// A handle's access pattern advice ([`Advice::Sequential`],
+/// [`Advice::Random`]), as the readahead of its reads uses it.
+const ACCESS_NORMAL: u8 = 0;
+const ACCESS_SEQUENTIAL: u8 = 1;
+const ACCESS_RANDOM: u8 = 2;
+
 /// Flags for [`File::write_at_with`] and [`File::read_at_with`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteFlags(u32);
@@ -165,6 +273,10 @@ pub struct File {
     default_flags: WriteFlags,
     /// [`OpenOptions::append`].
     append: bool,
+    /// [`Advice::NoReuse`] given: every read and write is uncached.
+    noreuse: AtomicBool,
+    /// `ACCESS_*`: the access pattern advice.
+    access_advice: AtomicU8,
     err_cursor: Mutex<u64>,
     readahead: Mutex<Readahead>,
     /// Where this handle's last read ended (for access accounting).
@@ -183,6 +295,8 @@ impl File {
             writable: options.write,
             default_flags: if options.dontcache { WriteFlags::DONTCACHE } else { WriteFlags::NONE },
             append: options.append,
+            noreuse: AtomicBool::new(false),
+            access_advice: AtomicU8::new(ACCESS_NORMAL),
             err_cursor: Mutex::new(cursor),
             readahead: Mutex::new(Readahead::default()),
             last_read_end: Arc::new(AtomicU64::new(0)),
@@ -264,10 +378,18 @@ impl File {
         let len = (buf.len() as u64).min(size - off);
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
-        let dontcache = flags.union(self.default_flags).contains(WriteFlags::DONTCACHE);
-        let max_blocks = self.readahead_max_blocks;
-        let decision = locks::lock(&self.readahead)
-            .on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
+        let dontcache = self.uncached(flags);
+        let decision = match self.access_advice.load(Ordering::Relaxed) {
+            // As the kernel's random-access mode: the read itself reads
+            // what it needs, nothing more.
+            ACCESS_RANDOM => Default::default(),
+            access => {
+                let max_blocks =
+                    if access == ACCESS_SEQUENTIAL { 2 * self.readahead_max_blocks } else { self.readahead_max_blocks };
+                locks::lock(&self.readahead)
+                    .on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none())
+            }
+        };
         // Uncached reads read ahead too; what they bring in is dropped
         // behind the reader once copied.
         if let Some((s, e)) = decision.sync {
@@ -343,11 +465,144 @@ impl File {
             // Past the file system's largest file size: short, or EFBIG.
             self.inode.room_to_grow(off, data.len())?
         };
-        let result =
-            self.inode.write_at(data, len, off, flags.union(self.default_flags).contains(WriteFlags::DONTCACHE));
+        let result = self.inode.write_at(data, len, off, self.uncached(flags));
         // An edge-block fill may have copied a buffer under writeback.
         self.memory.evict_excess();
         Ok((result?.0, off))
+    }
+
+    /// Whether an access with `flags` is uncached: by its flags, the
+    /// handle's open options or its [`Advice::NoReuse`].
+    fn uncached(&self, flags: WriteFlags) -> bool {
+        flags.union(self.default_flags).contains(WriteFlags::DONTCACHE) || self.noreuse.load(Ordering::Relaxed)
+    }
+
+    /// Advice about the handle's future accesses (`posix_fadvise(2)`);
+    /// see [`Advice`]. `range` is the file's byte range the advice is
+    /// about (`WillNeed`, `DontNeed`; the others are about the handle, as
+    /// in the kernel): `off..u64::MAX` reaches the end of the file. Any
+    /// handle may advise, whatever its access mode. `InvalidInput` for a
+    /// range that ends before it starts.
+    pub fn advise(&self, range: std::ops::Range<u64>, advice: Advice) -> io::Result<()> {
+        let _op = self.shared.enter_op()?;
+        check_range(&range)?;
+        match advice {
+            Advice::Normal => {
+                self.access_advice.store(ACCESS_NORMAL, Ordering::Relaxed);
+                self.noreuse.store(false, Ordering::Relaxed);
+            }
+            Advice::Sequential => self.access_advice.store(ACCESS_SEQUENTIAL, Ordering::Relaxed),
+            Advice::Random => self.access_advice.store(ACCESS_RANDOM, Ordering::Relaxed),
+            Advice::NoReuse => self.noreuse.store(true, Ordering::Relaxed),
+            Advice::WillNeed => {
+                let end = range.end.min(self.inode.size()).min(range.start.saturating_add(self.willneed_max_bytes()));
+                if range.start < end {
+                    // Its own reader position: a window is skipped only
+                    // when the reader of this advice passed it (never).
+                    let never_passed = Arc::new(AtomicU64::new(0));
+                    let blocks = (range.start / BLOCK, end.div_ceil(BLOCK));
+                    self.shared.workers.readahead(&self.inode, blocks, false, &never_passed);
+                }
+            }
+            Advice::DontNeed => {
+                if range.start < range.end {
+                    self.inode.advise_dontneed(range.start, range.end);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The most one `WillNeed` reads ahead: half the cache, so that the
+    /// data asked for does not push itself out.
+    fn willneed_max_bytes(&self) -> u64 {
+        self.shared.config.capacity_bytes / 2
+    }
+
+    /// Writeback of a byte range (`sync_file_range(2)`), in the steps
+    /// `how` names: wait for the file's writeback in flight, start
+    /// writeback of the range's dirty blocks (in the async class, without
+    /// flushing the device), wait for it. **No durability promise**, as
+    /// with the kernel's call: the device's cache is not flushed and the
+    /// file's size and allocation are not synced; use [`File::sync_data`]
+    /// for that. `off..u64::MAX` reaches the end of the file; a folio that
+    /// the range covers in part is written whole. A start without
+    /// `WAIT_AFTER` returns once the blocks are under writeback; the
+    /// cache's range-writer thread writes them. Each wait reports a
+    /// writeback error of the file since this handle's last report (as
+    /// [`File::sync_all`] does, and then the next sync does not report
+    /// it again). Any handle may call it. `InvalidInput` for a range that
+    /// ends before it starts.
+    pub fn writeback_range(&self, range: std::ops::Range<u64>, how: SyncRangeFlags) -> io::Result<()> {
+        let _op = self.shared.enter_op()?;
+        check_range(&range)?;
+        use crate::writeback::range::RangeWriter;
+        if how.contains(SyncRangeFlags::WAIT_BEFORE) {
+            RangeWriter::wait(&self.inode);
+            self.inode.errseq.check_and_advance(&mut locks::lock(&self.err_cursor))?;
+        }
+        if how.contains(SyncRangeFlags::WRITE) && range.start < range.end {
+            let blocks = (range.start / BLOCK, range.end.div_ceil(BLOCK));
+            let wait_after = how.contains(SyncRangeFlags::WAIT_AFTER);
+            self.shared.range_writer.start_writeback(&self.inode, blocks, wait_after);
+        }
+        if how.contains(SyncRangeFlags::WAIT_AFTER) {
+            RangeWriter::wait(&self.inode);
+            self.inode.errseq.check_and_advance(&mut locks::lock(&self.err_cursor))?;
+        }
+        Ok(())
+    }
+
+    /// Reserves the store's blocks for `range` (`fallocate(2)` mode 0, or
+    /// `FALLOC_FL_KEEP_SIZE` with `keep_size`): later writes there cannot
+    /// fail for want of space. Without `keep_size` a range past the end
+    /// extends the file (with zeros). No cached byte changes. Needs write
+    /// access (`EBADF`). `InvalidInput` for an empty range, `EFBIG` past
+    /// `i64::MAX` or the file system's largest file, and `EOPNOTSUPP`
+    /// where the store cannot (a block device, a file system without
+    /// `fallocate`).
+    pub fn allocate(&self, range: std::ops::Range<u64>, keep_size: bool) -> io::Result<()> {
+        self.fallocate(range, Allocation::Reserve { keep_size })
+    }
+
+    /// Deallocates `range` (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`):
+    /// it reads as zeros afterwards, cached or not, and dirty data in it is
+    /// discarded, never written over the hole. The size does not change.
+    /// Errors as [`File::allocate`].
+    pub fn punch_hole(&self, range: std::ops::Range<u64>) -> io::Result<()> {
+        self.fallocate(range, Allocation::PunchHole)
+    }
+
+    /// Zeroes `range` (`FALLOC_FL_ZERO_RANGE`, with `FALLOC_FL_KEEP_SIZE`
+    /// when `keep_size`): as [`File::punch_hole`], but the blocks stay
+    /// allocated and, without `keep_size`, a range past the end extends
+    /// the file. Errors as [`File::allocate`].
+    pub fn zero_range(&self, range: std::ops::Range<u64>, keep_size: bool) -> io::Result<()> {
+        self.fallocate(range, Allocation::ZeroRange { keep_size })
+    }
+
+    /// `fallocate(2)` with its `mode` (0, `KEEP_SIZE`,
+    /// `PUNCH_HOLE|KEEP_SIZE`, `ZERO_RANGE`, `ZERO_RANGE|KEEP_SIZE`;
+    /// `EOPNOTSUPP` for any other), as the C ABI's `wbc_fallocate`.
+    pub fn fallocate_mode(&self, mode: i32, range: std::ops::Range<u64>) -> io::Result<()> {
+        self.fallocate(range, Allocation::from_mode(mode)?)
+    }
+
+    fn fallocate(&self, range: std::ops::Range<u64>, how: Allocation) -> io::Result<()> {
+        let _op = self.enter(true)?;
+        if range.start >= range.end {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("fallocate of an empty range {}..{}", range.start, range.end),
+            ));
+        }
+        if range.end > i64::MAX as u64 {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        let result = self.inode.allocate(how, range.start, range.end - range.start);
+        // Zeroing a folio's part may have copied a buffer under writeback.
+        self.memory.evict_excess();
+        result
     }
 
     /// Writes back and syncs data and metadata (`fsync`). Reports a
@@ -476,6 +731,17 @@ impl Drop for File {
             }
         }
     }
+}
+
+/// `InvalidInput` unless `range` is a range (start at or before end).
+fn check_range(range: &std::ops::Range<u64>) -> io::Result<()> {
+    if range.start > range.end {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("range {}..{} ends before it starts", range.start, range.end),
+        ));
+    }
+    Ok(())
 }
 
 /// A position over a [`File`] for `std::io::{Read, Write, Seek}`.

@@ -511,7 +511,7 @@ impl Inode {
     }
 
     /// Bookkeeping for a folio just taken out of the mapping (folio locked).
-    fn release_removed(&self, folio: &Folio, st: &mut FolioState) {
+    pub(crate) fn release_removed(&self, folio: &Folio, st: &mut FolioState) {
         debug_assert!(folio.state.try_lock().is_err(), "the folio's lock is held");
         let buf = Mapping::mark_removed(folio, st);
         self.memory.folio_removed(folio, buf);
@@ -1076,14 +1076,10 @@ impl Inode {
     fn grow(&self, new_size: u64) -> io::Result<()> {
         debug_assert!(self.size_lock.try_lock().is_err(), "the size lock is held");
         // Refused before anything changes, as ftruncate(2) refuses it.
-        if new_size > self.len_accepted.load(Ordering::Acquire) && !self.store().accepts_len(new_size)? {
-            return Err(io::Error::from_raw_os_error(libc::EFBIG));
-        }
-        // Writers may have extended past `new_size` meanwhile: never shrink
-        // here. The store grows with zeros, which is what
-        // `on_disk_len_max` already says lies past the old end.
-        self.size.fetch_max(new_size, Ordering::AcqRel);
-        self.size_changed.store(true, Ordering::Release);
+        self.check_growable(new_size)?;
+        // The store grows with zeros, which is what `on_disk_len_max`
+        // already says lies past the old end.
+        self.raise_size(new_size);
         // Only ever grow the store here: a writer that extended the file
         // past `new_size` since the size was read may have had those blocks
         // written back already, and cutting them would lose them.
@@ -1095,6 +1091,24 @@ impl Inode {
         }
         debug_assert!(self.size() >= new_size);
         Ok(())
+    }
+
+    /// `EFBIG` unless the file system lets the store grow to `len` bytes.
+    pub(crate) fn check_growable(&self, len: u64) -> io::Result<()> {
+        if len > self.len_accepted.load(Ordering::Acquire) && !self.store().accepts_len(len)? {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        }
+        Ok(())
+    }
+
+    /// Raises the size to `new_size` (size lock held), a change the next
+    /// store sync must cover. Writers may have extended past `new_size`
+    /// meanwhile: this never shrinks.
+    pub(crate) fn raise_size(&self, new_size: u64) {
+        debug_assert!(self.size_lock.try_lock().is_err(), "the size lock is held");
+        self.size.fetch_max(new_size, Ordering::AcqRel);
+        self.size_changed.store(true, Ordering::Release);
+        debug_assert!(self.size() >= new_size);
     }
 
     /// [`Inode::set_len`] to a smaller size (size lock held).
@@ -1160,14 +1174,21 @@ impl Inode {
     /// before the mapping lock (writeback completions take mapping locks)
     /// and never held while waiting for a fill.
     fn quiesce_for_cut(&self, new_size: u64) -> (RwLockWriteGuard<'_, FolioIndex>, ResizeGuard<'_>) {
-        let filling_past_cut = |map: &FolioIndex| {
-            map.range(..)
-                .filter(|(_, f)| f.end_index() > new_size / BLOCK)
+        self.quiesce_blocks(new_size / BLOCK, u64::MAX)
+    }
+
+    /// As [`Inode::quiesce_for_cut`], for the folios that overlap blocks
+    /// `[first, end)`: the mapping's write lock with no fill in flight
+    /// over them, and the store's length gate.
+    pub(crate) fn quiesce_blocks(&self, first: u64, end: u64) -> (RwLockWriteGuard<'_, FolioIndex>, ResizeGuard<'_>) {
+        let filling_in_range = |map: &FolioIndex| {
+            map.range(..end)
+                .filter(|(_, f)| f.end_index() > first)
                 .find(|(_, f)| f.lock().read_in_flight)
                 .map(|(_, f)| f.clone())
         };
         loop {
-            let filling = filling_past_cut(&self.mapping.write());
+            let filling = filling_in_range(&self.mapping.write());
             if let Some(f) = filling {
                 drop(f.lock_filled());
                 continue;
@@ -1175,7 +1196,7 @@ impl Inode {
             let gate = self.store_len_gate.resize();
             let map = self.mapping.write();
             // A fill may have begun while neither was held.
-            if filling_past_cut(&map).is_none() {
+            if filling_in_range(&map).is_none() {
                 return (map, gate);
             }
         }
@@ -1186,19 +1207,30 @@ impl Inode {
     fn drop_folios_from(&self, map: &mut FolioIndex, first_gone_block: u64) -> (u64, u64) {
         let (mut blocks, mut dontcache) = (0u64, 0u64);
         for key in map.range(first_gone_block..).map(|(&k, _)| k).collect::<Vec<_>>() {
-            let f = map.get(&key).expect("key just listed").clone();
-            let mut st = f.lock();
-            assert!(!st.read_in_flight, "no fill runs under the mapping lock");
-            blocks += st.nr_dirty as u64;
-            dontcache += std::mem::take(&mut st.dontcache_dirty) as u64;
-            st.dirty.clear_range(0, f.nr_blocks());
-            st.nr_dirty = 0;
-            self.mapping.unindex_clean(&f);
-            map.remove(&key);
-            self.release_removed(&f, &mut st);
-            debug_assert!(st.removed && st.dontcache_dirty == 0, "folio {key} left clean");
+            let (b, d) = self.discard_folio(map, key);
+            blocks += b;
+            dontcache += d;
         }
         debug_assert!(map.range(first_gone_block..).next().is_none(), "nothing cached from block {first_gone_block}");
+        (blocks, dontcache)
+    }
+
+    /// Removes the folio at `key`, dirty or not, without writing it (the
+    /// mapping's write lock held, no fill in flight). Returns the dirty and
+    /// uncached-dirty blocks discarded.
+    pub(crate) fn discard_folio(&self, map: &mut FolioIndex, key: u64) -> (u64, u64) {
+        let f = map.get(&key).expect("a cached folio").clone();
+        let mut st = f.lock();
+        assert!(!st.read_in_flight, "no fill runs under the mapping lock");
+        let blocks = st.nr_dirty as u64;
+        let dontcache = std::mem::take(&mut st.dontcache_dirty) as u64;
+        st.dirty.clear_range(0, f.nr_blocks());
+        st.nr_dirty = 0;
+        self.mapping.unindex_clean(&f);
+        map.remove(&key);
+        self.release_removed(&f, &mut st);
+        debug_assert!(st.removed && st.dontcache_dirty == 0, "folio {key} left clean");
+        debug_assert!(map.get(&key).is_none(), "folio {key} left the index");
         (blocks, dontcache)
     }
 

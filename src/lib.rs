@@ -51,6 +51,7 @@ mod io;
 mod locks;
 mod mapping;
 mod memory;
+mod range_ops;
 mod readahead;
 mod shared;
 mod stats;
@@ -61,7 +62,10 @@ mod writeback;
 pub use buf::AlignedBuf;
 pub use cache::Cache;
 pub use config::{parse_size, Config, Routing};
-pub use file::{File, FileCursor, OpenOptions, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY, RESIDENT_WRITEBACK};
+pub use file::{
+    Advice, File, FileCursor, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY,
+    RESIDENT_WRITEBACK,
+};
 /// The simulated I/O backend: in memory, with seeded latency, faults and a
 /// crash model (written vs. durable images). Only with the `sim` feature;
 /// use it through [`Cache::with_sim`].

@@ -27,6 +27,7 @@ use crate::memory::Memory;
 use crate::readahead::Workers;
 use crate::stats::{Counters, Reason};
 use crate::writeback::domain::Domain;
+use crate::writeback::range::RangeWriter;
 
 /// Inodes kept in the table (each holds a descriptor); beyond this, idle
 /// ones are synced and forgotten.
@@ -49,6 +50,8 @@ pub struct Shared {
     inodes: Mutex<HashMap<(u64, u64), Arc<Inode>>>,
     domains: Mutex<HashMap<u64, Arc<Domain>>>,
     pub workers: Workers,
+    /// Writes the range writebacks started without a wait.
+    pub range_writer: RangeWriter,
     /// Set first when the cache closes; file operations check it on entry
     /// (the dirty accounting's own flag ends waits for room or memory).
     closed: AtomicBool,
@@ -62,6 +65,7 @@ impl Shared {
         let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
         let memory = Arc::new(Memory::new(config.capacity_bytes, dirty.clone()));
         let workers = Workers::start(config.io_max_bytes)?;
+        let range_writer = RangeWriter::start()?;
         let dropbehind = DropBehind::start(memory.clone(), counters.clone())?;
         Ok(Arc::new(Shared {
             config: Arc::new(config),
@@ -74,6 +78,7 @@ impl Shared {
             inodes: Mutex::new(HashMap::new()),
             domains: Mutex::new(HashMap::new()),
             workers,
+            range_writer,
             closed: AtomicBool::new(false),
             next_inode_id: AtomicU64::new(1),
             all_direct_io: AtomicBool::new(true),
@@ -358,6 +363,7 @@ impl Shared {
         drop(locks::write(&self.ops_gate));
         let result = self.sync_everything(Reason::Close);
         self.workers.stop();
+        self.range_writer.stop();
         let domains: Vec<Arc<Domain>> = locks::lock(&self.domains).drain().map(|(_, d)| d).collect();
         for d in domains {
             d.stop();

@@ -27,12 +27,21 @@ pub enum Reason {
     Reclaim = 4,
     /// The cache is closing.
     Close = 5,
+    /// A [`crate::File::writeback_range`] (`sync_file_range`) call.
+    SyncRange = 6,
 }
 
 impl Reason {
-    pub const COUNT: usize = 6;
-    pub const ALL: [Reason; Reason::COUNT] =
-        [Reason::Background, Reason::Periodic, Reason::Dontcache, Reason::Fsync, Reason::Reclaim, Reason::Close];
+    pub const COUNT: usize = 7;
+    pub const ALL: [Reason; Reason::COUNT] = [
+        Reason::Background,
+        Reason::Periodic,
+        Reason::Dontcache,
+        Reason::Fsync,
+        Reason::Reclaim,
+        Reason::Close,
+        Reason::SyncRange,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -42,6 +51,7 @@ impl Reason {
             Reason::Fsync => "fsync",
             Reason::Reclaim => "reclaim",
             Reason::Close => "close",
+            Reason::SyncRange => "sync_range",
         }
     }
 }

@@ -592,6 +592,23 @@ impl BackingStore for FdStore {
         self.engine.submit_once(self.fd.as_raw_fd(), ops)
     }
 
+    fn allocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        let efbig = || io::Error::from_raw_os_error(libc::EFBIG);
+        let offset = libc::off_t::try_from(offset).map_err(|_| efbig())?;
+        let len = libc::off_t::try_from(len).map_err(|_| efbig())?;
+        loop {
+            // SAFETY: fallocate takes no pointers; the descriptor is owned by self.
+            let rc = unsafe { libc::fallocate(self.fd.as_raw_fd(), mode, offset, len) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINTR) {
+                return Err(err);
+            }
+        }
+    }
+
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
     }

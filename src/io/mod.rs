@@ -265,6 +265,12 @@ pub trait BackingStore: Send + Sync {
         let _ = (offset, data);
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
+    /// `fallocate(2)` with `mode` (`FALLOC_FL_*` bits) over `len` bytes
+    /// at `offset`; `EOPNOTSUPP` where the store cannot do it.
+    fn allocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (mode, offset, len);
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
 }
 
 pub(crate) fn is_retryable(err: &io::Error) -> bool {

@@ -934,6 +934,52 @@ impl BackingStore for SimStore {
         Ok(())
     }
 
+    /// `fallocate(2)` on the written image, subject to the crash model as
+    /// a write is: allocation (mode 0, `KEEP_SIZE`) changes no byte and
+    /// grows the length unless `KEEP_SIZE`; a punched or zeroed range
+    /// reads as zeros. Block devices take only the zeroing modes, and
+    /// only within the device (as the kernel's `blkdev_fallocate`).
+    fn allocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        use libc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO};
+        let mut st = self.shared.lock();
+        if self.is_dead(&st) {
+            return Err(errno(libc::EIO));
+        }
+        if !self.writable {
+            return Err(errno(libc::EBADF));
+        }
+        let end = offset.checked_add(len).filter(|&e| e <= i64::MAX as u64).ok_or_else(|| errno(libc::EFBIG))?;
+        let (zeroes, keep_size) = match mode {
+            0 => (false, false),
+            KEEP => (false, true),
+            m if m == PUNCH | KEEP => (true, true),
+            ZERO => (true, false),
+            m if m == ZERO | KEEP => (true, true),
+            _ => return Err(errno(libc::EOPNOTSUPP)),
+        };
+        let inode = st.inodes.get_mut(&self.ino).ok_or_else(|| errno(libc::EIO))?;
+        if inode.is_block_device {
+            if !zeroes {
+                return Err(errno(libc::EOPNOTSUPP));
+            }
+            if end > inode.written.len() as u64 {
+                return Err(errno(libc::EINVAL));
+            }
+        } else if !keep_size && end > self.shared.config.max_file_len {
+            return Err(errno(libc::EFBIG));
+        }
+        let end = usize::try_from(end).map_err(|_| errno(libc::EFBIG))?;
+        if !keep_size && inode.written.len() < end {
+            inode.written.resize(end, 0);
+        }
+        if zeroes {
+            let stop = end.min(inode.written.len());
+            let start = (offset as usize).min(stop);
+            inode.written[start..stop].fill(0);
+        }
+        Ok(())
+    }
+
     fn sync(&self, _data_only: bool) -> io::Result<()> {
         self.simulate_latency(1);
         let mut st = self.shared.lock();

@@ -8,7 +8,7 @@
 //!   in flight; [`policy`]: its decisions, as pure functions.
 //! - [`pass`]: one writeback pass over an inode: collect, build I/Os,
 //!   complete.
-//! - [`sync`]: fsync / fdatasync.
+//! - [`sync`]: fsync / fdatasync; [`range`]: `sync_file_range`.
 //!
 //! This layer sits above the inode: it reads and changes inode state; the
 //! inode reaches it only through `inode::DirtyInodeList`.
@@ -17,6 +17,7 @@ pub mod domain;
 pub mod inflight;
 pub mod pass;
 pub mod policy;
+pub mod range;
 pub mod route;
 pub mod sync;
 pub mod worker;

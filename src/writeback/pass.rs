@@ -132,11 +132,13 @@ pub struct WritebackOutcome {
     pub first_error: Option<i32>,
 }
 
-/// What a pass may take: the whole inode from its start (fsync, close), or
-/// a writeback worker's share of it from that worker's cursor.
+/// What a pass may take: the whole inode from its start (fsync, close),
+/// the folios starting in a block range (`sync_file_range`), or a
+/// writeback worker's share of it from that worker's cursor.
 #[derive(Clone, Copy)]
 pub enum PassScope<'a> {
     Whole,
+    Blocks { start: u64, end: u64 },
     Worker { route: &'a Route, worker: usize },
 }
 
@@ -155,6 +157,13 @@ impl Inode {
     fn collect_dirty(&self, scope: PassScope<'_>, max_bytes: u64, max_chunks: usize) -> Vec<WbChunk> {
         let ranges = match scope {
             PassScope::Whole => std::iter::once(0..u64::MAX).collect(),
+            // The dirty index is keyed by folio start: a folio that starts
+            // before the range but reaches into it is written too (its
+            // dirty blocks go whole, as the kernel writes whole folios).
+            PassScope::Blocks { start, end } => {
+                let first_key = self.mapping.read().range(..=start).next_back().map_or(start, |(&k, _)| k);
+                std::iter::once(first_key..end).collect()
+            }
             PassScope::Worker { route, worker } => {
                 let cursor = self.writeback_cursors[worker].load(Ordering::Relaxed);
                 let idx = self.mapping.dirty_index();
@@ -335,14 +344,34 @@ impl Inode {
     /// recorded in the errseq. Clean drop-behind folios are dropped
     /// afterwards.
     pub fn writeback(self: &Arc<Self>, reason: Reason, max_bytes: u64, priority: IoPriority) -> WritebackOutcome {
-        // The gate before the blocks are taken (as the flusher's passes do):
-        // a length change or backing-size fix never falls between taking a
-        // tail block (which marks the store padded) and writing it.
+        match self.begin_gated_pass(reason, max_bytes, PassScope::Whole) {
+            Some(pass) => self.write_gated_pass(pass, priority, SizeFix::Wait),
+            None => WritebackOutcome::default(),
+        }
+    }
+
+    /// Takes the store's length gate, then a pass's blocks (`None`, with
+    /// the gate given back, when nothing was dirty). The gate comes before
+    /// the blocks (as the flusher's passes take it): a length change,
+    /// backing-size fix or hole punch never falls between taking a block
+    /// and writing it. The pass must go to [`Inode::write_gated_pass`].
+    pub fn begin_gated_pass(self: &Arc<Self>, reason: Reason, max_bytes: u64, scope: PassScope<'_>) -> Option<WbPass> {
         self.store_len_gate.begin_io();
-        let Some(mut pass) = self.begin_pass(reason, max_bytes, usize::MAX, PassScope::Whole) else {
+        let pass = self.begin_pass(reason, max_bytes, usize::MAX, scope);
+        if pass.is_none() {
             self.store_len_gate.end_io();
-            return WritebackOutcome::default();
-        };
+        }
+        pass
+    }
+
+    /// Writes a pass from [`Inode::begin_gated_pass`] in the calling
+    /// thread, gives the gate back and completes the pass.
+    pub fn write_gated_pass(
+        self: &Arc<Self>,
+        mut pass: WbPass,
+        priority: IoPriority,
+        fix_size: SizeFix,
+    ) -> WritebackOutcome {
         self.grow_store_for_writeback(&pass);
         let store = self.store();
         let started = Instant::now();
@@ -374,7 +403,7 @@ impl Inode {
         let written: u64 = results.iter().filter_map(|r| r.as_ref().ok()).map(|&n| n as u64).sum();
         Counters::add(&self.counters.written_bytes_by_class[class as usize], written);
         pass.set_results(results);
-        let outcome = self.finish_pass(pass, SizeFix::Wait);
+        let outcome = self.finish_pass(pass, fix_size);
         self.dirty.update_bandwidth(outcome.written_bytes, elapsed);
         outcome
     }

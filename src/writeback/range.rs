@@ -1,0 +1,94 @@
+//! Writeback of a byte range on request (`sync_file_range(2)`): wait for
+//! the writeback in flight, start writeback of the range's dirty blocks,
+//! wait for it, in any combination of the three.
+//!
+//! As the kernel's call it makes no durability promise: nothing flushes the
+//! device's cache or syncs the store's metadata. Its writes go in the
+//! async class (they take no sync-waiter role, so background writeback is
+//! not throttled for them) and count as [`Reason::SyncRange`].
+//!
+//! A start without a wait returns once the blocks are taken (under
+//! writeback, with the pass's ticket held); the [`RangeWriter`] thread
+//! writes and completes them. That thread only writes passes whose store
+//! gate and blocks the caller already took, so it never waits for anything
+//! but their I/O: nothing it runs behind can hold it up. At most
+//! [`QUEUED_PASSES_MAX`] passes wait for it; a caller beyond that waits for
+//! room, as the kernel's caller waits for a request slot.
+
+use std::io;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::inode::Inode;
+use crate::io::IoPriority;
+use crate::locks;
+use crate::stats::Reason;
+use crate::writeback::pass::{PassScope, SizeFix, WbPass};
+
+/// Passes queued for the range writer beyond the one it writes.
+pub const QUEUED_PASSES_MAX: usize = 8;
+
+struct Job {
+    inode: Arc<Inode>,
+    pass: WbPass,
+}
+
+/// The thread that writes started range writebacks.
+pub struct RangeWriter {
+    tx: Mutex<Option<SyncSender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl RangeWriter {
+    pub fn start() -> io::Result<RangeWriter> {
+        let (tx, rx) = sync_channel::<Job>(QUEUED_PASSES_MAX);
+        let thread = std::thread::Builder::new()
+            .name("wbc-range-writer".into())
+            .spawn(move || {
+                while let Ok(Job { inode, pass }) = rx.recv() {
+                    inode.write_gated_pass(pass, IoPriority::Async, SizeFix::Try);
+                }
+            })
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot start the thread wbc-range-writer: {e}")))?;
+        Ok(RangeWriter { tx: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Runs one range writeback of blocks `[start, end)` of `inode`; the
+    /// waits report nothing (the caller checks its error cursor after
+    /// each, see [`RangeWriter::wait`]).
+    pub fn start_writeback(&self, inode: &Arc<Inode>, (start, end): (u64, u64), wait_after: bool) {
+        let Some(pass) = inode.begin_gated_pass(Reason::SyncRange, u64::MAX, PassScope::Blocks { start, end }) else {
+            return;
+        };
+        if wait_after {
+            // The caller waits anyway: no hand-off.
+            inode.write_gated_pass(pass, IoPriority::Async, SizeFix::Try);
+            return;
+        }
+        let tx = locks::lock(&self.tx).clone();
+        let job = Job { inode: inode.clone(), pass };
+        // Stopped (the cache closed under the call): written here.
+        if let Err(std::sync::mpsc::SendError(Job { inode, pass })) = match tx {
+            Some(tx) => tx.send(job),
+            None => Err(std::sync::mpsc::SendError(job)),
+        } {
+            inode.write_gated_pass(pass, IoPriority::Async, SizeFix::Try);
+        }
+    }
+
+    /// Waits until every writeback of `inode` that began before the call
+    /// has completed (the range's and any other).
+    pub fn wait(inode: &Inode) {
+        inode.wait_writeback_before_now();
+    }
+
+    /// Stops the thread after the passes queued (a closing cache's final
+    /// sync has waited for them already).
+    pub fn stop(&self) {
+        locks::lock(&self.tx).take();
+        if let Some(thread) = locks::lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
