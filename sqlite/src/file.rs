@@ -51,6 +51,44 @@ pub struct FileState {
     pub persist_wal: bool,
     /// `SQLITE_FCNTL_POWERSAFE_OVERWRITE` (see `xDeviceCharacteristics`).
     pub powersafe_overwrite: bool,
+    /// `SQLITE_FCNTL_CHUNK_SIZE` (0: none): the file grows and is cut in
+    /// multiples of it, its growth preallocated, as the unix VFS does.
+    pub chunk_bytes: u64,
+}
+
+impl FileState {
+    /// `n` rounded up to the chunk size (unchanged without one).
+    fn round_to_chunk(&self, n: u64) -> u64 {
+        if self.chunk_bytes == 0 {
+            n
+        } else {
+            n.div_ceil(self.chunk_bytes).saturating_mul(self.chunk_bytes)
+        }
+    }
+
+    /// `SQLITE_FCNTL_SIZE_HINT`: with a chunk size, the file is
+    /// preallocated (and grown) to the hint rounded up to a chunk, as the
+    /// unix VFS does with `posix_fallocate`; where the store cannot
+    /// preallocate, it is grown sparse. Without a chunk size, a no-op.
+    fn size_hint(&mut self, hint: u64) -> c_int {
+        if self.chunk_bytes == 0 || self.read_only {
+            return ffi::SQLITE_OK;
+        }
+        let want = self.round_to_chunk(hint);
+        let Some(f) = self.cached() else { return ffi::SQLITE_IOERR_TRUNCATE };
+        let Ok(len) = f.len() else { return ffi::SQLITE_IOERR_FSTAT };
+        if want <= len {
+            return ffi::SQLITE_OK;
+        }
+        match f.allocate(len..want, false) {
+            Ok(()) => ffi::SQLITE_OK,
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => match f.set_len(want) {
+                Ok(()) => ffi::SQLITE_OK,
+                Err(e) => write_error(&e, ffi::SQLITE_IOERR_TRUNCATE),
+            },
+            Err(e) => write_error(&e, ffi::SQLITE_IOERR_WRITE),
+        }
+    }
 }
 
 impl FileState {
@@ -200,6 +238,8 @@ unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_in
     // SAFETY: see `state`.
     let st = unsafe { state(file) };
     let Ok(size) = u64::try_from(size) else { return ffi::SQLITE_IOERR_TRUNCATE };
+    // As the unix VFS: a chunked file is cut to a whole chunk.
+    let size = st.round_to_chunk(size);
     guard(ffi::SQLITE_IOERR_TRUNCATE, || match st.cached() {
         Some(f) => match f.set_len(size) {
             Ok(()) => ffi::SQLITE_OK,
@@ -340,6 +380,18 @@ unsafe extern "C" fn x_file_control(file: *mut ffi::sqlite3_file, op: c_int, arg
             // SAFETY: this op's argument is a writable int.
             unsafe { bool_control(&mut st.powersafe_overwrite, arg) };
             ffi::SQLITE_OK
+        }
+        ffi::SQLITE_FCNTL_CHUNK_SIZE => {
+            // SAFETY: this op's argument is a readable int.
+            let chunk = unsafe { *arg.cast::<c_int>() };
+            st.chunk_bytes = u64::try_from(chunk).unwrap_or(0);
+            ffi::SQLITE_OK
+        }
+        ffi::SQLITE_FCNTL_SIZE_HINT => {
+            // SAFETY: this op's argument is a readable sqlite3_int64.
+            let hint = unsafe { *arg.cast::<i64>() };
+            let Ok(hint) = u64::try_from(hint) else { return ffi::SQLITE_OK };
+            guard(ffi::SQLITE_IOERR_WRITE, || st.size_hint(hint))
         }
         ffi::SQLITE_FCNTL_HAS_MOVED => {
             // Moved: the name leads elsewhere now (renamed, or unlinked).

@@ -359,6 +359,7 @@ fn open_file(state: &'static VfsState, name: Option<PathBuf>, mut flags: c_int) 
         dir_to_sync: None,
         persist_wal: false,
         powersafe_overwrite: true,
+        chunk_bytes: 0,
     };
     if main_db {
         // The file must exist before its lock descriptor opens; the cached

@@ -66,3 +66,51 @@ fn powersafe_overwrite_follows_the_uri() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `SQLITE_FCNTL_CHUNK_SIZE` makes the database grow and shrink in whole
+/// chunks, its growth preallocated (as the unix VFS does): the file's size
+/// is a multiple of the chunk, its blocks are allocated, and the unix VFS
+/// reads the result back.
+#[test]
+fn chunk_size_preallocates_whole_chunks() {
+    use rusqlite::ffi;
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::env::temp_dir().join(format!("wbcache-sqlite-chunk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = Arc::new(Cache::new(Config::with_capacity(64 << 20)).unwrap());
+    wbcache_sqlite::register(cache, "wbcache-chunk", false).unwrap();
+    let path = dir.join("chunked.db");
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+    let conn = Connection::open_with_flags_and_vfs(&path, flags, "wbcache-chunk").unwrap();
+    let chunk: std::ffi::c_int = 1 << 20;
+    let mut arg = chunk;
+    // SAFETY: a live connection; the op takes a pointer to an int.
+    let rc = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_CHUNK_SIZE,
+            (&mut arg as *mut std::ffi::c_int).cast(),
+        )
+    };
+    assert_eq!(rc, ffi::SQLITE_OK);
+    conn.execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t(a INTEGER PRIMARY KEY, b BLOB);").unwrap();
+    for i in 0..600 {
+        conn.execute("INSERT INTO t(b) VALUES (zeroblob(?1))", [1000 + i * 7]).unwrap();
+    }
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len() % chunk as u64, 0, "whole chunks: {} bytes", meta.len());
+    assert!(meta.len() >= 2 << 20, "grown: {} bytes", meta.len());
+    assert!(meta.blocks() * 512 >= meta.len(), "preallocated: {} sectors for {} bytes", meta.blocks(), meta.len());
+    conn.execute_batch("DELETE FROM t WHERE a > 10; VACUUM;").unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(len % chunk as u64, 0, "cut to whole chunks: {len} bytes");
+    drop(conn);
+    let plain = Connection::open(&path).unwrap();
+    let n: i64 = plain.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+    assert_eq!(n, 10);
+    let ok: String = plain.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(ok, "ok");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
