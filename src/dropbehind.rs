@@ -204,6 +204,12 @@ impl DropBehind {
         let taken_bytes: u64 = batch.iter().map(|q| q.folio.size_bytes() as u64).sum();
         let before = self.queued_bytes.fetch_sub(taken_bytes, Ordering::AcqRel);
         debug_assert!(before >= taken_bytes, "queued bytes underflow");
+        // One entry per folio: a folio queued twice (made drop-behind
+        // again, or retried and queued anew) would count the other entry's
+        // reference as a holder's, and each would wait for the other to
+        // expire. The newest look (not yet found held) is kept.
+        batch.sort_unstable_by_key(|q| (Arc::as_ptr(&q.folio) as usize, q.held_since.is_some()));
+        batch.dedup_by(|later, kept| Arc::ptr_eq(&later.folio, &kept.folio));
         let bulk = BulkFree::begin();
         let mut freed_bytes = 0u64;
         let mut retry = Vec::new();

@@ -776,6 +776,7 @@ impl Inode {
         let mut bridge_redirtied_bytes = 0u64;
         let mut written_bytes = 0u64;
         let mut drop_candidates: Vec<Arc<Folio>> = Vec::new();
+        let mut dontcache_unblocked = false;
         for c in chunks {
             let bytes = c.len_bytes() as u64;
             if c.bridge {
@@ -829,6 +830,13 @@ impl Inode {
                     }
                 }
             }
+            // Uncached data written over these blocks while they were in
+            // flight waited for this I/O: the flusher's uncached round
+            // that found them in flight wrote nothing and may have
+            // stopped, so it is asked again now that they can go.
+            if !st.removed && st.dontcache_dirty > 0 && st.dirty.next(c.start, c.end, true).is_some() {
+                dontcache_unblocked = true;
+            }
             st.check(c.folio.nr_blocks());
             let droppable = !st.removed && st.nr_dirty == 0 && st.nr_writeback == 0;
             self.end_writeback_ref(&c.folio, st, c.buf);
@@ -840,8 +848,11 @@ impl Inode {
             self.dirty.end_bridges(bridge_bytes, bridge_redirtied_bytes);
         }
         self.dirty.account_writeback_done(done_bytes, written_bytes, reason);
-        if redirtied_bytes > 0 {
-            self.queue_on_dirty_list(None);
+        if redirtied_bytes > 0 || dontcache_unblocked {
+            let workers = self.queue_on_dirty_list(None);
+            if dontcache_unblocked {
+                self.dirty.kick_dontcache(workers);
+            }
         }
         // The reaper frees them, in task context and batched: never here,
         // on the completion path that fsync waiters wait behind.
