@@ -334,7 +334,9 @@ int wbc_sync_range(wbc_file *f, int64_t off, int64_t len, unsigned int flags);
  * NULL handle; -EFBIG past INT64_MAX or the file system's largest file;
  * -EOPNOTSUPP for another mode or where the store cannot (mode 0 on a
  * block device, a file system without fallocate); -EBADF on a read-only
- * handle or after wbc_cache_close; the store's own (-ENOSPC, ...).
+ * handle or after wbc_cache_close; the store's own (-ENOSPC, ...; on a
+ * block device -EINVAL for a range not aligned to its logical block size
+ * or reaching past its end, whatever the mode, as the kernel answers).
  */
 int wbc_fallocate(wbc_file *f, int mode, int64_t off, int64_t len);
 

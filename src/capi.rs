@@ -830,7 +830,9 @@ pub unsafe extern "C" fn wbc_sync_range(f: *mut wbc_file, off: i64, len: i64, fl
 /// negative offset, a length `<= 0` or a NULL handle, `-EFBIG` past
 /// `INT64_MAX` or the file system's largest file, `-EOPNOTSUPP` for
 /// another mode or a store that cannot, `-EBADF` on a read-only handle or
-/// after [`wbc_cache_close`], and the store's own (`-ENOSPC`, ...).
+/// after [`wbc_cache_close`], and the store's own (`-ENOSPC`, ...; on a
+/// block device `-EINVAL` for a range not aligned to its logical block
+/// size or past its end, whatever the mode).
 ///
 /// # Safety
 /// `f` is NULL or a live pointer from [`wbc_open`].

@@ -558,9 +558,11 @@ impl File {
     /// fail for want of space. Without `keep_size` a range past the end
     /// extends the file (with zeros). No cached byte changes. Needs write
     /// access (`EBADF`). `InvalidInput` for an empty range, `EFBIG` past
-    /// `i64::MAX` or the file system's largest file, and `EOPNOTSUPP`
-    /// where the store cannot (a block device, a file system without
-    /// `fallocate`).
+    /// `i64::MAX` or the file system's largest file, `EOPNOTSUPP` where
+    /// the store cannot (a block device, a file system without
+    /// `fallocate`), and the store's own (`ENOSPC`; on a block device
+    /// `EINVAL` for a range not aligned to its logical block size or past
+    /// its end, whatever the mode).
     pub fn allocate(&self, range: std::ops::Range<u64>, keep_size: bool) -> io::Result<()> {
         self.fallocate(range, Allocation::Reserve { keep_size })
     }

@@ -14,7 +14,12 @@
 //!   up), random `flags`, `oflags` and modes. No call may panic (a panic
 //!   the ABI's guard turns into `-EIO` still counts as a failure: a panic
 //!   hook counts every panic in the process) and every error must be one
-//!   the header documents for that function.
+//!   the header documents for that function. The range calls
+//!   (`wbc_fadvise`, `wbc_sync_range`, `wbc_fallocate`) are also checked
+//!   against a model of the bytes around the range and the size, read
+//!   before and after each call: advice and `sync_range` change nothing, a
+//!   punch or zeroing reads as zeros, mode 0 and `ZERO_RANGE` extend the
+//!   file unless `KEEP_SIZE`, and a failed call changes nothing.
 //!
 //! What C cannot be protected from, so the fuzzer never does it: a handle
 //! used after `wbc_close`/`wbc_cache_close` or closed twice (the handle is
@@ -34,6 +39,7 @@ mod common;
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, CString};
 use std::io;
+use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr;
@@ -538,6 +544,9 @@ fn documented(function: &str) -> &'static [i32] {
             W
         }
         "wbc_size" => &[EINVAL, EBADF, EOVERFLOW],
+        "wbc_fadvise" => &[EINVAL, EBADF],
+        "wbc_sync_range" => &[EINVAL, EBADF, EIO, ENOSPC, EDQUOT, EFBIG],
+        "wbc_fallocate" => &[EINVAL, EBADF, EFBIG, EOPNOTSUPP, ENOSPC, EDQUOT, EIO],
         "wbc_last_error" => &[EIO],
         other => panic!("no errno list for {other}"),
     }
@@ -734,6 +743,99 @@ fn oflags(rng: &mut Rng) -> c_int {
     f
 }
 
+/// An `off_t` for the range calls: [`offset`]'s values as signed (those
+/// past `INT64_MAX` are negative), and the extremes.
+fn signed_offset(rng: &mut Rng) -> i64 {
+    match rng.below(16) {
+        0 => -1,
+        1 => i64::MIN,
+        2..=9 => rng.below(1 << 20) as i64,
+        // Block-aligned within twice a loop device's size (a device
+        // refuses unaligned fallocate ranges).
+        10 => (rng.below(2 * (DEVICE_BYTES / 4096) as usize) * 4096) as i64,
+        _ => offset(rng) as i64,
+    }
+}
+
+/// A length for the range calls at `off`: 0 (to the end of the file, or
+/// refused by `wbc_fallocate`), negative, small, up to the end at
+/// `INT64_MAX` and past it.
+fn signed_length(rng: &mut Rng, off: i64) -> i64 {
+    match rng.below(14) {
+        0 => 0,
+        1 => -1,
+        2 => i64::MIN,
+        3 => i64::MAX,
+        4 => 4096,
+        5 => 1,
+        // Ending just before, at or just after INT64_MAX.
+        6 => i64::MAX.wrapping_sub(off).wrapping_add(rng.below(5) as i64 - 2),
+        7 => rng.next_u64() as i64,
+        8 => rng.below(1 << 20) as i64,
+        9 => rng.below(64) as i64 * 4096,
+        _ => rng.below(300_000) as i64,
+    }
+}
+
+fn advice(rng: &mut Rng) -> c_int {
+    match rng.below(10) {
+        0..=7 => rng.below(6) as c_int, // POSIX_FADV_NORMAL ..= POSIX_FADV_NOREUSE
+        8 => *pick(rng, &[6, 7, -1, i32::MIN, i32::MAX]),
+        _ => rng.next_u64() as c_int,
+    }
+}
+
+fn sync_range_flags(rng: &mut Rng) -> u32 {
+    match rng.below(10) {
+        0..=6 => rng.below(8) as u32,
+        7 => 8,
+        8 => 1 << rng.below(32),
+        _ => rng.next_u64() as u32,
+    }
+}
+
+/// The `fallocate(2)` modes the header accepts.
+const FALLOC_MODES: [c_int; 5] = [
+    0,
+    libc::FALLOC_FL_KEEP_SIZE,
+    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+    libc::FALLOC_FL_ZERO_RANGE,
+    libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+];
+
+fn falloc_mode(rng: &mut Rng) -> c_int {
+    match rng.below(10) {
+        0..=6 => *pick(rng, &FALLOC_MODES),
+        7 => *pick(
+            rng,
+            &[
+                libc::FALLOC_FL_PUNCH_HOLE,
+                libc::FALLOC_FL_COLLAPSE_RANGE,
+                libc::FALLOC_FL_INSERT_RANGE,
+                libc::FALLOC_FL_UNSHARE_RANGE,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                -1,
+            ],
+        ),
+        8 => 1 << rng.below(31),
+        _ => rng.next_u64() as c_int,
+    }
+}
+
+/// Bytes read around each point of interest before a range call, to
+/// compare with after it.
+const PROBE_BYTES: u64 = 9000;
+
+/// A file as a range call found it: its size through the handle `f`
+/// called, and what a readable handle of it (if one is open) read around
+/// the range.
+struct Before {
+    f: *mut wbc_file,
+    size: u64,
+    reader: Option<*mut wbc_file>,
+    windows: Vec<(u64, Vec<u8>)>,
+}
+
 /// A buffer the fuzzer lends to the ABI, valid for its whole length.
 const BUF_BYTES: usize = 1 << 20;
 
@@ -845,11 +947,11 @@ impl Fuzzer {
         match choice {
             0..=99 => self.op_open(i),
             100..=129 => self.op_close(i),
-            130..=339 => self.op_pwrite(i),
-            340..=519 => self.op_pread(i),
-            520..=599 => self.op_pwritev(i),
-            600..=669 => self.op_preadv(i),
-            670..=709 => {
+            130..=309 => self.op_pwrite(i),
+            310..=459 => self.op_pread(i),
+            460..=539 => self.op_pwritev(i),
+            540..=609 => self.op_preadv(i),
+            610..=649 => {
                 let (f, at) = self.file();
                 let data_only = self.rng.chance(50);
                 // SAFETY: `f` is NULL or live.
@@ -864,14 +966,14 @@ impl Fuzzer {
                 self.failures.check(i, &format!("{name}({f:?})"), name, rc);
                 self.expect_handle_errors(i, name, f, at, rc);
             }
-            710..=749 => {
+            650..=689 => {
                 let (f, at) = self.file();
                 // SAFETY: `f` is NULL or live.
                 let rc = unsafe { capi::wbc_size(f) };
                 self.failures.check(i, &format!("wbc_size({f:?})"), "wbc_size", rc);
                 self.expect_handle_errors(i, "wbc_size", f, at, rc);
             }
-            750..=809 => {
+            690..=749 => {
                 let (f, at) = self.file();
                 let size = offset(&mut self.rng);
                 // SAFETY: `f` is NULL or live.
@@ -882,7 +984,7 @@ impl Fuzzer {
                     self.failures.expect(i, &format!("wbc_truncate(.., {size})"), rc, -i64::from(libc::EFBIG));
                 }
             }
-            810..=829 => {
+            750..=769 => {
                 let (c, _) = self.cache();
                 // SAFETY: `c` is NULL or live.
                 let rc = i64::from(unsafe { capi::wbc_cache_sync(c) });
@@ -891,8 +993,8 @@ impl Fuzzer {
                     self.failures.expect(i, "wbc_cache_sync(NULL)", rc, -i64::from(libc::EINVAL));
                 }
             }
-            830..=869 => self.op_stats(i),
-            870..=909 => {
+            770..=809 => self.op_stats(i),
+            810..=849 => {
                 let len = length(&mut self.rng, 64);
                 let mut small = [0u8; 64];
                 let (buf, len) =
@@ -905,7 +1007,7 @@ impl Fuzzer {
                         .push(format!("seed {} iteration {i}: wbc_last_error = {rc}", self.failures.seed));
                 }
             }
-            910..=989 => {
+            850..=909 => {
                 // A cache opened and closed with options from the grammar.
                 let s = options(&mut self.rng);
                 let Ok(options) = CString::new(s.clone()) else { return };
@@ -925,6 +1027,9 @@ impl Fuzzer {
                         .push(format!("seed {} iteration {i}: failed open left a handle", self.failures.seed));
                 }
             }
+            910..=934 => self.op_fadvise(i),
+            935..=959 => self.op_sync_range(i),
+            960..=989 => self.op_fallocate(i),
             990..=994 => self.op_close_cache(i),
             _ => {
                 // A second handle of a file open already, for reads back.
@@ -1225,6 +1330,234 @@ impl Fuzzer {
         self.expect_handle_errors(i, "wbc_preadv", f, at, rc);
         if rc > 0 && rc as u64 > total as u64 {
             self.failures.found.push(format!("seed {} iteration {i}: {call} read {rc} > {total}", self.failures.seed));
+        }
+    }
+
+    /// The file's size through handle `f`, if its cache is open.
+    fn size_of(&self, f: *mut wbc_file, at: Option<usize>) -> Option<u64> {
+        if f.is_null() || self.is_closed(at) {
+            return None;
+        }
+        // SAFETY: a live handle.
+        u64::try_from(unsafe { capi::wbc_size(f) }).ok()
+    }
+
+    /// A readable handle of the file that `files[a]` is open on, in its
+    /// (open) cache.
+    fn reader_of(&self, a: usize) -> Option<*mut wbc_file> {
+        if self.is_closed(Some(a)) {
+            return None;
+        }
+        let (cache, path) = (self.files[a].cache, self.files[a].path);
+        self.files.iter().find(|l| l.cache == cache && l.path == path && l.read).map(|l| l.f)
+    }
+
+    /// What `reader` reads around each of `points` (`PROBE_BYTES` from
+    /// `PROBE_BYTES / 2` before it); windows whose read fails are left out.
+    fn probe(&mut self, reader: *mut wbc_file, points: &[u64]) -> Vec<(u64, Vec<u8>)> {
+        let mut windows = Vec::new();
+        for &p in points {
+            let lo = p.saturating_sub(PROBE_BYTES / 2);
+            if windows.iter().any(|(l, _)| *l == lo) {
+                continue;
+            }
+            let mut bytes = vec![0u8; PROBE_BYTES as usize];
+            // SAFETY: a live handle; `bytes` is valid for its length.
+            let n = unsafe { capi::wbc_pread(reader, bytes.as_mut_ptr().cast(), bytes.len(), lo, 0) };
+            if let Ok(n) = usize::try_from(n) {
+                bytes.truncate(n);
+                windows.push((lo, bytes));
+            }
+        }
+        windows
+    }
+
+    /// The size and windows around the range `[off, end)` before a range
+    /// call through `f`, for [`Fuzzer::check_model`]; `None` where no model
+    /// applies (a NULL handle, a closed cache).
+    fn before_range_call(&mut self, f: *mut wbc_file, at: Option<usize>, off: i64, end: u64) -> Option<Before> {
+        let size = self.size_of(f, at)?;
+        let reader = self.reader_of(at?);
+        let windows = match reader {
+            Some(r) => self.probe(r, &[off.max(0) as u64, end, size]),
+            None => Vec::new(),
+        };
+        Some(Before { f, size, reader, windows })
+    }
+
+    /// Checks, after a range call, the size (`new_size` expected) and the
+    /// windows read before it: bytes past the old size and in `zeroed`
+    /// read as zeros, the others as before.
+    fn check_model(&mut self, i: u64, function: &str, call: &str, before: Before, new_size: u64, zeroed: Range<u64>) {
+        let old_size = before.size;
+        // SAFETY: a live handle of an open cache.
+        let size = unsafe { capi::wbc_size(before.f) };
+        if size != new_size as i64 {
+            self.failures.found.push(format!(
+                "seed {} iteration {i}: after {call} the size is {size}, expected {new_size} (was {old_size})",
+                self.failures.seed
+            ));
+        }
+        let Some(reader) = before.reader else { return };
+        *self.failures.seen.entry((function.to_string(), "content checked".into())).or_default() += 1;
+        for (lo, old) in &before.windows {
+            let lo = *lo;
+            let want: Vec<u8> = (lo..lo.saturating_add(PROBE_BYTES).min(new_size))
+                .map(|x| if x >= old_size || zeroed.contains(&x) { 0 } else { old[(x - lo) as usize] })
+                .collect();
+            let mut got = vec![0xa5u8; PROBE_BYTES as usize];
+            // SAFETY: a live handle; `got` is valid for its length.
+            let n = unsafe { capi::wbc_pread(reader, got.as_mut_ptr().cast(), got.len(), lo, 0) };
+            if n != want.len() as i64 || got[..want.len()] != want[..] {
+                let first = got.iter().zip(&want).position(|(g, w)| g != w).map_or(0, |p| lo + p as u64);
+                self.failures.found.push(format!(
+                    "seed {} iteration {i}: after {call}, {PROBE_BYTES} bytes at {lo} read {n} (expected {}){}",
+                    self.failures.seed,
+                    want.len(),
+                    if n == want.len() as i64 { format!(", differing first at {first}") } else { String::new() }
+                ));
+            }
+        }
+    }
+
+    /// `wbc_fadvise`: `EINVAL` for a NULL handle, an unknown advice, a
+    /// negative offset or length or a range past `INT64_MAX`; `EBADF`
+    /// after `wbc_cache_close`; otherwise 0, and no advice changes a byte
+    /// or the size.
+    fn op_fadvise(&mut self, i: u64) {
+        let (f, at) = self.file();
+        let off = signed_offset(&mut self.rng);
+        let len = signed_length(&mut self.rng, off);
+        let advice = advice(&mut self.rng);
+        let end = if len == 0 { u64::MAX } else { (off as u64).saturating_add(len as u64) };
+        let model = self.before_range_call(f, at, off, end);
+        // SAFETY: `f` is NULL or live.
+        let rc = i64::from(unsafe { capi::wbc_fadvise(f, off, len, advice) });
+        let call = format!("wbc_fadvise({f:?}, {off}, {len}, {advice})");
+        self.failures.check(i, &call, "wbc_fadvise", rc);
+        let invalid = f.is_null()
+            || !(libc::POSIX_FADV_NORMAL..=libc::POSIX_FADV_NOREUSE).contains(&advice)
+            || off < 0
+            || len < 0
+            || off.checked_add(len).is_none();
+        self.expect_range_call(i, &call, (at, false), invalid.then_some(libc::EINVAL), rc, Some(0));
+        if let Some(before) = model {
+            let size = before.size;
+            self.check_model(i, "wbc_fadvise", &call, before, size, 0..0);
+        }
+    }
+
+    /// `wbc_sync_range`: `EINVAL` for a NULL handle, unknown flags, a
+    /// negative offset or length or a range past `INT64_MAX`; `EBADF` after
+    /// `wbc_cache_close`; otherwise 0 (or, when it waits, a writeback
+    /// error), with no byte or size changed.
+    fn op_sync_range(&mut self, i: u64) {
+        let (f, at) = self.file();
+        let off = signed_offset(&mut self.rng);
+        let len = signed_length(&mut self.rng, off);
+        let flags = sync_range_flags(&mut self.rng);
+        let end = if len == 0 { u64::MAX } else { (off as u64).saturating_add(len as u64) };
+        let model = self.before_range_call(f, at, off, end);
+        // SAFETY: `f` is NULL or live.
+        let rc = i64::from(unsafe { capi::wbc_sync_range(f, off, len, flags) });
+        let call = format!("wbc_sync_range({f:?}, {off}, {len}, {flags:#x})");
+        self.failures.check(i, &call, "wbc_sync_range", rc);
+        let invalid = f.is_null() || flags & !7 != 0 || off < 0 || len < 0 || off.checked_add(len).is_none();
+        let waits = flags & (libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WAIT_AFTER) != 0;
+        // Only a wait reports a writeback error.
+        let want_ok = if waits { None } else { Some(0) };
+        self.expect_range_call(i, &call, (at, false), invalid.then_some(libc::EINVAL), rc, want_ok);
+        if let Some(before) = model {
+            let size = before.size;
+            self.check_model(i, "wbc_sync_range", &call, before, size, 0..0);
+        }
+    }
+
+    /// `wbc_fallocate`: `EINVAL` for a NULL handle, a negative offset or a
+    /// length `<= 0`; `EFBIG` past `INT64_MAX`; `EOPNOTSUPP` for another
+    /// mode; `EBADF` on a read-only handle or after `wbc_cache_close`;
+    /// otherwise what the store answers. A success zeroes the range
+    /// (punch, zero) and extends the size (mode 0, `ZERO_RANGE` on a
+    /// regular file); a failure changes nothing.
+    fn op_fallocate(&mut self, i: u64) {
+        let (f, at) = self.file();
+        let off = signed_offset(&mut self.rng);
+        let mut len = signed_length(&mut self.rng, off);
+        let mode = falloc_mode(&mut self.rng);
+        let allocates = FALLOC_MODES.contains(&mode) && mode & libc::FALLOC_FL_PUNCH_HOLE == 0;
+        if allocates && off >= 0 && len > 1 << 20 && off.checked_add(len).is_some() {
+            // Blocks the store would really reserve: at most 1 MiB a call
+            // (a punch of any length frees; past INT64_MAX is refused).
+            len = 1 + len % (1 << 20);
+        }
+        let end = (off as u64).saturating_add(len as u64);
+        let model = self.before_range_call(f, at, off, end);
+        // SAFETY: `f` is NULL or live.
+        let rc = i64::from(unsafe { capi::wbc_fallocate(f, mode, off, len) });
+        let call = format!("wbc_fallocate({f:?}, {mode:#x}, {off}, {len})");
+        self.failures.check(i, &call, "wbc_fallocate", rc);
+        let arg_error = if f.is_null() || off < 0 || len <= 0 {
+            Some(libc::EINVAL)
+        } else if off.checked_add(len).is_none() {
+            Some(libc::EFBIG)
+        } else if !FALLOC_MODES.contains(&mode) {
+            Some(libc::EOPNOTSUPP)
+        } else {
+            None
+        };
+        let read_only = at.is_some_and(|a| !self.files[a].write);
+        let on_device = at.is_some_and(|a| self.caches[self.files[a].cache].paths[self.files[a].path].device);
+        self.expect_range_call(i, &call, (at, true), arg_error, rc, None);
+        if arg_error.is_none() && !read_only && !on_device && !self.is_closed(at) && end <= 1 << 30 {
+            // A small range of a regular file: only the file system may
+            // refuse it (no room, no fallocate), never as a bad argument.
+            let store = [0, -libc::ENOSPC, -libc::EDQUOT, -libc::EOPNOTSUPP, -libc::EIO];
+            if !store.contains(&(rc as i32)) {
+                self.failures.found.push(format!(
+                    "seed {} iteration {i}: {call} = {rc} for a small range of a regular file: {}",
+                    self.failures.seed,
+                    last_error()
+                ));
+            }
+        }
+        if let Some(before) = model {
+            let keeps_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0 || on_device;
+            let new_size = if rc == 0 && !keeps_size { before.size.max(end) } else { before.size };
+            let zeroes = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
+            let zeroed = if rc == 0 && zeroes { off as u64..end } else { 0..0 };
+            self.check_model(i, "wbc_fallocate", &call, before, new_size, zeroed);
+        }
+    }
+
+    /// The result of a range call through `files[at]` (`None`: NULL):
+    /// on a NULL handle `EINVAL`; with a bad argument `arg_error`, or
+    /// `EBADF` where the handle is bad too (the header orders neither);
+    /// on a handle of a closed cache, or a read-only one where the call
+    /// needs write access, `EBADF`; otherwise `want_ok` when given.
+    fn expect_range_call(
+        &mut self,
+        i: u64,
+        call: &str,
+        (at, needs_write): (Option<usize>, bool),
+        arg_error: Option<i32>,
+        rc: i64,
+        want_ok: Option<i64>,
+    ) {
+        let Some(a) = at else {
+            self.failures.expect(i, call, rc, -i64::from(libc::EINVAL));
+            return;
+        };
+        let bad_handle = self.is_closed(at) || (needs_write && !self.files[a].write);
+        let ebadf = -i64::from(libc::EBADF);
+        match arg_error {
+            Some(_) if bad_handle && rc == ebadf => {}
+            Some(e) => self.failures.expect(i, call, rc, -i64::from(e)),
+            None if bad_handle => self.failures.expect(i, call, rc, ebadf),
+            None => {
+                if let Some(want) = want_ok {
+                    self.failures.expect(i, call, rc, want);
+                }
+            }
         }
     }
 

@@ -10,13 +10,26 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* The header's advice and flag values are the kernel's. */
+_Static_assert(WBC_FADV_NORMAL == POSIX_FADV_NORMAL, "WBC_FADV_NORMAL");
+_Static_assert(WBC_FADV_RANDOM == POSIX_FADV_RANDOM, "WBC_FADV_RANDOM");
+_Static_assert(WBC_FADV_SEQUENTIAL == POSIX_FADV_SEQUENTIAL, "WBC_FADV_SEQUENTIAL");
+_Static_assert(WBC_FADV_WILLNEED == POSIX_FADV_WILLNEED, "WBC_FADV_WILLNEED");
+_Static_assert(WBC_FADV_DONTNEED == POSIX_FADV_DONTNEED, "WBC_FADV_DONTNEED");
+_Static_assert(WBC_FADV_NOREUSE == POSIX_FADV_NOREUSE, "WBC_FADV_NOREUSE");
+_Static_assert(WBC_SYNC_RANGE_WAIT_BEFORE == SYNC_FILE_RANGE_WAIT_BEFORE, "WBC_SYNC_RANGE_WAIT_BEFORE");
+_Static_assert(WBC_SYNC_RANGE_WRITE == SYNC_FILE_RANGE_WRITE, "WBC_SYNC_RANGE_WRITE");
+_Static_assert(WBC_SYNC_RANGE_WAIT_AFTER == SYNC_FILE_RANGE_WAIT_AFTER, "WBC_SYNC_RANGE_WAIT_AFTER");
 
 static int passed, failed;
 
@@ -72,6 +85,57 @@ static const char *last_error(void) {
     msg[0] = 0;
     wbc_last_error(msg, sizeof msg);
     return msg;
+}
+
+/* Reads up to n bytes at off of path with plain read(2), past the cache;
+ * returns the bytes read, or -1 if the file cannot be opened. */
+static ssize_t read_disk(const char *path, void *buf, size_t n, off_t off) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    size_t got = 0;
+    ssize_t r = 0;
+    if (lseek(fd, off, SEEK_SET) == off)
+        while (got < n && (r = read(fd, (char *)buf + got, n - got)) > 0) got += (size_t)r;
+    close(fd);
+    return (ssize_t)got;
+}
+
+static long long disk_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+static int all_zero(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return 0;
+    return 1;
+}
+
+/* The blocks of f's [off, off + len) whose wbc_residency bits include any
+ * of bits; -1 if wbc_residency fails. */
+static int64_t blocks_with(wbc_file *f, uint64_t off, uint64_t len, unsigned bits) {
+    size_t n = (size_t)((off % 4096 + len + 4095) / 4096);
+    unsigned char *vec = malloc(n + 1);
+    int64_t filled = wbc_residency(f, off, len, vec), count = 0;
+    for (int64_t i = 0; i < filled; i++) count += (vec[i] & bits) != 0;
+    free(vec);
+    return filled < 0 ? -1 : count;
+}
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Polls until all blocks of f's [off, off + len) are cached or timeout_s
+ * passes; returns the blocks cached at the end. */
+static int64_t wait_cached(wbc_file *f, uint64_t off, uint64_t len, double timeout_s) {
+    int64_t want = (int64_t)((off % 4096 + len + 4095) / 4096);
+    double deadline = now_seconds() + timeout_s;
+    int64_t cached;
+    while ((cached = blocks_with(f, off, len, WBC_RESIDENT_CACHED)) != want && now_seconds() < deadline) usleep(5000);
+    return cached;
 }
 
 /* The expected content of the main file, updated along with every write. */
@@ -130,7 +194,7 @@ static void *writer_main(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    char p1[4096], p2[4096], p3[4096], p4[4096], p5[4096];
+    char p1[4096], p2[4096], p3[4096], p4[4096], p5[4096], p6[4096], p7[4096], p8[4096], p9[4096];
     wbc_cache *c = NULL, *c2 = NULL;
     wbc_file *f = NULL, *f2 = NULL, *ro = NULL, *wo = NULL, *tmp = NULL;
     unsigned char buf[256];
@@ -149,6 +213,10 @@ int main(int argc, char **argv) {
     path_in(p3, "trunc.bin");
     path_in(p4, "threads.bin");
     path_in(p5, "unlinked.bin");
+    path_in(p6, "ranges.bin");
+    path_in(p7, "cold.bin");
+    path_in(p8, "syncrange.bin");
+    path_in(p9, "punched.bin");
 
     /* --- cache open/close and options --- */
     REQUIRE(wbc_cache_open("capacity=64M,dirty_limit=16M,io=threads", &c) == 0 && c != NULL,
@@ -459,6 +527,379 @@ int main(int argc, char **argv) {
         }
     }
 
+    /* --- wbc_fadvise, wbc_sync_range, wbc_fallocate --- */
+    {
+        /* A cache that writes nothing back on its own (dirty data stays
+         * dirty until asked), so residency shows what each call did. */
+        wbc_cache *rc = NULL;
+        wbc_file *rf = NULL, *rro = NULL, *rwo = NULL;
+        enum { BIG = 256 * 1024, TOTAL = BIG + 8 * 4096, ROOM = TOTAL + 64 * 1024 };
+        unsigned char *want = calloc(1, ROOM), *got = malloc(ROOM), *disk = malloc(ROOM);
+        REQUIRE(want && got && disk, "malloc");
+        REQUIRE(wbc_cache_open("capacity=64M,dirty_limit=32M,dirty_background=31M,expire_ms=3600000", &rc) == 0,
+                "wbc_cache_open without background writeback: %s", last_error());
+        REQUIRE(wbc_open(rc, p6, O_CREAT | O_RDWR | O_TRUNC, 0600, &rf) == 0, "open for ranges: %s", last_error());
+
+        /* wbc_fadvise arguments */
+        CHECK_EQ(wbc_fadvise(rf, 0, 0, 6), -EINVAL, "wbc_fadvise with advice 6");
+        CHECK_EQ(wbc_fadvise(rf, 0, 0, -1), -EINVAL, "wbc_fadvise with advice -1");
+        CHECK_EQ(wbc_fadvise(rf, 0, 0, INT_MAX), -EINVAL, "wbc_fadvise with advice INT_MAX");
+        CHECK_EQ(wbc_fadvise(rf, -1, 0, WBC_FADV_NORMAL), -EINVAL, "wbc_fadvise at a negative offset");
+        CHECK_EQ(wbc_fadvise(rf, INT64_MIN, 4096, WBC_FADV_DONTNEED), -EINVAL, "wbc_fadvise at INT64_MIN");
+        CHECK_EQ(wbc_fadvise(rf, 0, -1, WBC_FADV_WILLNEED), -EINVAL, "wbc_fadvise with a negative length");
+        CHECK_EQ(wbc_fadvise(rf, INT64_MAX, 1, WBC_FADV_WILLNEED), -EINVAL, "wbc_fadvise past INT64_MAX");
+        CHECK_EQ(wbc_fadvise(rf, 1, INT64_MAX, WBC_FADV_DONTNEED), -EINVAL, "wbc_fadvise of INT64_MAX bytes at 1");
+        CHECK_EQ(wbc_fadvise(rf, INT64_MAX - 4096, 4096, WBC_FADV_DONTNEED), 0, "wbc_fadvise ending at INT64_MAX");
+        CHECK_EQ(wbc_fadvise(rf, INT64_MAX, 0, WBC_FADV_WILLNEED), 0, "wbc_fadvise from INT64_MAX to the end");
+        CHECK_EQ(wbc_fadvise(rf, (int64_t)1 << 40, 4096, WBC_FADV_WILLNEED), 0, "wbc_fadvise past the end of file");
+        /* Every advice, NORMAL last (it undoes NOREUSE, RANDOM, SEQUENTIAL). */
+        for (int a = WBC_FADV_NOREUSE; a >= WBC_FADV_NORMAL; a--) {
+            char what[64];
+            snprintf(what, sizeof what, "wbc_fadvise(advice %d) of an empty file", a);
+            CHECK_EQ(wbc_fadvise(rf, 0, 0, a), 0, what);
+        }
+
+        /* wbc_sync_range arguments */
+        CHECK_EQ(wbc_sync_range(rf, 0, 0, 8), -EINVAL, "wbc_sync_range with flag 8");
+        CHECK_EQ(wbc_sync_range(rf, 0, 0, 8 | WBC_SYNC_RANGE_WRITE), -EINVAL, "wbc_sync_range with WRITE|8");
+        CHECK_EQ(wbc_sync_range(rf, 0, 0, UINT_MAX), -EINVAL, "wbc_sync_range with every flag bit");
+        CHECK_EQ(wbc_sync_range(rf, -1, 0, WBC_SYNC_RANGE_WRITE), -EINVAL, "wbc_sync_range at a negative offset");
+        CHECK_EQ(wbc_sync_range(rf, 0, -4096, WBC_SYNC_RANGE_WRITE), -EINVAL, "wbc_sync_range, negative length");
+        CHECK_EQ(wbc_sync_range(rf, INT64_MAX, 1, WBC_SYNC_RANGE_WRITE), -EINVAL, "wbc_sync_range past INT64_MAX");
+        CHECK_EQ(wbc_sync_range(rf, 4096, INT64_MAX, WBC_SYNC_RANGE_WAIT_AFTER), -EINVAL,
+                 "wbc_sync_range of INT64_MAX bytes at 4096");
+        CHECK_EQ(wbc_sync_range(rf, INT64_MAX - 1, 1, WBC_SYNC_RANGE_WRITE | WBC_SYNC_RANGE_WAIT_AFTER), 0,
+                 "wbc_sync_range ending at INT64_MAX");
+        for (unsigned fl = 0; fl < 8; fl++) {
+            char what[64];
+            snprintf(what, sizeof what, "wbc_sync_range(flags %u) of an empty file", fl);
+            CHECK_EQ(wbc_sync_range(rf, 0, 0, fl), 0, what);
+        }
+
+        /* wbc_fallocate arguments: refused before anything changes */
+        CHECK_EQ(wbc_fallocate(rf, 0, 0, 0), -EINVAL, "wbc_fallocate of 0 bytes");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_ZERO_RANGE, 4096, 0), -EINVAL, "wbc_fallocate ZERO_RANGE of 0 bytes");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, -1), -EINVAL,
+                 "wbc_fallocate with a negative length");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_KEEP_SIZE, -1, 4096), -EINVAL, "wbc_fallocate at a negative offset");
+        CHECK_EQ(wbc_fallocate(rf, 0, INT64_MIN, 4096), -EINVAL, "wbc_fallocate at INT64_MIN");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_ZERO_RANGE, INT64_MAX, 1), -EFBIG, "wbc_fallocate past INT64_MAX");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_KEEP_SIZE, 1, INT64_MAX), -EFBIG, "wbc_fallocate of INT64_MAX bytes at 1");
+        CHECK_EQ(wbc_fallocate(rf, 0, INT64_MAX, INT64_MAX), -EFBIG, "wbc_fallocate, both INT64_MAX");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_COLLAPSE_RANGE, 0, 4096), -EOPNOTSUPP, "wbc_fallocate COLLAPSE_RANGE");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_INSERT_RANGE, 0, 4096), -EOPNOTSUPP, "wbc_fallocate INSERT_RANGE");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_PUNCH_HOLE, 0, 4096), -EOPNOTSUPP, "PUNCH_HOLE without KEEP_SIZE");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0, 4096),
+                 -EOPNOTSUPP, "wbc_fallocate PUNCH_HOLE|ZERO_RANGE|KEEP_SIZE");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_UNSHARE_RANGE, 0, 4096), -EOPNOTSUPP, "wbc_fallocate UNSHARE_RANGE");
+        CHECK_EQ(wbc_fallocate(rf, -1, 0, 4096), -EOPNOTSUPP, "wbc_fallocate with mode -1");
+        {
+            /* Past the file system's largest file, where that is below
+             * INT64_MAX (ext4: 16 TiB): EFBIG, and the size stays. */
+            int fd = open(p6, O_RDONLY);
+            int limited = fd >= 0 && lseek(fd, INT64_MAX, SEEK_SET) < 0;
+            if (fd >= 0) close(fd);
+            if (limited) {
+                CHECK_EQ(wbc_fallocate(rf, 0, INT64_MAX - 4096, 4096), -EFBIG, "mode 0 past the largest file");
+                CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_ZERO_RANGE, INT64_MAX - 4096, 4096), -EFBIG,
+                         "ZERO_RANGE past the largest file");
+            }
+        }
+        CHECK_EQ(wbc_size(rf), 0, "refused wbc_fallocate calls leave the size");
+        CHECK_EQ(disk_size(p6), 0, "refused wbc_fallocate calls leave the file");
+
+        /* Punch and zero, unaligned, in dirty and clean data of one
+         * 256 KiB folio and over one-block folios (some wholly inside). */
+        fill(want, BIG, 51);
+        CHECK_EQ(wbc_pwrite(rf, want, BIG, 0, 0), BIG, "write 256 KiB");
+        CHECK_EQ(wbc_fsync(rf), 0, "fsync: clean");
+        fill(want + 65536, 65536, 52);
+        CHECK_EQ(wbc_pwrite(rf, want + 65536, 65536, 65536, 0), 65536, "dirty 64 KiB in the middle");
+        for (int b = 0; b < 8; b++) {
+            fill(want + BIG + b * 4096, 4096, 60 + (unsigned)b);
+            CHECK_EQ(wbc_pwrite(rf, want + BIG + b * 4096, 4096, BIG + b * 4096, 0), 4096, "write one block");
+        }
+        CHECK_EQ(blocks_with(rf, 0, TOTAL, WBC_RESIDENT_DIRTY), 16 + 8, "dirty blocks before punching");
+        struct {
+            int mode;
+            int64_t off, len;
+            const char *what;
+        } zeroings[] = {
+            {FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 70000, 10000, "punch inside dirty data"},
+            {FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 150001, 20000, "punch inside clean data"},
+            {FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 120000, 16000, "zero across dirty and clean data"},
+            {FALLOC_FL_ZERO_RANGE, 200003, 5, "zero 5 clean bytes"},
+            {FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 65536 + 3, 1, "punch 1 dirty byte"},
+            {FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, BIG + 4096 + 100, 3 * 4096 - 50,
+             "punch over dirty one-block folios"},
+            {FALLOC_FL_ZERO_RANGE, BIG + 5 * 4096, 4096, "zero one whole dirty block"},
+            {FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, BIG - 1000, 2000, "zero across the folios' border"},
+        };
+        for (size_t z = 0; z < sizeof zeroings / sizeof zeroings[0]; z++) {
+            CHECK_EQ(wbc_fallocate(rf, zeroings[z].mode, zeroings[z].off, zeroings[z].len), 0, zeroings[z].what);
+            memset(want + zeroings[z].off, 0, (size_t)zeroings[z].len);
+            CHECK_EQ(wbc_pread(rf, got, TOTAL, 0, 0), TOTAL, zeroings[z].what);
+            CHECK(memcmp(got, want, TOTAL) == 0, "%s: reads back wrong", zeroings[z].what);
+        }
+        CHECK_EQ(wbc_size(rf), TOTAL, "punching and zeroing inside the file keep its size");
+        CHECK_EQ(wbc_fallocate(rf, 0, 1000, 8000), 0, "mode 0 inside the file");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_KEEP_SIZE, 0, TOTAL), 0, "KEEP_SIZE over the file");
+        CHECK_EQ(wbc_pread(rf, got, TOTAL, 0, 0), TOTAL, "read after reserving");
+        CHECK(memcmp(got, want, TOTAL) == 0, "reserving changed the content");
+        CHECK_EQ(wbc_fsync(rf), 0, "fsync after punching");
+        CHECK_EQ(disk_size(p6), TOTAL, "on-disk size after punching");
+        CHECK_EQ(read_disk(p6, disk, ROOM, 0), TOTAL, "read(2) after punching");
+        CHECK(memcmp(disk, want, TOTAL) == 0, "on disk after punching: the discarded dirty data was written");
+
+        /* Sizes: ZERO_RANGE and mode 0 extend the file, KEEP_SIZE never. */
+        int64_t size = TOTAL;
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, size - 100, 8192), 0,
+                 "ZERO_RANGE|KEEP_SIZE across the end");
+        memset(want + size - 100, 0, 100);
+        CHECK_EQ(wbc_size(rf), size, "ZERO_RANGE|KEEP_SIZE keeps the size");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, size - 50, 1 << 20), 0,
+                 "punch across the end");
+        memset(want + size - 50, 0, 50);
+        CHECK_EQ(wbc_size(rf), size, "a punch keeps the size");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_KEEP_SIZE, size, 1 << 20), 0, "KEEP_SIZE past the end");
+        CHECK_EQ(wbc_size(rf), size, "KEEP_SIZE keeps the size");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_ZERO_RANGE, size - 1000, 5000), 0, "ZERO_RANGE across the end");
+        memset(want + size - 1000, 0, 1000);
+        size += 4000;
+        CHECK_EQ(wbc_size(rf), size, "ZERO_RANGE extends the file");
+        CHECK_EQ(wbc_fallocate(rf, 0, size + 3000, 2000), 0, "mode 0 past the end");
+        size += 5000;
+        CHECK_EQ(wbc_size(rf), size, "mode 0 extends the file");
+        CHECK_EQ(wbc_fallocate(rf, 0, 0, size - 10), 0, "mode 0 short of the end");
+        CHECK_EQ(wbc_size(rf), size, "mode 0 inside the file keeps the size");
+        memset(got, 0xee, ROOM);
+        CHECK_EQ(wbc_pread(rf, got, ROOM, 0, 0), size, "read the extended file");
+        CHECK(memcmp(got, want, (size_t)size) == 0, "extended file reads back wrong");
+        CHECK(all_zero(got + TOTAL - 1000, (size_t)size - (TOTAL - 1000)), "the zeroed and extended tail");
+        CHECK_EQ(wbc_pread(rf, got, 100, (uint64_t)size, 0), 0, "read at the new end");
+        CHECK_EQ(wbc_fsync(rf), 0, "fsync after extending");
+        CHECK_EQ(disk_size(p6), size, "on-disk size after extending");
+        CHECK_EQ(read_disk(p6, disk, ROOM, 0), size, "read(2) after extending");
+        CHECK(memcmp(disk, want, (size_t)size) == 0, "on disk after extending");
+
+        /* DONTNEED of clean data: one block (a one-block folio), to the
+         * end, then the whole file. RANDOM first: no readahead in flight
+         * that a DONTNEED could not drop. */
+        CHECK_EQ(wbc_fadvise(rf, 0, 0, WBC_FADV_RANDOM), 0, "RANDOM");
+        {
+            unsigned char rv[8];
+            CHECK_EQ(wbc_pread(rf, got, TOTAL, 0, 0), TOTAL, "read everything into the cache");
+            int64_t cached = blocks_with(rf, 0, (uint64_t)size, WBC_RESIDENT_CACHED);
+            CHECK(cached > 0, "nothing cached before DONTNEED: %lld", (long long)cached);
+            CHECK_EQ(blocks_with(rf, 0, (uint64_t)size, WBC_RESIDENT_DIRTY | WBC_RESIDENT_WRITEBACK), 0,
+                     "clean after fsync");
+            CHECK_EQ(wbc_fadvise(rf, BIG + 6 * 4096, 4096, WBC_FADV_DONTNEED), 0, "DONTNEED of one block");
+            CHECK_EQ(wbc_residency(rf, BIG, 8 * 4096, rv), 8, "residency after DONTNEED of one block");
+            CHECK(rv[0] == WBC_RESIDENT_CACHED && rv[4] == WBC_RESIDENT_CACHED && rv[6] == 0
+                      && rv[7] == WBC_RESIDENT_CACHED,
+                  "DONTNEED of block 6 of 8: %x %x %x %x %x %x %x %x", rv[0], rv[1], rv[2], rv[3], rv[4], rv[5],
+                  rv[6], rv[7]);
+            CHECK(blocks_with(rf, 0, (uint64_t)size, WBC_RESIDENT_CACHED) < cached, "DONTNEED dropped nothing");
+            CHECK_EQ(wbc_fadvise(rf, BIG, 0, WBC_FADV_DONTNEED), 0, "DONTNEED to the end");
+            CHECK_EQ(blocks_with(rf, BIG, (uint64_t)size - BIG, WBC_RESIDENT_CACHED), 0,
+                     "cached blocks after DONTNEED to the end");
+            CHECK_EQ(blocks_with(rf, 0, BIG, WBC_RESIDENT_CACHED), BIG / 4096,
+                     "DONTNEED to the end kept what is before");
+            CHECK_EQ(wbc_fadvise(rf, 0, 0, WBC_FADV_DONTNEED), 0, "DONTNEED of the whole file");
+            CHECK_EQ(blocks_with(rf, 0, (uint64_t)size, WBC_RESIDENT_CACHED), 0,
+                     "cached blocks after DONTNEED of the whole file");
+            CHECK_EQ(wbc_pread(rf, got, ROOM, 0, 0), size, "read after DONTNEED");
+            CHECK(memcmp(got, want, (size_t)size) == 0, "DONTNEED changed the content");
+            /* Dirty data becomes drop-behind: the flusher writes it (with
+             * no background writeback here), then drops it. */
+            fill(want + 4096, 4096, 70);
+            CHECK_EQ(wbc_pwrite(rf, want + 4096, 4096, 4096, 0), 4096, "dirty one block");
+            CHECK_EQ(wbc_fadvise(rf, 0, 0, WBC_FADV_DONTNEED), 0, "DONTNEED with a dirty block");
+            {
+                double deadline = now_seconds() + 10.0;
+                while (blocks_with(rf, 4096, 4096, WBC_RESIDENT_CACHED) != 0 && now_seconds() < deadline)
+                    usleep(5000);
+            }
+            CHECK_EQ(blocks_with(rf, 4096, 4096, WBC_RESIDENT_CACHED), 0,
+                     "a dirty block DONTNEED made drop-behind, 10 s on");
+            CHECK_EQ(read_disk(p6, disk, 4096, 4096), 4096, "read(2) of the drop-behind block");
+            CHECK(memcmp(disk, want + 4096, 4096) == 0, "the drop-behind block was not written");
+            CHECK_EQ(wbc_pread(rf, got, 8192, 0, 0), 8192, "read the dirty block after DONTNEED");
+            CHECK(memcmp(got, want, 8192) == 0, "DONTNEED lost dirty data");
+            CHECK_EQ(wbc_fsync(rf), 0, "fsync after DONTNEED");
+        }
+
+        /* Punch and zero where nothing is cached: zeros from the store. */
+        CHECK_EQ(wbc_fadvise(rf, 0, 0, WBC_FADV_DONTNEED), 0, "DONTNEED before uncached punching");
+        CHECK_EQ(blocks_with(rf, 0, 65536, WBC_RESIDENT_CACHED), 0, "nothing cached before uncached punching");
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 5000, 4000), 0, "uncached punch");
+        memset(want + 5000, 0, 4000);
+        CHECK_EQ(wbc_fallocate(rf, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 40000, 1000), 0, "uncached zero");
+        memset(want + 40000, 0, 1000);
+        CHECK_EQ(wbc_pread(rf, got, 65536, 0, 0), 65536, "read after uncached punching");
+        CHECK(memcmp(got, want, 65536) == 0, "uncached punch and zero read back wrong");
+
+        /* Read-only and write-only handles. */
+        REQUIRE(wbc_open(rc, p6, O_RDONLY, 0, &rro) == 0, "open ranges read-only: %s", last_error());
+        CHECK_EQ(wbc_fallocate(rro, 0, 0, 4096), -EBADF, "wbc_fallocate mode 0 on a read-only handle");
+        CHECK_EQ(wbc_fallocate(rro, FALLOC_FL_KEEP_SIZE, 0, 4096), -EBADF, "KEEP_SIZE on a read-only handle");
+        CHECK_EQ(wbc_fallocate(rro, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), -EBADF,
+                 "punch on a read-only handle");
+        CHECK_EQ(wbc_fallocate(rro, FALLOC_FL_ZERO_RANGE, 0, 4096), -EBADF, "ZERO_RANGE on a read-only handle");
+        CHECK_EQ(wbc_fallocate(rro, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (int64_t)size, 4096), -EBADF,
+                 "ZERO_RANGE|KEEP_SIZE on a read-only handle");
+        CHECK_EQ(wbc_fadvise(rro, 0, 0, WBC_FADV_WILLNEED), 0, "wbc_fadvise on a read-only handle");
+        CHECK_EQ(wbc_sync_range(rro, 0, 0, WBC_SYNC_RANGE_WRITE | WBC_SYNC_RANGE_WAIT_AFTER), 0,
+                 "wbc_sync_range on a read-only handle");
+        CHECK_EQ(wbc_pread(rro, got, ROOM, 0, 0), size, "read through the read-only handle");
+        CHECK(memcmp(got, want, (size_t)size) == 0, "the read-only handle's calls changed the content");
+        CHECK_EQ(wbc_close(rro), 0, "close the read-only handle");
+        REQUIRE(wbc_open(rc, p6, O_WRONLY, 0, &rwo) == 0, "open ranges write-only: %s", last_error());
+        CHECK_EQ(wbc_fallocate(rwo, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 10, 10), 0,
+                 "punch through a write-only handle");
+        memset(want + 10, 0, 10);
+        CHECK_EQ(wbc_fadvise(rwo, 0, 0, WBC_FADV_DONTNEED), 0, "wbc_fadvise on a write-only handle");
+        CHECK_EQ(wbc_sync_range(rwo, 0, 0, WBC_SYNC_RANGE_WAIT_BEFORE), 0, "wbc_sync_range on a write-only handle");
+        CHECK_EQ(wbc_close(rwo), 0, "close the write-only handle");
+        CHECK_EQ(wbc_pread(rf, got, 4096, 0, 0), 4096, "read after the write-only punch");
+        CHECK(memcmp(got, want, 4096) == 0, "the write-only handle's punch reads back wrong");
+        CHECK_EQ(wbc_close(rf), 0, "close the ranges file");
+
+        /* WILLNEED: a cold range becomes cached in the background. */
+        {
+            enum { COLD = 1 << 20, PIECE = 1 << 16 };
+            int fd = open(p7, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+            REQUIRE(fd >= 0, "create %s: %s", p7, strerror(errno));
+            fill(disk, PIECE, 80);
+            for (size_t done = 0; done < COLD; done += PIECE)
+                CHECK_EQ(write(fd, disk, PIECE), PIECE, "POSIX write of the cold file");
+            close(fd);
+            REQUIRE(wbc_open(rc, p7, O_RDONLY, 0, &tmp) == 0, "open the cold file: %s", last_error());
+            CHECK_EQ(blocks_with(tmp, 0, COLD, WBC_RESIDENT_CACHED), 0, "a cold file is not cached");
+            CHECK_EQ(wbc_fadvise(tmp, 0, COLD / 2, WBC_FADV_WILLNEED), 0, "WILLNEED of the first half");
+            CHECK_EQ(wait_cached(tmp, 0, COLD / 2, 10.0), COLD / 2 / 4096, "blocks WILLNEED cached within 10 s");
+            CHECK_EQ(wbc_fadvise(tmp, COLD / 2, 0, WBC_FADV_WILLNEED), 0, "WILLNEED to the end");
+            CHECK_EQ(wait_cached(tmp, COLD / 2, COLD / 2, 10.0), COLD / 2 / 4096, "WILLNEED to the end, within 10 s");
+            CHECK_EQ(blocks_with(tmp, 0, COLD, WBC_RESIDENT_DIRTY), 0, "WILLNEED dirtied nothing");
+            unsigned char *cold = malloc(COLD);
+            CHECK_EQ(wbc_pread(tmp, cold, COLD, 0, 0), COLD, "read the cold file");
+            int bad = 0;
+            for (size_t at = 0; at < COLD; at += PIECE) bad += memcmp(cold + at, disk, PIECE) != 0;
+            CHECK_EQ(bad, 0, "pieces of the cold file read back wrong after WILLNEED");
+            free(cold);
+            /* RANDOM: sequential reads read only what they ask for. */
+            CHECK_EQ(wbc_fadvise(tmp, 0, 0, WBC_FADV_DONTNEED), 0, "DONTNEED of the cold file");
+            CHECK_EQ(blocks_with(tmp, 0, COLD, WBC_RESIDENT_CACHED), 0, "the cold file is cold again");
+            CHECK_EQ(wbc_fadvise(tmp, 0, 0, WBC_FADV_RANDOM), 0, "RANDOM on the cold file");
+            for (int b = 0; b < 16; b++)
+                CHECK_EQ(wbc_pread(tmp, got, 4096, (uint64_t)b * 4096, 0), 4096, "a 4 KiB read after RANDOM");
+            usleep(100000);
+            CHECK_EQ(blocks_with(tmp, 0, COLD, WBC_RESIDENT_CACHED), 16, "blocks cached by 16 reads without readahead");
+            CHECK_EQ(wbc_fadvise(tmp, 0, 0, WBC_FADV_NORMAL), 0, "NORMAL after RANDOM");
+            CHECK_EQ(wbc_close(tmp), 0, "close the cold file");
+        }
+
+        /* sync_range: the range's blocks are written, the others stay
+         * dirty (one-block folios: written a block at a time). */
+        {
+            enum { NB = 16 };
+            unsigned char rv[NB], data[NB * 4096];
+            REQUIRE(wbc_open(rc, p8, O_CREAT | O_RDWR | O_TRUNC, 0600, &tmp) == 0, "open for sync_range: %s",
+                    last_error());
+            fill(data, sizeof data, 90);
+            for (int b = 0; b < NB; b++)
+                CHECK_EQ(wbc_pwrite(tmp, data + b * 4096, 4096, (uint64_t)b * 4096, 0), 4096, "write a block");
+            CHECK_EQ(blocks_with(tmp, 0, sizeof data, WBC_RESIDENT_DIRTY), NB, "all dirty before sync_range");
+            CHECK_EQ(wbc_sync_range(tmp, 0, 0, 0), 0, "sync_range with no flags");
+            CHECK_EQ(wbc_sync_range(tmp, 8 * 4096, 2 * 4096, WBC_SYNC_RANGE_WAIT_BEFORE | WBC_SYNC_RANGE_WAIT_AFTER),
+                     0, "sync_range that only waits");
+            CHECK_EQ(blocks_with(tmp, 0, sizeof data, WBC_RESIDENT_DIRTY), NB, "waiting wrote nothing");
+            /* Blocks 4..7: an unaligned range touching them. */
+            CHECK_EQ(wbc_sync_range(tmp, 4 * 4096 + 100, 3 * 4096, WBC_SYNC_RANGE_WRITE | WBC_SYNC_RANGE_WAIT_AFTER),
+                     0, "sync_range WRITE|WAIT_AFTER of blocks 4..7");
+            CHECK_EQ(wbc_residency(tmp, 0, sizeof data, rv), NB, "residency after sync_range");
+            {
+                int wrong = 0;
+                for (int b = 0; b < NB; b++) {
+                    unsigned expect = b >= 4 && b < 8 ? WBC_RESIDENT_CACHED : WBC_RESIDENT_CACHED | WBC_RESIDENT_DIRTY;
+                    if ((rv[b] & (WBC_RESIDENT_CACHED | WBC_RESIDENT_DIRTY | WBC_RESIDENT_WRITEBACK)) != expect) {
+                        wrong++;
+                        fprintf(stderr, "sync_range of blocks 4..7: block %d has bits %x\n", b, rv[b]);
+                    }
+                }
+                CHECK_EQ(wrong, 0, "blocks with wrong bits after sync_range of blocks 4..7");
+            }
+            CHECK_EQ(read_disk(p8, got, 4 * 4096, 4 * 4096), 4 * 4096, "read(2) of blocks 4..7");
+            CHECK(memcmp(got, data + 4 * 4096, 4 * 4096) == 0, "blocks 4..7 on disk after sync_range");
+            /* len 0: to the end of the file. */
+            CHECK_EQ(wbc_sync_range(tmp, 12 * 4096, 0, WBC_SYNC_RANGE_WRITE | WBC_SYNC_RANGE_WAIT_AFTER), 0,
+                     "sync_range from block 12 to the end");
+            CHECK_EQ(blocks_with(tmp, 12 * 4096, 4 * 4096, WBC_RESIDENT_DIRTY | WBC_RESIDENT_WRITEBACK), 0,
+                     "dirty blocks from 12 after sync_range to the end");
+            CHECK_EQ(blocks_with(tmp, 0, 12 * 4096, WBC_RESIDENT_DIRTY), 8, "blocks 0..3 and 8..11 stay dirty");
+            CHECK_EQ(read_disk(p8, got, 4 * 4096, 12 * 4096), 4 * 4096, "read(2) of blocks 12..15");
+            CHECK(memcmp(got, data + 12 * 4096, 4 * 4096) == 0, "blocks 12..15 on disk after sync_range");
+            /* WRITE alone: under writeback (or done) on return, not dirty;
+             * WAIT_BEFORE then waits for it. */
+            CHECK_EQ(wbc_sync_range(tmp, 0, 4096, WBC_SYNC_RANGE_WRITE), 0, "sync_range WRITE of block 0");
+            CHECK_EQ(blocks_with(tmp, 0, 4096, WBC_RESIDENT_DIRTY), 0, "block 0 is not dirty after WRITE");
+            CHECK_EQ(wbc_sync_range(tmp, 0, 4096, WBC_SYNC_RANGE_WAIT_BEFORE), 0, "sync_range WAIT_BEFORE");
+            CHECK_EQ(blocks_with(tmp, 0, 4096, WBC_RESIDENT_WRITEBACK | WBC_RESIDENT_DIRTY), 0,
+                     "block 0 written after WAIT_BEFORE");
+            CHECK_EQ(blocks_with(tmp, 4096, 3 * 4096, WBC_RESIDENT_DIRTY), 3, "blocks 1..3 stay dirty");
+            CHECK_EQ(wbc_pread(tmp, got, sizeof data, 0, 0), sizeof data, "read after sync_range");
+            CHECK(memcmp(got, data, sizeof data) == 0, "sync_range changed the content");
+            CHECK_EQ(wbc_fsync(tmp), 0, "fsync after sync_range");
+            CHECK_EQ(blocks_with(tmp, 0, sizeof data, WBC_RESIDENT_DIRTY), 0, "nothing dirty after fsync");
+            CHECK_EQ(read_disk(p8, got, sizeof data, 0), sizeof data, "read(2) after fsync");
+            CHECK(memcmp(got, data, sizeof data) == 0, "on disk after sync_range and fsync");
+            /* NOREUSE: the handle's writes are uncached, written back (no
+             * background writeback here) and dropped; NORMAL undoes it. */
+            CHECK_EQ(wbc_fadvise(tmp, 0, 0, WBC_FADV_NOREUSE), 0, "NOREUSE");
+            CHECK_EQ(wbc_pwrite(tmp, data, sizeof data, sizeof data, 0), sizeof data, "write after NOREUSE");
+            {
+                double deadline = now_seconds() + 10.0;
+                while (blocks_with(tmp, sizeof data, sizeof data, WBC_RESIDENT_CACHED) != 0 && now_seconds() < deadline)
+                    usleep(5000);
+            }
+            CHECK_EQ(blocks_with(tmp, sizeof data, sizeof data, WBC_RESIDENT_CACHED), 0,
+                     "blocks a NOREUSE handle wrote still cached 10 s on");
+            CHECK_EQ(read_disk(p8, got, sizeof data, sizeof data), sizeof data, "read(2) of the NOREUSE write");
+            CHECK(memcmp(got, data, sizeof data) == 0, "the NOREUSE write on disk");
+            CHECK_EQ(wbc_fadvise(tmp, 0, 0, WBC_FADV_NORMAL), 0, "NORMAL after NOREUSE");
+            CHECK_EQ(wbc_pwrite(tmp, data, 4096, 2 * sizeof data, 0), 4096, "write after NORMAL");
+            usleep(200000);
+            CHECK_EQ(blocks_with(tmp, 2 * sizeof data, 4096, WBC_RESIDENT_DIRTY), 1, "NORMAL: the write stays dirty");
+            CHECK_EQ(wbc_fsync(tmp), 0, "fsync after NORMAL");
+            CHECK_EQ(wbc_close(tmp), 0, "close the sync_range file");
+        }
+
+        /* Dirty data never written back, punched whole: the size still
+         * reaches the store with the next fsync, as zeros. */
+        REQUIRE(wbc_open(rc, p9, O_CREAT | O_RDWR | O_TRUNC, 0600, &tmp) == 0, "open for punching: %s", last_error());
+        fill(got, 10000, 95);
+        CHECK_EQ(wbc_pwrite(tmp, got, 10000, 0, 0), 10000, "write 10000 bytes");
+        CHECK_EQ(wbc_fallocate(tmp, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 3 * 4096), 0,
+                 "punch all the dirty data");
+        CHECK_EQ(blocks_with(tmp, 0, 10000, WBC_RESIDENT_DIRTY), 0, "nothing dirty after punching it all");
+        CHECK_EQ(wbc_size(tmp), 10000, "size after punching it all");
+        CHECK_EQ(wbc_pread(tmp, got, ROOM, 0, 0), 10000, "read after punching it all");
+        CHECK(all_zero(got, 10000), "punched dirty data reads as zeros");
+        CHECK_EQ(wbc_fsync(tmp), 0, "fsync after punching it all");
+        CHECK_EQ(disk_size(p9), 10000, "on-disk size after punching unwritten data");
+        memset(got, 0xee, 10000);
+        CHECK_EQ(read_disk(p9, got, ROOM, 0), 10000, "read(2) after punching unwritten data");
+        CHECK(all_zero(got, 10000), "punched unwritten data is zeros on disk");
+        CHECK_EQ(wbc_close(tmp), 0, "close the punched file");
+
+        CHECK_EQ(wbc_cache_close(rc), 0, "close the cache without background writeback");
+        CHECK_EQ(read_disk(p6, disk, ROOM, 0), size, "read(2) of the ranges file after its cache closed");
+        CHECK(memcmp(disk, want, (size_t)size) == 0, "the ranges file on disk after its cache closed");
+        free(want);
+        free(got);
+        free(disk);
+    }
+
     /* --- NULL arguments --- */
     CHECK_EQ(wbc_cache_open(NULL, NULL), -EINVAL, "wbc_cache_open(out=NULL)");
     CHECK_EQ(wbc_cache_close(NULL), -EINVAL, "wbc_cache_close(NULL)");
@@ -476,6 +917,9 @@ int main(int argc, char **argv) {
     CHECK_EQ(wbc_fdatasync(NULL), -EINVAL, "wbc_fdatasync(NULL)");
     CHECK_EQ(wbc_size(NULL), -EINVAL, "wbc_size(NULL)");
     CHECK_EQ(wbc_truncate(NULL, 0), -EINVAL, "wbc_truncate(NULL)");
+    CHECK_EQ(wbc_fadvise(NULL, 0, 0, WBC_FADV_NORMAL), -EINVAL, "wbc_fadvise(NULL)");
+    CHECK_EQ(wbc_sync_range(NULL, 0, 0, WBC_SYNC_RANGE_WRITE), -EINVAL, "wbc_sync_range(NULL)");
+    CHECK_EQ(wbc_fallocate(NULL, 0, 0, 4096), -EINVAL, "wbc_fallocate(NULL)");
     CHECK_EQ(wbc_stats_json(NULL, (char *)buf, sizeof buf), -EINVAL, "wbc_stats_json(NULL)");
     CHECK(wbc_last_error(NULL, 0) > 0, "wbc_last_error length query");
 
@@ -495,6 +939,13 @@ int main(int argc, char **argv) {
     CHECK_EQ(wbc_fdatasync(f2), -EBADF, "fdatasync after cache close");
     CHECK_EQ(wbc_size(f2), -EBADF, "size after cache close");
     CHECK_EQ(wbc_truncate(f2, 0), -EBADF, "truncate after cache close");
+    CHECK_EQ(wbc_fadvise(f, 0, 0, WBC_FADV_WILLNEED), -EBADF, "fadvise after cache close");
+    CHECK_EQ(wbc_fadvise(f2, 0, 4096, WBC_FADV_DONTNEED), -EBADF, "fadvise DONTNEED after cache close");
+    CHECK_EQ(wbc_sync_range(f, 0, 0, WBC_SYNC_RANGE_WRITE | WBC_SYNC_RANGE_WAIT_AFTER), -EBADF,
+             "sync_range after cache close");
+    CHECK_EQ(wbc_fallocate(f2, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0, 4096), -EBADF,
+             "fallocate ZERO_RANGE after cache close");
+    CHECK_EQ(wbc_fallocate(f, 0, 0, 1 << 20), -EBADF, "fallocate mode 0 after cache close");
     CHECK_EQ(wbc_close(f), 0, "wbc_close after cache close");
     CHECK_EQ(wbc_close(f2), 0, "wbc_close of the second handle after cache close");
 
