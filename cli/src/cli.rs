@@ -43,8 +43,9 @@ pub struct BenchArgs {
     /// variants (e.g. pwrite-1k-2m-file), parallel-writeback variants
     /// (parallel-writeback/files, parallel-writeback/shared/region-4),
     /// hot-set variants (hot-set/write-stream), sqlite variants
-    /// (sqlite/wal-streaming), `all`, or `default`. Without it, the default
-    /// suite runs (about 8-9 minutes).
+    /// (sqlite/wal-streaming), advice variants (advice/stream-sync-range),
+    /// `all`, or `default`. Without it, the default suite runs (about 8-9
+    /// minutes).
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Engines to run, comma separated (default: all five).
@@ -195,6 +196,7 @@ pub const DEFAULT_WORKLOADS: &[&str] = &[
     "rand-read",
     "hot-set",
     "sqlite",
+    "advice",
     "small-overwrite",
 ];
 pub const DEFAULT_OVERWRITES: &[&str] =
@@ -434,7 +436,8 @@ impl Plan {
                     format!(
                         "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file, \
                          parallel-writeback ones like parallel-writeback/files or parallel-writeback/shared/rotor-2, \
-                         hot-set ones like hot-set/write-stream, sqlite ones like sqlite/wal-streaming)"
+                         hot-set ones like hot-set/write-stream, sqlite ones like sqlite/wal-streaming, advice \
+                         ones like advice/stream-dontneed)"
                     )
                 })?
             };
@@ -480,7 +483,7 @@ impl Plan {
         if !args.writeback_workers.is_empty() && !has_pw {
             return Err("--writeback-workers applies to parallel-writeback, which is not selected".into());
         }
-        // parallel-writeback and sqlite run on some engines only: their
+        // parallel-writeback, sqlite and advice run on some engines only: their
         // groups that none of the selected engines runs are left out, and
         // said so, per workload.
         let mut left_out: Vec<(&'static str, &'static [EngineKind], usize)> = Vec::new();
@@ -877,5 +880,50 @@ mod tests {
         assert!(e.contains("sqlite runs on kernel-buffered, wbcache only: none of them is among --engines"), "{e}");
         let e = Plan::from_args(args(&["sqlite/both"], &[])).err().unwrap_or_default();
         assert!(e.contains("sqlite/wal-streaming"), "{e}");
+    }
+
+    /// advice is in the default and quick suites with its five variants,
+    /// after sqlite; the quick suite's cold file is 64M and its stream
+    /// 256M; it runs on kernel-buffered and wbcache only.
+    #[test]
+    fn advice_selection() {
+        use crate::workloads::{advice_cold_len, advice_stream_len};
+        let advice = |p: &Plan| -> Vec<String> {
+            p.groups.iter().filter(|g| g.workload == "advice").map(|g| g.variant.clone().unwrap()).collect()
+        };
+        let all = ["cold-read", "cold-read-willneed", "stream", "stream-dontneed", "stream-sync-range"];
+        for quick in [false, true] {
+            let p = Plan::from_args(BenchArgs { quick, ..BenchArgs::default() }).unwrap();
+            assert_eq!(advice(&p), all, "quick {quick}");
+            let workloads: Vec<&str> = p.groups.iter().map(|g| g.workload).collect();
+            let at = |w: &str| workloads.iter().position(|x| *x == w).unwrap();
+            assert!(at("sqlite") < at("advice") && at("advice") < at("small-overwrite"));
+            let (cold, stream) = if quick { (64 * MIB, 256 * MIB) } else { (128 * MIB, 512 * MIB) };
+            assert_eq!((advice_cold_len(&p.params), advice_stream_len(&p.params)), (cold, stream), "quick {quick}");
+            assert!(p.notes.is_empty(), "{:?}", p.notes);
+        }
+        let args = |w: &[&str], engines: &[&str]| BenchArgs {
+            workloads: w.iter().map(|s| s.to_string()).collect(),
+            engines: engines.iter().map(|s| s.to_string()).collect(),
+            ..BenchArgs::default()
+        };
+        let one = Plan::from_args(args(&["advice/stream-sync-range", "advice/cold-read"], &[])).unwrap();
+        assert_eq!(advice(&one), ["stream-sync-range", "cold-read"]);
+        assert_eq!((one.suite, one.params.memory, one.params.size), ("custom", 256 * MIB, 512 * MIB));
+        let quick_one = Plan::from_args(BenchArgs { quick: true, ..args(&["advice/stream-dontneed"], &[]) }).unwrap();
+        assert_eq!((advice(&quick_one), quick_one.params.memory), (vec!["stream-dontneed".to_string()], 128 * MIB));
+        // Engines it does not run on: its groups left out, said so.
+        let some = Plan::from_args(args(&["seq-write", "advice"], &["kernel-direct", "wbcache-dontcache"])).unwrap();
+        assert!(advice(&some).is_empty());
+        assert!(some
+            .notes
+            .iter()
+            .any(|n| n == "advice: 5 of its groups left out (it runs on kernel-buffered, wbcache only)"));
+        let e = Plan::from_args(args(&["advice"], &["kernel-dontcache"])).err().unwrap_or_default();
+        assert!(e.contains("advice runs on kernel-buffered, wbcache only: none of them is among --engines"), "{e}");
+        for bad in ["advice/", "advice/dontneed", "advice/stream/x", "advice/Stream"] {
+            let e = Plan::from_args(args(&[bad], &[])).err().unwrap_or_default();
+            assert!(e.contains("advice/stream-dontneed"), "{bad}: {e}");
+        }
     }
 }

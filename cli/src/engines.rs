@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
 use serde::{Deserialize, Serialize};
-use wbcache::{Cache, Config, OpenOptions, WriteFlags, RESIDENT_CACHED};
+use wbcache::{Advice, Cache, Config, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED};
 
 use crate::sys::{kernel_dirty_bytes, AlignedBuf};
 
@@ -181,6 +181,25 @@ pub trait EngineFile: Send {
     /// after [`EngineFile::track_residency`] said `true`, inside its range.
     fn resident(&mut self, _off: u64, _len: u64) -> io::Result<bool> {
         Err(io::Error::other("this engine has no cache to ask"))
+    }
+    /// How many bytes of `[off, off + len)` are cached now (dirty ones
+    /// included), asked as [`EngineFile::resident`] asks: only after
+    /// [`EngineFile::track_residency`] said `true`, inside its range.
+    fn cached_bytes(&mut self, _off: u64, _len: u64) -> io::Result<u64> {
+        Err(io::Error::other("this engine has no cache to ask"))
+    }
+    /// Advice about `[off, off + len)`: `posix_fadvise(2)` on the kernel's
+    /// file descriptor, [`wbcache::File::advise`] on wbcache's handle.
+    fn advise(&mut self, _off: u64, _len: u64, advice: Advice) -> io::Result<()> {
+        Err(unsupported(format!("this engine takes no {advice:?} advice")))
+    }
+    /// Starts the writeback of the dirty data of `[off, off + len)` and
+    /// returns without waiting for it: `sync_file_range(2)` with
+    /// `SYNC_FILE_RANGE_WRITE` on the kernel's file descriptor,
+    /// [`wbcache::File::writeback_range`] with [`SyncRangeFlags::WRITE`]
+    /// on wbcache's handle.
+    fn start_writeback(&mut self, _off: u64, _len: u64) -> io::Result<()> {
+        Err(unsupported("this engine has no range writeback".into()))
     }
 }
 
@@ -561,6 +580,44 @@ impl EngineFile for KernelFile {
     }
 
     fn resident(&mut self, off: u64, len: u64) -> io::Result<bool> {
+        Ok(self.mincore(off, len)?.iter().all(|v| v & 1 != 0))
+    }
+
+    fn cached_bytes(&mut self, off: u64, len: u64) -> io::Result<u64> {
+        let pages = self.mincore(off, len)?.iter().filter(|v| *v & 1 != 0).count() as u64;
+        Ok((pages * page_size()).min(len))
+    }
+
+    fn advise(&mut self, off: u64, len: u64, advice: Advice) -> io::Result<()> {
+        // SAFETY: plain syscall on an fd we own.
+        let rc = unsafe { libc::posix_fadvise(self.fd(), off as libc::off_t, len as libc::off_t, advice.raw()) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
+    }
+
+    fn start_writeback(&mut self, off: u64, len: u64) -> io::Result<()> {
+        retry_eintr(|| {
+            // SAFETY: plain syscall on an fd we own.
+            let rc = unsafe {
+                libc::sync_file_range(
+                    self.fd(),
+                    off as libc::off64_t,
+                    len as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                )
+            };
+            cvt(rc as isize).map(drop)
+        })
+    }
+}
+
+impl KernelFile {
+    /// `mincore(2)`'s answer for `[off, off + len)` of the mapping made by
+    /// `track_residency`: one byte per page, bit 0 set where the page is
+    /// in the page cache.
+    fn mincore(&mut self, off: u64, len: u64) -> io::Result<&[u8]> {
         let page = page_size();
         let map = self.map.as_mut().ok_or_else(|| io::Error::other("residency asked before track_residency"))?;
         let inside = off >= map.off && off + len <= map.off + map.len as u64 && (off - map.off) % page == 0;
@@ -584,7 +641,7 @@ impl EngineFile for KernelFile {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(map.vec.iter().all(|v| v & 1 != 0))
+        Ok(&map.vec)
     }
 }
 
@@ -926,6 +983,20 @@ impl EngineFile for WbFile {
         // Blocks past the end of the file are not reported: not cached.
         Ok(n == blocks && self.residency[..n].iter().all(|b| b & RESIDENT_CACHED != 0))
     }
+
+    fn cached_bytes(&mut self, off: u64, len: u64) -> io::Result<u64> {
+        let end = off.saturating_add(len);
+        let ranges = self.file.cached_ranges()?;
+        Ok(ranges.iter().map(|r| r.end.min(end).saturating_sub(r.start.max(off))).sum())
+    }
+
+    fn advise(&mut self, off: u64, len: u64, advice: Advice) -> io::Result<()> {
+        self.file.advise(off..off.saturating_add(len), advice)
+    }
+
+    fn start_writeback(&mut self, off: u64, len: u64) -> io::Result<()> {
+        self.file.writeback_range(off..off.saturating_add(len), SyncRangeFlags::WRITE)
+    }
 }
 
 #[cfg(test)]
@@ -991,6 +1062,65 @@ mod tests {
         // O_DIRECT has no cache to ask (where the file system takes O_DIRECT).
         if let Ok(mut d) = DirectFile::open(&Target { create: false, ..target }) {
             assert!(!d.track_residency(0, MIB_TEST).unwrap());
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// `advice`'s calls on the kernel: cached bytes from mincore(2) over
+    /// a mapping longer than the file (pages past its end are not cached),
+    /// sync_file_range's start, DONTNEED dropping the written-back pages.
+    #[test]
+    fn kernel_advice_and_cached_bytes() {
+        let (path, on_disk) = scratch_file("advice");
+        let target = Target { path: path.clone(), offset: 0, len: 4 * MIB_TEST, create: true };
+        let mut f = KernelFile::open(&target, Mode::Buffered).unwrap();
+        assert!(f.cached_bytes(0, MIB_TEST).is_err(), "asked before track_residency");
+        assert!(f.track_residency(0, 4 * MIB_TEST).unwrap(), "a mapping past the end of the (empty) file");
+        assert_eq!(f.cached_bytes(0, 4 * MIB_TEST).unwrap(), 0);
+        f.write_at(&AlignedBuf::filled(MIB_TEST as usize, 5), 0).unwrap();
+        assert_eq!(f.cached_bytes(0, 4 * MIB_TEST).unwrap(), MIB_TEST, "what was written, nothing past it");
+        assert_eq!(f.cached_bytes(0, 512 << 10).unwrap(), 512 << 10);
+        f.start_writeback(0, MIB_TEST).unwrap();
+        f.fsync().unwrap();
+        assert_eq!(f.cached_bytes(0, MIB_TEST).unwrap(), MIB_TEST, "written back, still cached");
+        f.advise(0, MIB_TEST, Advice::DontNeed).unwrap();
+        if on_disk {
+            assert_eq!(f.cached_bytes(0, MIB_TEST).unwrap(), 0, "clean pages dropped");
+        }
+        f.advise(0, MIB_TEST, Advice::WillNeed).unwrap();
+        drop(f);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// The same calls on wbcache: File::cached_ranges summed inside the
+    /// range, File::writeback_range's start, File::advise; DONTNEED drops
+    /// clean data at once, WILLNEED reads it back in the background.
+    #[test]
+    fn wbcache_advice_and_cached_bytes() {
+        let (path, _) = scratch_file("wb-advice");
+        let sys = System::new(EngineKind::Wbcache, "capacity=32M").unwrap();
+        let target = Target { path: path.clone(), offset: 0, len: 2 * MIB_TEST, create: true };
+        let mut f = sys.open(EngineKind::Wbcache, &target).unwrap();
+        assert!(f.track_residency(0, 2 * MIB_TEST).unwrap());
+        f.write_at(&AlignedBuf::filled(MIB_TEST as usize, 6), 0).unwrap();
+        assert_eq!(f.cached_bytes(0, 2 * MIB_TEST).unwrap(), MIB_TEST);
+        assert_eq!(f.cached_bytes(256 << 10, 4096).unwrap(), 4096, "only inside the range");
+        f.start_writeback(0, MIB_TEST).unwrap();
+        f.fsync().unwrap();
+        f.advise(0, MIB_TEST, Advice::DontNeed).unwrap();
+        assert_eq!(f.cached_bytes(0, MIB_TEST).unwrap(), 0, "clean data dropped at once");
+        f.advise(0, MIB_TEST, Advice::WillNeed).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while f.cached_bytes(0, MIB_TEST).unwrap() < MIB_TEST && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(f.cached_bytes(0, MIB_TEST).unwrap(), MIB_TEST, "read back in by the advice");
+        drop(f);
+        sys.close().unwrap();
+        // O_DIRECT takes no advice.
+        if let Ok(mut d) = DirectFile::open(&Target { create: false, ..target }) {
+            assert!(is_unsupported(&d.advise(0, MIB_TEST, Advice::WillNeed).unwrap_err()));
+            assert!(is_unsupported(&d.start_writeback(0, MIB_TEST).unwrap_err()));
         }
         std::fs::remove_file(&path).unwrap();
     }

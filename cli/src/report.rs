@@ -11,7 +11,9 @@ use crate::engines::EngineKind;
 use crate::measure::{rate_points, round3, sum_samples, HistData, Histogram, Percentiles, Series};
 use crate::sys::{fmt_size, Machine};
 use crate::worker::{JobResult, Outcome, Status};
-use crate::workloads::{Group, HotSet, Kind, SqliteVariant, BACKGROUND, FOREGROUND, HOT, STREAMER, TRANSACTIONS};
+use crate::workloads::{
+    AdviceVariant, Group, HotSet, Kind, SqliteVariant, BACKGROUND, FOREGROUND, HOT, STREAMER, TRANSACTIONS,
+};
 
 /// One result row. Field order and names are the JSON schema; fields that do
 /// not apply are `null`. The `#[serde(skip)]` fields feed tables and charts.
@@ -84,6 +86,25 @@ pub struct ResultRow {
     /// the load included), in bytes. For wbcache it includes the cache's
     /// memory; the kernel's page cache is not in it.
     pub peak_rss_bytes: Option<u64>,
+    /// `advice`'s stream rows: the most bytes of the written file cached
+    /// at once (dirty ones included), of the looks after every 8 MiB
+    /// written: `mincore(2)` on a mapping of the file for the kernel,
+    /// `File::cached_ranges` for wbcache.
+    pub peak_cached_bytes: Option<u64>,
+    /// `advice`'s stream rows: the final fsync's time, in seconds (the
+    /// row's `total_s` less its `runtime_s`).
+    pub fsync_s: Option<f64>,
+    /// `advice`'s advised rows: the time spent inside the advice calls, in
+    /// seconds: the one WILLNEED of `cold-read-willneed` (part of its
+    /// MB/s), the sum of every DONTNEED of `stream-dontneed` or range
+    /// writeback start of `stream-sync-range`.
+    pub advise_s: Option<f64>,
+    /// `advice`'s advised rows: the advice calls `advise_s` adds up.
+    pub advise_calls: Option<u64>,
+    /// `advice`'s stream rows: the time the looks at the file's cached
+    /// bytes took, in seconds: the bench's own work, left out of the row's
+    /// `runtime_s`, `total_s` and MB/s.
+    pub cached_look_s: Option<f64>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -143,6 +164,11 @@ impl ResultRow {
             stream_mb_s: None,
             db_bytes: None,
             peak_rss_bytes: None,
+            peak_cached_bytes: None,
+            fsync_s: None,
+            advise_s: None,
+            advise_calls: None,
+            cached_look_s: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -237,6 +263,9 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
     if let Kind::Sqlite(_) = group.kind {
         return vec![sqlite_row(group, engine, &jobs, o)];
     }
+    if let Kind::Advice(_) = group.kind {
+        return vec![advice_row(group, engine, &jobs, o)];
+    }
     if group.kind == Kind::Competing {
         let mut rows: Vec<ResultRow> =
             jobs.iter().map(|j| aggregate(group, engine, j.role.clone(), &[*j], o)).collect();
@@ -322,6 +351,26 @@ fn sqlite_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcom
         row.stream_mb_s = (w.end_s > 0.0).then(|| round3(w.bytes as f64 / w.end_s / 1e6));
     }
     row.peak_rss_bytes = o.peak_rss_bytes;
+    row
+}
+
+/// `advice`'s row: the reads' or the writes' figures (MB/s until the
+/// last read, or until the final fsync returned), and what the job
+/// measured besides: the peak of the streamed file's cached bytes, the
+/// final fsync's time, the time inside the advice calls.
+fn advice_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) -> ResultRow {
+    let mut row = aggregate(group, engine, group.variant.clone(), jobs, o);
+    if let Some(j) = jobs.first() {
+        if let Some(a) = &j.advice {
+            row.peak_cached_bytes = a.peak_cached_bytes;
+            row.advise_s = a.advise_s.map(round6);
+            row.advise_calls = a.advise_s.map(|_| a.advise_calls);
+            row.cached_look_s = a.peak_cached_bytes.map(|_| round6(a.look_s));
+        }
+        if j.fsync.is_some() {
+            row.fsync_s = Some(round6((j.end_s - j.io_end_s).max(0.0)));
+        }
+    }
     row
 }
 
@@ -963,6 +1012,97 @@ pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     out
 }
 
+/// The order of `advice`'s rows in its table: per variant (in the
+/// catalog's order), kernel-buffered then wbcache.
+fn advice_rank(r: &ResultRow) -> (usize, usize) {
+    let variant = AdviceVariant::ALL.iter().position(|v| Some(v.name()) == r.variant.as_deref()).unwrap_or(usize::MAX);
+    let engine = EngineKind::ALL.iter().position(|e| e.name() == r.engine).unwrap_or(usize::MAX);
+    (variant, engine)
+}
+
+/// What the `advice` table's columns mean (printed above it).
+pub const ADVICE_COLUMNS: &str = "MB/s: the bytes read or written over the time from the first call of the timed \
+     part (the WILLNEED of cold-read-willneed, the first read or write otherwise) until the last read returned, or \
+     until the final fsync returned; the streams' looks at what is cached are left out of it. vs plain: MB/s ÷ the same engine's variant without advice (cold-read, stream). \
+     vs kernel-buffered: MB/s ÷ kernel-buffered's in the same variant. p99.9 µs: each read or write call's latency, \
+     99.9th percentile (the advice calls are not in it). advice s: the time inside the advice calls, the one \
+     WILLNEED or the sum of one call after every 8 MiB written. fsync s: the final fsync's time. peak cached: the \
+     most bytes of the streamed file cached at once, dirty ones included, of the looks after every 8 MiB written \
+     (each look before that point's advice). peak dirty+wb: the most bytes dirty or under writeback at once \
+     (system-wide for the kernel, sampled every 100 ms).";
+
+/// The `advice` table: per variant and engine, MB/s (against the same
+/// engine's plain variant and against kernel-buffered), the calls' p99.9,
+/// the advice calls' time, the final fsync's, and the peaks of cached and
+/// of dirty bytes.
+pub fn advice_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
+    let mut rows: Vec<&ResultRow> = rows.to_vec();
+    rows.sort_by_key(|r| advice_rank(r));
+    let has_status = rows.iter().any(|r| !r.ok());
+    let mut head = vec![
+        "variant",
+        "engine",
+        "MB/s",
+        "vs plain",
+        "vs kernel-buffered",
+        "p99.9 µs",
+        "advice s",
+        "fsync s",
+        "peak cached MiB",
+        "peak dirty+wb MiB",
+    ];
+    if has_status {
+        head.push("status");
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "### {title}\n\n{about}\n\n{ADVICE_COLUMNS}\n");
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let aligns: Vec<&str> =
+        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
+    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    let dash = || "—".to_string();
+    let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
+    let mb_s_of = |variant: &str, engine: &str| {
+        rows.iter()
+            .find(|b| b.variant.as_deref() == Some(variant) && b.engine == engine && b.ok())
+            .and_then(|b| b.throughput_mb_s)
+            .filter(|v| *v > 0.0)
+    };
+    for r in &rows {
+        let ok = r.ok();
+        let mb_s = r.throughput_mb_s.filter(|_| ok);
+        let variant = r.variant.as_deref().unwrap_or("");
+        let plain = AdviceVariant::parse(variant).and_then(AdviceVariant::plain);
+        let vs_plain = match (mb_s, plain.and_then(|v| mb_s_of(v.name(), &r.engine))) {
+            (Some(a), Some(b)) => Some(a / b),
+            _ => None,
+        };
+        let vs_kernel = match (mb_s, mb_s_of(variant, "kernel-buffered")) {
+            (Some(a), Some(b)) => Some(a / b),
+            _ => None,
+        };
+        let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
+        c.push(mb_s.map(fmt_num).unwrap_or_else(dash));
+        c.push(times(vs_plain));
+        c.push(times(vs_kernel));
+        c.push(r.lat_us.filter(|_| ok).map(|p| fmt_num(p.p999)).unwrap_or_else(dash));
+        for v in [r.advise_s, r.fsync_s] {
+            c.push(v.filter(|_| ok).map(fmt_seconds).unwrap_or_else(dash));
+        }
+        for v in [r.peak_cached_bytes, r.peak_dirty_bytes] {
+            c.push(v.filter(|_| ok).map(mib).unwrap_or_else(dash));
+        }
+        if has_status {
+            c.push(match &r.error {
+                Some(e) if !ok => cell(&format!("{}: {e}", r.status)),
+                _ => r.status.clone(),
+            });
+        }
+        let _ = writeln!(out, "| {} |", c.join(" | "));
+    }
+    out
+}
+
 /// `hot-set`'s goals, per streaming variant: wbcache-dontcache keeps its
 /// hot reader's data cached (hit ratio ≥ 99%) and its speed (≥ 0.9 × alone);
 /// kernel-buffered's figures beside them, as context.
@@ -1298,6 +1438,10 @@ mod tests {
     const SQLITE_NULLS: &str = "\"tps\":null,\"commit_us_p50\":null,\"commit_us_p99\":null,\"commit_us_max\":null,\
          \"stream_mb_s\":null,\"db_bytes\":null,\"peak_rss_bytes\":null";
 
+    /// The fields `advice` added, closing every row (null on other workloads').
+    const ADVICE_NULLS: &str = "\"peak_cached_bytes\":null,\"fsync_s\":null,\"advise_s\":null,\"advise_calls\":null,\
+         \"cached_look_s\":null";
+
     fn job(role: &str, bytes: u64, io_end_s: f64) -> JobResult {
         let mut lat = Histogram::default();
         lat.record(20_000);
@@ -1512,7 +1656,7 @@ mod tests {
         assert!(text.ends_with(&format!(
             ",\"fsync_total_s\":null,\"writeback_mb_s\":{},\"cpu_s_per_gib\":{},\"written_bytes_per_worker\":[1048576,2097152],\
              \"hot_hit_ratio\":null,\"hot_mb_s\":null,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":null,\"dropbehind_cpu_us\":null,\
-             {SQLITE_NULLS}}}",
+             {SQLITE_NULLS},{ADVICE_NULLS}}}",
             json["writeback_mb_s"], json["cpu_s_per_gib"]
         )));
         // The kernel's rows: no configuration in the label, nor workers.
@@ -1667,7 +1811,7 @@ mod tests {
         let text = serde_json::to_string(r).unwrap();
         assert!(
             text.ends_with(
-                &format!(",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912,\"dropbehind_cpu_us\":1234,{SQLITE_NULLS}}}")
+                &format!(",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912,\"dropbehind_cpu_us\":1234,{SQLITE_NULLS},{ADVICE_NULLS}}}")
             ),
             "{text}"
         );
@@ -1806,7 +1950,7 @@ mod tests {
         assert!(
             text.ends_with(&format!(
                 ",\"tps\":500.0,\"commit_us_p50\":{p50},\"commit_us_p99\":{p99},\"commit_us_max\":5000.0,\
-                 \"stream_mb_s\":1000.0,\"db_bytes\":335544320,\"peak_rss_bytes\":314572800}}"
+                 \"stream_mb_s\":1000.0,\"db_bytes\":335544320,\"peak_rss_bytes\":314572800,{ADVICE_NULLS}}}"
             )),
             "{text}"
         );
@@ -1868,5 +2012,111 @@ mod tests {
         let order: Vec<&str> = table.lines().filter(|l| l.starts_with("| wal") || l.starts_with("| delete")).collect();
         assert!(order[0].starts_with("| wal-idle | kernel-buffered") && order[1].starts_with("| wal-idle | wbcache"));
         assert!(order[4].starts_with("| delete-idle | kernel-buffered") && order[6].starts_with("| delete-streaming"));
+    }
+    fn advice_group(variant: &str) -> Group {
+        crate::workloads::groups_for(&format!("advice/{variant}"), None).unwrap().remove(0)
+    }
+
+    /// An advice row: the stream's MB/s until the fsync returned, the
+    /// fsync's own time, the peak of cached bytes, the advice calls'
+    /// time; the new fields close the JSON row. A cold read: no fsync, no
+    /// cached peak; without advice, no advice time.
+    #[test]
+    fn advice_rows() {
+        let mut w = job("", 512_000_000, 0.5);
+        w.role = None;
+        w.end_s = 1.0;
+        let mut fsync = Histogram::default();
+        fsync.record(500_000_000);
+        w.fsync = Some(fsync.to_data());
+        w.advice = Some(crate::worker::AdviceResult {
+            peak_cached_bytes: Some(32 << 20),
+            advise_s: Some(0.0125),
+            advise_calls: 64,
+            look_s: 0.002,
+        });
+        let o = hot_outcome(vec![w], None);
+        let r = &rows_from(&advice_group("stream-dontneed"), EngineKind::KernelBuffered, &o)[0];
+        assert_eq!((r.workload.as_str(), r.variant.as_deref()), ("advice", Some("stream-dontneed")));
+        assert_eq!(r.throughput_mb_s, Some(512.0), "the fsync included");
+        assert_eq!((r.fsync_s, r.peak_cached_bytes), (Some(0.5), Some(32 << 20)));
+        assert_eq!((r.advise_s, r.advise_calls, r.cached_look_s), (Some(0.0125), Some(64), Some(0.002)));
+        let text = serde_json::to_string(r).unwrap();
+        assert!(
+            text.ends_with(&format!(
+                "{SQLITE_NULLS},\"peak_cached_bytes\":33554432,\"fsync_s\":0.5,\"advise_s\":0.0125,\
+                 \"advise_calls\":64,\"cached_look_s\":0.002}}"
+            )),
+            "{text}"
+        );
+        let mut read = job("", 64 << 20, 0.05);
+        read.role = None;
+        read.advice = Some(crate::worker::AdviceResult::default());
+        let o = hot_outcome(vec![read], None);
+        let r = &rows_from(&advice_group("cold-read"), EngineKind::Wbcache, &o)[0];
+        assert_eq!(r.throughput_mb_s, Some(round3((64 << 20) as f64 / 0.05 / 1e6)));
+        assert_eq!((r.fsync_s, r.peak_cached_bytes, r.advise_s, r.advise_calls), (None, None, None, None));
+        assert_eq!(r.cached_look_s, None);
+        let json = serde_json::to_value(r).unwrap();
+        assert!(json["advise_s"].is_null() && json.get("peak_cached_bytes").is_some());
+    }
+
+    fn advice_row(variant: &str, engine: &str, mb_s: f64) -> ResultRow {
+        let mut row = ResultRow::empty(
+            &advice_group(variant),
+            EngineKind::parse(engine).unwrap(),
+            Some(variant.into()),
+            Status::Ok,
+            None,
+        );
+        row.throughput_mb_s = Some(mb_s);
+        row.lat_us = Some(Percentiles { p50: 400.0, p99: 2_000.0, p999: 12_345.0, max: 40_000.0 });
+        row.peak_dirty_bytes = Some(64 << 20);
+        if variant.starts_with("stream") {
+            row.fsync_s = Some(0.25);
+            row.peak_cached_bytes = Some(128 << 20);
+        }
+        if variant.contains('-') && variant != "cold-read" {
+            row.advise_s = Some(0.0042);
+        }
+        row
+    }
+
+    /// The table: per variant, kernel-buffered then wbcache; MB/s against
+    /// the same engine's plain variant and against kernel-buffered.
+    #[test]
+    fn advice_table_compares_with_plain_and_the_kernel() {
+        let mut rows = vec![
+            advice_row("stream-sync-range", "wbcache", 1_500.0),
+            advice_row("stream", "wbcache", 1_000.0),
+            advice_row("stream", "kernel-buffered", 2_000.0),
+            advice_row("stream-sync-range", "kernel-buffered", 1_000.0),
+            advice_row("cold-read", "kernel-buffered", 1_000.0),
+            advice_row("cold-read-willneed", "kernel-buffered", 1_500.0),
+            advice_row("cold-read", "wbcache", 2_000.0),
+        ];
+        rows.push(failed_row(&advice_group("stream-dontneed"), EngineKind::Wbcache, Status::Error, "boom".into()));
+        let refs: Vec<&ResultRow> = rows.iter().collect();
+        let table = advice_table("advice", "about", &refs);
+        assert!(table.contains(
+            "| variant | engine | MB/s | vs plain | vs kernel-buffered | p99.9 µs | advice s | fsync s | \
+             peak cached MiB | peak dirty+wb MiB | status |"
+        ));
+        assert!(
+            table.contains("| cold-read | wbcache | 2,000 | — | 2.00× | 12,345 | — | — | — | 64.0 | ok |"),
+            "{table}"
+        );
+        assert!(table.contains("| cold-read-willneed | kernel-buffered | 1,500 | 1.50× | 1.00× | 12,345 | 0.00420 |"));
+        assert!(table.contains("| stream | wbcache | 1,000 | — | 0.50× | 12,345 | — | 0.250 | 128.0 | 64.0 | ok |"));
+        assert!(table.contains("| stream-sync-range | kernel-buffered | 1,000 | 0.50× | 1.00× |"), "{table}");
+        assert!(table.contains("| stream-sync-range | wbcache | 1,500 | 1.50× | 1.50× |"), "{table}");
+        assert!(table.contains("| stream-dontneed | wbcache | — | — | — | — | — | — | — | — | error: boom |"));
+        let order: Vec<&str> = table.lines().filter(|l| l.starts_with("| cold") || l.starts_with("| stream")).collect();
+        assert!(order[0].starts_with("| cold-read | kernel-buffered") && order[1].starts_with("| cold-read | wbcache"));
+        assert!(order[2].starts_with("| cold-read-willneed") && order[3].starts_with("| stream | kernel-buffered"));
+        assert!(order[5].starts_with("| stream-dontneed") && order[6].starts_with("| stream-sync-range | kernel"));
+        for word in ["issue", "seed", "slot"] {
+            assert!(!ADVICE_COLUMNS.contains(word), "{word}");
+        }
     }
 }

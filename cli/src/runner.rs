@@ -20,14 +20,14 @@ use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
 use crate::progress::{say, Progress};
 use crate::report::{
-    failed_row, fsync_table, hot_alone_ratios, hot_table, markdown_table, pw_table, rows_from, sqlite_table, targets,
-    to_json, Reference, ResultRow,
+    advice_table, failed_row, fsync_table, hot_alone_ratios, hot_table, markdown_table, pw_table, rows_from,
+    sqlite_table, targets, to_json, Reference, ResultRow,
 };
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
 use crate::worker::{memcpy_reference_us, Outcome, Status};
 use crate::workloads::{
-    build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about, sqlite_about,
-    FioJob, Group, Kind, Pattern, Place, Spec, KIB,
+    advice_about, build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about,
+    sqlite_about, FioJob, Group, Kind, Pattern, Place, Spec, KIB,
 };
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -441,6 +441,24 @@ fn summary(rows: &[ResultRow]) -> String {
         }
         return s;
     }
+    // advice: MB/s, the calls' p99.9, the advice calls' and the fsync's
+    // time, the peak of the file's cached bytes.
+    if r.workload == "advice" {
+        let mut s = format!("{:.1} MB/s", r.throughput_mb_s.unwrap_or(0.0));
+        if let Some(l) = &r.lat_us {
+            s.push_str(&format!(", p99.9 {:.1} µs", l.p999));
+        }
+        if let Some(a) = r.advise_s {
+            s.push_str(&format!(", advice {:.3} ms", a * 1e3));
+        }
+        if let Some(f) = r.fsync_s {
+            s.push_str(&format!(", fsync {f:.3} s"));
+        }
+        if let Some(c) = r.peak_cached_bytes {
+            s.push_str(&format!(", peak cached {:.1} MiB", c as f64 / (1u64 << 20) as f64));
+        }
+        return s;
+    }
     // parallel-writeback: the writers', then the writeback's MB/s and the CPU.
     if let Some(w) = r.writeback_mb_s {
         let mut s = format!("writers {:.1} MB/s, writeback {w:.1} MB/s", r.throughput_mb_s.unwrap_or(0.0));
@@ -820,11 +838,12 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
     let mine: Vec<&Group> = groups.iter().filter(|g| g.workload == group.workload).collect();
     let what = if matches!(group.kind, Kind::ParallelWriteback(_)) {
         format!("{}. {}", pw_about(p), pw_options_about(p))
-    } else if matches!(group.kind, Kind::Sqlite(_)) {
+    } else if matches!(group.kind, Kind::Sqlite(_) | Kind::Advice(_)) {
         // Each variant named, also when it runs alone.
         let parts: Vec<String> =
             mine.iter().map(|g| format!("{}, {}", g.variant.as_deref().unwrap_or("main"), describe(g, p))).collect();
-        format!("{}. Variants: {}", sqlite_about(p), parts.join("; "))
+        let about = if matches!(group.kind, Kind::Sqlite(_)) { sqlite_about(p) } else { advice_about(p) };
+        format!("{about}. Variants: {}", parts.join("; "))
     } else if mine.len() == 1 {
         describe(mine[0], p)
     } else {
@@ -863,6 +882,9 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &crate
     }
     if matches!(group.kind, Kind::Sqlite(_)) {
         return sqlite_table(group.workload, &about, &table_rows);
+    }
+    if matches!(group.kind, Kind::Advice(_)) {
+        return advice_table(group.workload, &about, &table_rows);
     }
     markdown_table(group.workload, &about, &table_rows)
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::engines::{EngineFile, EngineKind, System, DIRECT_DEPTH};
 use crate::measure::{HistData, Histogram, Series};
 use crate::sys::{AlignedBuf, Rng};
-use crate::workloads::{JobSpec, Pattern, Setup, Spec, SqliteJob, FOREGROUND, STREAMER, TRANSACTIONS};
+use crate::workloads::{AdviceVariant, JobSpec, Pattern, Setup, Spec, SqliteJob, FOREGROUND, STREAMER, TRANSACTIONS};
 
 const MIB: u64 = 1 << 20;
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -76,6 +76,9 @@ pub struct JobResult {
     /// latency, `io_end_s` the time they ran).
     #[serde(default)]
     pub sqlite: Option<SqliteResult>,
+    /// `advice`'s job: what was cached and what the advice calls took.
+    #[serde(default)]
+    pub advice: Option<AdviceResult>,
 }
 
 /// What `sqlite`'s transactions job measured besides its transactions.
@@ -87,6 +90,24 @@ pub struct SqliteResult {
     pub load_s: f64,
     /// Each COMMIT statement's time.
     pub commit: HistData,
+}
+
+/// What `advice`'s job measured besides its reads or writes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AdviceResult {
+    /// The streams: the most bytes of the file cached at once, of the
+    /// looks after every `every` bytes written (`None` for the reads).
+    pub peak_cached_bytes: Option<u64>,
+    /// The time spent inside the advice calls, in seconds: the one
+    /// WILLNEED, or every DONTNEED or range writeback start (`None` for
+    /// the plain variants).
+    pub advise_s: Option<f64>,
+    /// The calls that time adds up.
+    pub advise_calls: u64,
+    /// The time the looks at what is cached took, in seconds: the bench's
+    /// own work, not the application's, so it is left out of the job's
+    /// times (`io_end_s`, `end_s`).
+    pub look_s: f64,
 }
 
 /// What a worker prints.
@@ -166,6 +187,7 @@ struct JobRaw {
     fsync_points: Vec<(f64, f64)>,
     resident_chunks: Option<u64>,
     sqlite: Option<SqliteResult>,
+    advice: Option<AdviceResult>,
 }
 
 /// Per-job series bookkeeping for the sampler.
@@ -305,6 +327,7 @@ pub fn run(spec: &Spec) -> Outcome {
                     fsync_points: r.fsync_points,
                     resident_chunks: r.resident_chunks,
                     sqlite: r.sqlite,
+                    advice: r.advice,
                 });
             }
             Err(e) => {
@@ -367,6 +390,10 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
     // forgets an inode's clean folios when its last handle closes.
     let _setup_handle = match job.setup {
         Setup::None => return sys.open(job.engine, &job.target),
+        Setup::Cold => {
+            drop_from_page_cache(&job.target)?;
+            return sys.open(job.engine, &job.target);
+        }
         Setup::Prefill { bytes } => {
             let mut f = sys.open(setup_engine(job.engine), &job.target)?;
             let chunk = if bytes <= 2 * MIB { bytes } else { MIB };
@@ -404,6 +431,28 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
     };
     let target = crate::engines::Target { create: false, ..job.target.clone() };
     sys.open(job.engine, &target)
+}
+
+/// Drops `target`'s range from the kernel's page cache: written back
+/// first (it is clean when laid out by the bench), then
+/// `POSIX_FADV_DONTNEED`, on a file descriptor of its own.
+fn drop_from_page_cache(target: &crate::engines::Target) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(&target.path)?;
+    f.sync_data()?;
+    // SAFETY: plain syscall on an fd we own.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            f.as_raw_fd(),
+            target.offset as libc::off_t,
+            target.len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
 }
 
 /// Reads `[base, base + bytes)` once in 1 MiB reads (to its end of file).
@@ -454,7 +503,8 @@ fn run_job(
         cancel.store(true, Relaxed);
     }
     barrier.wait();
-    let started = Instant::now();
+    // (Moved later by the time the job's own looks took: `advice`.)
+    let mut started = Instant::now();
     let (mut file, mut others) = prepared?;
     if cancel.load(Relaxed) {
         return Err(io::Error::other(CANCELLED));
@@ -468,6 +518,7 @@ fn run_job(
     let mut fsync_total_s = None;
     let mut fsync_points = Vec::new();
     let mut resident_chunks = None;
+    let mut advice = None;
     let deadline_after = Duration::from_secs_f64(spec.deadline_s.max(0.01));
     match &job.pattern {
         Pattern::Seq { .. } | Pattern::Rand { .. } | Pattern::RandShare { .. } => {
@@ -682,6 +733,15 @@ fn run_job(
             resident_chunks = tracked.then_some(resident);
         }
         Pattern::Sqlite(_) => unreachable!("run by run_sqlite_job"),
+        Pattern::Advice { variant, bs, every } => {
+            let shape = AdviceShape { variant: *variant, bs: *bs, every: *every };
+            let deadline = Instant::now() + deadline_after;
+            let (b, n, r, looks) = advice_io(&mut *file, job, shape, deadline, cancel, counter, &mut hist)?;
+            (bytes, ops, advice) = (b, n, Some(r));
+            // The looks at what is cached are the bench's, not the
+            // application's: its times leave them out.
+            started += looks;
+        }
         Pattern::CachedReads { bs, span, iterations, warmup } => {
             let bs = *bs;
             let blocks = (span / bs).max(1);
@@ -741,6 +801,7 @@ fn run_job(
         fsync_points,
         resident_chunks,
         sqlite: None,
+        advice,
     })
 }
 
@@ -802,7 +863,106 @@ fn run_sqlite_job(
         fsync_points: Vec::new(),
         resident_chunks: None,
         sqlite: Some(sqlite),
+        advice: None,
     })
+}
+
+/// What an `advice` job does: its variant, request size, and how often
+/// the streams advise and look.
+#[derive(Clone, Copy)]
+struct AdviceShape {
+    variant: AdviceVariant,
+    bs: u64,
+    every: u64,
+}
+
+/// `advice`'s timed part on `file`, the job's target: returns its bytes,
+/// its calls and what it measured besides. The reads: (one WILLNEED over
+/// the whole target, then) `bs` sequential reads of it. The streams: `bs`
+/// sequential writes of the whole target; after every `every` bytes
+/// written, a look at how much of what was written is cached (recorded
+/// before the advice, so the peak is the most the file held), then the
+/// variant's advice: DONTNEED over everything written so far, or the
+/// start of the writeback of the `every` bytes just written. The caller
+/// fsyncs. Stops at `deadline` (what was done counts). Also returns the
+/// time the looks took.
+fn advice_io(
+    file: &mut dyn EngineFile,
+    job: &JobSpec,
+    shape: AdviceShape,
+    deadline: Instant,
+    cancel: &AtomicBool,
+    counter: &AtomicU64,
+    hist: &mut Histogram,
+) -> io::Result<(u64, u64, AdviceResult, Duration)> {
+    let AdviceShape { variant, bs, every } = shape;
+    let base = job.target.offset;
+    let len = (job.target.len / bs).max(1) * bs;
+    let mut result = AdviceResult::default();
+    let (mut bytes, mut ops) = (0u64, 0u64);
+    let mut advise_time = Duration::ZERO;
+    let mut look_time = Duration::ZERO;
+    if variant.reads() {
+        if variant == AdviceVariant::ColdReadWillneed {
+            let t = Instant::now();
+            file.advise(base, len, wbcache::Advice::WillNeed)?;
+            advise_time += t.elapsed();
+            result.advise_calls += 1;
+        }
+        let mut buf = AlignedBuf::new(bs as usize);
+        while bytes < len && !cancel.load(Relaxed) && Instant::now() < deadline {
+            let t = Instant::now();
+            let n = file.read_at(&mut buf, base + bytes)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("read at {bytes} hit end of file")));
+            }
+            hist.record(t.elapsed().as_nanos() as u64);
+            bytes += n as u64;
+            ops += 1;
+            counter.fetch_add(n as u64, Relaxed);
+        }
+    } else {
+        // A mapping of the file's final length for the kernel, made before
+        // the first write (it is never touched: pages past the end of the
+        // file are simply not cached).
+        if !file.track_residency(base, len)? {
+            return Err(io::Error::other("this engine has no cache to ask"));
+        }
+        let wbuf = AlignedBuf::filled(bs as usize, job.seed);
+        let mut peak = 0u64;
+        // Where the last look was: the window written since is the one
+        // whose writeback `stream-sync-range` starts.
+        let mut looked = 0u64;
+        while bytes < len && !cancel.load(Relaxed) && Instant::now() < deadline {
+            let t = Instant::now();
+            file.write_at(&wbuf, base + bytes)?;
+            hist.record(t.elapsed().as_nanos() as u64);
+            bytes += bs;
+            ops += 1;
+            counter.fetch_add(bs, Relaxed);
+            if bytes - looked < every && bytes < len {
+                continue;
+            }
+            let t = Instant::now();
+            peak = peak.max(file.cached_bytes(base, bytes)?);
+            look_time += t.elapsed();
+            let t = Instant::now();
+            match variant {
+                AdviceVariant::StreamDontneed => file.advise(base, bytes, wbcache::Advice::DontNeed)?,
+                AdviceVariant::StreamSyncRange => file.start_writeback(base + looked, bytes - looked)?,
+                _ => {}
+            }
+            if variant.plain().is_some() {
+                advise_time += t.elapsed();
+                result.advise_calls += 1;
+            }
+            looked = bytes;
+        }
+        result.peak_cached_bytes = Some(peak);
+        result.look_s = look_time.as_secs_f64();
+    }
+    result.advise_s = variant.plain().map(|_| advise_time.as_secs_f64());
+    Ok((bytes, ops, result, look_time))
 }
 
 /// µs per call of a bare `memcpy` of a random `bs`-byte block inside an

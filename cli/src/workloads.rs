@@ -46,6 +46,13 @@ const UNCACHED_IO: &str = "the LKML series \"Uncached buffered IO\" by Jens Axbo
 /// The transaction `sqlite` runs.
 const PGBENCH_TPCB: &str = "pgbench's built-in TPC-B-like script";
 
+/// The calls `advice` makes, and the applications that make them.
+const PAGE_CACHE_CONTROLS: &str = "the page-cache controls as applications call them: \
+     sync_file_range(SYNC_FILE_RANGE_WRITE) over what was just written, as PostgreSQL's checkpointer does \
+     (checkpoint_flush_after) and RocksDB's bytes_per_sync; POSIX_FADV_DONTNEED over data written once, as \
+     PostgreSQL does on its closed WAL segments at wal_level=minimal; POSIX_FADV_WILLNEED before reading, as \
+     PostgreSQL's prefetching does (effective_io_concurrency)";
+
 pub const WORKLOADS: &[WorkloadInfo] = &[
     WorkloadInfo {
         name: "seq-write",
@@ -154,6 +161,31 @@ pub const WORKLOADS: &[WorkloadInfo] = &[
         source: Some(PGBENCH_TPCB),
     },
     WorkloadInfo {
+        name: "advice",
+        about: "the page-cache controls applications use, on the kernel's page cache (posix_fadvise(2), \
+                sync_file_range(2) on the file descriptor) and on wbcache (File::advise, File::writeback_range), \
+                side by side. It runs on kernel-buffered and wbcache; the other engines do not run it. Variants: \
+                cold-read (a file of half of --memory, laid out before the run and cached in neither engine when \
+                the timed part starts: dropped from the kernel's page cache, and a wbcache Cache starts empty; read \
+                sequentially in 1 MiB reads); cold-read-willneed (the same, the timed part starting with one \
+                POSIX_FADV_WILLNEED / Advice::WillNeed over the whole file: MB/s from the advice to the last read, \
+                and the advice call's own time); stream (a new file of --size, twice the memory, written in 1 MiB \
+                sequential writes, then fsync); stream-dontneed (the same, with POSIX_FADV_DONTNEED / \
+                Advice::DontNeed over everything written so far after every 8 MiB); stream-sync-range (the same, \
+                with sync_file_range(SYNC_FILE_RANGE_WRITE) / File::writeback_range(WRITE) over the 8 MiB just \
+                written, after every 8 MiB). Stream figures: MB/s (the final fsync included), the write calls' \
+                p99.9 latency, the final fsync's time, the time spent in the advice calls, and the peak of the \
+                file's cached bytes, looked at after every 8 MiB written (mincore(2) on a read-only shared mapping \
+                of the file for the kernel, File::cached_ranges for wbcache). The advised variants are compared \
+                with the same engine's plain variant and with the kernel. Select one variant with e.g. \
+                advice/stream-sync-range",
+        models: "a database prefetching a file it is about to scan, a log or a backup that drops what it wrote \
+                 because nobody reads it again, a checkpoint or a compaction that starts writeback as it goes so \
+                 that its final fsync is short: does each call do on wbcache what it does on the kernel, and what \
+                 does it cost",
+        source: Some(PAGE_CACHE_CONTROLS),
+    },
+    WorkloadInfo {
         name: "small-overwrite",
         about: "overwrite offset 0 of an already cached file (written once and fsynced), per-call cost in µs; variants {write,pwrite,writev}-{1k,10k}-{4k,1m,2m}-file (writev: 10 iovecs of the size)",
         models: "small in-place updates of a cached file (a database header, a counter, a WAL tail): the cost of one write call",
@@ -181,6 +213,8 @@ pub enum Kind {
     HotSet(HotSet),
     /// One variant of `sqlite`.
     Sqlite(SqliteVariant),
+    /// One variant of `advice`.
+    Advice(AdviceVariant),
     SeqRead,
     RandRead,
     /// µs per cached 4 KiB read: random inside a cached region, or the
@@ -596,6 +630,85 @@ pub fn sqlite_head_start(p: &Params) -> u64 {
     (p.memory / 4).min(sqlite_stream_len(p) / 4)
 }
 
+/// The variants of `advice`: a cold file read plainly or after one
+/// WILLNEED, and a new file streamed plainly, with DONTNEED behind it, or
+/// with its writeback started as it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdviceVariant {
+    ColdRead,
+    ColdReadWillneed,
+    Stream,
+    StreamDontneed,
+    StreamSyncRange,
+}
+
+impl AdviceVariant {
+    pub const ALL: [AdviceVariant; 5] = [
+        AdviceVariant::ColdRead,
+        AdviceVariant::ColdReadWillneed,
+        AdviceVariant::Stream,
+        AdviceVariant::StreamDontneed,
+        AdviceVariant::StreamSyncRange,
+    ];
+
+    /// The variant name (JSON `variant`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AdviceVariant::ColdRead => "cold-read",
+            AdviceVariant::ColdReadWillneed => "cold-read-willneed",
+            AdviceVariant::Stream => "stream",
+            AdviceVariant::StreamDontneed => "stream-dontneed",
+            AdviceVariant::StreamSyncRange => "stream-sync-range",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AdviceVariant> {
+        AdviceVariant::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// Whether the variant reads the cold file (else it writes a new one).
+    pub fn reads(self) -> bool {
+        matches!(self, AdviceVariant::ColdRead | AdviceVariant::ColdReadWillneed)
+    }
+
+    /// The variant without advice an advised one is compared with (`None`
+    /// for the plain ones).
+    pub fn plain(self) -> Option<AdviceVariant> {
+        match self {
+            AdviceVariant::ColdRead | AdviceVariant::Stream => None,
+            AdviceVariant::ColdReadWillneed => Some(AdviceVariant::ColdRead),
+            AdviceVariant::StreamDontneed | AdviceVariant::StreamSyncRange => Some(AdviceVariant::Stream),
+        }
+    }
+
+    fn group(self) -> Group {
+        Group { workload: "advice", variant: Some(self.name().into()), kind: Kind::Advice(self) }
+    }
+}
+
+/// The engines `advice` runs on: the kernel's page cache through
+/// `posix_fadvise(2)` and `sync_file_range(2)`, and a wbcache Cache
+/// through `File::advise` and `File::writeback_range`.
+pub const ADVICE_ENGINES: [EngineKind; 2] = [EngineKind::KernelBuffered, EngineKind::Wbcache];
+/// `advice`'s request size, reads and writes.
+pub const ADVICE_BS: u64 = MIB;
+/// The stream variants advise (and look at what is cached) after every
+/// this many bytes written.
+pub const ADVICE_EVERY: u64 = 8 * MIB;
+
+/// The cold file `advice` reads: half the memory (at most the data file
+/// it is read from), whole requests.
+pub fn advice_cold_len(p: &Params) -> u64 {
+    round_down((p.memory / 2).min(data_len(p)), ADVICE_BS)
+}
+
+/// The file `advice`'s stream variants write: --size (twice the memory by
+/// default), whole requests.
+pub fn advice_stream_len(p: &Params) -> u64 {
+    round_down(p.size, ADVICE_BS)
+}
+
 /// `parallel-writeback`'s groups for these worker counts: per pattern, the
 /// kernel's group, then one per wbcache configuration.
 pub fn pw_groups(workers: &[u32]) -> Vec<Group> {
@@ -772,12 +885,13 @@ impl Group {
     }
 
     /// Whether the group runs on `engine` (every group does, except
-    /// `parallel-writeback`'s, see [`PwGroup::runs_on`], and `sqlite`'s,
-    /// see [`SQLITE_ENGINES`]).
+    /// `parallel-writeback`'s, see [`PwGroup::runs_on`], `sqlite`'s, see
+    /// [`SQLITE_ENGINES`], and `advice`'s, see [`ADVICE_ENGINES`]).
     pub fn runs_on(&self, engine: EngineKind) -> bool {
         match self.kind {
             Kind::ParallelWriteback(pw) => pw.runs_on(engine),
             Kind::Sqlite(_) => SQLITE_ENGINES.contains(&engine),
+            Kind::Advice(_) => ADVICE_ENGINES.contains(&engine),
             _ => true,
         }
     }
@@ -788,6 +902,7 @@ impl Group {
         match self.kind {
             Kind::ParallelWriteback(_) => Some(&PW_ENGINES),
             Kind::Sqlite(_) => Some(&SQLITE_ENGINES),
+            Kind::Advice(_) => Some(&ADVICE_ENGINES),
             _ => None,
         }
     }
@@ -802,6 +917,7 @@ impl Group {
                 | Kind::RandRead
                 | Kind::CachedRead { .. }
                 | Kind::HotSet(HotSet::ReadStream)
+                | Kind::Advice(AdviceVariant::ColdRead | AdviceVariant::ColdReadWillneed)
         )
     }
 }
@@ -855,8 +971,8 @@ pub fn groups_for(name: &str, overwrite_subset: Option<&[&str]>) -> Option<Vec<G
 
 /// The groups a workload name expands to: a catalog name, a small-overwrite
 /// variant name, `parallel-writeback/<selector>` (see [`pw_selection`]),
-/// `hot-set/<variant>` or `sqlite/<variant>`; `parallel-writeback` tries
-/// these writeback worker counts.
+/// `hot-set/<variant>`, `sqlite/<variant>` or `advice/<variant>`;
+/// `parallel-writeback` tries these writeback worker counts.
 pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: &[u32]) -> Option<Vec<Group>> {
     let g = |workload: &'static str, kind: Kind| Group { workload, variant: None, kind };
     if let Some(selector) = name.strip_prefix("parallel-writeback/") {
@@ -867,6 +983,9 @@ pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: 
     }
     if let Some(variant) = name.strip_prefix("sqlite/") {
         return Some(vec![SqliteVariant::parse(variant)?.group()]);
+    }
+    if let Some(variant) = name.strip_prefix("advice/") {
+        return Some(vec![AdviceVariant::parse(variant)?.group()]);
     }
     let groups = match name {
         "seq-write" => vec![g("seq-write", Kind::SeqWrite)],
@@ -885,6 +1004,7 @@ pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: 
         "parallel-writeback" => pw_groups(writeback_workers),
         "hot-set" => HotSet::ALL.into_iter().map(HotSet::group).collect(),
         "sqlite" => SqliteVariant::ALL.into_iter().map(SqliteVariant::group).collect(),
+        "advice" => AdviceVariant::ALL.into_iter().map(AdviceVariant::group).collect(),
         "seq-read" => vec![g("seq-read", Kind::SeqRead)],
         "rand-read" => vec![
             g("rand-read", Kind::RandRead),
@@ -941,6 +1061,12 @@ pub enum Setup {
     Hot {
         bytes: u64,
     },
+    /// `advice`'s cold file (laid out before the run): drop the target's
+    /// range from the kernel's page cache (`POSIX_FADV_DONTNEED` on a file
+    /// descriptor of its own; the data is clean), so it starts out cold
+    /// for the kernel also where the caches cannot be dropped between runs.
+    /// (A wbcache Cache is new in every measurement: nothing is cached.)
+    Cold,
 }
 
 /// The timed phase of a job.
@@ -977,6 +1103,12 @@ pub enum Pattern {
     /// pgbench's TPC-B-like transaction one after another until the
     /// deadline, or until the streaming writer ends.
     Sqlite(SqliteJob),
+    /// `advice`: `bs` sequential reads of the whole target (after one
+    /// WILLNEED over it for `cold-read-willneed`), or `bs` sequential
+    /// writes of the whole target, then fsync, with the variant's advice
+    /// and a look at what of the target is cached after every `every`
+    /// bytes written; stopped at the deadline.
+    Advice { variant: AdviceVariant, bs: u64, every: u64 },
 }
 
 /// The role of the job whose fsyncs `fsync-under-load` measures: when it
@@ -1245,6 +1377,27 @@ pub fn describe(group: &Group, p: &Params) -> String {
                 format!("{journal}, the transactions alone")
             }
         }
+        Kind::Advice(v) => {
+            let cold = fmt_size(advice_cold_len(p));
+            let stream = fmt_size(advice_stream_len(p));
+            let every = fmt_size(ADVICE_EVERY);
+            match v {
+                AdviceVariant::ColdRead => format!("a cold {cold} file read sequentially, 1 MiB reads"),
+                AdviceVariant::ColdReadWillneed => format!(
+                    "one WILLNEED over the whole cold {cold} file (posix_fadvise(POSIX_FADV_WILLNEED) / \
+                     File::advise(Advice::WillNeed)), then the same reads"
+                ),
+                AdviceVariant::Stream => format!("a new {stream} file written in 1 MiB sequential writes, then fsync"),
+                AdviceVariant::StreamDontneed => format!(
+                    "the same stream, with DONTNEED over everything written so far after every {every} \
+                     (posix_fadvise(POSIX_FADV_DONTNEED) / File::advise(Advice::DontNeed))"
+                ),
+                AdviceVariant::StreamSyncRange => format!(
+                    "the same stream, starting the writeback of the {every} just written after every {every} \
+                     (sync_file_range(SYNC_FILE_RANGE_WRITE) / File::writeback_range(SyncRangeFlags::WRITE))"
+                ),
+            }
+        }
         Kind::SeqRead => format!("cold sequential read of a {size} file, 1 MiB reads"),
         Kind::RandRead => format!("4 KiB random reads over a {size} file, {rt} s"),
         Kind::CachedRead { offset0: false } => {
@@ -1356,6 +1509,23 @@ pub fn sqlite_about(p: &Params) -> String {
         fmt_num(job.tellers()),
         fmt_num(accounts),
         fmt_size(p.sqlite_data_bytes)
+    )
+}
+
+/// What `advice` does, with this run's sizes (said once above its table,
+/// before each variant's description).
+pub fn advice_about(p: &Params) -> String {
+    format!(
+        "The page-cache controls applications use, on the kernel's page cache (kernel-buffered: pread and pwrite, \
+         posix_fadvise(2) and sync_file_range(2) on the same file descriptor) and on wbcache (read_at and write_at, \
+         File::advise and File::writeback_range on the same handle); the other engines do not run it. Cold reads: the \
+         first {} of the data file laid out before the run, dropped from the kernel's page cache before the timed \
+         part (a wbcache Cache starts empty). Streams: a new {} file, 1 MiB writes, then fsync; after every \
+         {} written, the file's cached bytes are looked at (mincore(2) on a read-only shared mapping of the file, \
+         never touched, for the kernel; File::cached_ranges summed for wbcache), before the variant's advice",
+        fmt_size(advice_cold_len(p)),
+        fmt_size(advice_stream_len(p)),
+        fmt_size(ADVICE_EVERY)
     )
 }
 
@@ -1512,6 +1682,15 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
                 jobs.push(streamer);
             }
             (jobs, p.runtime_s, false)
+        }
+        Kind::Advice(v) => {
+            let pattern = Pattern::Advice { variant: *v, bs: ADVICE_BS, every: ADVICE_EVERY };
+            let j = if v.reads() {
+                job(engine, place.data(advice_cold_len(p)), Setup::Cold, pattern, false, 70)
+            } else {
+                job(engine, place.fresh(&name, 0, advice_stream_len(p)), Setup::None, pattern, true, 71)
+            };
+            (vec![j], p.stream_cap_s, false)
         }
         Kind::SeqRead => {
             let pat = Pattern::Seq { write: false, bs: MIB, total: Some(p.size) };
@@ -1964,5 +2143,82 @@ mod tests {
         let s = spec("wal-streaming", EngineKind::KernelBuffered, &dev);
         assert_eq!(roles(&s), [TRANSACTIONS]);
         assert!(!s.jobs[0].target.create && s.jobs[0].targets().count() == 1);
+    }
+    /// advice: five variants on kernel-buffered and wbcache only,
+    /// selectable one by one; the cold reads need the data file.
+    #[test]
+    fn advice_groups_and_selections() {
+        let groups = groups_for("advice", None).unwrap();
+        assert_eq!(
+            variants_of(&groups),
+            ["cold-read", "cold-read-willneed", "stream", "stream-dontneed", "stream-sync-range"]
+        );
+        for g in &groups {
+            let on: Vec<EngineKind> = EngineKind::ALL.into_iter().filter(|e| g.runs_on(*e)).collect();
+            assert_eq!(on, [EngineKind::KernelBuffered, EngineKind::Wbcache]);
+            assert_eq!(g.only_on(), Some(&ADVICE_ENGINES[..]));
+        }
+        assert_eq!(groups.iter().map(Group::needs_data).collect::<Vec<_>>(), [true, true, false, false, false]);
+        assert_eq!(groups[4].slug(), "advice-stream-sync-range");
+        assert_eq!(groups[4].label(), "advice stream-sync-range");
+        assert_eq!(variants_of(&groups_for("advice/cold-read-willneed", None).unwrap()), ["cold-read-willneed"]);
+        for bad in ["advice/", "advice/willneed", "advice/stream/x", "advice/Stream", "stream-dontneed"] {
+            assert!(groups_for(bad, None).is_none(), "{bad}");
+        }
+        let plain: Vec<Option<&str>> = AdviceVariant::ALL.iter().map(|v| v.plain().map(AdviceVariant::name)).collect();
+        assert_eq!(plain, [None, Some("cold-read"), None, Some("stream"), Some("stream")]);
+        let w = info("advice").unwrap();
+        let source = w.source.unwrap();
+        for name in ["PostgreSQL's checkpointer", "RocksDB's bytes_per_sync", "POSIX_FADV_DONTNEED", "WILLNEED"] {
+            assert!(source.contains(name), "{name} in {source}");
+        }
+        for text in [w.about, w.models, source, &advice_about(&params(1.0))] {
+            for word in ["issue", "seed", "slot"] {
+                assert!(!text.contains(word), "{word} in {text}");
+            }
+        }
+    }
+
+    /// The cold reads: the first half of the memory of the data file,
+    /// dropped from the kernel's cache first; the streams: a new file of
+    /// --size, fsynced. On a device: the same regions from its start.
+    #[test]
+    fn advice_specs() {
+        let dir = std::env::temp_dir();
+        let place = Place { dir: Some(dir.clone()), device: None, device_size: 0, free_bytes: 64 << 30 };
+        let p = params(2.0);
+        let spec = |variant: &str, engine: EngineKind, place: &Place| {
+            let g = groups_for(&format!("advice/{variant}"), None).unwrap().remove(0);
+            build_spec(&g, engine, &p, place, false)
+        };
+        let cold = spec("cold-read-willneed", EngineKind::KernelBuffered, &place);
+        assert_eq!((cold.jobs.len(), cold.deadline_s, cold.pipelined), (1, p.stream_cap_s, false));
+        let j = &cold.jobs[0];
+        assert_eq!(j.engine, EngineKind::KernelBuffered);
+        assert!(matches!(j.setup, Setup::Cold));
+        assert!(matches!(
+            j.pattern,
+            Pattern::Advice { variant: AdviceVariant::ColdReadWillneed, bs, every } if bs == MIB && every == 8 * MIB
+        ));
+        assert_eq!((j.target.path.clone(), j.target.offset, j.target.len), (place.data_path(), 0, 64 * MIB));
+        assert!(!j.target.create && !j.fsync_at_end);
+        assert!(data_len(&p) >= j.target.len, "the laid-out data covers the cold file");
+        // A data file smaller than half the memory: the cold file is all of it.
+        let small = Params { size: 16 * MIB, ..p.clone() };
+        assert_eq!(advice_cold_len(&small), 16 * MIB);
+
+        let stream = spec("stream-sync-range", EngineKind::Wbcache, &place);
+        let j = &stream.jobs[0];
+        assert!(matches!(j.setup, Setup::None));
+        assert!(matches!(j.pattern, Pattern::Advice { variant: AdviceVariant::StreamSyncRange, .. }));
+        assert_eq!((j.target.len, j.target.create, j.fsync_at_end), (256 * MIB, true, true));
+        assert_eq!(j.target.path, dir.join("advice-stream-sync-range-wbcache-0.bin"));
+
+        let dev = Place { dir: None, device: Some("/dev/x".into()), device_size: 1 << 30, free_bytes: 1 << 30 };
+        for (variant, len) in [("cold-read", 64 * MIB), ("stream-dontneed", 256 * MIB)] {
+            let t = &spec(variant, EngineKind::KernelBuffered, &dev).jobs[0].target;
+            assert_eq!((t.offset, t.len, t.create), (0, len, false), "{variant}");
+            assert_eq!(t.path, std::path::Path::new("/dev/x"));
+        }
     }
 }
