@@ -528,7 +528,7 @@ impl File {
     /// for that. `off..u64::MAX` reaches the end of the file; a folio that
     /// the range covers in part is written whole. A start without
     /// `WAIT_AFTER` returns once the blocks are under writeback; the
-    /// cache's range-writer thread writes them. Each wait reports a
+    /// cache's range-writer threads write them. Each wait reports a
     /// writeback error of the file since this handle's last report (as
     /// [`File::sync_all`] does, and then the next sync does not report
     /// it again). Any handle may call it. `InvalidInput` for a range that
