@@ -17,16 +17,31 @@
 //!   faults are cleared the next syncs succeed and everything is durable.
 //! - `model_random_ops_with_crashes_quiet_flusher`: the crash model with the
 //!   flusher idle (only the test thread writes back), so syncs race nothing.
+//! - `concurrent_appends_through_the_sim_never_interleave`: threads append
+//!   checksummed records through `O_APPEND` handles of one file while
+//!   writeback runs all the time; every record is there once, whole.
 //!
-//! Seeds: `WBCACHE_MODEL_SEEDS=N` runs seeds `0..N` (default 8, 8 and 4),
-//! `WBCACHE_MODEL_SEED=n` runs only seed `n`, `WBCACHE_MODEL_OPS=n` sets the
-//! operations per seed, `WBCACHE_MODEL_VERBOSE=1` prints each seed's
-//! counters. A failure prints the seed, the operation index and the last
+//! Every model mixes in the range calls and the name calls: `advise` (every
+//! `Advice`, ranges to the end of the file and empty ones; reads after it
+//! still match), `writeback_range` (every combination of its flags, no
+//! durability promised; a wait may report an error as a sync does),
+//! `punch_hole`/`zero_range`/`allocate` (and `fallocate_mode`; misuse:
+//! read-only handles, empty and reversed ranges, past `i64::MAX`, unknown
+//! modes), handles opened with `append`, `Cache::remove_file` and
+//! `Cache::rename` (a file created under a removed or renamed-away name is
+//! empty; handles of a removed or replaced file keep working on it, as
+//! "unlinked" files of the model, until they close).
+//!
+//! Seeds: `WBCACHE_MODEL_SEEDS=N` runs seeds `0..N` (default 8, 8, 4 and,
+//! for the appends, 8), `WBCACHE_MODEL_SEED=n` runs only seed `n`,
+//! `WBCACHE_MODEL_OPS=n` sets the operations per seed (the appends: records
+//! of all threads), `WBCACHE_MODEL_VERBOSE=1` prints each seed's counters
+//! (with how often each newer operation ran). A failure prints the seed, the operation index and the last
 //! operations.
 
 mod common;
 use common::{first_diff, split_at_cuts, split_at_cuts_mut, Rng};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::{IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -35,7 +50,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wbcache::sim::{Fault, SimConfig, SimIo};
-use wbcache::{Cache, Config, File, OpenOptions, WriteFlags};
+use wbcache::{Advice, Cache, Config, File, OpenOptions, SyncRangeFlags, WriteFlags};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -193,10 +208,66 @@ struct Handle {
     /// faults were active since its last sync (or since it was opened while
     /// an error could be unseen).
     may_err: bool,
+    /// Opened with `append`: every write goes to the end of the file.
+    append: bool,
+    /// `Advice::NoReuse` given (and no `Advice::Normal` since): its reads
+    /// and writes are uncached.
+    noreuse: bool,
+}
+
+impl Handle {
+    fn flags(&self) -> String {
+        let mut s = String::new();
+        for (on, name) in [(!self.writable, " ro"), (self.append, " append"), (self.noreuse, " noreuse")] {
+            if on {
+                s.push_str(name);
+            }
+        }
+        s
+    }
+}
+
+/// A `fallocate(2)` call the model makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Falloc {
+    Punch,
+    Zero { keep_size: bool },
+    Allocate { keep_size: bool },
+}
+
+impl Falloc {
+    fn mode(self) -> i32 {
+        use libc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO};
+        match self {
+            Falloc::Punch => PUNCH | KEEP,
+            Falloc::Zero { keep_size } => ZERO | if keep_size { KEEP } else { 0 },
+            Falloc::Allocate { keep_size } => {
+                if keep_size {
+                    KEEP
+                } else {
+                    0
+                }
+            }
+        }
+    }
+    /// Whether a range past the end extends the file.
+    fn grows(self) -> bool {
+        matches!(self, Falloc::Zero { keep_size: false } | Falloc::Allocate { keep_size: false })
+    }
+    fn zeroes(self) -> bool {
+        !matches!(self, Falloc::Allocate { .. })
+    }
 }
 
 struct FileModel {
+    /// Its name now (for an unlinked file: the last name it had).
     path: PathBuf,
+    /// Every name its stores may have been opened under (renames add
+    /// one): injected faults belong to the name a store was opened with.
+    aliases: Vec<PathBuf>,
+    /// Removed (or replaced by a rename) while handles were open: they keep
+    /// working on it until they close; it has no durable image to check.
+    unlinked: bool,
     /// What reads must return.
     data: Vec<u8>,
     handles: Vec<Handle>,
@@ -217,7 +288,9 @@ impl FileModel {
     fn new(path: PathBuf, data: Vec<u8>) -> FileModel {
         let len = data.len();
         FileModel {
+            aliases: vec![path.clone()],
             path,
+            unlinked: false,
             synced: data.clone(),
             modified: vec![false; len],
             min_len: len,
@@ -253,6 +326,23 @@ impl FileModel {
         self.min_len = self.min_len.min(new_len);
     }
 
+    /// A `fallocate` of `[start, end)` that succeeded: like a write for the
+    /// crash model (the store changes now, durably only at the next sync).
+    fn apply_fallocate(&mut self, how: Falloc, start: u64, end: u64) {
+        let old_len = self.data.len();
+        if how.grows() && end > old_len as u64 {
+            let new_len = usize::try_from(end).expect("a growing range stays small");
+            self.data.resize(new_len, 0);
+            self.touch(old_len, new_len);
+        }
+        if how.zeroes() {
+            let len = self.data.len() as u64;
+            let (s, e) = (start.min(len) as usize, end.min(len) as usize);
+            self.data[s..e].fill(0);
+            self.touch(s, e);
+        }
+    }
+
     fn synced_now(&mut self) {
         self.synced.clone_from(&self.data);
         self.modified = vec![false; self.data.len()];
@@ -270,6 +360,15 @@ struct Model<'p> {
     files: Vec<FileModel>,
     max_file_bytes: usize,
     crashes: usize,
+    /// Fault mode: names faults were injected for since the last clearing
+    /// (any fault, and read faults).
+    fault_paths: HashSet<PathBuf>,
+    read_fault_paths: HashSet<PathBuf>,
+    /// For fresh names (`/model/r{n}`) that renames and re-creations use.
+    next_name: usize,
+    /// How often each of the newer operations ran (printed with
+    /// `WBCACHE_MODEL_VERBOSE`, and checked to have run at all).
+    counts: BTreeMap<&'static str, usize>,
 }
 
 impl Drop for Model<'_> {
@@ -311,7 +410,21 @@ impl<'p> Model<'p> {
         let files = (0..nr_files).map(|i| FileModel::new(PathBuf::from(format!("/model/f{i}")), Vec::new())).collect();
         let max_file_bytes = if mode == Mode::Faults { 3 * MIB / 2 } else { 4 * MIB };
         let cache = Cache::with_sim(config.clone(), sim.clone()).unwrap();
-        Model { mode, progress, rng, sim, config, cache: Some(cache), files, max_file_bytes, crashes: 0 }
+        Model {
+            mode,
+            progress,
+            rng,
+            sim,
+            config,
+            cache: Some(cache),
+            files,
+            max_file_bytes,
+            crashes: 0,
+            fault_paths: HashSet::new(),
+            read_fault_paths: HashSet::new(),
+            next_name: 0,
+            counts: BTreeMap::new(),
+        }
     }
 
     fn ctx(&self) -> String {
@@ -322,7 +435,13 @@ impl<'p> Model<'p> {
     fn verbose(&self, when: &str) {
         if std::env::var_os("WBCACHE_MODEL_VERBOSE").is_some() {
             let st = self.cache().stats();
-            eprintln!("{} {when}, crashes {}: {st:?}\n  sim: {:?}", self.ctx(), self.crashes, self.sim.stats());
+            eprintln!(
+                "{} {when}, crashes {}: {st:?}\n  sim: {:?}\n  ops: {:?}",
+                self.ctx(),
+                self.crashes,
+                self.sim.stats(),
+                self.counts
+            );
         }
     }
 
@@ -330,7 +449,12 @@ impl<'p> Model<'p> {
         self.cache.as_ref().expect("cache is open")
     }
 
+    fn count(&mut self, what: &'static str) {
+        *self.counts.entry(what).or_default() += 1;
+    }
+
     fn open_handle(&mut self, fi: usize, writable: bool) {
+        assert!(!self.files[fi].unlinked, "an unlinked file cannot be opened again");
         let options = if writable {
             if self.rng.chance(50) {
                 OpenOptions::read_write_create()
@@ -343,6 +467,8 @@ impl<'p> Model<'p> {
         // Some handles are uncached as a whole (the quiet mode's flusher
         // must not be kicked).
         let options = options.dontcache(self.mode != Mode::Quiet && self.rng.chance(20));
+        let append = writable && self.rng.chance(15);
+        let options = options.append(append);
         if self.files[fi].handles.len() >= 5 {
             let victim = self.rng.below(5);
             self.files[fi].handles.swap_remove(victim);
@@ -350,12 +476,14 @@ impl<'p> Model<'p> {
         let file = self.cache().open(&self.files[fi].path, &options).unwrap_or_else(|e| {
             panic!("open {} writable={writable}: {e} {}", self.files[fi].path.display(), self.ctx())
         });
+        assert_eq!(file.is_append(), append, "{}", self.ctx());
         let f = &mut self.files[fi];
         let may_err = f.new_handle_may_err;
-        f.handles.push(Handle { file, writable, may_err });
+        f.handles.push(Handle { file, writable, may_err, append, noreuse: false });
     }
 
-    /// Index of a random handle of file `fi` (opening one if none is open).
+    /// Index of a random handle of file `fi` (opening one if none is open;
+    /// an unlinked file must have one).
     fn pick_handle(&mut self, fi: usize, need_write: bool) -> usize {
         if !self.files[fi].handles.iter().any(|h| h.writable || !need_write) {
             self.open_handle(fi, true);
@@ -423,8 +551,19 @@ impl<'p> Model<'p> {
 
     fn op_write(&mut self, fi: usize, op: usize) {
         let hi = self.pick_handle(fi, true);
-        let off = self.pick_offset(fi);
-        let len = self.pick_len();
+        let append = self.files[fi].handles[hi].append;
+        let mut off = self.pick_offset(fi);
+        let mut len = self.pick_len();
+        if append {
+            // The offset is ignored: any, even one no write could reach.
+            if self.rng.chance(20) {
+                off = [usize::MAX / 2, i64::MAX as usize, 0][self.rng.below(3)];
+            }
+            // Appends only grow the file: keep it near the model's size.
+            len = len.min(self.max_file_bytes.saturating_sub(self.files[fi].data.len()).max(600));
+            self.count("append write");
+        }
+        let at = if append { self.files[fi].data.len() } else { off };
         let dontcache = self.mode != Mode::Quiet && self.rng.chance(25);
         // write_all would hide where a short write stopped.
         let via_cursor = !dontcache && self.rng.chance(10) && !self.files.iter().any(|f| f.faults_active);
@@ -434,7 +573,9 @@ impl<'p> Model<'p> {
         self.progress.begin(
             op,
             format!(
-                "write f{fi} h{hi} off {off} len {len} dontcache {dontcache} cursor {via_cursor} vectored {cuts:?}"
+                "write f{fi} h{hi}{} off {off} (at {at}) len {len} dontcache {dontcache} cursor {via_cursor} \
+                 vectored {cuts:?}",
+                self.files[fi].handles[hi].flags()
             ),
         );
         let f = &self.files[fi];
@@ -462,14 +603,47 @@ impl<'p> Model<'p> {
                     assert!(faults, "short write {n} of {len} without faults {}", self.ctx());
                     assert!(n > 0 && n < len, "write returned {n} of {len} {}", self.ctx());
                 }
-                self.files[fi].apply_write(off, &data[..n]);
-                if self.mode == Mode::Quiet && self.cache().stats().dirty_bytes > (3 * MIB / 2) as u64 {
-                    self.op_cache_sync(op);
-                }
+                self.files[fi].apply_write(at, &data[..n]);
+                self.quiet_sync_if_needed(op);
             }
             Err(e) => {
                 assert!(faults, "write failed without faults: {e} {}", self.ctx());
                 assert_eq!(e.raw_os_error(), Some(libc::EIO), "write error {e} {}", self.ctx());
+            }
+        }
+    }
+
+    /// The quiet mode syncs before dirty data reaches the background
+    /// threshold: everything, unlinked files through their handles (a
+    /// cache's sync does not reach them).
+    fn quiet_sync_if_needed(&mut self, op: usize) {
+        if self.mode != Mode::Quiet || self.cache().stats().dirty_bytes <= (3 * MIB / 2) as u64 {
+            return;
+        }
+        self.op_cache_sync(op);
+        for fi in 0..self.files.len() {
+            if self.files[fi].unlinked && !self.files[fi].handles.is_empty() {
+                let result = self.files[fi].handles[0].file.sync_data();
+                self.after_sync(fi, 0, result, "sync of an unlinked file");
+            }
+        }
+    }
+
+    /// Reads `[off, off + len)` of file `fi` through handle `hi` and checks
+    /// it against the reference.
+    fn verify_read(&self, fi: usize, hi: usize, off: usize, len: usize, what: &str) {
+        let f = &self.files[fi];
+        let flen = f.data.len();
+        let mut buf = vec![0xA5u8; len];
+        match f.handles[hi].file.read_at(&mut buf, off as u64) {
+            Ok(n) => {
+                let expect = &f.data[off.min(flen)..(off + len).min(flen)];
+                assert_eq!(n, expect.len(), "{what}: read length at {off} (file {flen}) {}", self.ctx());
+                assert_bytes(&buf[..n], expect, &format!("{what}: read f{fi} h{hi} at {off}"), &self.ctx());
+            }
+            Err(e) => {
+                assert!(f.read_faults_active, "{what}: read failed without faults: {e} {}", self.ctx());
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: read error {e} {}", self.ctx());
             }
         }
     }
@@ -527,6 +701,9 @@ impl<'p> Model<'p> {
     /// not durable: the durable image is the reference, exactly.
     fn check_durable(&self, fi: usize, what: &str) {
         let f = &self.files[fi];
+        if f.unlinked {
+            return; // no name: the sim has no image to show
+        }
         let durable = self.sim.durable_image(&f.path).expect("file exists");
         assert_bytes(&durable, &f.data, &format!("durable image of {} after {what}", f.path.display()), &self.ctx());
     }
@@ -557,9 +734,15 @@ impl<'p> Model<'p> {
                 );
             }
         }
-        // The cursor now stands at the newest error: only faults still
-        // active can produce another one. Any sync with every fault cleared
-        // marks the newest error seen, so new handles start clean.
+        self.cursor_advanced(fi, hi);
+    }
+
+    /// Handle `hi` of file `fi` just checked its error cursor (a sync, or
+    /// a wait of `writeback_range` that reported an error): the cursor now
+    /// stands at the newest error, so only faults still active can produce
+    /// another one. Any check with every fault cleared marks the newest
+    /// error seen, so new handles start clean.
+    fn cursor_advanced(&mut self, fi: usize, hi: usize) {
         let f = &mut self.files[fi];
         f.handles[hi].may_err = f.faults_active;
         if !f.faults_active {
@@ -604,6 +787,472 @@ impl<'p> Model<'p> {
         }
     }
 
+    /// An operation on an unlinked file, through the handles it still has
+    /// (it cannot be opened again).
+    fn op_unlinked(&mut self, fi: usize, roll: usize, op: usize) {
+        let has_writer = self.files[fi].handles.iter().any(|h| h.writable);
+        self.count("unlinked op");
+        match roll {
+            0..=299 if has_writer => self.op_write(fi, op),
+            300..=379 => self.op_sync(fi, op),
+            380..=429 if has_writer => self.op_set_len(fi, op),
+            430..=499 if has_writer => self.op_fallocate(fi, op),
+            500..=549 => self.op_advise(fi, op),
+            550..=589 => self.op_writeback_range(fi, op),
+            590..=639 => {
+                // Closing its last handle drops it.
+                let n = self.files[fi].handles.len();
+                let hi = self.rng.below(n);
+                self.progress.begin(op, format!("close unlinked f{fi} h{hi} of {n}"));
+                self.files[fi].handles.swap_remove(hi);
+            }
+            _ => self.op_read(fi, op),
+        }
+    }
+
+    /// A byte range for `advise` and `writeback_range`: to the end of the
+    /// file (`u64::MAX`), empty, inside, across or past the end, the whole
+    /// file; 3 in 100 reversed (`InvalidInput`). Returns it and whether it
+    /// is reversed.
+    fn pick_io_range(&mut self, fi: usize) -> (u64, u64, bool) {
+        let len = self.files[fi].data.len();
+        let start = match self.rng.below(5) {
+            0 => 0,
+            1 => self.rng.below(len + 64 * KIB),
+            2 => self.rng.below(len / BLOCK + 2) * BLOCK,
+            3 => len.saturating_sub(self.rng.below(16 * KIB)),
+            _ => self.pick_offset(fi),
+        } as u64;
+        if self.rng.chance(3) {
+            let back = self.rng.between(1, 5000) as u64;
+            return (start + back, start, true);
+        }
+        let end = match self.rng.below(6) {
+            0 => u64::MAX,
+            1 => start,
+            2 => (len as u64).max(start),
+            _ => start + self.pick_len() as u64,
+        };
+        (start, end, false)
+    }
+
+    fn op_advise(&mut self, fi: usize, op: usize) {
+        use Advice::*;
+        let hi = self.pick_handle(fi, false);
+        // The quiet mode keeps the flusher idle: no drop-behind of dirty
+        // data, no uncached writes.
+        let advice = if self.mode == Mode::Quiet {
+            [Normal, Sequential, Random, WillNeed][self.rng.below(4)]
+        } else {
+            [Normal, Sequential, Random, WillNeed, DontNeed, NoReuse][self.rng.below(6)]
+        };
+        let (start, end, reversed) = self.pick_io_range(fi);
+        self.progress
+            .begin(op, format!("advise f{fi} h{hi}{} {start}..{end} {advice:?}", self.files[fi].handles[hi].flags()));
+        self.count("advise");
+        let result = self.files[fi].handles[hi].file.advise(start..end, advice);
+        if reversed {
+            let e = result.expect_err("a reversed range is refused");
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "advise {start}..{end}: {e} {}", self.ctx());
+            return;
+        }
+        result.unwrap_or_else(|e| panic!("advise {start}..{end} {advice:?}: {e} {}", self.ctx()));
+        match advice {
+            NoReuse => self.files[fi].handles[hi].noreuse = true,
+            Normal => self.files[fi].handles[hi].noreuse = false,
+            _ => {}
+        }
+        // Advice changes no byte, also while what it started (background
+        // reads, drop-behind writeback) is still running.
+        let len = self.files[fi].data.len();
+        let off = (start as usize).min(len.saturating_sub(1));
+        let n = self.rng.between(1, 256 * KIB);
+        self.verify_read(fi, hi, off, n, &format!("after advise {advice:?}"));
+    }
+
+    fn op_writeback_range(&mut self, fi: usize, op: usize) {
+        let hi = self.pick_handle(fi, false);
+        let mut bits = self.rng.below(8) as u32;
+        // The quiet mode: no writeback off the test thread (the range
+        // writer writes a start that nobody waits for).
+        if self.mode == Mode::Quiet && bits & SyncRangeFlags::WRITE.bits() != 0 {
+            bits |= SyncRangeFlags::WAIT_AFTER.bits();
+        }
+        let how = SyncRangeFlags::from_bits(bits).unwrap();
+        let (start, end, reversed) = self.pick_io_range(fi);
+        self.progress.begin(
+            op,
+            format!("writeback_range f{fi} h{hi}{} {start}..{end} flags {bits}", self.files[fi].handles[hi].flags()),
+        );
+        self.count("writeback_range");
+        let syncs_before = self.sim.stats().syncs;
+        let result = self.files[fi].handles[hi].file.writeback_range(start..end, how);
+        // It syncs no store (no durability promise). Only the quiet mode
+        // can tell: nothing else runs there that could sync.
+        if self.mode == Mode::Quiet {
+            let syncs = self.sim.stats().syncs;
+            assert_eq!(syncs, syncs_before, "writeback_range synced a store {}", self.ctx());
+        }
+        if reversed {
+            let e = result.expect_err("a reversed range is refused");
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "writeback_range: {e} {}", self.ctx());
+            return;
+        }
+        let waits = how.contains(SyncRangeFlags::WAIT_BEFORE) || how.contains(SyncRangeFlags::WAIT_AFTER);
+        // No durability promise: nothing becomes "synced" here, whatever
+        // it returns.
+        if let Err(e) = result {
+            let f = &self.files[fi];
+            assert!(
+                waits && f.handles[hi].may_err,
+                "writeback_range (flags {bits}) of f{fi} h{hi} failed unexpectedly: {e} {}",
+                self.ctx()
+            );
+            let errno = e.raw_os_error();
+            assert!(
+                errno == Some(libc::EIO) || errno == Some(libc::ENOSPC),
+                "writeback_range error must be EIO or ENOSPC: {e} {}",
+                self.ctx()
+            );
+            // Reported: the handle's cursor moved as a failed sync moves it.
+            self.cursor_advanced(fi, hi);
+            self.count("writeback_range error");
+            return;
+        }
+        // Waiting before, writing and waiting after leaves nothing of the
+        // range dirty (only the test thread writes): the store's written
+        // image (not its durable one) holds the range's bytes.
+        let all = SyncRangeFlags::WAIT_BEFORE | SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER;
+        let f = &self.files[fi];
+        if how == all && self.mode != Mode::Faults && !f.unlinked {
+            *self.counts.entry("writeback_range checked").or_default() += 1;
+            let written = self.sim.written_image(&f.path).expect("file exists");
+            let len = f.data.len();
+            let (s, e) = ((start as usize).min(len), end.min(len as u64) as usize);
+            let mut on_store = vec![0u8; e - s];
+            if s < written.len() {
+                let w = e.min(written.len());
+                on_store[..w - s].copy_from_slice(&written[s..w]);
+            }
+            assert_bytes(
+                &on_store,
+                &f.data[s..e],
+                &format!("written image of f{fi} {s}..{e} after writeback_range(all flags)"),
+                &self.ctx(),
+            );
+        }
+    }
+
+    /// A range for `fallocate`: unaligned, across folios, to or past the
+    /// end; to `i64::MAX` now and then for the modes that keep the size.
+    /// Never empty; a range that grows the file stays within
+    /// `max_file_bytes`.
+    fn pick_falloc_range(&mut self, fi: usize, how: Falloc) -> (u64, u64) {
+        let len = self.files[fi].data.len();
+        let start = match self.rng.below(4) {
+            0 => self.rng.below(len + 64 * KIB),
+            1 => {
+                let folio = [BLOCK, 64 * KIB, 256 * KIB][self.rng.below(3)];
+                let at = self.rng.below(len / folio + 2) * folio;
+                (at + self.rng.below(2 * BLOCK)).saturating_sub(BLOCK)
+            }
+            2 => len.saturating_sub(self.rng.below(16 * KIB)),
+            _ => self.rng.below(len / 2 + 1),
+        };
+        let flen = match self.rng.below(8) {
+            0..=3 => self.pick_len(),
+            4 => len.saturating_sub(start).max(1),
+            5 => len.saturating_sub(start) + self.rng.between(1, 64 * KIB),
+            6 => self.rng.between(1, BLOCK),
+            _ => self.rng.between(BLOCK, 2 * MIB),
+        };
+        let mut end = start + flen;
+        if !how.grows() && self.rng.chance(5) {
+            end = i64::MAX as usize;
+        }
+        let mut start = start;
+        if how.grows() && end > self.max_file_bytes.max(len) {
+            end = self.max_file_bytes.max(len);
+            start = start.min(end - 1);
+        }
+        (start as u64, end as u64)
+    }
+
+    /// `punch_hole`, `zero_range` or `allocate` (or the same through
+    /// `fallocate_mode`), with the misuse cases now and then: a read-only
+    /// handle (`EBADF`), an empty or reversed range (`InvalidInput`), an
+    /// end past `i64::MAX` (`EFBIG`), an unknown mode (`EOPNOTSUPP`); none
+    /// of them changes anything.
+    fn op_fallocate(&mut self, fi: usize, op: usize) {
+        self.count("fallocate");
+        let roll = self.rng.below(100);
+        let how = match roll {
+            10..=44 => Falloc::Punch,
+            45..=59 => Falloc::Zero { keep_size: true },
+            60..=74 => Falloc::Zero { keep_size: false },
+            75..=87 => Falloc::Allocate { keep_size: true },
+            _ => Falloc::Allocate { keep_size: false },
+        };
+        if roll < 10 {
+            return self.fallocate_misuse(fi, roll, op);
+        }
+        let hi = self.pick_handle(fi, true);
+        let (start, end) = self.pick_falloc_range(fi, how);
+        let via_mode = self.rng.chance(30);
+        self.progress.begin(
+            op,
+            format!(
+                "fallocate f{fi} h{hi}{} {how:?} {start}..{end} (file {}) via_mode {via_mode}",
+                self.files[fi].handles[hi].flags(),
+                self.files[fi].data.len()
+            ),
+        );
+        self.count(match how {
+            Falloc::Punch => "punch_hole",
+            Falloc::Zero { .. } => "zero_range",
+            Falloc::Allocate { .. } => "allocate",
+        });
+        let file = &self.files[fi].handles[hi].file;
+        let range = start..end;
+        let result = if via_mode {
+            file.fallocate_mode(how.mode(), range)
+        } else {
+            match how {
+                Falloc::Punch => file.punch_hole(range),
+                Falloc::Zero { keep_size } => file.zero_range(range, keep_size),
+                Falloc::Allocate { keep_size } => file.allocate(range, keep_size),
+            }
+        };
+        result.unwrap_or_else(|e| panic!("{how:?} {start}..{end}: {e} {}", self.ctx()));
+        self.files[fi].apply_fallocate(how, start, end);
+        // Both edges (partial blocks keep their other bytes), through
+        // another handle too.
+        let len = self.files[fi].data.len();
+        let hr = self.pick_handle(fi, false);
+        let s = (start as usize).min(len).saturating_sub(self.rng.below(BLOCK + 1));
+        let n = self.rng.between(1, 3 * BLOCK);
+        self.verify_read(fi, hi, s, n, &format!("start of {how:?}"));
+        let e = (end.min(len as u64) as usize).saturating_sub(self.rng.below(2 * BLOCK + 1));
+        let n = self.rng.between(1, 3 * BLOCK);
+        self.verify_read(fi, hr, e, n, &format!("end of {how:?}"));
+        self.quiet_sync_if_needed(op);
+    }
+
+    fn fallocate_misuse(&mut self, fi: usize, roll: usize, op: usize) {
+        use std::io::ErrorKind::InvalidInput;
+        let len = self.files[fi].data.len() as u64;
+        let start = self.rng.below(len as usize + 2 * BLOCK) as u64;
+        // A read-only handle: a new one (an unlinked file may have one).
+        let ro = if self.files[fi].unlinked {
+            self.files[fi].handles.iter().position(|h| !h.writable)
+        } else {
+            self.open_handle(fi, false);
+            Some(self.files[fi].handles.len() - 1)
+        };
+        let (hi, what) = match (roll, ro) {
+            (0..=2, Some(ro)) => (ro, "read-only handle"),
+            (0..=5, _) => (self.pick_handle(fi, true), "empty range"),
+            (6, _) => (self.pick_handle(fi, true), "reversed range"),
+            (7 | 8, _) => (self.pick_handle(fi, true), "past i64::MAX"),
+            _ => (self.pick_handle(fi, true), "unknown mode"),
+        };
+        let (range, mode) = match what {
+            "read-only handle" => (start..start + self.rng.between(1, 100 * KIB) as u64, Falloc::Punch.mode()),
+            "empty range" => (start..start, Falloc::Punch.mode()),
+            "reversed range" => (start + 1..start, Falloc::Zero { keep_size: false }.mode()),
+            "past i64::MAX" => (start..u64::MAX - self.rng.below(1000) as u64, Falloc::Punch.mode()),
+            _ => (start..start + BLOCK as u64, [libc::FALLOC_FL_PUNCH_HOLE, 0x100, 0x8][self.rng.below(3)]),
+        };
+        self.progress.begin(op, format!("fallocate misuse f{fi} h{hi}: {what} {range:?} mode {mode:#x}"));
+        self.count("fallocate misuse");
+        let file = &self.files[fi].handles[hi].file;
+        let result = match (what, self.rng.below(4)) {
+            ("unknown mode", _) | (_, 3) => file.fallocate_mode(mode, range.clone()),
+            (_, 0) => file.punch_hole(range.clone()),
+            (_, 1) => file.zero_range(range.clone(), self.rng.chance(50)),
+            _ => file.allocate(range.clone(), self.rng.chance(50)),
+        };
+        let e = result.expect_err("misuse is refused");
+        match what {
+            "read-only handle" => assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{what}: {e} {}", self.ctx()),
+            "empty range" | "reversed range" => assert_eq!(e.kind(), InvalidInput, "{what}: {e} {}", self.ctx()),
+            "past i64::MAX" => assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{what}: {e} {}", self.ctx()),
+            _ => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{what}: {e} {}", self.ctx()),
+        }
+        // Nothing changed (`check_len` follows).
+        let off = (range.start as usize).min(len as usize).saturating_sub(BLOCK);
+        self.verify_read(fi, hi, off, 3 * BLOCK, &format!("after refused fallocate ({what})"));
+    }
+
+    /// File `fi` is named `to` now: stores opened from now on carry that
+    /// name, and with it the faults injected for it.
+    fn renamed(&mut self, fi: usize, to: PathBuf) {
+        let faulty = self.fault_paths.contains(&to);
+        let read_faulty = self.read_fault_paths.contains(&to);
+        let f = &mut self.files[fi];
+        if faulty {
+            f.faults_active = true;
+            f.new_handle_may_err = true;
+            f.handles.iter_mut().for_each(|h| h.may_err = true);
+        }
+        f.read_faults_active |= read_faulty;
+        if !f.aliases.contains(&to) {
+            f.aliases.push(to.clone());
+        }
+        f.path = to;
+    }
+
+    /// A fresh name nothing has used.
+    fn fresh_path(&mut self) -> PathBuf {
+        self.next_name += 1;
+        PathBuf::from(format!("/model/r{}", self.next_name))
+    }
+
+    /// Creates an empty file named `path` (a name that names nothing now)
+    /// as file `fi`, and returns the model it replaces. Nothing of an
+    /// earlier file of that name may show.
+    fn create_file_at(&mut self, fi: usize, path: PathBuf) -> FileModel {
+        let mut f = FileModel::new(path.clone(), Vec::new());
+        f.faults_active = self.fault_paths.contains(&path);
+        f.read_faults_active = self.read_fault_paths.contains(&path);
+        f.new_handle_may_err = f.faults_active;
+        let options = if self.rng.chance(50) {
+            OpenOptions::read_write_create()
+        } else {
+            OpenOptions::new().write(true).create_new(true)
+        };
+        let file = self
+            .cache()
+            .open(&path, &options)
+            .unwrap_or_else(|e| panic!("create {} again: {e} {}", path.display(), self.ctx()));
+        assert_eq!(file.len().unwrap(), 0, "{} created again is empty {}", path.display(), self.ctx());
+        let cached = file.cached_ranges().unwrap();
+        assert!(cached.is_empty(), "{} created again has cached data: {cached:?} {}", path.display(), self.ctx());
+        let may_err = f.new_handle_may_err;
+        f.handles.push(Handle { file, writable: true, may_err, append: false, noreuse: false });
+        std::mem::replace(&mut self.files[fi], f)
+    }
+
+    /// A file that lost its last name: with `keep_open` its handles keep
+    /// working on it (it becomes an unlinked file of the model), else they
+    /// close now and its data goes. At most 3 unlinked files are kept.
+    fn keep_unlinked(&mut self, mut old: FileModel, keep_open: bool) {
+        if !keep_open || old.handles.is_empty() {
+            return; // dropping `old` closes its handles
+        }
+        old.unlinked = true;
+        self.files.push(old);
+        let oi = self.files.len() - 1;
+        let hi = self.rng.below(self.files[oi].handles.len());
+        let len = self.files[oi].data.len();
+        let off = self.rng.below(len + 1);
+        let n = self.rng.between(1, 128 * KIB);
+        self.verify_read(oi, hi, off, n, "read of an unlinked file");
+        let unlinked: Vec<usize> = (0..self.files.len()).filter(|&i| self.files[i].unlinked).collect();
+        if unlinked.len() > 3 {
+            self.files[unlinked[0]].handles.clear(); // gone at the end of the operation
+        }
+    }
+
+    /// `Cache::remove_file`, then a file created under the same name:
+    /// empty, whatever the removed file had cached (dirty data too); its
+    /// handles, if kept open, still read and write the removed file.
+    fn op_remove(&mut self, fi: usize, op: usize) {
+        let path = self.files[fi].path.clone();
+        let keep_open = self.rng.chance(60);
+        let close_first = !keep_open && self.rng.chance(50);
+        let n = self.files[fi].handles.len();
+        self.progress.begin(
+            op,
+            format!(
+                "remove f{fi} {} ({n} handles, {} bytes) keep_open {keep_open} close_first {close_first}",
+                path.display(),
+                self.files[fi].data.len()
+            ),
+        );
+        self.count("remove");
+        if close_first {
+            self.files[fi].handles.clear();
+        }
+        self.cache().remove_file(&path).unwrap_or_else(|e| panic!("remove {}: {e} {}", path.display(), self.ctx()));
+        if self.rng.chance(10) {
+            let e = self.cache().remove_file(&path).expect_err("removed already");
+            assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e} {}", self.ctx());
+            let e = self.cache().open(&path, &OpenOptions::new()).map(|_| ()).expect_err("removed");
+            assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e} {}", self.ctx());
+        }
+        let old = self.create_file_at(fi, path);
+        self.keep_unlinked(old, keep_open);
+    }
+
+    /// `Cache::rename` of file `fi`: to a fresh name, over another file
+    /// (which is dropped, or lives on unlinked through its handles; its
+    /// slot gets a new file under the vacated or a fresh name), onto its
+    /// own name (nothing happens), or from a name that does not exist
+    /// (`NotFound`). The data and the handles follow the file.
+    fn op_rename(&mut self, fi: usize, op: usize) {
+        let from = self.files[fi].path.clone();
+        let others: Vec<usize> = (0..self.files.len()).filter(|&j| j != fi && !self.files[j].unlinked).collect();
+        let choice = self.rng.below(10);
+        self.count("rename");
+        match choice {
+            0 => {
+                self.progress.begin(op, format!("rename f{fi} {} onto itself", from.display()));
+                self.cache().rename(&from, &from).unwrap_or_else(|e| panic!("rename onto itself: {e} {}", self.ctx()));
+            }
+            1 => {
+                let missing = self.fresh_path();
+                self.progress.begin(op, format!("rename missing {} to f{fi} {}", missing.display(), from.display()));
+                let e = self.cache().rename(&missing, &from).expect_err("nothing to rename");
+                assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e} {}", self.ctx());
+            }
+            2..=5 if !others.is_empty() => {
+                let j = others[self.rng.below(others.len())];
+                let to = self.files[j].path.clone();
+                let keep_open = self.rng.chance(60);
+                let close_first = !keep_open && self.rng.chance(50);
+                let reuse_name = self.rng.chance(50);
+                self.progress.begin(
+                    op,
+                    format!(
+                        "rename f{fi} {} over f{j} {} ({} handles) keep_open {keep_open} close_first {close_first} \
+                         reuse_name {reuse_name}",
+                        from.display(),
+                        to.display(),
+                        self.files[j].handles.len()
+                    ),
+                );
+                if close_first {
+                    self.files[j].handles.clear();
+                }
+                self.cache().rename(&from, &to).unwrap_or_else(|e| panic!("rename: {e} {}", self.ctx()));
+                self.renamed(fi, to);
+                let new_path = if reuse_name { from } else { self.fresh_path() };
+                let old = self.create_file_at(j, new_path);
+                self.keep_unlinked(old, keep_open);
+            }
+            _ => {
+                let to = self.fresh_path();
+                self.progress.begin(op, format!("rename f{fi} {} to {}", from.display(), to.display()));
+                self.cache().rename(&from, &to).unwrap_or_else(|e| panic!("rename: {e} {}", self.ctx()));
+                let e = self.cache().open(&from, &OpenOptions::new()).map(|_| ()).expect_err("renamed away");
+                assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e} {}", self.ctx());
+                self.renamed(fi, to);
+            }
+        }
+        // The data followed the file: through a handle opened before, or
+        // one opened under the new name.
+        if self.files[fi].handles.is_empty() || self.rng.chance(50) {
+            let writable = self.rng.chance(50);
+            self.open_handle(fi, writable);
+        }
+        let hi = self.rng.below(self.files[fi].handles.len());
+        let len = self.files[fi].data.len();
+        let off = self.rng.below(len + 1);
+        let n = self.rng.between(1, 256 * KIB);
+        self.verify_read(fi, hi, off, n, "after rename");
+    }
+
     fn op_read_only_misuse(&mut self, fi: usize, op: usize) {
         self.progress.begin(op, format!("read-only misuse f{fi}"));
         self.open_handle(fi, false);
@@ -623,9 +1272,12 @@ impl<'p> Model<'p> {
                 // (see `errors::cache_close_syncs_data_of_files_closed_earlier`)
                 // and those whose flusher writeback failed meanwhile (see
                 // `errors::cache_sync_all_reports_failed_concurrent_writeback`).
+                // Unlinked files are not the cache's to sync any more.
                 for fi in 0..self.files.len() {
-                    self.check_durable(fi, "Cache::sync_all");
-                    self.files[fi].synced_now();
+                    if !self.files[fi].unlinked {
+                        self.check_durable(fi, "Cache::sync_all");
+                        self.files[fi].synced_now();
+                    }
                 }
             }
             // Cache::sync_all reports whatever failed, without errseq.
@@ -649,16 +1301,24 @@ impl<'p> Model<'p> {
             3 => (Fault::ReadEio, self.rng.between(1, 2) as u32),
             _ => (Fault::ReadEio, u32::MAX),
         };
-        self.progress.begin(op, format!("inject f{fi} block {block} {fault:?} x{times}"));
-        let f = &mut self.files[fi];
-        self.sim.inject(&f.path, block, fault, times);
-        f.faults_active = true;
-        f.new_handle_may_err = true;
+        let path = self.files[fi].path.clone();
+        self.progress.begin(op, format!("inject f{fi} {} block {block} {fault:?} x{times}", path.display()));
+        self.sim.inject(&path, block, fault, times);
+        self.fault_paths.insert(path.clone());
         if fault == Fault::ReadEio {
-            f.read_faults_active = true;
+            self.read_fault_paths.insert(path.clone());
         }
-        for h in &mut f.handles {
-            h.may_err = true;
+        // Every file a store of that name may belong to: this one, and
+        // files renamed away from it or unlinked under it.
+        for f in self.files.iter_mut().filter(|f| f.aliases.contains(&path)) {
+            f.faults_active = true;
+            f.new_handle_may_err = true;
+            if fault == Fault::ReadEio {
+                f.read_faults_active = true;
+            }
+            for h in &mut f.handles {
+                h.may_err = true;
+            }
         }
     }
 
@@ -667,12 +1327,15 @@ impl<'p> Model<'p> {
     fn op_clear_and_settle(&mut self, op: usize) {
         self.progress.begin(op, "clear faults and sync every handle".into());
         self.sim.clear_faults();
+        self.fault_paths.clear();
+        self.read_fault_paths.clear();
         for f in &mut self.files {
             f.faults_active = false;
             f.read_faults_active = false;
         }
         for fi in 0..self.files.len() {
             if self.files[fi].handles.is_empty() {
+                assert!(!self.files[fi].unlinked, "unlinked files without handles are gone");
                 self.open_handle(fi, true);
             }
             for hi in 0..self.files[fi].handles.len() {
@@ -701,6 +1364,8 @@ impl<'p> Model<'p> {
         for f in &mut self.files {
             f.handles.clear();
         }
+        // Unlinked files lived on only through their handles.
+        self.files.retain(|f| !f.unlinked);
         // Dropping writes back into dead stores: errors, ignored.
         drop(self.cache.take());
         for f in &mut self.files {
@@ -735,30 +1400,59 @@ impl<'p> Model<'p> {
     fn run(&mut self, ops: usize) {
         for fi in 0..self.files.len() {
             let file = self.cache().open(&self.files[fi].path, &OpenOptions::read_write_create()).unwrap();
-            self.files[fi].handles.push(Handle { file, writable: true, may_err: false });
+            self.files[fi].handles.push(Handle { file, writable: true, may_err: false, append: false, noreuse: false });
             self.files[fi].synced_now(); // created empty: durable at once
         }
         for op in 0..ops {
             let fi = self.rng.below(self.files.len());
             let roll = self.rng.below(1000);
-            match (self.mode, roll) {
-                (_, 0..=329) => self.op_write(fi, op),
-                (_, 330..=659) => self.op_read(fi, op),
-                (_, 660..=719) => self.op_sync(fi, op),
-                (_, 720..=779) => self.op_set_len(fi, op),
-                (_, 780..=839) => self.op_reopen(fi, op),
-                (_, 840..=849) => self.op_read_only_misuse(fi, op),
-                (_, 850..=859) => self.op_cache_sync(op),
-                (Mode::Crashes | Mode::Quiet, 860..=862) => self.op_crash(op),
-                (Mode::Crashes | Mode::Faults, 863..=866) => self.op_idle(op),
-                (Mode::Faults, 860..=929) => self.op_inject(fi, op),
-                (Mode::Faults, 930..=959) => self.op_clear_and_settle(op),
-                _ => self.op_read(fi, op),
+            if self.files[fi].unlinked {
+                self.op_unlinked(fi, roll, op);
+            } else {
+                match (self.mode, roll) {
+                    (_, 0..=289) => self.op_write(fi, op),
+                    (_, 290..=569) => self.op_read(fi, op),
+                    (_, 570..=619) => self.op_sync(fi, op),
+                    (_, 620..=669) => self.op_set_len(fi, op),
+                    (_, 670..=719) => self.op_reopen(fi, op),
+                    (_, 720..=729) => self.op_read_only_misuse(fi, op),
+                    (_, 730..=739) => self.op_cache_sync(op),
+                    (_, 740..=779) => self.op_advise(fi, op),
+                    (_, 780..=809) => self.op_writeback_range(fi, op),
+                    (_, 810..=849) => self.op_fallocate(fi, op),
+                    (_, 850..=857) => self.op_remove(fi, op),
+                    (_, 858..=865) => self.op_rename(fi, op),
+                    (Mode::Crashes | Mode::Quiet, 866..=868) => self.op_crash(op),
+                    (Mode::Crashes | Mode::Faults, 869..=872) => self.op_idle(op),
+                    (Mode::Faults, 873..=939) => self.op_inject(fi, op),
+                    (Mode::Faults, 940..=969) => self.op_clear_and_settle(op),
+                    _ => self.op_read(fi, op),
+                }
             }
-            self.check_len(fi);
+            // `fi` may be gone after a crash (an unlinked file).
+            if fi < self.files.len() {
+                self.check_len(fi);
+            }
             self.check_memory();
+            // An unlinked file whose last handle closed is gone.
+            self.files.retain(|f| !f.unlinked || !f.handles.is_empty());
         }
-        self.progress.begin(ops, "final: clear, sync, close".into());
+        // The frequent new operations ran at all (removes, renames and
+        // appends are rarer: only counted).
+        if ops >= 1000 {
+            for what in ["advise", "writeback_range", "fallocate"] {
+                assert!(self.counts.get(what).is_some_and(|&n| n > 0), "no {what} ran {}", self.ctx());
+            }
+        }
+        self.progress.begin(ops, "final: close unlinked files, clear, sync, close".into());
+        // Their dirty data is dropped, unwritten: nothing dirty may be left
+        // of it after the syncs below.
+        for f in &mut self.files {
+            if f.unlinked {
+                f.handles.clear();
+            }
+        }
+        self.files.retain(|f| !f.unlinked);
         self.op_clear_and_settle(ops);
         self.cache().sync_all().unwrap_or_else(|e| panic!("final Cache::sync_all: {e} {}", self.ctx()));
         let st = self.cache().stats();
@@ -929,4 +1623,267 @@ fn failed_sync_is_retried_until_durable() {
         drop(f);
         cache.close().unwrap();
     }
+}
+
+// ---------------------------------------------------------------------------
+// Appends from several threads
+
+/// An append record: magic, thread, sequence number, payload length, the
+/// payload (a pattern of all four), and an FNV-1a checksum of all that.
+const RECORD_MAGIC: u32 = 0xA99E_4D5C;
+const RECORD_HEADER: usize = 16;
+const RECORD_TRAILER: usize = 8;
+
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3))
+}
+
+fn record_payload(seed: u64, thread: u32, seq: u32, len: usize) -> Vec<u8> {
+    let mut payload = vec![0u8; len];
+    Rng::new(seed ^ (u64::from(thread) << 40) ^ (u64::from(seq) << 8) ^ len as u64).fill(&mut payload);
+    payload
+}
+
+fn append_record(seed: u64, thread: u32, seq: u32, len: usize) -> Vec<u8> {
+    let mut rec = Vec::with_capacity(RECORD_HEADER + len + RECORD_TRAILER);
+    for v in [RECORD_MAGIC, thread, seq, len as u32] {
+        rec.extend_from_slice(&v.to_le_bytes());
+    }
+    rec.extend_from_slice(&record_payload(seed, thread, seq, len));
+    let sum = fnv1a(&rec);
+    rec.extend_from_slice(&sum.to_le_bytes());
+    rec
+}
+
+/// Mostly small records, some across blocks and folios, a few large.
+fn record_len(rng: &mut Rng) -> usize {
+    match rng.below(20) {
+        0..=12 => rng.below(600),
+        13..=18 => rng.between(600, 20 * KIB),
+        _ => rng.between(20 * KIB, 200 * KIB),
+    }
+}
+
+/// Splits `content` into records; panics (naming the offset) at anything
+/// that is not a whole record in place. Returns `(thread, seq, len)` in
+/// file order.
+fn parse_records(content: &[u8], seed: u64, threads: u32, ctx: &str) -> Vec<(u32, u32, usize)> {
+    let word = |at: usize| u32::from_le_bytes(content[at..at + 4].try_into().unwrap());
+    let mut at = 0;
+    let mut out = Vec::new();
+    while at < content.len() {
+        assert!(content.len() - at >= RECORD_HEADER, "a cut record header at {at} (file {}) {ctx}", content.len());
+        assert_eq!(word(at), RECORD_MAGIC, "no record starts at {at} (file {}) {ctx}", content.len());
+        let (thread, seq, len) = (word(at + 4), word(at + 8), word(at + 12) as usize);
+        assert!(thread < threads, "record at {at}: thread {thread} {ctx}");
+        let end = at + RECORD_HEADER + len + RECORD_TRAILER;
+        assert!(end <= content.len(), "record t{thread} #{seq} at {at} runs past the end {ctx}");
+        let sum = u64::from_le_bytes(content[end - RECORD_TRAILER..end].try_into().unwrap());
+        assert_eq!(sum, fnv1a(&content[at..end - RECORD_TRAILER]), "record t{thread} #{seq} at {at}: checksum {ctx}");
+        assert!(
+            content[at + RECORD_HEADER..end - RECORD_TRAILER] == record_payload(seed, thread, seq, len)[..],
+            "record t{thread} #{seq} at {at}: payload {ctx}"
+        );
+        out.push((thread, seq, len));
+        at = end;
+    }
+    out
+}
+
+/// One appender: `records` records through append handles of `path`,
+/// written every way a handle writes (any offset, uncached, vectored,
+/// through a cursor, which says where the record went: it is read back
+/// there at once), with syncs, range writebacks, advice and reopened
+/// handles between them. Returns the lengths of its records.
+fn appender(
+    cache: &Cache,
+    path: &Path,
+    seed: u64,
+    t: u32,
+    records: u32,
+    progress: &Progress,
+    ops: &AtomicUsize,
+) -> Vec<usize> {
+    let mut rng = Rng::new(seed.wrapping_mul(0x1_0000).wrapping_add(u64::from(t)));
+    let open = |rng: &mut Rng| {
+        let options = OpenOptions::new().write(true).append(true).dontcache(rng.chance(15));
+        let options = if rng.chance(50) { options.create(true) } else { options };
+        cache.open(path, &options).unwrap_or_else(|e| panic!("t{t} open: {e} {}", progress.ctx()))
+    };
+    let mut handles = vec![open(&mut rng)];
+    let mut lens = Vec::with_capacity(records as usize);
+    let mut last_len = 0u64;
+    for seq in 0..records {
+        let len = record_len(&mut rng);
+        lens.push(len);
+        let rec = append_record(seed, t, seq, len);
+        let hi = rng.below(handles.len());
+        let h = &handles[hi];
+        let how = rng.below(10);
+        let off = match rng.below(3) {
+            0 => 0,
+            1 => rng.next_u64() >> 1,
+            _ => rng.below(1 << 30) as u64,
+        };
+        progress.begin(
+            ops.fetch_add(1, Ordering::Relaxed),
+            format!("t{t} append #{seq} len {} h{hi} how {how} off {off}", rec.len()),
+        );
+        let n = match how {
+            0..=3 => h.write_at(&rec, off),
+            4 => h.write_at_with(&rec, off, WriteFlags::DONTCACHE),
+            5 | 6 => {
+                let mut cuts: Vec<usize> = (0..rng.below(6)).map(|_| rng.below(rec.len() + 1)).collect();
+                cuts.sort_unstable();
+                let pieces: Vec<IoSlice> = split_at_cuts(&rec, &cuts).into_iter().map(IoSlice::new).collect();
+                h.write_vectored_at(&pieces, off)
+            }
+            _ => {
+                let mut c = h.cursor();
+                c.seek(SeekFrom::Start(off)).unwrap();
+                let n = c.write(&rec).unwrap_or_else(|e| panic!("t{t} cursor append: {e} {}", progress.ctx()));
+                // Where it went: nobody writes there again.
+                let at = c.position() - n as u64;
+                let mut back = vec![0u8; n];
+                assert_eq!(h.read_at(&mut back, at).unwrap(), n, "t{t} #{seq} read back at {at} {}", progress.ctx());
+                assert!(back == rec[..n], "t{t} #{seq}: the record read back at {at} differs {}", progress.ctx());
+                Ok(n)
+            }
+        };
+        let n = n.unwrap_or_else(|e| panic!("t{t} append #{seq}: {e} {}", progress.ctx()));
+        assert_eq!(n, rec.len(), "t{t} append #{seq}: short without faults {}", progress.ctx());
+        let size = h.len().unwrap();
+        assert!(
+            size >= last_len + rec.len() as u64,
+            "t{t}: size {size} after appending {} at >= {last_len} {}",
+            rec.len(),
+            progress.ctx()
+        );
+        last_len = size;
+        match rng.below(100) {
+            0..=2 => h.sync_data().unwrap_or_else(|e| panic!("t{t} sync: {e} {}", progress.ctx())),
+            3..=5 => {
+                let flags = SyncRangeFlags::from_bits(rng.below(8) as u32).unwrap();
+                let start = size.saturating_sub(rng.below(256 * KIB) as u64);
+                h.writeback_range(start..u64::MAX, flags)
+                    .unwrap_or_else(|e| panic!("t{t} writeback_range: {e} {}", progress.ctx()));
+            }
+            6 => h.advise(0..0, if rng.chance(50) { Advice::NoReuse } else { Advice::Normal }).unwrap(),
+            7 | 8 => {
+                let fresh = open(&mut rng);
+                if handles.len() < 3 {
+                    handles.push(fresh);
+                } else {
+                    handles[rng.below(3)] = fresh;
+                }
+            }
+            _ => {}
+        }
+    }
+    lens
+}
+
+/// Threads append checksummed records of random lengths through `append`
+/// handles of one file on the sim backend, with the small cache whose
+/// writeback runs all the time, while another thread reads and watches
+/// the size (which never shrinks). Afterwards the file is every record
+/// exactly once, whole, back to back (appends never interleave or
+/// overlap), each thread's in its order; after a sync the durable image
+/// is what the cache holds, and so after closing the cache.
+#[test]
+fn concurrent_appends_through_the_sim_never_interleave() {
+    run_seeds("concurrent_appends_through_the_sim_never_interleave", 8, |progress| {
+        const THREADS: u32 = 4;
+        let seed = progress.seed;
+        // WBCACHE_MODEL_OPS is the records of all threads together.
+        let records = ops_per_seed(2000).div_ceil(THREADS as usize).max(1) as u32;
+        let sim = Arc::new(SimIo::new(SimConfig {
+            seed,
+            latency_us_max: 20,
+            short_transfer_percent: 10,
+            retryable_error_percent: 5,
+            direct_io: true,
+            ..SimConfig::default()
+        }));
+        let routing = ROUTINGS[(seed % ROUTINGS.len() as u64) as usize];
+        let io_max = ["64K", "256K", "1M"][(seed % 3) as usize];
+        let config = Config::from_options(&format!("{CRASH_MODEL_OPTIONS},io_max={io_max},{routing}")).unwrap();
+        let cache = Cache::with_sim(config, sim.clone()).unwrap();
+        let path = Path::new("/model/appends");
+        let main = cache.open(path, &OpenOptions::read_write_create()).unwrap();
+        let ops = AtomicUsize::new(0);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let lens: Vec<Vec<usize>> = std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut rng = Rng::new(seed ^ 0xEAD);
+                let mut last = 0u64;
+                let mut buf = vec![0u8; 64 * KIB];
+                while !done.load(Ordering::Acquire) {
+                    let size = main.len().unwrap();
+                    assert!(size >= last, "the size went back from {last} to {size} {}", progress.ctx());
+                    last = size;
+                    let off = rng.below(size as usize + 1) as u64;
+                    let result = match rng.below(20) {
+                        // Calls that change no byte, racing the appends.
+                        0 | 1 => {
+                            let advice = [Advice::WillNeed, Advice::DontNeed, Advice::Sequential][rng.below(3)];
+                            main.advise(off..u64::MAX, advice)
+                        }
+                        2 | 3 => {
+                            main.writeback_range(off..u64::MAX, SyncRangeFlags::from_bits(rng.below(8) as u32).unwrap())
+                        }
+                        4 => main.allocate(off..size + rng.between(1, 512 * KIB) as u64, true),
+                        _ => {
+                            let n =
+                                main.read_at(&mut buf, off).unwrap_or_else(|e| panic!("read: {e} {}", progress.ctx()));
+                            assert!(
+                                n as u64 <= main.len().unwrap().saturating_sub(off),
+                                "read past the end {}",
+                                progress.ctx()
+                            );
+                            Ok(())
+                        }
+                    };
+                    result.unwrap_or_else(|e| panic!("reader thread at {off}: {e} {}", progress.ctx()));
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            });
+            let appenders: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (cache, ops) = (&cache, &ops);
+                    s.spawn(move || appender(cache, path, seed, t, records, progress, ops))
+                })
+                .collect();
+            // Stop the reader before passing on an appender's panic (the
+            // scope would wait for it forever).
+            let joined: Vec<_> = appenders.into_iter().map(|a| a.join()).collect();
+            done.store(true, Ordering::Release);
+            reader.join().unwrap_or_else(|p| resume_unwind(p));
+            joined.into_iter().map(|j| j.unwrap_or_else(|p| resume_unwind(p))).collect()
+        });
+        progress.begin(ops.load(Ordering::Relaxed), "check the records".into());
+        let ctx = progress.ctx();
+        let size = main.len().unwrap() as usize;
+        let mut content = vec![0u8; size];
+        assert_eq!(main.read_at(&mut content, 0).unwrap(), size);
+        let found = parse_records(&content, seed, THREADS, &ctx);
+        let mut next_seq = vec![0u32; THREADS as usize];
+        for &(t, seq, len) in &found {
+            // Each thread appends in order, one record at a time: its
+            // records come in order, each once.
+            assert_eq!(seq, next_seq[t as usize], "thread {t}: record #{seq} out of order or twice {ctx}");
+            assert_eq!(len, lens[t as usize][seq as usize], "thread {t} #{seq}: length {ctx}");
+            next_seq[t as usize] += 1;
+        }
+        assert!(next_seq.iter().all(|&n| n == records), "records found per thread {next_seq:?} of {records} {ctx}");
+        main.sync_all().unwrap_or_else(|e| panic!("sync: {e} {ctx}"));
+        if std::env::var_os("WBCACHE_MODEL_VERBOSE").is_some() {
+            eprintln!("{ctx}: {} records, {size} bytes: {:?}\n  sim: {:?}", found.len(), cache.stats(), sim.stats());
+        }
+        assert_bytes(&sim.durable_image(path).unwrap(), &content, "durable image after the sync", &ctx);
+        assert_bytes(&sim.written_image(path).unwrap(), &content, "written image after the sync", &ctx);
+        drop(main);
+        cache.close().unwrap_or_else(|e| panic!("close: {e} {ctx}"));
+        assert_bytes(&sim.durable_image(path).unwrap(), &content, "durable image after close", &ctx);
+    });
 }
