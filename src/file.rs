@@ -16,7 +16,7 @@ use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::memory::Memory;
 use crate::range_ops::Allocation;
-use crate::readahead::Readahead;
+use crate::readahead::{Decision, Readahead};
 use crate::shared::{OpGuard, Shared};
 use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource, IOV_MAX};
 
@@ -279,7 +279,11 @@ pub struct File {
     access_advice: AtomicU8,
     err_cursor: Mutex<u64>,
     readahead: Mutex<Readahead>,
-    /// Where this handle's last read ended (for access accounting).
+    /// `readahead` has no window open ([`Readahead::is_idle`]), as of its
+    /// last use: random reads then skip its lock.
+    readahead_idle: AtomicBool,
+    /// Where this handle's last read ended (for access accounting and
+    /// readahead's sequential test).
     last_read_end: Arc<AtomicU64>,
 }
 
@@ -299,6 +303,7 @@ impl File {
             access_advice: AtomicU8::new(ACCESS_NORMAL),
             err_cursor: Mutex::new(cursor),
             readahead: Mutex::new(Readahead::default()),
+            readahead_idle: AtomicBool::new(true),
             last_read_end: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -370,7 +375,11 @@ impl File {
     }
 
     fn read_into<T: ReadTarget + ?Sized>(&self, buf: &mut T, off: u64, flags: WriteFlags) -> io::Result<usize> {
-        let _op = self.enter(false)?;
+        // No operation guard yet: a read that every cached folio answers
+        // touches neither the store nor the memory account, so a close
+        // racing it has nothing to wait for (the read comes before it).
+        self.shared.check_open()?;
+        self.check_access(false)?;
         let size = self.inode.size();
         if off >= size || buf.is_empty() {
             return Ok(0);
@@ -379,17 +388,38 @@ impl File {
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
         let dontcache = self.uncached(flags);
+        let prev_end = self.last_read_end.load(Ordering::Relaxed);
+        let prev_end_block = prev_end.div_ceil(BLOCK);
+        let sequential = prev_end_block != 0 && start <= prev_end_block && start + 1 >= prev_end_block;
         let decision = match self.access_advice.load(Ordering::Relaxed) {
             // As the kernel's random-access mode: the read itself reads
             // what it needs, nothing more.
             ACCESS_RANDOM => Default::default(),
+            // A random read with no window open decides nothing, and the
+            // state would only record where it ended, which
+            // `last_read_end` does: no lock on the hit path of random
+            // reads.
+            _ if !sequential && start != 0 && self.readahead_idle.load(Ordering::Relaxed) => Default::default(),
             access => {
                 let max_blocks =
                     if access == ACCESS_SEQUENTIAL { 2 * self.readahead_max_blocks } else { self.readahead_max_blocks };
-                locks::lock(&self.readahead)
-                    .on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none())
+                let mut ra = locks::lock(&self.readahead);
+                ra.set_prev_end_block(prev_end_block);
+                let d = ra.on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
+                self.readahead_idle.store(ra.is_idle(), Ordering::Relaxed);
+                d
             }
         };
+        // Not a swap: concurrent reads of one handle only blur the access
+        // accounting and readahead's guess, and a store costs no locked
+        // instruction.
+        self.last_read_end.store(off + len, Ordering::Relaxed);
+        if decision == Decision::default() && !dontcache {
+            if let Some(n) = self.inode.read_cached(buf, off, prev_end) {
+                return Ok(n);
+            }
+        }
+        let _op = self.enter(false)?;
         // Uncached reads read ahead too; what they bring in is dropped
         // behind the reader once copied.
         if let Some((s, e)) = decision.sync {
@@ -399,7 +429,6 @@ impl File {
         if let Some((s, e)) = decision.async_ {
             self.shared.workers.readahead(&self.inode, (s, e), dontcache, &self.last_read_end);
         }
-        let prev_end = self.last_read_end.swap(off + len, Ordering::Relaxed);
         // The inode clips the read to the size itself.
         let result = self.inode.read_at(buf, off, dontcache, prev_end);
         // A fill may have copied a buffer under writeback (see `evict_excess`).

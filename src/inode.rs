@@ -175,6 +175,10 @@ struct WritePart {
     dontcache: bool,
 }
 
+/// The longest part of a read copied under the mapping's read lock (see
+/// [`Inode::copy_cached_part`]): a few microseconds of copying at most.
+const HIT_COPY_UNDER_INDEX_MAX: usize = 64 << 10;
+
 /// The sync-waiter id of a reader waiting for a fill (no inode's id:
 /// those count up from 1).
 const READER_SYNC_WAITER_ID: u64 = u64::MAX;
@@ -777,6 +781,12 @@ impl Inode {
         while done < len {
             let pos = off + done as u64;
             let block = pos / BLOCK;
+            if !dontcache {
+                if let Some(n) = self.copy_cached_part(buf, done, pos, len - done, prev_end) {
+                    done += n;
+                    continue;
+                }
+            }
             let Some(folio) = self.find(block) else {
                 missed = true;
                 // At most a readahead window per fill, so one huge read
@@ -815,6 +825,67 @@ impl Inode {
         // A truncate that raced this read: what lies past the new end was
         // not there when the read finished, so it is not returned.
         Ok(len.min(self.size().saturating_sub(off) as usize))
+    }
+
+    /// A read that the cache answers whole, without I/O and without
+    /// waiting: `Some(bytes read)` if every part of it lay in cached,
+    /// uptodate folios (see [`Inode::copy_cached_part`]), `None` for the
+    /// full path to do (which copies again what this copied).
+    pub fn read_cached<T: ReadTarget + ?Sized>(&self, buf: &mut T, off: u64, prev_end: u64) -> Option<usize> {
+        let size = self.size();
+        if off >= size || buf.is_empty() {
+            return Some(0);
+        }
+        let len = (buf.len() as u64).min(size - off) as usize;
+        let mut done = 0;
+        while done < len {
+            done += self.copy_cached_part(buf, done, off + done as u64, len - done, prev_end)?;
+        }
+        Counters::add(&self.counters.hits, 1);
+        // As the full path: a truncate that raced the read cuts it.
+        Some(len.min(self.size().saturating_sub(off) as usize))
+    }
+
+    /// The read hit path: copies the part of a read at `pos` (up to
+    /// `remaining` bytes) that one cached, uptodate folio holds, under the
+    /// mapping's read lock and the folio's lock, without taking a
+    /// reference to the folio (the lock order is the index's, then the
+    /// folio's). Only parts of at most [`HIT_COPY_UNDER_INDEX_MAX`] bytes:
+    /// a longer copy would hold off folio insertions (and, with a writer
+    /// waiting, other readers) for its whole length. `None` when the slow
+    /// path must do it (a miss, a fill in flight, blocks not uptodate, a
+    /// long part).
+    fn copy_cached_part<T: ReadTarget + ?Sized>(
+        &self,
+        buf: &mut T,
+        done: usize,
+        pos: u64,
+        remaining: usize,
+        prev_end: u64,
+    ) -> Option<usize> {
+        let map = self.mapping.read();
+        let folio = find_in(&map, pos / BLOCK)?;
+        let folio_off = (pos - folio.offset()) as usize;
+        let n = (folio.size_bytes() - folio_off).min(remaining);
+        if n > HIT_COPY_UNDER_INDEX_MAX {
+            return None;
+        }
+        let mut st = folio.lock();
+        debug_assert!(!st.removed, "a folio in the index is not removed");
+        let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
+        if st.read_in_flight || !st.is_uptodate(first, last) {
+            return None;
+        }
+        buf.copy_in(done, &st.buf[folio_off..folio_off + n]);
+        drop(st);
+        if folio.dropbehind.load(Ordering::Relaxed) {
+            folio.dropbehind.store(false, Ordering::Relaxed);
+        }
+        let touched_by_prev = prev_end > folio.offset() && prev_end <= folio.offset() + folio.size_bytes() as u64;
+        if !touched_by_prev {
+            folio.mark_accessed();
+        }
+        Some(n)
     }
 
     /// Copies the first `len` bytes of `data` into the cache at `off` and

@@ -68,8 +68,12 @@ impl Readahead {
             }
             return d;
         }
+        let reread = start < self.prev_end_block;
         self.prev_end_block = end;
-        if self.window_end_block <= start && missing() {
+        // A read that starts in the block the last one ended in (a record
+        // read again, small reads inside one block) found it cached a
+        // moment ago: no look at whether it is missing.
+        if self.window_end_block <= start && !reread && missing() {
             let size = if self.window_blocks == 0 { initial_window(start, end) } else { 2 * self.window_blocks };
             self.open_window(start, end, eof_block, size.min(max_blocks), &mut d);
         } else if self.window_end_block > 0 && end > self.trigger_block && self.window_end_block < eof_block {
@@ -85,6 +89,21 @@ impl Readahead {
             self.window_end_block = to;
         }
         d
+    }
+
+    /// Whether no window is open: a read that is not sequential and not
+    /// at block 0 leaves the state as it is then (but for where the read
+    /// ended, which the caller may keep itself, see
+    /// [`Readahead::set_prev_end_block`]).
+    pub fn is_idle(&self) -> bool {
+        self.window_end_block == 0 && self.window_blocks == 0 && self.trigger_block == 0
+    }
+
+    /// Where the previous read ended, from the caller's own record: reads
+    /// the caller decided without this state (random reads while idle)
+    /// still count for the next one's sequential test.
+    pub fn set_prev_end_block(&mut self, block: u64) {
+        self.prev_end_block = block;
     }
 
     fn open_window(&mut self, start: u64, end: u64, eof_block: u64, size: u64, d: &mut Decision) {
@@ -277,6 +296,35 @@ mod tests {
             let d = ra.on_read(start, start + 1, 1 << 20, 2048, || true);
             assert_eq!(d, Decision::default(), "random read at {start}");
         }
+    }
+
+    /// A read that starts in the block the previous one ended in (the same
+    /// record again, small reads within a block) does not ask whether its
+    /// first block is missing: it was read a moment ago.
+    #[test]
+    fn a_reread_of_the_last_block_asks_nothing() {
+        let mut ra = Readahead::default();
+        ra.on_read(0, 1, 1 << 20, 2048, || false);
+        for _ in 0..3 {
+            let d = ra.on_read(0, 1, 1 << 20, 2048, || panic!("asked whether block 0 is missing"));
+            assert_eq!(d, Decision::default());
+        }
+        assert!(ra.is_idle(), "no window was opened");
+        // The next block is asked about, and opens a window when missing.
+        let d = ra.on_read(1, 2, 1 << 20, 2048, || true);
+        assert!(d.sync.is_some() && !ra.is_idle());
+    }
+
+    /// The caller's record of where the last read ended (reads it decided
+    /// without the state) counts for the sequential test.
+    #[test]
+    fn the_callers_record_of_the_last_read_counts() {
+        let mut ra = Readahead::default();
+        ra.on_read(5000, 5001, 1 << 20, 2048, || true);
+        // Reads at 9000.. went by without the state (random, idle).
+        ra.set_prev_end_block(9001);
+        let d = ra.on_read(9001, 9002, 1 << 20, 2048, || true);
+        assert!(d.sync.is_some(), "sequential after the caller's record: a window opens");
     }
 
     #[test]

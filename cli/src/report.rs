@@ -1279,6 +1279,16 @@ pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference]) -
             ));
         }
     }
+    let direct = references.iter().find(|r| r.workload == "seq-read").and_then(|r| r.mb_s);
+    if let (Some(w), Some(d)) = (find("seq-read", None, "wbcache"), direct) {
+        if let Some(a) = w.throughput_mb_s {
+            lines.push((
+                "seq-read cold: wbcache ≥ 0.9 × a bare O_DIRECT read into as much fresh memory".into(),
+                format!("{a:.0} vs {d:.0} MB/s ({:.2}×)", a / d),
+                a >= 0.9 * d,
+            ));
+        }
+    }
     // The target is the read path's cost, measured libMicro's way (the
     // same cached 4 KiB again and again); the random-in-a-region variant is
     // reported next to it because it is what a real working set costs.
@@ -1348,9 +1358,29 @@ pub struct Reference {
     pub variant: Option<String>,
     pub what: String,
     pub us_per_call: f64,
+    /// Throughput references (`seq-read`'s bare O_DIRECT read): MB/s
+    /// (null for the per-call ones).
+    pub mb_s: Option<f64>,
 }
 
 impl Reference {
+    /// `seq-read`'s: a bare O_DIRECT read of the same file into `footprint`
+    /// bytes of fresh memory, at `mb_s` (`us_per_call`: per `bs` read).
+    pub fn direct_read(group: &Group, footprint: u64, bs: u64, depth: usize, mb_s: f64) -> Reference {
+        Reference {
+            workload: group.workload.to_string(),
+            variant: group.variant.clone(),
+            what: format!(
+                "O_DIRECT sequential read of the same file, {} reads, {depth} in flight (io_uring), into {} of \
+                 fresh memory (huge pages advised) that the reads go round",
+                fmt_size(bs),
+                fmt_size(footprint)
+            ),
+            us_per_call: if mb_s > 0.0 { bs as f64 / mb_s } else { 0.0 },
+            mb_s: Some(mb_s),
+        }
+    }
+
     pub fn memcpy(group: &Group, span: u64, us_per_call: f64) -> Reference {
         Reference {
             workload: group.workload.to_string(),
@@ -1360,11 +1390,19 @@ impl Reference {
                 fmt_size(span)
             ),
             us_per_call,
+            mb_s: None,
         }
     }
 
     /// The line printed under the workload's table.
     pub fn sentence(&self) -> String {
+        if let Some(mb_s) = self.mb_s {
+            return format!(
+                "Reference: a bare {}, reads {mb_s:.0} MB/s here: the disk's and the memory's limit for any cache of this \
+                 size.",
+                self.what
+            );
+        }
         format!(
             "Reference ({}): a bare {}, costs {:.3} µs here: the memory's share of any cache's read of this pattern.",
             self.variant.as_deref().unwrap_or("main"),
@@ -1424,6 +1462,33 @@ mod tests {
             serde_json::from_str(&to_json(&machine, &serde_json::json!({}), &[row], &[reference])).unwrap();
         assert_eq!(json["references"][0]["variant"], "cached-4k");
         assert_eq!(json["references"][0]["us_per_call"], 0.4);
+    }
+
+    /// seq-read's bare O_DIRECT reference: a target line against it, a
+    /// sentence under the table, and `mb_s` in the JSON (null for the
+    /// memcpy reference).
+    #[test]
+    fn seq_read_target_names_the_direct_read_reference() {
+        let group = crate::workloads::groups_for("seq-read", None).unwrap().remove(0);
+        let mut row = ResultRow::empty(&group, EngineKind::Wbcache, None, Status::Ok, None);
+        row.throughput_mb_s = Some(1900.0);
+        let reference = Reference::direct_read(&group, 256 << 20, 1 << 20, 16, 2000.0);
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        assert!(table.contains("as much fresh memory | 1900 vs 2000 MB/s (0.95×) | met"), "{table}");
+        row.throughput_mb_s = Some(1700.0);
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        assert!(table.contains("1700 vs 2000 MB/s (0.85×) | NOT met"), "{table}");
+        let sentence = reference.sentence();
+        assert!(sentence.contains("256M of fresh memory") && sentence.contains("2000 MB/s"), "{sentence}");
+        let memcpy_group = crate::workloads::groups_for("rand-read", None).unwrap().remove(1);
+        let memcpy = Reference::memcpy(&memcpy_group, 64 << 20, 0.3);
+        let machine = Machine { kernel: "k".into(), cpus: 2, mem_bytes: 1, fs: "ext4".into(), device: "vda".into() };
+        let json: serde_json::Value =
+            serde_json::from_str(&to_json(&machine, &serde_json::json!({}), &[row], &[reference, memcpy])).unwrap();
+        assert_eq!(json["references"][0]["workload"], "seq-read");
+        assert_eq!(json["references"][0]["mb_s"], 2000.0);
+        assert_eq!(json["references"][0]["us_per_call"], 524.288);
+        assert!(json["references"][1]["mb_s"].is_null());
     }
 
     fn fsync_group(variant: &str) -> Group {

@@ -24,7 +24,7 @@ use crate::report::{
     sqlite_table, targets, to_json, Reference, ResultRow,
 };
 use crate::sys::{self, fmt_size, AlignedBuf, Machine};
-use crate::worker::{memcpy_reference_us, Outcome, Status};
+use crate::worker::{direct_read_reference_mb_s, memcpy_reference_us, Outcome, Status, DIRECT_REFERENCE_DEPTH};
 use crate::workloads::{
     advice_about, build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about,
     sqlite_about, FioJob, Group, Kind, Pattern, Place, Spec, KIB,
@@ -702,6 +702,16 @@ pub fn run(args: BenchArgs) -> i32 {
             progress.note(&format!("{} · bare memcpy reference: {us:.3} µs/call", group.label()));
             if us > 0.0 {
                 references.push(Reference::memcpy(group, cached_span(&p), us));
+            }
+        }
+        if group.kind == Kind::SeqRead && ran && !INTERRUPTED.load(Ordering::SeqCst) {
+            let (bs, depth) = (1 << 20, DIRECT_REFERENCE_DEPTH);
+            match direct_read_reference_mb_s(&site.place.data_path(), data_len(&p), bs, p.memory) {
+                Ok(mb_s) => {
+                    progress.note(&format!("{} · bare O_DIRECT reference: {mb_s:.0} MB/s", group.label()));
+                    references.push(Reference::direct_read(group, p.memory, bs, depth, mb_s));
+                }
+                Err(e) => progress.note(&format!("{} · bare O_DIRECT reference failed: {e}", group.label())),
             }
         }
         let last_of_workload = !matches!(groups.get(gi + 1), Some(g) if g.workload == group.workload);
