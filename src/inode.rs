@@ -850,11 +850,12 @@ impl Inode {
     /// `remaining` bytes) that one cached, uptodate folio holds, under the
     /// mapping's read lock and the folio's lock, without taking a
     /// reference to the folio (the lock order is the index's, then the
-    /// folio's). Only parts of at most [`HIT_COPY_UNDER_INDEX_MAX`] bytes:
+    /// folio's; a folio in the index is not removed while its read lock
+    /// is held). Only parts of at most [`HIT_COPY_UNDER_INDEX_MAX`] bytes:
     /// a longer copy would hold off folio insertions (and, with a writer
     /// waiting, other readers) for its whole length. `None` when the slow
-    /// path must do it (a miss, a fill in flight, blocks not uptodate, a
-    /// long part).
+    /// path must do it (a miss, a folio locked by someone else, a fill in
+    /// flight, blocks not uptodate, a long part).
     fn copy_cached_part<T: ReadTarget + ?Sized>(
         &self,
         buf: &mut T,
@@ -870,7 +871,9 @@ impl Inode {
         if n > HIT_COPY_UNDER_INDEX_MAX {
             return None;
         }
-        let mut st = folio.lock();
+        // Never waits with the index locked: a folio's lock may be held
+        // across a fill's I/O, and folio insertions would wait behind us.
+        let mut st = folio.state.try_lock().ok()?;
         debug_assert!(!st.removed, "a folio in the index is not removed");
         let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
         if st.read_in_flight || !st.is_uptodate(first, last) {
