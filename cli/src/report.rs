@@ -531,10 +531,7 @@ pub fn markdown_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     }
     let mut out = String::new();
     let _ = writeln!(out, "### {title}\n\n{about}\n");
-    let _ = writeln!(out, "| {} |", head.join(" | "));
-    let aligns: Vec<&str> =
-        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
-    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    push_table_head(&mut out, &head);
     let dash = || "—".to_string();
     for r in rows {
         let mut c: Vec<String> = Vec::new();
@@ -623,10 +620,7 @@ pub fn fsync_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
          the two background writers' bytes over the time they ran. p99 vs kernel-buffered: fsync p99 ÷ \
          kernel-buffered's in the same variant (lower is better).\n"
     );
-    let _ = writeln!(out, "| {} |", head.join(" | "));
-    let aligns: Vec<&str> =
-        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
-    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    push_table_head(&mut out, &head);
     let dash = || "—".to_string();
     for r in &rows {
         let fsync = r.fsync_lat_us.filter(|_| r.ok());
@@ -718,10 +712,7 @@ pub fn pw_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     };
     let mut out = String::new();
     let _ = writeln!(out, "### {title}\n\n{about}\n\n{PW_COLUMNS}{workers_note}\n");
-    let _ = writeln!(out, "| {} |", head.join(" | "));
-    let aligns: Vec<&str> =
-        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
-    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    push_table_head(&mut out, &head);
     let dash = || "—".to_string();
     let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
     for r in rows {
@@ -888,10 +879,7 @@ pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     };
     let mut out = String::new();
     let _ = writeln!(out, "### {title}\n\n{about}\n\n{HOT_COLUMNS}{dropped_note}\n");
-    let _ = writeln!(out, "| {} |", head.join(" | "));
-    let aligns: Vec<&str> =
-        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
-    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    push_table_head(&mut out, &head);
     let dash = || "—".to_string();
     for r in &rows {
         let ok = r.ok();
@@ -918,6 +906,15 @@ pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         let _ = writeln!(out, "| {} |", c.join(" | "));
     }
     out
+}
+
+/// A markdown table's header row and alignment row: text columns
+/// (variant, engine, status) left, figures right.
+fn push_table_head(out: &mut String, head: &[&str]) {
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let aligns: Vec<&str> =
+        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
+    let _ = writeln!(out, "|{}|", aligns.join("|"));
 }
 
 /// The order of `sqlite`'s rows in its table: per variant (wal-idle,
@@ -965,10 +962,7 @@ pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     }
     let mut out = String::new();
     let _ = writeln!(out, "### {title}\n\n{about}\n\n{SQLITE_COLUMNS}\n");
-    let _ = writeln!(out, "| {} |", head.join(" | "));
-    let aligns: Vec<&str> =
-        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
-    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    push_table_head(&mut out, &head);
     let dash = || "—".to_string();
     let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
     let tps_of = |variant: &str, engine: &str| {
@@ -1056,10 +1050,7 @@ pub fn advice_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     }
     let mut out = String::new();
     let _ = writeln!(out, "### {title}\n\n{about}\n\n{ADVICE_COLUMNS}\n");
-    let _ = writeln!(out, "| {} |", head.join(" | "));
-    let aligns: Vec<&str> =
-        head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
-    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    push_table_head(&mut out, &head);
     let dash = || "—".to_string();
     let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
     let mb_s_of = |variant: &str, engine: &str| {
