@@ -898,10 +898,7 @@ pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
             c.push(r.dropbehind_freed_bytes.filter(|_| ok).map(mib).unwrap_or_else(dash));
         }
         if has_status {
-            c.push(match &r.error {
-                Some(e) if !ok => cell(&format!("{}: {e}", r.status)),
-                _ => r.status.clone(),
-            });
+            c.push(status_cell(r));
         }
         let _ = writeln!(out, "| {} |", c.join(" | "));
     }
@@ -915,6 +912,28 @@ fn push_table_head(out: &mut String, head: &[&str]) {
     let aligns: Vec<&str> =
         head.iter().map(|h| if matches!(*h, "variant" | "engine" | "status") { "---" } else { "---:" }).collect();
     let _ = writeln!(out, "|{}|", aligns.join("|"));
+}
+
+/// A positive figure of the successful row of `variant` and `engine`
+/// (what a table compares its rows against).
+fn figure_of(rows: &[&ResultRow], variant: &str, engine: &str, get: fn(&ResultRow) -> Option<f64>) -> Option<f64> {
+    rows.iter()
+        .find(|b| b.variant.as_deref() == Some(variant) && b.engine == engine && b.ok())
+        .and_then(|b| get(b))
+        .filter(|v| *v > 0.0)
+}
+
+/// `a ÷ b` when both are known.
+fn ratio_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? / b?)
+}
+
+/// A table's status cell: the status, with the error of a failed row.
+fn status_cell(r: &ResultRow) -> String {
+    match &r.error {
+        Some(e) if !r.ok() => cell(&format!("{}: {e}", r.status)),
+        _ => r.status.clone(),
+    }
 }
 
 /// The order of `sqlite`'s rows in its table: per variant (wal-idle,
@@ -965,25 +984,14 @@ pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     push_table_head(&mut out, &head);
     let dash = || "—".to_string();
     let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
-    let tps_of = |variant: &str, engine: &str| {
-        rows.iter()
-            .find(|b| b.variant.as_deref() == Some(variant) && b.engine == engine && b.ok())
-            .and_then(|b| b.tps)
-            .filter(|t| *t > 0.0)
-    };
+    let tps_of = |variant: &str, engine: &str| figure_of(&rows, variant, engine, |b| b.tps);
     for r in &rows {
         let ok = r.ok();
         let tps = r.tps.filter(|_| ok);
         let variant = r.variant.as_deref().unwrap_or("");
         let idle = variant.strip_suffix("-streaming").map(|j| format!("{j}-idle"));
-        let vs_idle = match (tps, idle.and_then(|v| tps_of(&v, &r.engine))) {
-            (Some(a), Some(b)) => Some(a / b),
-            _ => None,
-        };
-        let vs_kernel = match (tps, tps_of(variant, "kernel-buffered")) {
-            (Some(a), Some(b)) => Some(a / b),
-            _ => None,
-        };
+        let vs_idle = ratio_of(tps, idle.and_then(|v| tps_of(&v, &r.engine)));
+        let vs_kernel = ratio_of(tps, tps_of(variant, "kernel-buffered"));
         let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
         c.push(tps.map(fmt_num).unwrap_or_else(dash));
         c.push(times(vs_idle));
@@ -996,10 +1004,7 @@ pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         }
         c.push(times(vs_kernel));
         if has_status {
-            c.push(match &r.error {
-                Some(e) if !ok => cell(&format!("{}: {e}", r.status)),
-                _ => r.status.clone(),
-            });
+            c.push(status_cell(r));
         }
         let _ = writeln!(out, "| {} |", c.join(" | "));
     }
@@ -1053,25 +1058,14 @@ pub fn advice_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     push_table_head(&mut out, &head);
     let dash = || "—".to_string();
     let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
-    let mb_s_of = |variant: &str, engine: &str| {
-        rows.iter()
-            .find(|b| b.variant.as_deref() == Some(variant) && b.engine == engine && b.ok())
-            .and_then(|b| b.throughput_mb_s)
-            .filter(|v| *v > 0.0)
-    };
+    let mb_s_of = |variant: &str, engine: &str| figure_of(&rows, variant, engine, |b| b.throughput_mb_s);
     for r in &rows {
         let ok = r.ok();
         let mb_s = r.throughput_mb_s.filter(|_| ok);
         let variant = r.variant.as_deref().unwrap_or("");
         let plain = AdviceVariant::parse(variant).and_then(AdviceVariant::plain);
-        let vs_plain = match (mb_s, plain.and_then(|v| mb_s_of(v.name(), &r.engine))) {
-            (Some(a), Some(b)) => Some(a / b),
-            _ => None,
-        };
-        let vs_kernel = match (mb_s, mb_s_of(variant, "kernel-buffered")) {
-            (Some(a), Some(b)) => Some(a / b),
-            _ => None,
-        };
+        let vs_plain = ratio_of(mb_s, plain.and_then(|v| mb_s_of(v.name(), &r.engine)));
+        let vs_kernel = ratio_of(mb_s, mb_s_of(variant, "kernel-buffered"));
         let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
         c.push(mb_s.map(fmt_num).unwrap_or_else(dash));
         c.push(times(vs_plain));
@@ -1084,10 +1078,7 @@ pub fn advice_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
             c.push(v.filter(|_| ok).map(mib).unwrap_or_else(dash));
         }
         if has_status {
-            c.push(match &r.error {
-                Some(e) if !ok => cell(&format!("{}: {e}", r.status)),
-                _ => r.status.clone(),
-            });
+            c.push(status_cell(r));
         }
         let _ = writeln!(out, "| {} |", c.join(" | "));
     }

@@ -17,15 +17,12 @@ fn advice_runs_every_variant() {
     let run = common::run_bench(&dir, &["-w", "advice", "--quick"]);
     let (stdout, stderr, json) = (&run.stdout, &run.stderr, &run.json);
     let results = json["results"].as_array().unwrap();
-    let mut rows: Vec<(String, String)> = results
-        .iter()
-        .map(|r| (r["engine"].as_str().unwrap().to_string(), r["variant"].as_str().unwrap().to_string()))
-        .collect();
-    rows.sort();
-    let mut expected: Vec<(String, String)> =
-        ["kernel-buffered", "wbcache"].iter().flat_map(|e| VARIANTS.map(|v| (e.to_string(), v.to_string()))).collect();
-    expected.sort();
-    assert_eq!(rows, expected, "five variants on each of the two engines, none on the others");
+    common::assert_rows(
+        json,
+        &["kernel-buffered", "wbcache"],
+        &VARIANTS,
+        "five variants on each of the two engines, none on the others",
+    );
     let mut peak_cached = std::collections::BTreeMap::new();
     for r in results {
         let (engine, variant) = (r["engine"].as_str().unwrap(), r["variant"].as_str().unwrap());

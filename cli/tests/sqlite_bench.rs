@@ -16,15 +16,12 @@ fn sqlite_runs_every_variant() {
     let run = common::run_bench(&dir, &["-w", "sqlite", "--quick"]);
     let (stdout, stderr, json) = (&run.stdout, &run.stderr, &run.json);
     let results = json["results"].as_array().unwrap();
-    let mut rows: Vec<(String, String)> = results
-        .iter()
-        .map(|r| (r["engine"].as_str().unwrap().to_string(), r["variant"].as_str().unwrap().to_string()))
-        .collect();
-    rows.sort();
-    let mut expected: Vec<(String, String)> =
-        ["kernel-buffered", "wbcache"].iter().flat_map(|e| VARIANTS.map(|v| (e.to_string(), v.to_string()))).collect();
-    expected.sort();
-    assert_eq!(rows, expected, "four variants on each of the two engines, none on the others");
+    common::assert_rows(
+        json,
+        &["kernel-buffered", "wbcache"],
+        &VARIANTS,
+        "four variants on each of the two engines, none on the others",
+    );
     let mut db_sizes = Vec::new();
     for r in results {
         let (engine, variant) = (r["engine"].as_str().unwrap(), r["variant"].as_str().unwrap());

@@ -58,3 +58,21 @@ pub fn finish(run: &BenchRun, dir: &Path) {
     assert!(std::fs::read_dir(&run.work).unwrap().next().is_none(), "the scratch directory is removed");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Asserts that the run's rows are exactly `engines` × `variants`, each
+/// once (in any order). Not every test binary that includes this module
+/// calls it.
+#[allow(dead_code)]
+pub fn assert_rows(json: &serde_json::Value, engines: &[&str], variants: &[&str], what: &str) {
+    let mut rows: Vec<(String, String)> = json["results"]
+        .as_array()
+        .expect("a results array")
+        .iter()
+        .map(|r| (r["engine"].as_str().unwrap().to_string(), r["variant"].as_str().unwrap().to_string()))
+        .collect();
+    rows.sort();
+    let mut expected: Vec<(String, String)> =
+        engines.iter().flat_map(|e| variants.iter().map(|v| (e.to_string(), v.to_string()))).collect();
+    expected.sort();
+    assert_eq!(rows, expected, "{what}");
+}
