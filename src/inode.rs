@@ -1209,7 +1209,8 @@ impl Inode {
         match straddling {
             Some(f) => {
                 let mut st = f.lock();
-                let (blocks, dontcache) = self.cut_tail(&f, &mut st, new_size);
+                let from = (new_size - f.offset()) as usize;
+                let (blocks, dontcache) = self.zero_in_folio(&f, &mut st, from, f.size_bytes());
                 discarded_blocks += blocks;
                 discarded_dontcache += dontcache;
                 self.size.store(new_size, Ordering::Release);
@@ -1308,32 +1309,36 @@ impl Inode {
         (blocks, dontcache)
     }
 
-    /// Zeroes a locked folio from `new_size` on and drops the dirty bits of
-    /// its blocks wholly past it. Returns the dirty and uncached-dirty
-    /// blocks discarded.
-    fn cut_tail(&self, f: &Folio, st: &mut FolioState, new_size: u64) -> (u64, u64) {
-        debug_assert!(f.offset() < new_size && new_size < f.offset() + f.size_bytes() as u64);
+    /// Zeroes bytes `[from, to)` of a locked, cached folio (a part of it:
+    /// the tail a truncation cuts, or what a punch or zeroing covers) and
+    /// drops the dirty bits of the blocks wholly inside: they hold what the
+    /// store will hold there, or lie past the size. Returns the dirty and
+    /// uncached-dirty blocks discarded.
+    pub(crate) fn zero_in_folio(&self, f: &Folio, st: &mut FolioState, from: usize, to: usize) -> (u64, u64) {
+        debug_assert!(from < to && to <= f.size_bytes() && (from > 0 || to < f.size_bytes()), "a part of the folio");
         debug_assert!(!st.removed && !st.read_in_flight, "a cached folio no fill is reading");
-        let from = (new_size - f.offset()) as usize;
         self.memory.account_shared_copy(st);
-        Arc::make_mut(&mut st.buf)[from..].fill(0);
-        let cleared = st.dirty.clear_range(from.div_ceil(BLOCK_SIZE), f.nr_blocks());
+        Arc::make_mut(&mut st.buf)[from..to].fill(0);
+        let (first_inside, end_inside) = (from.div_ceil(BLOCK_SIZE), to / BLOCK_SIZE);
+        let cleared = if first_inside < end_inside { st.dirty.clear_range(first_inside, end_inside) } else { 0 };
         st.nr_dirty -= cleared;
-        let mut dontcache = 0;
-        if st.nr_dirty == 0 {
+        // Uncached-dirty blocks are counted per folio, not per block: what
+        // exceeds the dirty blocks left goes with the discarded ones.
+        let dontcache = if cleared > 0 { st.dontcache_dirty.saturating_sub(st.nr_dirty) } else { 0 };
+        st.dontcache_dirty -= dontcache;
+        if cleared > 0 && st.nr_dirty == 0 {
             self.mapping.unindex_clean(f);
-            dontcache = std::mem::take(&mut st.dontcache_dirty) as u64;
         }
         st.check(f.nr_blocks());
         debug_assert!(
-            st.dirty.next(from.div_ceil(BLOCK_SIZE), f.nr_blocks(), true).is_none(),
-            "nothing dirty past the cut"
+            first_inside >= end_inside || st.dirty.next(first_inside, end_inside, true).is_none(),
+            "nothing dirty wholly inside the zeroed range"
         );
         debug_assert!(
-            st.nr_dirty > 0 || (st.dontcache_dirty == 0 && f.dirty_mark.load(Ordering::Relaxed) == DirtyMark::CLEAN),
-            "a folio the cut left clean is marked clean"
+            st.nr_dirty > 0 || f.dirty_mark.load(Ordering::Relaxed) == DirtyMark::CLEAN,
+            "a folio left clean is marked clean"
         );
-        (cleared as u64, dontcache)
+        (cleared as u64, dontcache as u64)
     }
 
     /// Marks the inode unlinked (see [`Inode::is_unlinked`]). SeqCst, paired

@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::buf::BulkFree;
-use crate::folio::{DirtyMark, Folio, FolioState};
+use crate::folio::Folio;
 use crate::inode::Inode;
 use crate::io::BLOCK_SIZE;
 use crate::locks;
@@ -155,36 +155,6 @@ impl Inode {
             "no folio wholly inside [{off}, {end}) is cached"
         );
         (blocks, dontcache)
-    }
-
-    /// Zeroes bytes `[from, to)` of a locked, cached folio that the range
-    /// covers in part, and drops the dirty bits of the blocks wholly
-    /// inside. Returns the dirty and uncached-dirty blocks discarded.
-    fn zero_in_folio(&self, f: &Folio, st: &mut FolioState, from: usize, to: usize) -> (u64, u64) {
-        debug_assert!(from < to && to <= f.size_bytes() && (from > 0 || to < f.size_bytes()), "a part of the folio");
-        debug_assert!(!st.removed && !st.read_in_flight, "a cached folio no fill is reading");
-        self.memory.account_shared_copy(st);
-        Arc::make_mut(&mut st.buf)[from..to].fill(0);
-        let (first_inside, end_inside) = (from.div_ceil(BLOCK_SIZE), to / BLOCK_SIZE);
-        let cleared = if first_inside < end_inside { st.dirty.clear_range(first_inside, end_inside) } else { 0 };
-        st.nr_dirty -= cleared;
-        // Uncached-dirty blocks are counted per folio, not per block: what
-        // exceeds the dirty blocks left goes with the discarded ones.
-        let dontcache = if cleared > 0 { st.dontcache_dirty.saturating_sub(st.nr_dirty) } else { 0 };
-        st.dontcache_dirty -= dontcache;
-        if cleared > 0 && st.nr_dirty == 0 {
-            self.mapping.unindex_clean(f);
-        }
-        st.check(f.nr_blocks());
-        debug_assert!(
-            first_inside >= end_inside || st.dirty.next(first_inside, end_inside, true).is_none(),
-            "nothing dirty wholly inside the zeroed range"
-        );
-        debug_assert!(
-            st.nr_dirty > 0 || f.dirty_mark.load(Ordering::Relaxed) == DirtyMark::CLEAN,
-            "a folio left clean is marked clean"
-        );
-        (cleared as u64, dontcache as u64)
     }
 
     /// `POSIX_FADV_DONTNEED` over `[off, end)`: the folios wholly inside

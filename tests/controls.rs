@@ -367,3 +367,36 @@ fn unknown_advice_is_einval() {
         assert_eq!(Advice::from_raw(a.raw()).unwrap(), a);
     }
 }
+
+/// A zeroing or punch the store refuses after the cache quiesced the range
+/// (here a simulated block device, which refuses a range past its end as
+/// the kernel's `blkdev_fallocate` does) changes nothing: the dirty data
+/// inside still reads back and is what the next sync writes.
+#[test]
+fn a_store_that_refuses_a_zeroing_leaves_the_cache_as_it_was() {
+    use wbcache::sim::{SimConfig, SimIo};
+    let sim = std::sync::Arc::new(SimIo::new(SimConfig { seed: 7, ..SimConfig::default() }));
+    let dev = Path::new("/dev/sim-refuses");
+    sim.create_block_device(dev, 4 * MIB);
+    let c = Cache::with_sim(Config::from_options(NO_WRITEBACK).unwrap(), sim.clone()).unwrap();
+    let f = c.open(dev, &OpenOptions::read_write_create().create(false)).unwrap();
+    let data = pattern(2 * MIB as usize, 13);
+    f.write_at(&data, MIB).unwrap();
+    for (what, result) in [
+        ("zero range", f.zero_range(MIB..8 * MIB, true)),
+        ("punch", f.punch_hole(2 * MIB..5 * MIB)),
+        ("allocate", f.allocate(0..MIB, false)),
+    ] {
+        let e = result.expect_err(what);
+        assert!([libc::EINVAL, libc::EOPNOTSUPP].contains(&errno_of(&e)), "{what}: {e}");
+        let mut back = vec![0u8; data.len()];
+        f.read_at(&mut back, MIB).unwrap();
+        assert_same(&back, &data, &format!("the dirty data after the refused {what}"));
+    }
+    assert_eq!(f.len().unwrap(), 4 * MIB);
+    f.sync_all().unwrap();
+    let durable = sim.durable_image(dev).unwrap();
+    assert_same(&durable[MIB as usize..3 * MIB as usize], &data, "written by the sync");
+    drop(f);
+    c.close().unwrap();
+}
