@@ -80,7 +80,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub yes_destroy: bool,
     /// Write all results as JSON (schema version 1) to FILE; `references` lists figures measured without an
-    /// engine (a bare memcpy of the cached-4k pattern) that put the results in context.
+    /// engine that put the results in context: a bare memcpy of the cached-4k pattern (`us_per_call`), and a bare
+    /// O_DIRECT read of seq-read's file into as much fresh memory as --memory (`mb_s`).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write SVG charts (throughput per second, latency percentiles, dirty
