@@ -204,14 +204,14 @@ impl DirtyMark {
 }
 
 /// Bytes of metadata one folio costs beyond its buffer (for the metadata
-/// bound in stats): the struct, its bitmaps on the heap, and the mapping and
-/// eviction-queue entries that point at it.
+/// bound in stats): the struct, its bitmaps on the heap, and its
+/// eviction-queue entry. The folio index counts its own nodes.
 pub fn metadata_bytes_for(nr_blocks: usize) -> usize {
     let heap_bitmaps = if nr_blocks > 64 { 3 * nr_blocks.div_ceil(64) * 8 } else { 0 };
     std::mem::size_of::<Folio>() + 2 * std::mem::size_of::<usize>() // Arc counts
         + std::mem::size_of::<AlignedBuf>() + 2 * std::mem::size_of::<usize>()
         + heap_bitmaps
-        + 48 // BTreeMap entry share + eviction queue entry
+        + 32 // eviction queue entry: owner and folio
 }
 
 impl Folio {

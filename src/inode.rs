@@ -35,7 +35,7 @@ use crate::errseq::ErrSeq;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::{run_batch, BackingInfo, BackingStore, IoOp, IoPriority, BLOCK_SIZE};
 use crate::locks;
-use crate::mapping::{choose_order, find_in, FolioIndex, Mapping, MappingOwner};
+use crate::mapping::{choose_order, FolioIndex, Mapping, MappingOwner};
 use crate::memory::Memory;
 use crate::stats::Counters;
 use crate::throttle;
@@ -262,7 +262,7 @@ impl Inode {
         let InodeHandles { config, counters, memory, dropbehind, dirty, dirty_list } = handles;
         let info = store.info().clone();
         let len = info.len_at_open;
-        let mapping = Mapping::with_regions(id, config.region_tracking());
+        let mapping = Mapping::with_regions(id, config.region_tracking(), Some(counters.clone()));
         let writeback_cursors = (0..config.writeback_workers).map(|_| AtomicU64::new(0)).collect();
         Inode {
             id,
@@ -386,8 +386,8 @@ impl Inode {
         out.fill(0);
         let end_block = first_block + out.len() as u64;
         let index = self.mapping.read();
-        let from = find_in(&index, first_block).map_or(first_block, |f| f.index);
-        for folio in index.range(from..end_block).map(|(_, f)| f) {
+        let from = index.find(first_block).map_or(first_block, |f| f.index);
+        for folio in index.range(from..end_block) {
             let st = folio.lock();
             if st.removed {
                 continue;
@@ -451,7 +451,7 @@ impl Inode {
         loop {
             let (order, inserts_seen) = {
                 let map = self.mapping.read();
-                if let Some(f) = find_in(&map, block) {
+                if let Some(f) = map.find(block) {
                     return Ok((f.clone(), false));
                 }
                 (choose_order(&map, block, limit_block, max_order), self.mapping.inserts())
@@ -464,7 +464,7 @@ impl Inode {
             // Only an insertion can cover `block` or crowd the chosen folio
             // (removals only make room): without one, the choice stands.
             if self.mapping.inserts() != inserts_seen {
-                if let Some(f) = find_in(&map, block) {
+                if let Some(f) = map.find(block) {
                     let f = f.clone();
                     drop(map);
                     self.memory.release_folio_buf(Some(buf), len);
@@ -478,10 +478,10 @@ impl Inode {
                     continue;
                 }
             }
-            debug_assert!(find_in(&map, block).is_none() && choose_order(&map, block, limit_block, order) == order);
+            debug_assert!(map.find(block).is_none() && choose_order(&map, block, limit_block, order) == order);
             let folio = Arc::new(Folio::with_buf(block, order, for_fill, buf));
             self.mapping.insert(&mut map, folio.clone());
-            debug_assert!(find_in(&map, block).is_some_and(|f| Arc::ptr_eq(f, &folio)), "the new folio is cached");
+            debug_assert!(map.find(block).is_some_and(|f| Arc::ptr_eq(f, &folio)), "the new folio is cached");
             debug_assert!(folio.index == block && folio.end_index() <= limit_block, "the folio starts at the block");
             drop(map);
             return Ok((self.register_new_folio(folio), true));
@@ -865,7 +865,7 @@ impl Inode {
         prev_end: u64,
     ) -> Option<usize> {
         let map = self.mapping.read();
-        let folio = find_in(&map, pos / BLOCK)?;
+        let folio = map.find(pos / BLOCK)?;
         let folio_off = (pos - folio.offset()) as usize;
         let n = (folio.size_bytes() - folio_off).min(remaining);
         if n > HIT_COPY_UNDER_INDEX_MAX {
@@ -1205,7 +1205,7 @@ impl Inode {
         // size under its lock: a writer of that folio either came before
         // (its bytes past the end are cut) or after (its write extends the
         // file again), never half of each.
-        let straddling = find_in(&map, new_size / BLOCK).filter(|f| f.offset() < new_size).cloned();
+        let straddling = map.find(new_size / BLOCK).filter(|f| f.offset() < new_size).cloned();
         match straddling {
             Some(f) => {
                 let mut st = f.lock();
@@ -1257,10 +1257,8 @@ impl Inode {
     /// over them, and the store's length gate.
     pub(crate) fn quiesce_blocks(&self, first: u64, end: u64) -> (RwLockWriteGuard<'_, FolioIndex>, ResizeGuard<'_>) {
         let filling_in_range = |map: &FolioIndex| {
-            map.range(..end)
-                .filter(|(_, f)| f.end_index() > first)
-                .find(|(_, f)| f.lock().read_in_flight)
-                .map(|(_, f)| f.clone())
+            let from = map.find(first).map_or(first, |f| f.index);
+            map.range(from..end).find(|f| f.lock().read_in_flight).cloned()
         };
         loop {
             let filling = filling_in_range(&self.mapping.write());
@@ -1281,12 +1279,12 @@ impl Inode {
     /// Returns the dirty and uncached-dirty blocks discarded.
     fn drop_folios_from(&self, map: &mut FolioIndex, first_gone_block: u64) -> (u64, u64) {
         let (mut blocks, mut dontcache) = (0u64, 0u64);
-        for key in map.range(first_gone_block..).map(|(&k, _)| k).collect::<Vec<_>>() {
+        for key in map.range(first_gone_block..).map(|f| f.index).collect::<Vec<_>>() {
             let (b, d) = self.discard_folio(map, key);
             blocks += b;
             dontcache += d;
         }
-        debug_assert!(map.range(first_gone_block..).next().is_none(), "nothing cached from block {first_gone_block}");
+        debug_assert!(map.first_from(first_gone_block).is_none(), "nothing cached from block {first_gone_block}");
         (blocks, dontcache)
     }
 
@@ -1294,7 +1292,7 @@ impl Inode {
     /// mapping's write lock held, no fill in flight). Returns the dirty and
     /// uncached-dirty blocks discarded.
     pub(crate) fn discard_folio(&self, map: &mut FolioIndex, key: u64) -> (u64, u64) {
-        let f = map.get(&key).expect("a cached folio").clone();
+        let f = map.get(key).expect("a cached folio").clone();
         let mut st = f.lock();
         assert!(!st.read_in_flight, "no fill runs under the mapping lock");
         let blocks = st.nr_dirty as u64;
@@ -1302,10 +1300,10 @@ impl Inode {
         st.dirty.clear_range(0, f.nr_blocks());
         st.nr_dirty = 0;
         self.mapping.unindex_clean(&f);
-        map.remove(&key);
+        map.remove(key);
         self.release_removed(&f, &mut st);
         debug_assert!(st.removed && st.dontcache_dirty == 0, "folio {key} left clean");
-        debug_assert!(map.get(&key).is_none(), "folio {key} left the index");
+        debug_assert!(map.get(key).is_none(), "folio {key} left the index");
         (blocks, dontcache)
     }
 
@@ -1414,8 +1412,8 @@ impl Drop for Inode {
     /// An inode goes away at cache close or when idle; folios still mapped
     /// (busy at that moment) give their memory back here.
     fn drop(&mut self) {
-        let map = std::mem::take(&mut *self.mapping.write());
-        for folio in map.into_values() {
+        let folios = self.mapping.write().take_all();
+        for folio in folios {
             let mut st = folio.lock();
             if !st.removed {
                 st.dirty.clear_range(0, folio.nr_blocks());

@@ -1,6 +1,6 @@
-//! A mapping: an inode's index from folio index (first block) to folio, and
-//! its dirty index (the folios with dirty blocks, so writeback finds them
-//! without walking the whole mapping).
+//! A mapping: an inode's index from folio index (first block) to folio (a
+//! radix tree, [`FolioIndex`]), and its dirty index (the folios with dirty
+//! blocks, so writeback finds them without walking the whole mapping).
 //!
 //! Invariants:
 //! - Folios in the index do not overlap; each is naturally aligned.
@@ -18,6 +18,8 @@
 //! Owned by its inode (inline); eviction holds the inode weakly through
 //! [`MappingOwner`], so a mapping outlives no inode.
 
+mod folio_index;
+
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,9 +28,12 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use crate::buf::AlignedBuf;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::locks;
+use crate::stats::Counters;
 
-/// Folio index → folio.
-pub type FolioIndex = BTreeMap<u64, Arc<Folio>>;
+pub use folio_index::FolioIndex;
+
+/// The dirty index's map: folio index → folio.
+pub type DirtyFolios = BTreeMap<u64, Arc<Folio>>;
 
 /// The dirty index: folio index → dirty folio (entries of folios that went
 /// clean or were removed may linger until writeback or truncation drops
@@ -37,7 +42,7 @@ pub type FolioIndex = BTreeMap<u64, Arc<Folio>>;
 /// [`DirtyIndex::insert`] and [`DirtyIndex::remove`], which keep the
 /// counts.
 pub struct DirtyIndex {
-    folios: FolioIndex,
+    folios: DirtyFolios,
     /// Region → entries in it; empty when regions are not tracked.
     regions: BTreeMap<u64, usize>,
     /// log2 of the region size in blocks; `None`: not tracked.
@@ -45,8 +50,8 @@ pub struct DirtyIndex {
 }
 
 impl std::ops::Deref for DirtyIndex {
-    type Target = FolioIndex;
-    fn deref(&self) -> &FolioIndex {
+    type Target = DirtyFolios;
+    fn deref(&self) -> &DirtyFolios {
         &self.folios
     }
 }
@@ -132,11 +137,12 @@ pub struct Mapping {
 
 impl Mapping {
     /// A mapping whose dirty index counts its entries per region of
-    /// `2^region_shift_blocks` blocks, or not at all (`None`).
-    pub fn with_regions(id: u64, region_shift_blocks: Option<u32>) -> Mapping {
+    /// `2^region_shift_blocks` blocks, or not at all (`None`), and whose
+    /// folio index counts its nodes in `counters.metadata_bytes`.
+    pub fn with_regions(id: u64, region_shift_blocks: Option<u32>, counters: Option<Arc<Counters>>) -> Mapping {
         Mapping {
             id,
-            folios: RwLock::new(BTreeMap::new()),
+            folios: RwLock::new(FolioIndex::counted_in(counters)),
             inserts: AtomicU64::new(0),
             dirty: Mutex::new(DirtyIndex::new(region_shift_blocks)),
         }
@@ -145,7 +151,7 @@ impl Mapping {
     /// A mapping without region counts (the tests of the layers below).
     #[cfg(test)]
     pub fn new(id: u64) -> Mapping {
-        Mapping::with_regions(id, None)
+        Mapping::with_regions(id, None, None)
     }
 
     pub fn read(&self) -> RwLockReadGuard<'_, FolioIndex> {
@@ -166,7 +172,7 @@ impl Mapping {
 
     /// The folio covering `block`, if cached.
     pub fn find(&self, block: u64) -> Option<Arc<Folio>> {
-        find_in(&self.read(), block).cloned()
+        self.read().find(block).cloned()
     }
 
     /// Insertions so far (see `inserts`); sampled under the read lock.
@@ -177,7 +183,7 @@ impl Mapping {
     /// Inserts a new folio; `index` is the write guard of this mapping's
     /// index, and nothing in it may overlap the folio.
     pub fn insert(&self, index: &mut FolioIndex, folio: Arc<Folio>) {
-        debug_assert!(find_in(index, folio.index).is_none(), "folio at {} overlaps a cached one", folio.index);
+        debug_assert!(index.find(folio.index).is_none(), "folio at {} overlaps a cached one", folio.index);
         debug_assert!(
             index.range(folio.index..folio.end_index()).next().is_none(),
             "folio at {} covers a cached one",
@@ -185,7 +191,7 @@ impl Mapping {
         );
         debug_assert_eq!(folio.dirty_mark.load(Ordering::Relaxed), DirtyMark::CLEAN, "a new folio is clean");
         let before = self.inserts.fetch_add(1, Ordering::AcqRel);
-        index.insert(folio.index, folio);
+        index.insert(folio);
         debug_assert!(self.inserts() > before);
     }
 
@@ -240,8 +246,7 @@ impl Mapping {
 
     fn remove_clean_if(&self, folio: &Arc<Folio>, still_wanted: impl Fn(&Folio) -> bool) -> Option<Option<AlignedBuf>> {
         let mut index = self.write();
-        let Entry::Occupied(entry) = index.entry(folio.index) else { return None };
-        if !Arc::ptr_eq(entry.get(), folio) {
+        if !index.get(folio.index).is_some_and(|f| Arc::ptr_eq(f, folio)) {
             return None;
         }
         let mut st = folio.lock();
@@ -249,8 +254,8 @@ impl Mapping {
             return None;
         }
         debug_assert_eq!(st.dontcache_dirty, 0, "a clean folio holds no uncached-dirty blocks");
-        entry.remove();
-        debug_assert!(index.get(&folio.index).is_none(), "folio {} left the index", folio.index);
+        index.remove(folio.index);
+        debug_assert!(index.get(folio.index).is_none(), "folio {} left the index", folio.index);
         Some(Self::mark_removed(folio, &mut st))
     }
 
@@ -270,11 +275,6 @@ impl Mapping {
     }
 }
 
-/// The folio of `index` covering `block`.
-pub fn find_in(index: &FolioIndex, block: u64) -> Option<&Arc<Folio>> {
-    index.range(..=block).next_back().map(|(_, f)| f).filter(|f| f.end_index() > block)
-}
-
 /// The order of a new folio at `block`: the largest order not above
 /// `max_order` whose folio is naturally aligned at `block`, ends at or
 /// before `limit_block` (so it follows the request's size and alignment)
@@ -291,7 +291,7 @@ pub fn choose_order(index: &FolioIndex, block: u64, limit_block: u64, max_order:
     // Only a folio larger than a block can reach a neighbour: a single
     // block write (random 4 KiB I/O) skips the map walk.
     if order > 0 {
-        let next_start = index.range(block + 1..block + (1 << order)).next().map_or(u64::MAX, |(&k, _)| k);
+        let next_start = index.first_from(block + 1).map_or(u64::MAX, |f| f.index);
         while order > 0 && !fits(order, next_start) {
             order -= 1;
         }
@@ -306,17 +306,17 @@ mod tests {
 
     #[test]
     fn order_follows_size_alignment_and_neighbours() {
-        let mut map = BTreeMap::new();
+        let mut map = FolioIndex::new();
         assert_eq!(choose_order(&map, 0, 1, 9), 0, "a 1 KiB write gets one block");
         assert_eq!(choose_order(&map, 0, 512, 9), 9, "2 MiB aligned write");
         assert_eq!(choose_order(&map, 0, 10_000, 9), 9, "capped at folio_max");
         assert_eq!(choose_order(&map, 256, 1024, 9), 8, "alignment limits the order");
         assert_eq!(choose_order(&map, 3, 1024, 9), 0, "odd block");
-        map.insert(8, Arc::new(Folio::new(8, 0, false)));
+        map.insert(Arc::new(Folio::new(8, 0, false)));
         assert_eq!(choose_order(&map, 0, 512, 9), 3, "a neighbour limits the order");
         assert_eq!(choose_order(&map, 0, 8, 9), 3, "a neighbour just past the folio does not");
         assert_eq!(choose_order(&map, 16, 512, 9), 4, "a neighbour before the block does not");
-        map.insert(1, Arc::new(Folio::new(1, 0, false)));
+        map.insert(Arc::new(Folio::new(1, 0, false)));
         assert_eq!(choose_order(&map, 0, 512, 9), 0, "a neighbour at the next block");
     }
 

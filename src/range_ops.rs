@@ -131,9 +131,8 @@ impl Inode {
     /// uncached-dirty blocks discarded.
     fn zero_cached_range(&self, map: &mut FolioIndex, off: u64, end: u64) -> (u64, u64) {
         let (first, end_block) = (off / BLOCK, end.div_ceil(BLOCK));
-        let start_key = map.range(..=first).next_back().map_or(first, |(&k, _)| k);
-        let overlapping: Vec<Arc<Folio>> =
-            map.range(start_key..end_block).map(|(_, f)| f.clone()).filter(|f| f.end_index() > first).collect();
+        let start_key = map.find(first).map_or(first, |f| f.index);
+        let overlapping: Vec<Arc<Folio>> = map.range(start_key..end_block).cloned().collect();
         let (mut blocks, mut dontcache) = (0u64, 0u64);
         for f in overlapping {
             let (f_start, f_end) = (f.offset(), f.offset() + f.size_bytes() as u64);
@@ -149,9 +148,7 @@ impl Inode {
             dontcache += d;
         }
         debug_assert!(
-            map.range(start_key..end_block)
-                .filter(|(_, f)| f.end_index() > first)
-                .all(|(_, f)| f.offset() < off || f.offset() + f.size_bytes() as u64 > end),
+            map.range(start_key..end_block).all(|f| f.offset() < off || f.offset() + f.size_bytes() as u64 > end),
             "no folio wholly inside [{off}, {end}) is cached"
         );
         (blocks, dontcache)
@@ -170,7 +167,6 @@ impl Inode {
             .mapping
             .read()
             .range(first_key..)
-            .map(|(_, f)| f)
             .take_while(|f| f.offset() < end)
             .filter(|f| f.offset() + f.size_bytes() as u64 <= end)
             .cloned()

@@ -272,8 +272,9 @@ impl Counters {
 pub struct Stats {
     pub capacity_bytes: u64,
     pub cached_bytes: u64,
-    /// Estimated bytes of per-folio metadata (bounded at 1% of cached bytes
-    /// for folios of 16 KiB and larger).
+    /// Bytes of metadata: each folio's estimated share (under 1% of cached
+    /// bytes for folios of 32 KiB and larger) and the folio indexes'
+    /// nodes, counted as they are allocated and freed.
     pub metadata_bytes: u64,
     pub dirty_bytes: u64,
     pub peak_dirty_bytes: u64,

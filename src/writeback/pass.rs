@@ -161,7 +161,7 @@ impl Inode {
             // before the range but reaches into it is written too (its
             // dirty blocks go whole, as the kernel writes whole folios).
             PassScope::Blocks { start, end } => {
-                let first_key = self.mapping.read().range(..=start).next_back().map_or(start, |(&k, _)| k);
+                let first_key = self.mapping.read().find(start).map_or(start, |f| f.index);
                 std::iter::once(first_key..end).collect()
             }
             PassScope::Worker { route, worker } => {
