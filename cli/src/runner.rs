@@ -27,7 +27,7 @@ use crate::sys::{self, fmt_size, AlignedBuf, Machine};
 use crate::worker::{direct_read_reference_mb_s, memcpy_reference_us, Outcome, Status, DIRECT_REFERENCE_DEPTH};
 use crate::workloads::{
     advice_about, build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about,
-    sqlite_about, FioJob, Group, Kind, Pattern, Place, Spec, KIB,
+    sqlite_about, CachedShape, FioJob, Group, Kind, Pattern, Place, Spec, KIB,
 };
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -691,7 +691,8 @@ pub fn run(args: BenchArgs) -> i32 {
             }
         }
         let ran = rows.iter().any(|r| r.workload == group.workload && r.variant == group.variant && r.ok());
-        if group.kind == (Kind::CachedRead { offset0: false }) && ran && !INTERRUPTED.load(Ordering::SeqCst) {
+        if group.kind == (Kind::CachedRead { shape: CachedShape::Region }) && ran && !INTERRUPTED.load(Ordering::SeqCst)
+        {
             let us = memcpy_reference_us(
                 cached_span(&p),
                 4 * KIB,

@@ -412,6 +412,21 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
             read_through(&mut *f, base, bytes)?;
             f
         }
+        Setup::ScatteredWrites { bytes, bs } => {
+            let mut f = sys.open(setup_engine(job.engine), &job.target)?;
+            let buf = AlignedBuf::filled(bs as usize, job.seed ^ 0xfeed);
+            // Every block once, in a random order (Fisher-Yates).
+            let mut blocks: Vec<u64> = (0..bytes / bs).collect();
+            let mut rng = Rng::new(job.seed ^ 0x5ca7);
+            for i in (1..blocks.len()).rev() {
+                blocks.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            for b in blocks {
+                f.write_at(&buf, base + b * bs)?;
+            }
+            f.fsync()?;
+            f
+        }
         Setup::Hot { bytes } => {
             // The hot reader's own engine: the data is cached where it reads.
             let mut f = sys.open(job.engine, &job.target)?;

@@ -114,7 +114,7 @@ pub const WORKLOADS: &[WorkloadInfo] = &[
     },
     WorkloadInfo {
         name: "rand-read",
-        about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M, past the L2 caches: the copy's memory traffic dominates; a bare memcpy of the same pattern is measured as the reference); cached-4k-offset0, the same cached 4 KiB at offset 0 (the read path's own cost)",
+        about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M, past the L2 caches: the copy's memory traffic dominates; a bare memcpy of the same pattern is measured as the reference); cached-4k-offset0, the same cached 4 KiB at offset 0 (the read path's own cost); cached-4k-written, as cached-4k in a region written before in 4 KiB writes in random order (a database's hot pages: a cache of many 4 KiB folios, where finding the folio costs most)",
         models: "point lookups: cold over a table larger than memory, and hot inside a cached working set",
         source: Some("libMicro's pread_u4k case (the cached-4k-offset0 variant)"),
     },
@@ -217,10 +217,9 @@ pub enum Kind {
     Advice(AdviceVariant),
     SeqRead,
     RandRead,
-    /// µs per cached 4 KiB read: random inside a cached region, or the
-    /// same 4 KiB at offset 0 (libMicro `pread_u4k`) when `offset0`.
+    /// µs per cached 4 KiB read (see [`CachedShape`]).
     CachedRead {
-        offset0: bool,
+        shape: CachedShape,
     },
     Overwrite {
         call: CallKind,
@@ -1011,12 +1010,17 @@ pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: 
             Group {
                 workload: "rand-read",
                 variant: Some("cached-4k".into()),
-                kind: Kind::CachedRead { offset0: false },
+                kind: Kind::CachedRead { shape: CachedShape::Region },
             },
             Group {
                 workload: "rand-read",
                 variant: Some("cached-4k-offset0".into()),
-                kind: Kind::CachedRead { offset0: true },
+                kind: Kind::CachedRead { shape: CachedShape::Offset0 },
+            },
+            Group {
+                workload: "rand-read",
+                variant: Some("cached-4k-written".into()),
+                kind: Kind::CachedRead { shape: CachedShape::Written },
             },
         ],
         "small-overwrite" => {
@@ -1041,6 +1045,20 @@ pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: 
     Some(groups)
 }
 
+/// The cached reads of `rand-read`'s per-call variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CachedShape {
+    /// `cached-4k`: random 4 KiB inside a region read once before (the
+    /// caches hold it as readahead left it: 2 MiB folios in wbcache).
+    Region,
+    /// `cached-4k-offset0`: the same 4 KiB at offset 0 (libMicro's
+    /// `pread_u4k`).
+    Offset0,
+    /// `cached-4k-written`: random 4 KiB inside a region written before in
+    /// 4 KiB writes in random order (4 KiB folios).
+    Written,
+}
+
 /// What a job does before the timed phase.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Setup {
@@ -1054,6 +1072,13 @@ pub enum Setup {
     /// Read the first `bytes` of the target once: they start out cached.
     Warm {
         bytes: u64,
+    },
+    /// Write the first `bytes` of the target in `bs` writes, each block
+    /// once in a random order, then fsync: they start out cached and
+    /// clean, in `bs` pieces (a cache keeps each write's folio).
+    ScatteredWrites {
+        bytes: u64,
+        bs: u64,
     },
     /// `hot-set`'s hot file: write the first `bytes` of the target in 1 MiB
     /// writes, fsync, then read them twice: they start out cached, and
@@ -1400,12 +1425,17 @@ pub fn describe(group: &Group, p: &Params) -> String {
         }
         Kind::SeqRead => format!("cold sequential read of a {size} file, 1 MiB reads"),
         Kind::RandRead => format!("4 KiB random reads over a {size} file, {rt} s"),
-        Kind::CachedRead { offset0: false } => {
+        Kind::CachedRead { shape: CachedShape::Region } => {
             format!("4 KiB random reads inside a cached {} region, µs per call", fmt_size(cached_span(p)))
         }
-        Kind::CachedRead { offset0: true } => {
+        Kind::CachedRead { shape: CachedShape::Offset0 } => {
             "4 KiB pread at offset 0 of a cached file (libMicro pread_u4k), µs per call".into()
         }
+        Kind::CachedRead { shape: CachedShape::Written } => format!(
+            "4 KiB random reads inside a cached {} region written before in 4 KiB writes in random order \
+             (a database's hot pages: many 4 KiB folios, not readahead's 2 MiB ones), µs per call",
+            fmt_size(cached_span(p))
+        ),
         Kind::Custom(job) => {
             let mix = match job.rw {
                 FioRw::RandRw => format!(" ({}% reads)", job.rwmixread),
@@ -1700,10 +1730,17 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
             let pat = Pattern::Rand { write: false, bs: 4 * KIB, ops: None };
             (vec![job(engine, place.data(p.size), Setup::None, pat, false, 8)], p.runtime_s, true)
         }
-        Kind::CachedRead { offset0 } => {
-            let span = if *offset0 { 4 * KIB } else { cached_span(p) };
+        Kind::CachedRead { shape } => {
+            let span = if *shape == CachedShape::Offset0 { 4 * KIB } else { cached_span(p) };
             let pat = Pattern::CachedReads { bs: 4 * KIB, span, iterations: p.iterations_1k, warmup: p.warmup };
-            (vec![job(engine, place.data(span), Setup::Warm { bytes: span }, pat, false, 9)], p.call_cap_s, false)
+            let j = match shape {
+                CachedShape::Written => {
+                    let t = place.fresh(&name, 0, span);
+                    job(engine, t, Setup::ScatteredWrites { bytes: span, bs: 4 * KIB }, pat, false, 9)
+                }
+                _ => job(engine, place.data(span), Setup::Warm { bytes: span }, pat, false, 9),
+            };
+            (vec![j], p.call_cap_s, false)
         }
         Kind::Custom(fio) => {
             let jobs = (0..fio.numjobs)
