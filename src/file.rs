@@ -267,6 +267,12 @@ pub struct File {
     memory: Arc<Memory>,
     /// `Config::readahead_max_blocks`, fixed for the cache's life.
     readahead_max_blocks: u64,
+    /// `Config::capacity_bytes`, fixed for the cache's life.
+    capacity_bytes: u64,
+    /// With `scan_dropbehind`, the blocks a sequential stream reads (a
+    /// quarter of `capacity`) before the rest of a scan of a file larger
+    /// than `capacity` drops behind the reader.
+    scan_min_blocks: Option<u64>,
     readable: bool,
     writable: bool,
     /// Flags every read and write of the handle carries ([`OpenOptions::dontcache`]).
@@ -294,6 +300,8 @@ impl File {
             inode,
             memory: shared.memory.clone(),
             readahead_max_blocks: shared.config.readahead_max_blocks(),
+            capacity_bytes: shared.config.capacity_bytes,
+            scan_min_blocks: shared.config.scan_dropbehind.then(|| shared.config.capacity_bytes / 4 / BLOCK),
             shared,
             readable: options.read,
             writable: options.write,
@@ -387,10 +395,10 @@ impl File {
         let len = (buf.len() as u64).min(size - off);
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
-        let dontcache = self.uncached(flags);
         let prev_end = self.last_read_end.load(Ordering::Relaxed);
         let prev_end_block = prev_end.div_ceil(BLOCK);
         let sequential = prev_end_block != 0 && start <= prev_end_block && start + 1 >= prev_end_block;
+        let mut scanning = false;
         let decision = match self.access_advice.load(Ordering::Relaxed) {
             // As the kernel's random-access mode: the read itself reads
             // what it needs, nothing more.
@@ -407,9 +415,14 @@ impl File {
                 ra.set_prev_end_block(prev_end_block);
                 let d = ra.on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
                 self.readahead_idle.store(ra.is_idle(), Ordering::Relaxed);
+                scanning =
+                    self.scan_min_blocks.is_some_and(|min| size > self.capacity_bytes && ra.stream_blocks() > min);
                 d
             }
         };
+        // A scan of a file the cache cannot hold, past a quarter of the
+        // cache: the rest is read as uncached reads are (`scan_dropbehind`).
+        let dontcache = self.uncached(flags) || scanning;
         // Not a swap: concurrent reads of one handle only blur the access
         // accounting and readahead's guess, and a store costs no locked
         // instruction.

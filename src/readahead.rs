@@ -36,6 +36,9 @@ pub struct Readahead {
     window_blocks: u64,
     /// Crossing this block issues the next window.
     trigger_block: u64,
+    /// Blocks the current sequential stream has advanced over (the read
+    /// that began it included): how far a scan has gone.
+    stream_blocks: u64,
 }
 
 /// What to read: `sync` before copying, `async_` in the background.
@@ -61,7 +64,7 @@ impl Readahead {
         let sequential = self.prev_end_block != 0 && start <= self.prev_end_block && start + 1 >= self.prev_end_block;
         let mut d = Decision::default();
         if !sequential {
-            *self = Readahead { prev_end_block: end, ..Readahead::default() };
+            *self = Readahead { prev_end_block: end, stream_blocks: end - start, ..Readahead::default() };
             if start == 0 && missing() {
                 // A read from the start of a file is likely a sequential scan.
                 self.open_window(start, end, eof_block, initial_window(start, end).min(max_blocks), &mut d);
@@ -69,6 +72,9 @@ impl Readahead {
             return d;
         }
         let reread = start < self.prev_end_block;
+        // A re-read advances the stream only by what it reads past the
+        // previous end.
+        self.stream_blocks += end.saturating_sub(self.prev_end_block);
         self.prev_end_block = end;
         // A read that starts in the block the last one ended in (a record
         // read again, small reads inside one block) found it cached a
@@ -97,6 +103,12 @@ impl Readahead {
     /// [`Readahead::set_prev_end_block`]).
     pub fn is_idle(&self) -> bool {
         self.window_end_block == 0 && self.window_blocks == 0 && self.trigger_block == 0
+    }
+
+    /// Blocks the current sequential stream has read, from the read that
+    /// began it (re-reads count once).
+    pub fn stream_blocks(&self) -> u64 {
+        self.stream_blocks
     }
 
     /// Where the previous read ended, from the caller's own record: reads
@@ -325,6 +337,25 @@ mod tests {
         ra.set_prev_end_block(9001);
         let d = ra.on_read(9001, 9002, 1 << 20, 2048, || true);
         assert!(d.sync.is_some(), "sequential after the caller's record: a window opens");
+    }
+
+    /// A stream counts the blocks it advanced over; re-reads count once, a
+    /// random read begins a new stream.
+    #[test]
+    fn a_stream_counts_what_it_has_read() {
+        let mut ra = Readahead::default();
+        ra.on_read(0, 256, 1 << 20, 2048, || true);
+        let mut pos = 256;
+        while pos < 20_000 {
+            ra.on_read(pos, pos + 256, 1 << 20, 2048, || false);
+            pos += 256;
+        }
+        assert_eq!(ra.stream_blocks(), pos);
+        ra.on_read(pos - 1, pos, 1 << 20, 2048, || false);
+        ra.on_read(pos - 1, pos + 1, 1 << 20, 2048, || false);
+        assert_eq!(ra.stream_blocks(), pos + 1, "a re-read counts what it reads past the end only");
+        ra.on_read(90_000, 90_004, 1 << 20, 2048, || true);
+        assert_eq!(ra.stream_blocks(), 4, "a random read begins a new stream");
     }
 
     #[test]

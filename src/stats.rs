@@ -568,7 +568,8 @@ mod tests {
             ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\
              \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
              \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":1,\
-             \"writeback_workers\":2,\"writeback_routing\":\"region\",\"region_size\":{}}}}}",
+             \"writeback_workers\":2,\"writeback_routing\":\"region\",\"region_size\":{},\
+             \"scan_dropbehind\":\"on\"}}}}",
             256 << 20,
             64 << 20,
             32 << 20,
