@@ -270,8 +270,9 @@ pub struct File {
     /// `Config::capacity_bytes`, fixed for the cache's life.
     capacity_bytes: u64,
     /// With `scan_dropbehind`, the blocks a sequential stream reads (a
-    /// quarter of `capacity`) before the rest of a scan of a file larger
-    /// than `capacity` drops behind the reader.
+    /// quarter of `capacity`, at most `SCAN_CACHED_BYTES_MAX`) before the
+    /// rest of a scan of a file larger than `capacity` drops behind the
+    /// reader.
     scan_min_blocks: Option<u64>,
     readable: bool,
     writable: bool,
@@ -301,7 +302,7 @@ impl File {
             memory: shared.memory.clone(),
             readahead_max_blocks: shared.config.readahead_max_blocks(),
             capacity_bytes: shared.config.capacity_bytes,
-            scan_min_blocks: shared.config.scan_dropbehind.then(|| shared.config.capacity_bytes / 4 / BLOCK),
+            scan_min_blocks: shared.config.scan_dropbehind.then(|| shared.config.scan_cached_bytes() / BLOCK),
             shared,
             readable: options.read,
             writable: options.write,
@@ -420,7 +421,7 @@ impl File {
                 d
             }
         };
-        // A scan of a file the cache cannot hold, past a quarter of the
+        // A scan of a file the cache cannot hold, past what a scan may
         // cache: the rest is read as uncached reads are (`scan_dropbehind`).
         let dontcache = self.uncached(flags) || scanning;
         // Not a swap: concurrent reads of one handle only blur the access
