@@ -115,7 +115,7 @@ pub struct Config {
     /// neither floods the cache nor grows it into fresh memory. Folios
     /// cached before the scan stay. Default on: `wbcache bench -w
     /// seq-read` (a file twice the cache's size, single runs) read at
-    /// 0.90-0.97× an O_DIRECT read at 256M and 0.59-0.98× at 1G with it,
+    /// 0.95-1.03× an O_DIRECT read at 256M and 0.66-1.02× at 1G with it,
     /// against 0.42-0.81× and 0.39-0.59× without it on this project's VM
     /// (fresh memory is slow to fault in there). `off` caches every scan
     /// as far as `capacity` allows.
