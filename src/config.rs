@@ -145,8 +145,9 @@ impl Routing {
 /// before `scan_dropbehind` drops the rest behind it. Every byte a scan
 /// caches in a cache not yet full is fresh memory, which this project's VM
 /// faults in at 0.4-2.5 GB/s: with a quarter of a 1 GiB cache (256 MiB),
-/// `seq-read --memory 1G` ran at 0.59-0.98× an O_DIRECT read; the 64 MiB
-/// that a 256 MiB cache's quarter is gave 0.95-1.03× there.
+/// `seq-read --memory 1G` ran at 0.59-0.98× an O_DIRECT read in single
+/// runs, with 64 MiB at 0.66-1.02× (and at 256M, where a quarter is 64
+/// MiB, at 0.95-1.03×).
 pub const SCAN_CACHED_BYTES_MAX: u64 = 64 * MIB;
 
 /// Option keys accepted by [`Config::from_options`], in documentation order.

@@ -416,8 +416,10 @@ impl File {
                 ra.set_prev_end_block(prev_end_block);
                 let d = ra.on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
                 self.readahead_idle.store(ra.is_idle(), Ordering::Relaxed);
-                scanning =
-                    self.scan_min_blocks.is_some_and(|min| size > self.capacity_bytes && ra.stream_blocks() > min);
+                // The stream before this read: one large read is not a scan
+                // by itself.
+                let streamed_before = ra.stream_blocks().saturating_sub(end - start);
+                scanning = self.scan_min_blocks.is_some_and(|min| size > self.capacity_bytes && streamed_before >= min);
                 d
             }
         };

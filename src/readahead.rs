@@ -115,6 +115,11 @@ impl Readahead {
     /// the caller decided without this state (random reads while idle)
     /// still count for the next one's sequential test.
     pub fn set_prev_end_block(&mut self, block: u64) {
+        // A read this state did not see came in between: whatever follows
+        // starts a new stream.
+        if block != self.prev_end_block {
+            self.stream_blocks = 0;
+        }
         self.prev_end_block = block;
     }
 
@@ -356,6 +361,11 @@ mod tests {
         assert_eq!(ra.stream_blocks(), pos + 1, "a re-read counts what it reads past the end only");
         ra.on_read(90_000, 90_004, 1 << 20, 2048, || true);
         assert_eq!(ra.stream_blocks(), 4, "a random read begins a new stream");
+        // Reads the caller decided without the state (random, idle) break
+        // the stream, even when the next read continues the last of them.
+        ra.set_prev_end_block(7001);
+        ra.on_read(7001, 7002, 1 << 20, 2048, || false);
+        assert_eq!(ra.stream_blocks(), 1, "a stream the caller's record broke starts again");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::programs::TempDir;
 use common::{assert_same, wait_until, Rng};
-use wbcache::{Cache, Config, File, OpenOptions};
+use wbcache::{Advice, Cache, Config, File, OpenOptions};
 
 const MIB: u64 = 1 << 20;
 /// `readahead_max` is at most capacity/8 (2 MiB here).
@@ -147,6 +147,55 @@ fn rereading_one_block_of_a_large_file_is_not_a_scan() {
     assert_eq!(after.hits - before.hits, 1000, "every re-read is a hit");
     assert_eq!(after.dropbehind_freed_bytes, before.dropbehind_freed_bytes);
     assert!(f.cached_ranges().unwrap().first().is_some_and(|r| r.start == 0));
+    drop(f);
+    cache.close().unwrap();
+}
+
+/// Random records read in two halves (the second half continues the
+/// first) never add up to a scan, however many of them hit the cache; nor
+/// does one large read, which is cached whole.
+#[test]
+fn random_records_and_one_large_read_are_not_a_scan() {
+    let dir = TempDir::new("scan-records");
+    let (path, data) = laid_out(&dir, "big.bin", 48 * MIB);
+    let cache = Cache::new(Config::from_options(SMALL).unwrap()).unwrap();
+    let mut rng = Rng::new(7);
+    // 1,200 hot 8 KiB records (9.4 MiB, more than a scan may cache), made
+    // cached by a handle without readahead.
+    let records: Vec<u64> = (0..1200).map(|_| 1 + rng.below((48 * MIB / 8192) as usize - 1) as u64).collect();
+    let warm = open(&cache, &path);
+    warm.advise(0..u64::MAX, Advice::Random).unwrap();
+    let mut record = vec![0u8; 8192];
+    for &r in &records {
+        warm.read_at(&mut record, r * 8192).unwrap();
+    }
+    let f = open(&cache, &path);
+    let mut half = vec![0u8; 4096];
+    let read_record = |r: u64, half: &mut Vec<u8>| {
+        for part in 0..2u64 {
+            let off = r * 8192 + part * 4096;
+            f.read_at(half, off).unwrap();
+            assert_same(half, &data[off as usize..off as usize + 4096], "a record's half");
+        }
+    };
+    for &r in &records {
+        read_record(r, &mut half);
+    }
+    // Cold records now: their second halves open readahead windows.
+    for _ in 0..200 {
+        read_record(1 + rng.below((48 * MIB / 8192) as usize - 1) as u64, &mut half);
+    }
+    assert_eq!(cache.stats().dropbehind_freed_bytes, 0, "random records were read as a scan");
+    drop((f, warm));
+    cache.close().unwrap();
+
+    let cache = Cache::new(Config::from_options(SMALL).unwrap()).unwrap();
+    let f = open(&cache, &path);
+    let mut large = vec![0u8; 8 * MIB as usize];
+    assert_eq!(f.read_at(&mut large, 0).unwrap(), large.len());
+    assert_same(&large, &data[..large.len()], "one large read");
+    let ranges = f.cached_ranges().unwrap();
+    assert!(ranges.first().is_some_and(|r| r.start == 0 && r.end >= 8 * MIB), "one large read is cached: {ranges:?}");
     drop(f);
     cache.close().unwrap();
 }

@@ -14,7 +14,7 @@
 //! relies on), the others point back to that first slot. A lookup stops
 //! at the first slot holding a folio or a pointer back. The tree grows a
 //! root when a folio lies beyond it, drops nodes as they empty, and drops
-//! its root while that has only its first slot in use.
+//! its root while all the root holds is a node in its first slot.
 //!
 //! Nodes come in two shapes, so that folios scattered over a large file
 //! (random 4 KiB I/O on a database or a device) do not cost a 1 KiB node
@@ -149,10 +149,12 @@ impl Node {
             }
             Node::Sparse(s) => {
                 let bit = 1u64 << i;
-                // Capacities 1, 2, 4, 8, 16: a node of one folio (4 KiB
-                // folios scattered over a file) holds one slot, not four.
+                // Capacity doubles up to 16 from 1: a node of one folio
+                // (4 KiB folios scattered over a file) holds one slot, not
+                // the four a `Vec` would start with.
                 if s.slots.len() == s.slots.capacity() {
-                    s.slots.reserve_exact(s.slots.len().max(1));
+                    let len = s.slots.len();
+                    s.slots.reserve_exact((2 * len).clamp(1, SPARSE_SLOTS_MAX) - len);
                 }
                 s.slots.insert((s.used_bits & (bit - 1)).count_ones() as usize, slot);
                 s.used_bits |= bit;
@@ -402,10 +404,14 @@ impl FolioIndex {
         self.range(..)
     }
 
-    /// Adds `folio`, which overlaps no cached folio (panics if it does).
+    /// Adds `folio`, which overlaps no cached folio (panics if it does,
+    /// before changing anything).
     pub fn insert(&mut self, folio: Arc<Folio>) {
         let level = level_of(folio.order);
         let last_block = folio.end_index() - 1;
+        let overlaps =
+            self.find(folio.index).is_some() || self.first_from(folio.index).is_some_and(|f| f.index <= last_block);
+        assert!(!overlaps, "folio at {} overlaps a cached one", folio.index);
         let len_before = self.len;
         while self.height <= level || !self.covers(last_block) {
             self.grow();
