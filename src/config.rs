@@ -727,6 +727,16 @@ mod tests {
         }
     }
 
+    /// A scan caches a quarter of the capacity, at most 64 MiB.
+    #[test]
+    fn scan_cached_bytes_is_a_quarter_of_capacity_up_to_the_cap() {
+        let at = |options: &str| Config::from_options(options).unwrap().scan_cached_bytes();
+        assert_eq!(at("capacity=16M"), 4 * MIB);
+        assert_eq!(at("capacity=256M"), SCAN_CACHED_BYTES_MAX);
+        assert_eq!(at("capacity=1G"), SCAN_CACHED_BYTES_MAX);
+        assert_eq!(SCAN_CACHED_BYTES_MAX, 64 * MIB);
+    }
+
     #[test]
     fn format_size_is_exact() {
         for (n, text) in [(0, "0"), (1, "1"), (1023, "1023"), (1024, "1K"), (1536, "1536"), (3 << 20, "3M")] {

@@ -31,6 +31,10 @@ fn laid_out(dir: &TempDir, name: &str, len: u64) -> (std::path::PathBuf, Vec<u8>
     (path, data)
 }
 
+fn new_cache(options: &str) -> Cache {
+    Cache::new(Config::from_options(options).expect("options")).expect("cache")
+}
+
 fn open(cache: &Cache, path: &Path) -> File {
     cache.open(path, &OpenOptions::new().read(true)).expect("open")
 }
@@ -57,7 +61,7 @@ fn cached_bytes(f: &File) -> u64 {
 fn a_scan_of_a_file_larger_than_the_cache_drops_behind_past_a_quarter() {
     let dir = TempDir::new("scan-large");
     let (path, data) = laid_out(&dir, "big.bin", 48 * MIB);
-    let cache = Cache::new(Config::from_options(SMALL).unwrap()).unwrap();
+    let cache = new_cache(SMALL);
     let f = open(&cache, &path);
     scan(&f, &data);
     // The reaper frees in batches, on its own thread.
@@ -78,7 +82,7 @@ fn a_scan_of_a_file_larger_than_the_cache_drops_behind_past_a_quarter() {
 fn with_scan_dropbehind_off_a_scan_fills_the_cache() {
     let dir = TempDir::new("scan-off");
     let (path, data) = laid_out(&dir, "big.bin", 48 * MIB);
-    let cache = Cache::new(Config::from_options(&format!("{SMALL},scan_dropbehind=off")).unwrap()).unwrap();
+    let cache = new_cache(&format!("{SMALL},scan_dropbehind=off"));
     let f = open(&cache, &path);
     scan(&f, &data);
     let cached = cached_bytes(&f);
@@ -96,7 +100,7 @@ fn a_file_that_fits_and_what_was_cached_before_stay_cached() {
     let dir = TempDir::new("scan-fits");
     let (small_path, small) = laid_out(&dir, "small.bin", 12 * MIB);
     let (big_path, big) = laid_out(&dir, "big.bin", 48 * MIB);
-    let cache = Cache::new(Config::from_options(SMALL).unwrap()).unwrap();
+    let cache = new_cache(SMALL);
     let f = open(&cache, &small_path);
     scan(&f, &small);
     assert_eq!(f.cached_ranges().unwrap(), vec![0..12 * MIB], "a file that fits is cached whole");
@@ -104,7 +108,7 @@ fn a_file_that_fits_and_what_was_cached_before_stay_cached() {
     cache.close().unwrap();
 
     // A cache of its own: nothing else competes for its room.
-    let cache = Cache::new(Config::from_options(SMALL).unwrap()).unwrap();
+    let cache = new_cache(SMALL);
     let g = open(&cache, &big_path);
     // A hot 1 MiB near the end, read twice before the scan (random reads).
     let hot = 40 * MIB..41 * MIB;
@@ -132,7 +136,7 @@ fn a_file_that_fits_and_what_was_cached_before_stay_cached() {
 fn rereading_one_block_of_a_large_file_is_not_a_scan() {
     let dir = TempDir::new("scan-reread");
     let (path, data) = laid_out(&dir, "big.bin", 48 * MIB);
-    let cache = Cache::new(Config::from_options(SMALL).unwrap()).unwrap();
+    let cache = new_cache(SMALL);
     let f = open(&cache, &path);
     let mut buf = vec![0u8; 4096];
     for _ in 0..10_000 {
@@ -158,7 +162,7 @@ fn rereading_one_block_of_a_large_file_is_not_a_scan() {
 fn random_records_and_one_large_read_are_not_a_scan() {
     let dir = TempDir::new("scan-records");
     let (path, data) = laid_out(&dir, "big.bin", 48 * MIB);
-    let cache = Cache::new(Config::from_options(SMALL).unwrap()).unwrap();
+    let cache = new_cache(SMALL);
     let mut rng = Rng::new(7);
     // 1,200 hot 8 KiB records (9.4 MiB, more than a scan may cache), made
     // cached by a handle without readahead.
@@ -189,7 +193,7 @@ fn random_records_and_one_large_read_are_not_a_scan() {
     drop((f, warm));
     cache.close().unwrap();
 
-    let cache = Cache::new(Config::from_options(SMALL).unwrap()).unwrap();
+    let cache = new_cache(SMALL);
     let f = open(&cache, &path);
     let mut large = vec![0u8; 8 * MIB as usize];
     assert_eq!(f.read_at(&mut large, 0).unwrap(), large.len());

@@ -415,14 +415,11 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
         Setup::ScatteredWrites { bytes, bs } => {
             let mut f = sys.open(setup_engine(job.engine), &job.target)?;
             let buf = AlignedBuf::filled(bs as usize, job.seed ^ 0xfeed);
-            // Every block once, in a random order (Fisher-Yates).
-            let mut blocks: Vec<u64> = (0..bytes / bs).collect();
-            let mut rng = Rng::new(job.seed ^ 0x5ca7);
-            for i in (1..blocks.len()).rev() {
-                blocks.swap(i, rng.below(i as u64 + 1) as usize);
-            }
-            for b in blocks {
-                f.write_at(&buf, base + b * bs)?;
+            // Every block once, in a random order.
+            let blocks = bytes / bs;
+            let order = KeyedPerm::new(blocks, job.seed ^ 0x5ca7);
+            for i in 0..blocks {
+                f.write_at(&buf, base + order.get(i) * bs)?;
             }
             f.fsync()?;
             f

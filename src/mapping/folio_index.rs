@@ -428,21 +428,22 @@ impl FolioIndex {
             }
             node = match node.get_mut(i) {
                 Some(Slot::Node(child)) => child,
-                _ => panic!("folio at {} overlaps a cached one", folio.index),
+                _ => unreachable!("the overlap check found no folio above the folio's level"),
             };
             at -= 1;
         }
-        let first = slot_of(folio.index, level);
+        let (index, order, ptr) = (folio.index, folio.order, Arc::as_ptr(&folio));
+        let first = slot_of(index, level);
         let first_slot = u8::try_from(first).expect("a slot number fits in a byte");
-        for i in first..first + slots_spanned(folio.order) {
-            assert!(matches!(node.get(i), Slot::Empty), "folio at {} overlaps a cached one", folio.index);
-            let slot = if i == first { Slot::Folio(folio.clone()) } else { Slot::Sibling(first_slot) };
-            grown += node.put(i, slot);
+        // Siblings first, then the folio itself (the index's reference).
+        for i in first + 1..first + slots_spanned(order) {
+            grown += node.put(i, Slot::Sibling(first_slot));
         }
+        grown += node.put(first, Slot::Folio(folio));
         self.len += 1;
         self.account(grown);
-        debug_assert!(self.get(folio.index).is_some_and(|f| Arc::ptr_eq(f, &folio)), "folio {} indexed", folio.index);
-        debug_assert!(self.find(last_block).is_some_and(|f| Arc::ptr_eq(f, &folio)));
+        debug_assert!(self.get(index).is_some_and(|f| Arc::as_ptr(f) == ptr), "folio {index} indexed");
+        debug_assert!(self.find(last_block).is_some_and(|f| Arc::as_ptr(f) == ptr));
         debug_assert_eq!(self.len, len_before + 1);
     }
 
@@ -473,9 +474,10 @@ impl FolioIndex {
 
     /// Removes and returns the folio whose first block is `index`.
     pub fn remove(&mut self, index: u64) -> Option<Arc<Folio>> {
-        let folio = self.get(index)?.clone();
+        let order = self.get(index)?.order;
         let root = self.root.as_mut().expect("a folio was found");
-        let shrunk = Self::remove_in(root, self.height - 1, &folio, true);
+        let (folio, shrunk) = Self::remove_in(root, self.height - 1, index, order, true);
+        debug_assert_eq!((folio.index, folio.order), (index, order));
         self.len -= 1;
         self.account(shrunk);
         self.shrink();
@@ -483,33 +485,35 @@ impl FolioIndex {
         Some(folio)
     }
 
-    /// Clears `folio`'s slots below `node` (at `level`), dropping nodes
-    /// that empty; returns the change in the nodes' bytes.
-    fn remove_in(node: &mut Node, level: u32, folio: &Folio, is_root: bool) -> isize {
-        let mut change = 0;
-        if level == level_of(folio.order) {
-            let first = slot_of(folio.index, level);
-            debug_assert!(matches!(node.get(first), Slot::Folio(f) if std::ptr::eq(Arc::as_ptr(f), folio)));
+    /// Clears the slots of the folio at `index` (of `order`) below `node`
+    /// (at `level`), dropping nodes that empty; returns the folio and the
+    /// change in the nodes' bytes.
+    fn remove_in(node: &mut Node, level: u32, index: u64, order: u8, is_root: bool) -> (Arc<Folio>, isize) {
+        if level == level_of(order) {
+            let first = slot_of(index, level);
+            let mut change = 0;
             // Last slot first: a sparse node shifts fewer slots.
-            for i in (first..first + slots_spanned(folio.order)).rev() {
+            for i in (first + 1..first + slots_spanned(order)).rev() {
                 let (taken, c) = node.take(i, is_root);
                 debug_assert!(
-                    matches!(taken, Slot::Folio(_) | Slot::Sibling(_)),
-                    "folio {} spans its slots",
-                    folio.index
+                    matches!(taken, Slot::Sibling(s) if usize::from(s) == first),
+                    "folio {index} spans slot {i}"
                 );
                 change += c;
             }
-            return change;
+            let (Slot::Folio(folio), c) = node.take(first, is_root) else {
+                panic!("folio {index} is in its first slot")
+            };
+            return (folio, change + c);
         }
-        let i = slot_of(folio.index, level);
-        let Some(Slot::Node(child)) = node.get_mut(i) else { panic!("folio {} is indexed at its level", folio.index) };
-        change += Self::remove_in(child, level - 1, folio, false);
+        let i = slot_of(index, level);
+        let Some(Slot::Node(child)) = node.get_mut(i) else { panic!("folio {index} is indexed at its level") };
+        let (folio, mut change) = Self::remove_in(child, level - 1, index, order, false);
         if child.used() == 0 {
             let (Slot::Node(empty), c) = node.take(i, is_root) else { unreachable!("slot {i} held the child") };
             change += c - empty.bytes() as isize;
         }
-        change
+        (folio, change)
     }
 
     /// Drops an empty root, and roots that only lead to their first slot's
