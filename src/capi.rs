@@ -970,16 +970,25 @@ mod tests {
         Ok(buf)
     }
 
+    /// The stats JSON by the documented protocol: the counters are live
+    /// (background threads move them), so a length can grow between the
+    /// query and the copy, and a return `>= len` means "retry".
     fn stats_json(c: *mut wbc_cache) -> String {
-        // SAFETY: `c` is live; NULL buffer is a length query.
-        let n = unsafe { wbc_stats_json(c, ptr::null_mut(), 0) };
-        assert!(n > 0);
-        let mut buf = vec![0u8; n as usize + 1];
-        // SAFETY: `buf` is valid for its length.
-        let m = unsafe { wbc_stats_json(c, buf.as_mut_ptr().cast(), buf.len()) };
-        assert_eq!(m, n);
-        assert_eq!(buf[n as usize], 0);
-        String::from_utf8(buf[..n as usize].to_vec()).unwrap()
+        for _ in 0..100 {
+            // SAFETY: `c` is live; NULL buffer is a length query.
+            let n = unsafe { wbc_stats_json(c, ptr::null_mut(), 0) };
+            assert!(n > 0);
+            let mut buf = vec![0u8; n as usize + 1];
+            // SAFETY: `buf` is valid for its length.
+            let m = unsafe { wbc_stats_json(c, buf.as_mut_ptr().cast(), buf.len()) };
+            assert!(m > 0);
+            if (m as usize) < buf.len() {
+                assert_eq!(buf[m as usize], 0, "NUL-terminated");
+                return String::from_utf8(buf[..m as usize].to_vec()).unwrap();
+            }
+            assert!(buf.iter().all(|&b| b == 0), "a buffer too small is left untouched");
+        }
+        panic!("the stats JSON kept growing past the length just asked");
     }
 
     fn last_error() -> String {

@@ -500,13 +500,21 @@ int main(int argc, char **argv) {
         CHECK(n > 0, "stats length query returned %lld", (long long)n);
         char small[8];
         memset(small, 'X', sizeof small);
-        CHECK_EQ(wbc_stats_json(c, small, sizeof small), n, "stats into a short buffer returns the length");
+        /* Counters are live: the length may move between calls, but a short
+         * buffer always gets "retry" (a return >= its size) and no bytes. */
+        int64_t short_ret = wbc_stats_json(c, small, sizeof small);
+        CHECK(short_ret >= (int64_t)sizeof small, "stats into a short buffer returned %lld", (long long)short_ret);
         CHECK(memcmp(small, "XXXXXXXX", 8) == 0, "short buffer was written to");
         if (n > 0) {
             char *exact = malloc((size_t)n + 1);
             memset(exact, 'X', (size_t)n);
-            CHECK_EQ(wbc_stats_json(c, exact, (size_t)n), n, "stats with no room for the NUL");
-            CHECK(exact[0] == 'X', "buffer without room for the NUL was written to");
+            int64_t no_room = wbc_stats_json(c, exact, (size_t)n);
+            if (no_room >= n) {
+                CHECK(exact[0] == 'X', "buffer without room for the NUL was written to");
+            } else {
+                /* The JSON shrank in between (a gauge lost a digit): it fit. */
+                CHECK(no_room > 0 && exact[no_room] == '\0', "stats that fit were not NUL-terminated");
+            }
             /* The JSON may grow between calls (counters); leave headroom. */
             size_t cap = (size_t)n + 256;
             char *json = malloc(cap);
