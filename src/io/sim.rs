@@ -177,6 +177,10 @@ pub struct SimStats {
     pub written_bytes: u64,
     /// `sync` calls.
     pub syncs: u64,
+    /// `len` calls: the `fstat` a real file answers, which the commit path
+    /// avoids (on Linux 6.13+ a `stat` makes the next write update the
+    /// file's ctime).
+    pub len_queries: u64,
     /// Injected faults ([`SimIo::inject`]) that fired.
     pub faults_fired: u64,
     /// Random `EINTR`/`EAGAIN` returned (`retryable_error_percent`).
@@ -905,7 +909,8 @@ impl BackingStore for SimStore {
     }
 
     fn len(&self) -> io::Result<u64> {
-        let st = self.shared.lock();
+        let mut st = self.shared.lock();
+        st.stats.len_queries += 1;
         if self.is_dead(&st) {
             return Err(errno(libc::EIO));
         }
