@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::background_budget::BackgroundBudget;
 use crate::io::BLOCK_SIZE;
 use crate::locks;
 use crate::stats::{Counters, Reason};
@@ -179,6 +180,8 @@ pub struct DomainDirty {
     /// Bumped on every change of `sync_waiters`, so the flusher looks at
     /// the list only when it changed.
     sync_waiters_generation: AtomicU64,
+    /// The largest background I/O, scaled by foreground latency.
+    pub background_budget: BackgroundBudget,
 }
 
 /// A writeback worker's coalesced work bits and what it sleeps on.
@@ -273,7 +276,7 @@ impl Drop for SyncWaiter<'_> {
 impl DomainDirty {
     /// A new domain's accounting for `nr_workers` writeback workers,
     /// registered with its cache.
-    pub fn new(cache: &Arc<CacheDirty>, nr_workers: usize) -> Arc<DomainDirty> {
+    pub fn new(cache: &Arc<CacheDirty>, nr_workers: usize, background_budget: BackgroundBudget) -> Arc<DomainDirty> {
         assert!(nr_workers >= 1, "a domain has a writeback worker");
         let domain = Arc::new(DomainDirty {
             cache: cache.clone(),
@@ -289,6 +292,7 @@ impl DomainDirty {
             sync_waiters: Mutex::new(Vec::new()),
             nr_sync_waiters: AtomicU64::new(0),
             sync_waiters_generation: AtomicU64::new(0),
+            background_budget,
         });
         locks::lock(&cache.domains).push(domain.clone());
         domain
@@ -675,7 +679,11 @@ mod tests {
     use super::*;
 
     fn domain() -> Arc<DomainDirty> {
-        DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 1)
+        DomainDirty::new(
+            &CacheDirty::new(Arc::default(), Arc::default()),
+            1,
+            BackgroundBudget::new(0, 1 << 20, Arc::default()),
+        )
     }
 
     /// Bytes move dirty → writeback → done with the domain and cache-wide
@@ -832,7 +840,11 @@ mod tests {
     /// each takes only its own bits.
     #[test]
     fn listed_workers_are_kicked() {
-        let d = DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 4);
+        let d = DomainDirty::new(
+            &CacheDirty::new(Arc::default(), Arc::default()),
+            4,
+            BackgroundBudget::new(0, 1 << 20, Arc::default()),
+        );
         for w in 0..3 {
             d.set_worker_listed(w, true);
         }
@@ -854,7 +866,11 @@ mod tests {
     /// the last one going idle.
     #[test]
     fn bandwidth_counts_every_worker() {
-        let d = DomainDirty::new(&CacheDirty::new(Arc::default(), Arc::default()), 2);
+        let d = DomainDirty::new(
+            &CacheDirty::new(Arc::default(), Arc::default()),
+            2,
+            BackgroundBudget::new(0, 1 << 20, Arc::default()),
+        );
         d.writeback_busy();
         d.writeback_busy();
         std::thread::sleep(Duration::from_millis(20));

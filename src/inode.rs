@@ -693,7 +693,11 @@ impl Inode {
         // buffered writeback for reads the same way, `wbt`). No inode has
         // the waiter's id: nothing is promoted for it.
         let _reader = (priority == IoPriority::Sync).then(|| self.dirty.enter_sync(READER_SYNC_WAITER_ID));
+        let started = std::time::Instant::now();
         run_batch(&*store, &mut ops);
+        if priority == IoPriority::Sync {
+            self.dirty.background_budget.record(started.elapsed());
+        }
         let mut short = vec![false; created.len()];
         for (op, (i, start)) in ops.iter_mut().zip(op_folio) {
             match op.result.take().expect("run_batch completes every op") {

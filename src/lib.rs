@@ -36,6 +36,7 @@
 //! closing the [`Cache`] writes back and syncs everything. A crash loses
 //! dirty data not yet written back; `expire_ms` (default 1 s) bounds it.
 
+mod background_budget;
 mod buf;
 mod cache;
 pub mod capi;

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
+use crate::background_budget::BackgroundBudget;
 use crate::buf::BulkFree;
 use crate::config::Config;
 use crate::dirty::{CacheDirty, DomainDirty, Progress};
@@ -159,7 +160,15 @@ impl Shared {
         let nr_workers = crate::writeback::route::Route::new(&self.config).nr_workers;
         let domain = Domain::start(
             device_id,
-            DomainDirty::new(&self.dirty, nr_workers),
+            DomainDirty::new(
+                &self.dirty,
+                nr_workers,
+                BackgroundBudget::new(
+                    self.config.sync_latency_target_us,
+                    self.config.io_max_bytes,
+                    self.counters.clone(),
+                ),
+            ),
             self.config.clone(),
             self.io.clone(),
             &self.counters,

@@ -207,6 +207,16 @@ pub struct Counters {
     /// `async_depth_while_sync` at most (I/O submitted before the waiter
     /// came is not cut short; none is added past the cap).
     pub async_ios_in_flight_max_while_sync: AtomicU64,
+    /// The largest background writeback I/O now (bytes), and how often
+    /// foreground latency windows scaled it down and up
+    /// ([`crate::background_budget`]).
+    pub background_io_bytes_max: AtomicU64,
+    pub background_scaled_down: AtomicU64,
+    pub background_scaled_up: AtomicU64,
+    /// The fastest and the p99 foreground wait of the last window that had
+    /// one, in microseconds.
+    pub foreground_latency_us_min: AtomicU64,
+    pub foreground_latency_us_p99: AtomicU64,
     /// Every writeback worker's own counters, in the order they started.
     pub writeback_workers: std::sync::Mutex<Vec<std::sync::Arc<WorkerCounters>>>,
 }
@@ -329,6 +339,18 @@ pub struct Stats {
     /// submitted one while an fsync waited: `async_depth_while_sync` at most
     /// (what was in flight before the fsync came is not cut short).
     pub async_ios_in_flight_max_while_sync: u64,
+    /// The largest background writeback I/O now, in bytes: `io_max`, or
+    /// less while foreground waits miss `sync_latency_target_us`.
+    pub background_io_bytes_max: u64,
+    /// Latency windows that halved the background I/O size, and that grew
+    /// it back.
+    pub background_scaled_down: u64,
+    pub background_scaled_up: u64,
+    /// The fastest and the p99 foreground wait (a whole fsync or
+    /// fdatasync, a read miss) of the last window that had one, in
+    /// microseconds; 0 before any.
+    pub foreground_latency_us_min: u64,
+    pub foreground_latency_us_p99: u64,
     /// `uring`, `threads` or `sim`: the backend actually running.
     pub io_backend: &'static str,
     /// False if any backing store fell back to buffered I/O.
@@ -381,6 +403,11 @@ impl Stats {
             written_bytes_by_class: std::array::from_fn(|i| c.written_bytes_by_class[i].load(Relaxed)),
             sync_wait_async_us_total: c.sync_wait_async_us_total.load(Relaxed),
             async_ios_in_flight_max_while_sync: c.async_ios_in_flight_max_while_sync.load(Relaxed),
+            background_io_bytes_max: c.background_io_bytes_max.load(Relaxed),
+            background_scaled_down: c.background_scaled_down.load(Relaxed),
+            background_scaled_up: c.background_scaled_up.load(Relaxed),
+            foreground_latency_us_min: c.foreground_latency_us_min.load(Relaxed),
+            foreground_latency_us_p99: c.foreground_latency_us_p99.load(Relaxed),
             writeback_workers: crate::locks::lock(&c.writeback_workers).iter().map(|w| w.snapshot()).collect(),
             ..Stats::default()
         }
@@ -427,6 +454,11 @@ impl Stats {
         num("promoted_bytes", self.promoted_bytes);
         num("sync_wait_async_us_total", self.sync_wait_async_us_total);
         num("async_ios_in_flight_max_while_sync", self.async_ios_in_flight_max_while_sync);
+        num("background_io_bytes_max", self.background_io_bytes_max);
+        num("background_scaled_down", self.background_scaled_down);
+        num("background_scaled_up", self.background_scaled_up);
+        num("foreground_latency_us_min", self.foreground_latency_us_min);
+        num("foreground_latency_us_p99", self.foreground_latency_us_p99);
         let l = &self.fsync_lat_us;
         let _ = write!(s, "\"fsync_lat_us\":{{\"p50\":{},\"p99\":{},\"max\":{}}},", l.p50_us, l.p99_us, l.max_us);
         s.push_str("\"written_bytes_by_class\":{");
@@ -503,7 +535,17 @@ mod tests {
             assert!(json.contains(&format!("\"{key}\":")), "{key} missing in {json}");
         }
         assert!(json.contains("\"fsync\":42"));
-        for key in ["fsyncs", "promoted_bytes", "sync_wait_async_us_total", "async_ios_in_flight_max_while_sync"] {
+        for key in [
+            "fsyncs",
+            "promoted_bytes",
+            "sync_wait_async_us_total",
+            "async_ios_in_flight_max_while_sync",
+            "background_io_bytes_max",
+            "background_scaled_down",
+            "background_scaled_up",
+            "foreground_latency_us_min",
+            "foreground_latency_us_p99",
+        ] {
             assert!(json.contains(&format!("\"{key}\":")), "{key} missing in {json}");
         }
         assert!(json.contains("\"fsync_lat_us\":{\"p50\":0,\"p99\":0,\"max\":0}"), "{json}");
@@ -568,7 +610,7 @@ mod tests {
             ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\
              \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
              \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":1,\
-             \"writeback_workers\":2,\"writeback_routing\":\"region\",\"region_size\":{},\
+             \"sync_latency_target_us\":200,\"writeback_workers\":2,\"writeback_routing\":\"region\",\"region_size\":{},\
              \"scan_dropbehind\":\"on\"}}}}",
             256 << 20,
             64 << 20,

@@ -5,6 +5,7 @@
 //! the next write update the file's ctime (multigrain timestamps), a
 //! journal update per commit.
 
+mod common;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -45,4 +46,67 @@ fn overwrite_commits_do_not_query_the_store_length() {
     assert_eq!(image[15 * 4096], 15);
     drop(file);
     cache.close().unwrap();
+}
+
+/// Background writeback yields to slow fsyncs: while fsyncs keep missing
+/// `sync_latency_target_us` (the sim's writes take up to 3 ms), each
+/// 100 ms window halves the largest background I/O down to 32 KiB, and
+/// background writes go out no larger; once the fsyncs stop, quiet
+/// windows grow it back to `io_max`.
+#[test]
+fn background_io_shrinks_while_fsyncs_miss_the_target_and_grows_back() {
+    const BIG: &str = "/stream";
+    const KIB: u64 = 1 << 10;
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 7, latency_us_max: 3000, ..SimConfig::default() }));
+    let options = "capacity=64M,dirty_limit=16M,dirty_background=1M,io_max=256K,expire_ms=600000,\
+                   sync_latency_target_us=500,writeback_routing=single,writeback_workers=1";
+    let cache = Arc::new(Cache::with_sim(Config::from_options(options).unwrap(), sim.clone()).unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let committer = {
+        let (cache, stop) = (cache.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let db = cache.open(DB, &OpenOptions::read_write_create()).unwrap();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                db.write_at(&[i as u8; 4096], (i % 8) * 4096).unwrap();
+                db.sync_data().unwrap();
+                i += 1;
+            }
+        })
+    };
+    let budget_is = |bytes: u64| {
+        common::wait_until(std::time::Duration::from_secs(20), || cache.stats().background_io_bytes_max == bytes)
+    };
+    assert!(budget_is(32 * KIB), "budget after slow fsyncs: {:?}", cache.stats().background_io_bytes_max);
+    let st = cache.stats();
+    assert!(st.background_scaled_down >= 3, "{st:?}");
+    assert!(st.foreground_latency_us_p99 > 500 && st.foreground_latency_us_min > 0, "{st:?}");
+
+    sim.record_writes();
+    let big = cache.open(BIG, &OpenOptions::read_write_create()).unwrap();
+    big.write_at(&vec![5u8; 4 << 20], 0).unwrap();
+    // The stream's writes logged from entry `from` on.
+    let stream_writes = |from: usize| -> Vec<u64> {
+        sim.write_log()[from..].iter().filter(|w| w.path.as_path() == Path::new(BIG)).map(|w| w.len as u64).collect()
+    };
+    let written_back = |from: usize| {
+        common::wait_until(std::time::Duration::from_secs(30), || stream_writes(from).iter().sum::<u64>() >= 3 << 20)
+    };
+    assert!(written_back(0), "background writeback ran");
+    let largest = stream_writes(0).into_iter().max().unwrap_or(0);
+    assert!(largest <= 32 * KIB, "background writes of {largest} bytes while fsyncs are slow");
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    committer.join().unwrap();
+    big.sync_data().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let from = sim.write_log().len();
+    big.write_at(&vec![6u8; 4 << 20], 0).unwrap();
+    assert!(written_back(from), "background writeback ran");
+    let largest = stream_writes(from).into_iter().max().unwrap_or(0);
+    assert!(largest > 32 * KIB, "background writes grew back after quiet windows: {largest} bytes at most");
+    let st = cache.stats();
+    assert!(st.background_scaled_up >= 1, "{st:?}");
+    drop(big);
+    Arc::try_unwrap(cache).ok().expect("the only handle").close().unwrap();
 }

@@ -426,7 +426,13 @@ impl Inode {
             return None;
         }
         chunks.sort_by_key(|c| c.offset());
-        let io_max_bytes = self.config.io_max_bytes as usize;
+        // Background I/O gets smaller while foreground waits miss their
+        // target (`crate::background_budget`); what a caller waits for
+        // is built at `io_max`.
+        let io_max_bytes = match reason {
+            Reason::Fsync | Reason::Close => self.config.io_max_bytes,
+            _ => self.dirty.background_budget.io_bytes_max().min(self.config.io_max_bytes),
+        } as usize;
         let io_max_blocks = io_max_bytes / BLOCK_SIZE;
         let mut split = Vec::with_capacity(chunks.len());
         for c in chunks {

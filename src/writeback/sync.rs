@@ -194,7 +194,13 @@ impl Inode {
     pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
         let started = Instant::now();
         let result = self.write_and_sync(data_only, Reason::Fsync);
-        self.counters.fsync_latency.record(started.elapsed().as_micros() as u64);
+        let latency = started.elapsed();
+        self.counters.fsync_latency.record(latency.as_micros() as u64);
+        // A foreground wait for background writeback to yield to; an
+        // fsync that found nothing to do waited for nothing.
+        if self.is_store_writable() {
+            self.dirty.background_budget.record(latency);
+        }
         self.errseq.check_and_advance(cursor)?;
         result
     }
