@@ -728,6 +728,8 @@ mod tests {
             ("region_size=1M", "region_size must be a power of two from folio_max"),
             ("region_size=2T", "region_size must be a power of two"),
             ("writeback_workers=x", "option writeback_workers"),
+            ("sync_latency_target_us=10000001", "sync_latency_target_us must be 0 (off) to 10000000"),
+            ("sync_latency_target_us=-1", "option sync_latency_target_us"),
         ] {
             let err = Config::from_options(opts).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{opts}");
@@ -742,8 +744,8 @@ mod tests {
             c.to_options(),
             "capacity=256M,dirty_limit=64M,dirty_background=32M,expire_ms=1000,folio_max=2M,io_max=1M,\
              io=threads,io_depth=128,readahead_max=16M,throttle_pause_ms_max=200,bridge_gap=8K,\
-             async_depth_while_sync=1,writeback_workers=2,writeback_routing=region,region_size=64M,\
-             scan_dropbehind=on"
+             async_depth_while_sync=1,sync_latency_target_us=200,writeback_workers=2,\
+             writeback_routing=region,region_size=64M,scan_dropbehind=on"
         );
         let keys: Vec<&str> = c.option_values().iter().map(|(k, _)| *k).collect();
         assert_eq!(keys, OPTION_KEYS);
