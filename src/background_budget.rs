@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::locks;
-use crate::stats::Counters;
+use crate::stats::{Counters, LatencyHistogram};
 
 /// How long one latency window lasts (blk-wbt's default window).
 pub const WINDOW: Duration = Duration::from_millis(100);
@@ -40,10 +40,6 @@ pub const WINDOW: Duration = Duration::from_millis(100);
 /// I/Os left it 1.4 GB/s against 1.8 at 64 KiB, for a commit 0.04 ms
 /// faster.
 pub const IO_BYTES_MIN: u64 = 32 << 10;
-
-/// Latencies kept per window for its p99 (later ones count in the minimum
-/// only).
-const SAMPLES_PER_WINDOW_MAX: usize = 4096;
 
 /// What one window saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,31 +65,29 @@ pub fn next_step(step: u32, window: &WindowSummary, target_us: u64, step_max: u3
     }
 }
 
-/// The window being gathered.
+/// The window being gathered: its waits in the stats' histogram (whose
+/// percentiles are bucket bounds, about 19% wide) and the exact fastest.
 struct Window {
     started: Instant,
     latency_us_min: u64,
-    samples: u64,
-    kept_us: Vec<u32>,
+    latency: LatencyHistogram,
 }
 
 impl Window {
     fn new(started: Instant) -> Window {
-        Window { started, latency_us_min: u64::MAX, samples: 0, kept_us: Vec::new() }
+        Window { started, latency_us_min: u64::MAX, latency: LatencyHistogram::default() }
     }
 
-    fn summary(&mut self) -> WindowSummary {
-        if self.samples == 0 {
+    fn summary(&self) -> WindowSummary {
+        let s = self.latency.summary();
+        if s.count == 0 {
             return WindowSummary::default();
         }
-        self.kept_us.sort_unstable();
-        let at =
-            |percent: usize| u64::from(self.kept_us[(self.kept_us.len() * percent / 100).min(self.kept_us.len() - 1)]);
         WindowSummary {
-            samples: self.samples,
+            samples: s.count,
             latency_us_min: self.latency_us_min,
-            latency_us_p50: at(50),
-            latency_us_p99: at(99),
+            latency_us_p50: s.p50_us,
+            latency_us_p99: s.p99_us,
         }
     }
 }
@@ -150,13 +144,10 @@ impl BackgroundBudget {
         }
         let mut w = locks::lock(&self.window);
         self.close_window_if_over(&mut w, now);
-        let us = latency.as_micros().min(u128::from(u32::MAX)) as u64;
-        w.samples += 1;
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         w.latency_us_min = w.latency_us_min.min(us);
-        if w.kept_us.len() < SAMPLES_PER_WINDOW_MAX {
-            w.kept_us.push(us as u32);
-        }
-        debug_assert!(w.latency_us_min <= us && w.samples > 0, "the sample is in its window");
+        w.latency.record(us);
+        debug_assert!(w.latency_us_min <= us, "the sample is in its window");
     }
 
     pub fn io_bytes_max_at(&self, now: Instant) -> u64 {
@@ -204,7 +195,7 @@ impl BackgroundBudget {
             c.foreground_latency_us_min.store(summary.latency_us_min, Ordering::Relaxed);
             c.foreground_latency_us_p99.store(summary.latency_us_p99, Ordering::Relaxed);
         }
-        debug_assert!(step <= self.step_max && w.samples == 0, "a new, empty window at a valid step");
+        debug_assert!(step <= self.step_max && w.latency_us_min == u64::MAX, "a new, empty window at a valid step");
     }
 }
 
@@ -250,8 +241,8 @@ mod tests {
         assert_eq!(c.foreground_latency_us_min.load(Ordering::Relaxed), 2000);
         assert_eq!(c.foreground_latency_us_p99.load(Ordering::Relaxed), 3000);
         // A window whose median met the target: one step back.
-        b.record_at(at(705), Duration::from_micros(400));
-        b.record_at(at(710), Duration::from_micros(450));
+        b.record_at(at(705), Duration::from_micros(300));
+        b.record_at(at(710), Duration::from_micros(350));
         b.record_at(at(720), Duration::from_millis(9));
         assert_eq!(b.io_bytes_max_at(at(800)), 2 * IO_BYTES_MIN);
         // Three quiet windows: three steps back at once.

@@ -75,7 +75,7 @@ pub struct Config {
     /// project's virtio disk, small fsyncs next to two streaming writers
     /// took a p99 of 6.7-6.8 ms at 1, 7.0-7.7 at 2, 9.2 at 4, 16-17 at 8 and
     /// 24-25 ms uncapped, while the writers kept 95% of their throughput
-    /// at 1 (`wbcache bench -w fsync-under-load`; the README has the table).
+    /// at 1 (`wbcache bench -w fsync-under-load`; docs/performance.md has the table).
     pub async_depth_while_sync: u32,
     /// Foreground latency background writeback yields to, in
     /// microseconds; 0 turns the adaptation off. The block layer's
@@ -86,14 +86,14 @@ pub struct Config {
     /// (from `io_max` down to 32 KiB), and it doubles again after each
     /// window that met the target or had no foreground call. Large
     /// background writes are what a commit waits behind on a device that
-    /// serves requests in order: on this project's virtio disk, next to a
+    /// serves requests in order: on a 2-core VM's virtio disk (Linux 6.18), next to a
     /// stream of 1 MiB writes, a 4 KiB write + fdatasync took 1.4 ms with
     /// 1 MiB background I/Os, 0.24 ms with 128 KiB and 0.16 ms with 64
     /// KiB, while the stream kept 2.9, 2.8 and 1.8 GB/s. Default 200
     /// ([`DEFAULT_SYNC_LATENCY_TARGET_US`]): SQLite next to a stream
     /// (`wbcache bench -w sqlite`, 256M, single runs) committed 2.1× (WAL)
     /// and 2.8× (DELETE) as many transactions per second as with it off,
-    /// the stream at 0.85× and 0.72× of its speed; the README has the
+    /// the stream at 0.85× and 0.72× of its speed; docs/performance.md has the
     /// figures.
     pub sync_latency_target_us: u64,
     /// Writeback workers (flusher threads) per domain, each with its own
@@ -135,7 +135,7 @@ pub struct Config {
     /// cached before the scan stay. Default on: `wbcache bench -w
     /// seq-read` (a file twice the cache's size, single runs) read at
     /// 0.95-1.03× an O_DIRECT read at 256M and 0.66-1.02× at 1G with it,
-    /// against 0.42-0.81× and 0.39-0.59× without it on this project's VM
+    /// against 0.42-0.81× and 0.39-0.59× without it on a 2-core VM
     /// (fresh memory is slow to fault in there). `off` caches every scan
     /// as far as `capacity` allows.
     pub scan_dropbehind: bool,
@@ -162,7 +162,7 @@ impl Routing {
 
 /// The most a sequential scan of a file larger than the cache caches
 /// before `scan_dropbehind` drops the rest behind it. Every byte a scan
-/// caches in a cache not yet full is fresh memory, which this project's VM
+/// caches in a cache not yet full is fresh memory, which a 2-core VM
 /// faults in at 0.4-2.5 GB/s: with a quarter of a 1 GiB cache (256 MiB),
 /// `seq-read --memory 1G` ran at 0.59-0.98× an O_DIRECT read in single
 /// runs, with 64 MiB at 0.66-1.02× (and at 256M, where a quarter is 64

@@ -416,7 +416,7 @@ mod tests {
             let meta = metadata_bytes_for(blocks);
             assert!(meta * 100 <= blocks * BLOCK_SIZE, "order {order}: {meta} bytes of metadata");
         }
-        // 4 KiB folios cost more (documented in the README).
+        // 4 KiB folios cost more (documented in docs/semantics.md).
         assert!(metadata_bytes_for(1) * 100 > BLOCK_SIZE);
         assert!(metadata_bytes_for(1) * 100 <= 8 * BLOCK_SIZE, "{}", metadata_bytes_for(1));
     }

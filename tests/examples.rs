@@ -1,5 +1,5 @@
-//! The quick-start programs: the README shows `examples/quickstart.rs` and
-//! `examples/quickstart.c` whole, and both run as the README says.
+//! The quick-start programs: docs/quickstart.md shows `examples/quickstart.rs`
+//! and `examples/quickstart.c` whole, and both run as it says.
 
 mod common;
 
@@ -12,10 +12,12 @@ fn read(relative: &str) -> String {
     std::fs::read_to_string(manifest_dir().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
 }
 
-/// The README's section under `heading` (a `## ` line), up to the next one.
-fn readme_section(readme: &str, heading: &str) -> String {
-    let start = readme.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("README has no {heading:?}")) + 1;
-    let rest = &readme[start..];
+/// The quick start's section under `heading` (a `## ` line), up to the next one.
+fn quickstart_section(quickstart: &str, heading: &str) -> String {
+    let start =
+        quickstart.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("docs/quickstart.md has no {heading:?}"))
+            + 1;
+    let rest = &quickstart[start..];
     let end = rest[heading.len()..].find("\n## ").map_or(rest.len(), |i| i + heading.len() + 1);
     rest[..end].to_string()
 }
@@ -28,24 +30,27 @@ fn fenced_block(section: &str, lang: &str) -> String {
     section[start..start + len].to_string()
 }
 
-/// The README's command line that builds the C example.
-fn readme_cc_command() -> Vec<String> {
-    let readme = read("README.md");
-    let block = fenced_block(&readme_section(&readme, "## C"), "sh");
-    let line = block.lines().find(|l| l.starts_with("cc ")).expect("a cc command in the README's C section");
+/// The quick start's command line that builds the C example.
+fn quickstart_cc_command() -> Vec<String> {
+    let quickstart = read("docs/quickstart.md");
+    let block = fenced_block(&quickstart_section(&quickstart, "## C"), "sh");
+    let line = block.lines().find(|l| l.starts_with("cc ")).expect("a cc command in the quick start's C section");
     line.split_whitespace().map(str::to_string).collect()
 }
 
 #[test]
-fn readme_shows_the_examples_verbatim() {
-    let readme = read("README.md");
-    let rust = fenced_block(&readme_section(&readme, "## Rust"), "rust");
-    assert!(rust == read("examples/quickstart.rs"), "the README's Rust example differs from examples/quickstart.rs");
-    let c = fenced_block(&readme_section(&readme, "## C"), "c");
-    assert!(c == read("examples/quickstart.c"), "the README's C example differs from examples/quickstart.c");
-    // The program's own comment says how to build it, as the README does.
-    let cc = readme_cc_command().join(" ");
-    assert!(c.contains(&cc), "examples/quickstart.c does not give the README's command `{cc}`");
+fn quickstart_shows_the_examples_verbatim() {
+    let quickstart = read("docs/quickstart.md");
+    let rust = fenced_block(&quickstart_section(&quickstart, "## Rust"), "rust");
+    assert!(
+        rust == read("examples/quickstart.rs"),
+        "docs/quickstart.md's Rust example differs from examples/quickstart.rs"
+    );
+    let c = fenced_block(&quickstart_section(&quickstart, "## C"), "c");
+    assert!(c == read("examples/quickstart.c"), "docs/quickstart.md's C example differs from examples/quickstart.c");
+    // The program's own comment says how to build it, as the quick start does.
+    let cc = quickstart_cc_command().join(" ");
+    assert!(c.contains(&cc), "examples/quickstart.c does not give the quick start's command `{cc}`");
 }
 
 /// Checks a quick-start run: it exits 0, prints what it read back and the
@@ -99,7 +104,7 @@ fn c_example_builds_with_the_readme_command_and_runs() {
     let exe = work.0.join("quickstart");
     let lib = static_library();
     // The README's command with this build's library and a scratch output.
-    let mut args = readme_cc_command().into_iter().skip(1).collect::<Vec<_>>();
+    let mut args = quickstart_cc_command().into_iter().skip(1).collect::<Vec<_>>();
     for arg in &mut args {
         if arg == "target/release/libwbcache.a" {
             *arg = lib.display().to_string();

@@ -415,7 +415,7 @@ unsafe extern "C" fn x_sector_size(_file: *mut ffi::sqlite3_file) -> c_int {
 unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: see `state`.
     let st = unsafe { state(file) };
-    // Only powersafe overwrite (see the README): writeback rewrites whole
+    // Only powersafe overwrite (see docs/quickstart.md): writeback rewrites whole
     // 4 KiB blocks, and bytes of a block outside a write keep the values
     // they have on disk. Not SEQUENTIAL (writeback reorders writes), not
     // SAFE_APPEND (a file may grow before its data lands), no atomic sizes.
