@@ -42,7 +42,7 @@ pub const WORK_RECLAIM: u32 = 1 << 3;
 #[derive(Default)]
 pub struct Progress {
     generation: Mutex<u64>,
-    changed: Condvar,
+    changed: locks::WaitQueue,
 }
 
 impl Progress {
@@ -55,7 +55,7 @@ impl Progress {
     /// Waits for the next [`Progress::made`], at most `timeout`.
     pub fn wait(&self, timeout: Duration) {
         let g = locks::lock(&self.generation);
-        drop(locks::wait_timeout(&self.changed, g, timeout));
+        drop(self.changed.wait_timeout(g, timeout));
     }
 
     /// The progress made so far, to wait from ([`Progress::wait_since`]).
@@ -71,7 +71,7 @@ impl Progress {
         if *g != generation {
             return;
         }
-        drop(locks::wait_timeout(&self.changed, g, timeout));
+        drop(self.changed.wait_timeout(g, timeout));
     }
 }
 

@@ -25,7 +25,7 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLockWriteGuard};
 
 use crate::buf::{AlignedBuf, BulkFree};
 use crate::config::Config;
@@ -51,7 +51,7 @@ const BLOCK: u64 = BLOCK_SIZE as u64;
 #[derive(Default)]
 pub struct StoreLenGate {
     state: Mutex<GateState>,
-    changed: Condvar,
+    changed: locks::WaitQueue,
 }
 
 #[derive(Default)]
@@ -68,7 +68,7 @@ impl StoreLenGate {
     pub fn begin_io(&self) {
         let mut st = self.lock();
         while st.resizing {
-            st = locks::wait(&self.changed, st);
+            st = self.changed.wait(st);
         }
         st.io_in_flight += 1;
         debug_assert!(!st.resizing && st.io_in_flight > 0, "I/O never overlaps a length change");
@@ -109,11 +109,11 @@ impl StoreLenGate {
     pub fn resize(&self) -> ResizeGuard<'_> {
         let mut st = self.lock();
         while st.resizing {
-            st = locks::wait(&self.changed, st);
+            st = self.changed.wait(st);
         }
         st.resizing = true;
         while st.io_in_flight > 0 {
-            st = locks::wait(&self.changed, st);
+            st = self.changed.wait(st);
         }
         debug_assert!(st.resizing && st.io_in_flight == 0, "a length change excludes I/O");
         ResizeGuard(self)
@@ -240,7 +240,7 @@ pub struct Inode {
     pub written_since_sync: AtomicBool,
     pub errseq: ErrSeq,
     pub tickets: Mutex<Tickets>,
-    pub tickets_done: Condvar,
+    pub tickets_done: locks::WaitQueue,
     /// The writeback workers whose dirty lists hold this inode (or which
     /// took it off to write it and have not put it back), a bit per worker.
     pub listed_workers: AtomicU64,
@@ -292,7 +292,7 @@ impl Inode {
             written_since_sync: AtomicBool::new(false),
             errseq: ErrSeq::default(),
             tickets: Mutex::new(Tickets::default()),
-            tickets_done: Condvar::new(),
+            tickets_done: locks::WaitQueue::default(),
             listed_workers: AtomicU64::new(0),
             rotor_worker: AtomicU32::new(u32::MAX),
             handles: AtomicUsize::new(0),

@@ -7,6 +7,7 @@
 //! fsyncs waiting for tickets, the flusher waiting for work. The state under
 //! each lock is re-checked by the assertions of its next user instead.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -29,4 +30,39 @@ pub(crate) fn wait<'a, T>(cond: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuar
 /// Waits up to `timeout`; the guard comes back either way.
 pub(crate) fn wait_timeout<'a, T>(cond: &Condvar, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
     cond.wait_timeout(guard, timeout).unwrap_or_else(|e| e.into_inner()).0
+}
+
+/// A condition variable that knows whether anyone waits on it, so that
+/// waking nobody costs no system call: the standard library's
+/// `Condvar::notify_all` always makes one (a commit made six, waking
+/// nobody). Waiters count themselves while they hold the mutex whose
+/// state they tested, so a notifier that changed that state under the
+/// same mutex, and looks at the count after taking it, sees every waiter
+/// that could have missed the change; a later waiter sees the change.
+#[derive(Default)]
+pub(crate) struct WaitQueue {
+    cond: Condvar,
+    waiters: AtomicUsize,
+}
+
+impl WaitQueue {
+    pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let guard = wait(&self.cond, guard);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        guard
+    }
+
+    pub(crate) fn wait_timeout<'a, T>(&self, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let guard = wait_timeout(&self.cond, guard, timeout);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        guard
+    }
+
+    pub(crate) fn notify_all(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.cond.notify_all();
+        }
+    }
 }

@@ -52,7 +52,7 @@ impl Inode {
         let mut started = None;
         while t.in_flight.first().is_some_and(|&first| first <= sample) {
             started.get_or_insert_with(Instant::now);
-            t = locks::wait(&self.tickets_done, t);
+            t = self.tickets_done.wait(t);
         }
         debug_assert!(t.in_flight.range(..=sample).next().is_none(), "every ticket up to {sample} ended");
         started.map(|s| s.elapsed()).unwrap_or_default()
