@@ -274,6 +274,15 @@ pub struct File {
     /// rest of a scan of a file larger than `capacity` drops behind the
     /// reader.
     scan_min_blocks: Option<u64>,
+    /// With `stream_dropbehind`, the bytes a sequential write stream of
+    /// this handle writes cached before the rest drops behind it (as
+    /// `scan_min_blocks`, in bytes).
+    stream_cached_bytes: Option<u64>,
+    /// Where this handle's last write ended, and how many bytes its
+    /// sequential stream up to there has written. Threads sharing a
+    /// handle may blur these; they only choose how folios are kept.
+    write_stream_end: AtomicU64,
+    write_stream_bytes: AtomicU64,
     readable: bool,
     writable: bool,
     /// Flags every read and write of the handle carries ([`OpenOptions::dontcache`]).
@@ -303,6 +312,9 @@ impl File {
             readahead_max_blocks: shared.config.readahead_max_blocks(),
             capacity_bytes: shared.config.capacity_bytes,
             scan_min_blocks: shared.config.scan_dropbehind.then(|| shared.config.scan_cached_bytes() / BLOCK),
+            stream_cached_bytes: shared.config.stream_dropbehind.then(|| shared.config.scan_cached_bytes()),
+            write_stream_end: AtomicU64::new(u64::MAX),
+            write_stream_bytes: AtomicU64::new(0),
             shared,
             readable: options.read,
             writable: options.write,
@@ -510,10 +522,28 @@ impl File {
             // Past the file system's largest file size: short, or EFBIG.
             self.inode.room_to_grow(off, data.len())?
         };
-        let result = self.inode.write_at(data, len, off, self.uncached(flags));
+        let result = self.inode.write_at(data, len, off, self.uncached_write(flags, off, len));
         // An edge-block fill may have copied a buffer under writeback.
         self.memory.evict_excess();
         Ok((result?.0, off))
+    }
+
+    /// Whether a write of `len` bytes at `off` is uncached: as
+    /// [`File::uncached`] says, or because the handle's sequential stream
+    /// before it reached `stream_cached_bytes` (`stream_dropbehind`).
+    fn uncached_write(&self, flags: WriteFlags, off: u64, len: usize) -> bool {
+        if self.uncached(flags) {
+            return true;
+        }
+        let Some(cached_bytes) = self.stream_cached_bytes else { return false };
+        let streamed_before = if self.write_stream_end.load(Ordering::Relaxed) == off {
+            self.write_stream_bytes.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        self.write_stream_end.store(off + len as u64, Ordering::Relaxed);
+        self.write_stream_bytes.store(streamed_before.saturating_add(len as u64), Ordering::Relaxed);
+        streamed_before >= cached_bytes
     }
 
     /// Whether an access with `flags` is uncached: by its flags, the

@@ -110,6 +110,7 @@ const KEYS: &[&str] = &[
     "writeback_routing",
     "region_size",
     "scan_dropbehind",
+    "stream_dropbehind",
 ];
 
 const SIZE_KEYS: &[&str] = &[
@@ -216,7 +217,9 @@ fn value(rng: &mut Rng, key: &str) -> String {
     let v = match rng.below(12) {
         0..=5 if SIZE_KEYS.contains(&key) => format!("{}{}", number(rng), suffix(rng)),
         0..=5 if key == "io" => (*pick(rng, &["uring", "threads", "sim", "URING", "Threads", "spdk", ""])).into(),
-        0..=5 if key == "scan_dropbehind" => (*pick(rng, &["on", "off", "ON", "1", "true", ""])).into(),
+        0..=5 if key == "scan_dropbehind" || key == "stream_dropbehind" => {
+            (*pick(rng, &["on", "off", "ON", "1", "true", ""])).into()
+        }
         0..=5 => number(rng),
         6 => format!("{}{}", number(rng), suffix(rng)),
         7 => (*pick(rng, &["-1", "+4K", "1.5G", "0x10", "1e9", "١٢", "４０９６", "NaN", "inf", "--", "0b1"])).into(),
@@ -283,7 +286,7 @@ fn plausible(rng: &mut Rng, key: &str) -> String {
         "writeback_workers" => sizes(rng, &["1", "2", "4", "64", "0", "65"]),
         "writeback_routing" => sizes(rng, &["single", "rotor", "region", "Region", ""]),
         "region_size" => sizes(rng, &["64M", "2M", "1G", "1T", "3M", "4K"]),
-        "scan_dropbehind" => sizes(rng, &["on", "off", "On", "yes", ""]),
+        "scan_dropbehind" | "stream_dropbehind" => sizes(rng, &["on", "off", "On", "yes", ""]),
         _ => sizes(rng, &["0", "8K", "4K", "64K"]),
     }
 }
