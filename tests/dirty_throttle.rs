@@ -31,10 +31,15 @@ struct Case {
 }
 
 impl Case {
-    /// The case's options; the backend is added by the caller.
+    /// The case's options; the backend is added by the caller. The
+    /// writes stay buffered writes all along (`stream_dropbehind=off`):
+    /// the throttle of buffered writers is what is tested, and past a
+    /// quarter of these small caches a sequential writer would otherwise
+    /// be an uncached one, written back for the uncached kick.
     fn options(&self) -> String {
         format!(
-            "capacity={},dirty_limit={},dirty_background={},folio_max={},io_max={},expire_ms={HOUR_MS}",
+            "capacity={},dirty_limit={},dirty_background={},folio_max={},io_max={},expire_ms={HOUR_MS},\
+             stream_dropbehind=off",
             2 * self.dirty_limit,
             self.dirty_limit,
             self.dirty_background,
