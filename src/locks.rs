@@ -66,3 +66,45 @@ impl WaitQueue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Two threads hand a token back and forth many times, each waiting
+    /// without a timeout: one lost wakeup would hang the exchange, which
+    /// the receiver's deadline reports.
+    #[test]
+    fn wait_queue_loses_no_wakeup() {
+        const ROUNDS: u64 = 20_000;
+        let shared = Arc::new((Mutex::new(0u64), WaitQueue::default()));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for parity in 0..2u64 {
+            let (shared, done_tx) = (shared.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                let (turn, queue) = &*shared;
+                loop {
+                    let mut t = lock(turn);
+                    while *t % 2 != parity && *t < ROUNDS {
+                        t = queue.wait(t);
+                    }
+                    if *t >= ROUNDS {
+                        drop(t);
+                        queue.notify_all();
+                        break;
+                    }
+                    *t += 1;
+                    drop(t);
+                    queue.notify_all();
+                }
+                done_tx.send(()).unwrap();
+            });
+        }
+        for _ in 0..2 {
+            done_rx.recv_timeout(Duration::from_secs(60)).expect("a wakeup was lost: the exchange hung");
+        }
+        assert_eq!(*lock(&shared.0), ROUNDS);
+        assert_eq!(shared.1.waiters.load(Ordering::SeqCst), 0, "every waiter left");
+    }
+}
