@@ -48,6 +48,54 @@ fn overwrite_commits_do_not_query_the_store_length() {
     cache.close().unwrap();
 }
 
+/// A write-ahead log as SQLite keeps one: frames of 4,120 bytes (a
+/// 24-byte header and a 4 KiB page) appended and synced one commit at a
+/// time, so the file's end is almost never on a block boundary; then, once
+/// checkpointed, written again from its start. With the store writing the
+/// partial last block through its buffered path, as a regular file's
+/// does, no commit pads the store, and none asks it for its length: the
+/// appends because each completed tail write tells the cache how long the
+/// store is, the rewrites because nothing changed it.
+#[test]
+fn log_commits_with_unaligned_ends_do_not_query_the_store_length() {
+    const WAL: &str = "/db-wal";
+    const FRAME: usize = 4096 + 24;
+    const FRAMES: usize = 200;
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 3, tail_writes: true, ..SimConfig::default() }));
+    let cache = cache(&sim);
+    let wal = cache.open(WAL, &OpenOptions::read_write_create()).unwrap();
+    let frame = |round: u8, i: usize| vec![round.wrapping_mul(31).wrapping_add(i as u8); FRAME];
+    wal.write_at(&[7u8; 32], 0).unwrap();
+    wal.sync_data().unwrap();
+    let commit = |round: u8, first: usize| {
+        for i in first..first + 3 {
+            wal.write_at(&frame(round, i), (32 + i * FRAME) as u64).unwrap();
+        }
+        wal.sync_data().unwrap();
+    };
+    let before = sim.stats();
+    for first in (0..FRAMES).step_by(3) {
+        commit(1, first);
+    }
+    let appended = sim.stats();
+    assert_eq!(appended.len_queries, before.len_queries, "no length query while the log grows");
+    for first in (0..FRAMES - 3).step_by(3) {
+        commit(2, first);
+    }
+    let after = sim.stats();
+    assert_eq!(after.len_queries, appended.len_queries, "no length query while the log is rewritten");
+    assert_eq!(after.syncs - before.syncs, (FRAMES.div_ceil(3) + (FRAMES - 3).div_ceil(3)) as u64);
+    let image = sim.durable_image(Path::new(WAL)).unwrap();
+    let len = 32 + FRAMES.div_ceil(3) * 3 * FRAME;
+    assert_eq!(image.len(), len, "the store ends at the log's end, unpadded");
+    for i in 0..FRAMES.div_ceil(3) * 3 {
+        let round = if i < (FRAMES - 3).div_ceil(3) * 3 { 2 } else { 1 };
+        assert!(image[32 + i * FRAME..32 + (i + 1) * FRAME] == frame(round, i)[..], "frame {i} of round {round}");
+    }
+    drop(wal);
+    cache.close().unwrap();
+}
+
 /// Background writeback yields to slow fsyncs: while fsyncs keep missing
 /// `sync_latency_target_us` (the sim's writes take up to 3 ms), each
 /// 100 ms window halves the largest background I/O down to 32 KiB, and

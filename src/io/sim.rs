@@ -104,6 +104,11 @@ pub struct SimConfig {
     pub latency_spike_percent: u32,
     /// Length of one stall, in microseconds (see `latency_spike_percent`).
     pub latency_spike_us: u32,
+    /// The store writes a file's partial last block through a buffered
+    /// path ([`BackingStore::write_tail`]), as a regular file's `FdStore`
+    /// does: those writes need no alignment and never pad the file. Off,
+    /// writeback writes the tail block whole and the sync cuts the padding.
+    pub tail_writes: bool,
 }
 
 impl Default for SimConfig {
@@ -118,6 +123,7 @@ impl Default for SimConfig {
             submit_error_percent: 0,
             latency_spike_percent: 0,
             latency_spike_us: 0,
+            tail_writes: false,
         }
     }
 }
@@ -709,7 +715,9 @@ impl SimStore {
     }
 
     /// One attempt at `op`, under the lock.
-    fn attempt(&self, st: &mut State, op: &mut IoOp<'_>) -> Attempt {
+    /// One attempt at `op`; `direct` holds it to O_DIRECT's alignment (when
+    /// the sim enforces it at all).
+    fn attempt(&self, st: &mut State, op: &mut IoOp<'_>, direct: bool) -> Attempt {
         let is_write = op.is_write();
         if is_write {
             st.stats.writes += 1;
@@ -740,7 +748,8 @@ impl SimStore {
         if !is_write && offset >= size {
             return Ok(0);
         }
-        if config.direct_io && (offset % BLOCK_SIZE_U64 != 0 || iovecs.iter().any(|v| v.iov_len % BLOCK_SIZE != 0)) {
+        let direct = direct && config.direct_io;
+        if direct && (offset % BLOCK_SIZE_U64 != 0 || iovecs.iter().any(|v| v.iov_len % BLOCK_SIZE != 0)) {
             return Err(errno(libc::EINVAL));
         }
         if is_write {
@@ -778,7 +787,7 @@ impl SimStore {
             None => {}
         }
         if st.rng.chance(config.short_transfer_percent) {
-            if let Some(n) = random_short_len(&mut st.rng, len, config.direct_io) {
+            if let Some(n) = random_short_len(&mut st.rng, len, direct) {
                 st.stats.short_transfers += 1;
                 len = n;
             }
@@ -916,6 +925,32 @@ impl BackingStore for SimStore {
         }
         let inode = st.inodes.get(&self.ino).ok_or_else(|| errno(libc::EIO))?;
         Ok(inode.written.len() as u64)
+    }
+
+    fn supports_tail_writes(&self) -> bool {
+        self.shared.config.tail_writes && !self.info.is_block_device
+    }
+
+    /// A buffered `pwrite` loop: any offset and length, short transfers
+    /// and retryable errors retried, subject to the faults and the crash
+    /// model as every write is.
+    fn write_tail(&self, offset: u64, data: &[u8]) -> io::Result<usize> {
+        if !self.supports_tail_writes() {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        let mut done = 0;
+        while done < data.len() {
+            self.simulate_latency(1);
+            let mut op = IoOp::write(offset + done as u64, vec![&data[done..]], IoPriority::Sync);
+            let mut st = self.shared.lock();
+            match self.attempt(&mut st, &mut op, false) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
+                Ok(n) => done += n,
+                Err(e) if super::is_retryable(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -1084,7 +1119,7 @@ impl SimStore {
             }
             return ops.iter().map(|op| if op.result.is_some() { Ok(0) } else { Err(errno(code)) }).collect();
         }
-        ops.iter_mut().map(|op| if op.result.is_some() { Ok(0) } else { self.attempt(&mut st, op) }).collect()
+        ops.iter_mut().map(|op| if op.result.is_some() { Ok(0) } else { self.attempt(&mut st, op, true) }).collect()
     }
 }
 

@@ -364,6 +364,7 @@ impl InFlight {
             let Pending { inode, mut pass, results, .. } = self.passes.remove(&id).expect("just found");
             self.bytes_queued -= pass.bytes();
             pass.set_results(results.into_iter().map(|r| r.expect("every I/O completed")).collect());
+            inode.note_store_written(&pass);
             inode.end_async_io();
             let left = self.passes_per_inode.get_mut(&inode.id).expect("counted at start");
             *left -= 1;

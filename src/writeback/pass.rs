@@ -281,9 +281,6 @@ impl Inode {
             if self.on_disk_len_max.load(Ordering::Acquire) < chunk_end {
                 self.on_disk_len_max.fetch_max(chunk_end, Ordering::AcqRel);
             }
-            if chunk_end > self.size() {
-                self.store_padded.store(true, Ordering::Release);
-            }
             chunks.push(WbChunk {
                 folio: folio.clone(),
                 buf: st.buf.clone(),
@@ -397,12 +394,13 @@ impl Inode {
             }
             results
         };
-        self.store_len_gate.end_io();
         let elapsed = started.elapsed();
         let class = if priority == IoPriority::Sync { IoClass::Sync } else { IoClass::Async };
         let written: u64 = results.iter().filter_map(|r| r.as_ref().ok()).map(|&n| n as u64).sum();
         Counters::add(&self.counters.written_bytes_by_class[class as usize], written);
         pass.set_results(results);
+        self.note_store_written(&pass);
+        self.store_len_gate.end_io();
         let outcome = self.finish_pass(pass, fix_size);
         self.dirty.update_bandwidth(outcome.written_bytes, elapsed);
         outcome
@@ -452,6 +450,7 @@ impl Inode {
             }
         }
         self.mark_tail(&mut split);
+        self.note_padding(&split);
         // Neighbouring chunks form one vectored I/O of at most `io_max` and
         // `IOV_MAX` buffers (one per chunk), bridging a small gap of clean
         // cached blocks where one lies between. A tail chunk is an I/O of
@@ -547,6 +546,42 @@ impl Inode {
         let tail = chunks.last_mut().expect("looked at above");
         tail.tail_len = Some((size - tail.offset()) as usize);
         debug_assert!(tail.end - tail.start == 1 && (1..BLOCK_SIZE).contains(&tail.tail_len.unwrap_or(0)));
+    }
+
+    /// Raises `store_padded` when a chunk of the pass writes a whole block
+    /// past the size (a tail chunk writes only up to it). Raised here, not
+    /// when the blocks are taken, so a WAL or log whose tail is written
+    /// through the kernel's cache never looks padded: that flag cost every
+    /// sync an `fstat` (two per SQLite commit), and each `fstat` makes the
+    /// next write update the ctime (see
+    /// [`Inode::backing_size_may_need_fix`]). The caller holds the store's
+    /// I/O gate, so no cut can run between the take and this mark: a
+    /// truncate that removes the blocks later lowers it for good.
+    fn note_padding(&self, chunks: &[WbChunk]) {
+        let size = self.size();
+        if chunks.iter().any(|c| c.tail_len.is_none() && c.offset() + c.len_bytes() as u64 > size) {
+            self.store_padded.store(true, Ordering::Release);
+        }
+    }
+
+    /// Raises `store_len_min` to the end of each write of the pass that
+    /// succeeded: the store is at least that long now, and only a cut,
+    /// which the store's I/O gate holds off until the caller gives it back,
+    /// can shorten it. Without this, a file grown by tail writes (a WAL
+    /// appended to and synced) stayed "maybe short" and every sync asked
+    /// the store for its length.
+    pub fn note_store_written(&self, pass: &WbPass) {
+        let end = pass
+            .chunks
+            .iter()
+            .filter(|c| matches!(c.result, Some(Ok(()))))
+            .map(|c| c.offset() + c.tail_len.unwrap_or(c.len_bytes()) as u64)
+            .max();
+        if let Some(end) = end {
+            if self.store_len_min.load(Ordering::Acquire) < end {
+                self.store_len_min.fetch_max(end, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Takes blocks `[start, end)` for writeback as a bridge between two
