@@ -96,6 +96,52 @@ fn log_commits_with_unaligned_ends_do_not_query_the_store_length() {
     cache.close().unwrap();
 }
 
+/// A SQLite journal in DELETE mode: a new file, about 21 KiB written and
+/// synced, its header rewritten and synced, then deleted, at every
+/// commit. The sync writes the new file's blocks through the store's
+/// buffered path (an O_DIRECT write that allocates blocks cannot complete
+/// without blocking); the header rewrite, inside blocks the store has,
+/// goes O_DIRECT; an append larger than 64 KiB stays O_DIRECT. Every byte
+/// is on the store after each sync, and the store is never padded.
+#[test]
+fn a_syncs_small_append_is_written_buffered_and_a_large_one_direct() {
+    const JOURNAL: &str = "/db-journal";
+    const KIB: usize = 1024;
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 5, tail_writes: true, ..SimConfig::default() }));
+    let cache = cache(&sim);
+    for commit in 0..5u8 {
+        let journal = cache.open(JOURNAL, &OpenOptions::read_write_create()).unwrap();
+        let mut data = vec![commit; 21 * KIB + 552 - 1024];
+        data[..12].fill(0);
+        journal.write_at(&data, 0).unwrap();
+        let before = sim.stats();
+        journal.sync_data().unwrap();
+        let synced = sim.stats();
+        assert!(synced.buffered_writes > before.buffered_writes, "commit {commit}: the append went buffered");
+        assert_eq!(synced.writes - before.writes, synced.buffered_writes - before.buffered_writes, "only buffered");
+        assert_eq!(sim.durable_image(Path::new(JOURNAL)).unwrap(), data, "commit {commit}: the journal is durable");
+        journal.write_at(&[commit + 1; 12], 0).unwrap();
+        journal.sync_data().unwrap();
+        let rewritten = sim.stats();
+        assert_eq!(rewritten.buffered_writes, synced.buffered_writes, "commit {commit}: the header went O_DIRECT");
+        data[..12].fill(commit + 1);
+        assert_eq!(sim.durable_image(Path::new(JOURNAL)).unwrap(), data, "commit {commit}: the header is durable");
+        drop(journal);
+        cache.remove_file(JOURNAL).unwrap();
+    }
+    // A large append: O_DIRECT, all but the partial last block.
+    let big = cache.open("/big", &OpenOptions::read_write_create()).unwrap();
+    let data = vec![9u8; 64 * KIB + 4096 + 100];
+    big.write_at(&data, 0).unwrap();
+    let before = sim.stats();
+    big.sync_data().unwrap();
+    let after = sim.stats();
+    assert_eq!(after.buffered_writes - before.buffered_writes, 1, "only the partial last block went buffered");
+    assert_eq!(sim.durable_image(Path::new("/big")).unwrap(), data);
+    drop(big);
+    cache.close().unwrap();
+}
+
 /// Background writeback yields to slow fsyncs: while fsyncs keep missing
 /// `sync_latency_target_us` (the sim's writes take up to 3 ms), each
 /// 100 ms window halves the largest background I/O down to 32 KiB, and

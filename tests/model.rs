@@ -395,6 +395,9 @@ impl<'p> Model<'p> {
             short_transfer_percent: 10,
             retryable_error_percent: 5,
             direct_io: true,
+            // Half the seeds write partial last blocks and small sync
+            // appends through the store's buffered path, as real files do.
+            tail_writes: seed % 2 == 1,
             ..SimConfig::default()
         }));
         let base = match mode {
@@ -1803,6 +1806,9 @@ fn concurrent_appends_through_the_sim_never_interleave() {
             short_transfer_percent: 10,
             retryable_error_percent: 5,
             direct_io: true,
+            // Half the seeds write partial last blocks and small sync
+            // appends through the store's buffered path, as real files do.
+            tail_writes: seed % 2 == 1,
             ..SimConfig::default()
         }));
         let routing = ROUTINGS[(seed % ROUTINGS.len() as u64) as usize];

@@ -325,8 +325,9 @@ impl SeedConfig {
             Config::from_options(&options).unwrap_or_else(|e| panic!("seed {seed}: drew bad options {options}: {e}"));
 
         let spikes = rng.chance(10);
+        let sim_seed = rng.next_u64();
         let sim = SimConfig {
-            seed: rng.next_u64(),
+            seed: sim_seed,
             latency_us_max: if rng.chance(15) { pick(rng, &[2, 20, 100]) } else { 0 },
             short_transfer_percent: pick(rng, &[0, 0, 5, 25]),
             retryable_error_percent: pick(rng, &[0, 0, 5, 20]),
@@ -334,6 +335,9 @@ impl SeedConfig {
             submit_error_percent: pick(rng, &[0, 0, 3, 15]),
             latency_spike_percent: if spikes { pick(rng, &[1, 3]) } else { 0 },
             latency_spike_us: if spikes { pick(rng, &[200, 2000]) } else { 0 },
+            // From a value drawn already, so every other draw of a seed
+            // stays what it was.
+            tail_writes: sim_seed % 2 == 0,
             ..SimConfig::default()
         };
         let threads = if rng.chance(60) { 1 } else { rng.between(2, 3) };

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -148,10 +148,50 @@ unsafe fn vfs_state(vfs: *mut ffi::sqlite3_vfs) -> &'static VfsState {
     unsafe { &*(*vfs).pAppData.cast::<VfsState>() }
 }
 
+/// What the VFS reads of a file's status by name: never its timestamps.
+pub struct FileStatus {
+    pub dev: u64,
+    pub ino: u64,
+    pub mode: u32,
+    pub size: u64,
+}
+
+/// `statx(2)` of `path` (symlinks followed) asking for no timestamp. On
+/// Linux 6.13 and later (multigrain timestamps) a stat that returns the
+/// ctime or mtime marks the ctime as seen, and the file's next write must
+/// then update it at fine granularity, which sends the cache's next
+/// O_DIRECT write of the database to a kernel worker thread. SQLite asks
+/// whether the database moved, and what mode its journal gets, at every
+/// transaction in DELETE mode. Falls back to `stat(2)` where `statx` does
+/// not exist.
+pub fn stat_quietly(path: &Path) -> std::io::Result<FileStatus> {
+    const MASK: u32 = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_INO | libc::STATX_SIZE;
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    let mut stx = std::mem::MaybeUninit::<libc::statx>::uninit();
+    // SAFETY: `c_path` is NUL-terminated; `stx` is valid for one `statx`.
+    if unsafe { libc::statx(libc::AT_FDCWD, c_path.as_ptr(), 0, MASK, stx.as_mut_ptr()) } == 0 {
+        // SAFETY: statx(2) succeeded, so it filled the struct.
+        let stx = unsafe { stx.assume_init() };
+        return Ok(FileStatus {
+            dev: libc::makedev(stx.stx_dev_major, stx.stx_dev_minor),
+            ino: stx.stx_ino,
+            mode: u32::from(stx.stx_mode),
+            size: stx.stx_size,
+        });
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(err);
+    }
+    let meta = std::fs::metadata(path)?;
+    Ok(FileStatus { dev: meta.dev(), ino: meta.ino(), mode: meta.mode(), size: meta.len() })
+}
+
 /// The (device, inode) of the file `path` names.
 pub fn file_key(path: &Path) -> std::io::Result<(u64, u64)> {
-    let meta = std::fs::metadata(path)?;
-    Ok((meta.dev(), meta.ino()))
+    let st = stat_quietly(path)?;
+    Ok((st.dev, st.ino))
 }
 
 /// `fsync` of a directory, so names created or removed in it are durable.
@@ -261,7 +301,7 @@ fn create_mode(path: &Path, kind_flags: c_int) -> u32 {
     } else {
         None
     };
-    db.and_then(|p| std::fs::metadata(p).ok()).map(|m| m.permissions().mode() & 0o777).unwrap_or(0o644)
+    db.and_then(|p| stat_quietly(&p).ok()).map(|st| st.mode & 0o777).unwrap_or(0o644)
 }
 
 unsafe extern "C" fn x_open(
@@ -448,9 +488,9 @@ unsafe extern "C" fn x_access(vfs: *mut ffi::sqlite3_vfs, name: *const c_char, f
             // VFS, an empty regular file does not count (a journal left
             // empty is no journal). Its size is the cache's when it caches
             // the file (written data may not have reached the disk yet).
-            _ => match std::fs::metadata(&path) {
+            _ => match stat_quietly(&path) {
                 Err(_) => false,
-                Ok(m) if !m.is_file() || m.len() > 0 => true,
+                Ok(st) if st.mode & libc::S_IFMT != libc::S_IFREG || st.size > 0 => true,
                 Ok(_) => state
                     .cache
                     .open(&path, &OpenOptions::new().read(true))

@@ -31,6 +31,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority, OpenHow, BLOCK_SIZE};
@@ -146,6 +147,12 @@ pub struct FdStore {
     /// use, for [`BackingStore::write_tail`]; `None` when it cannot be
     /// opened (then the tail is written whole, padded).
     tail_fd: std::sync::OnceLock<Option<OwnedFd>>,
+    /// The span the buffered writes of [`BackingStore::write_tail`]
+    /// covered since the last store sync (`start >= end`: none), dropped
+    /// from the kernel's cache once a sync made it durable: see
+    /// [`FdStore::drop_buffered_pages`].
+    buffered_start: AtomicU64,
+    buffered_end: AtomicU64,
 }
 
 /// Opens `path` as described by `how` and wraps it in an [`FdStore`] that
@@ -227,24 +234,74 @@ fn open_raw(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<O
     }
 }
 
-fn stat_path(path: &CStr) -> io::Result<libc::stat> {
-    let mut st = MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `path` is NUL-terminated; `st` is valid for writing one `stat`.
-    if unsafe { libc::stat(path.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: stat(2) succeeded, so it initialised the whole struct.
-    Ok(unsafe { st.assume_init() })
+/// What the store code reads of a file's status: never its timestamps.
+#[derive(Clone, Copy, Debug)]
+struct StoreStat {
+    mode: u32,
+    size: u64,
+    dev: u64,
+    rdev: u64,
+    ino: u64,
+    nlink: u32,
 }
 
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
+/// `statx(2)` asked for no timestamp. On Linux 6.13 and later
+/// (multigrain timestamps) a stat that returns a file's ctime or mtime
+/// marks its ctime as seen, and the file's next write must then update
+/// the ctime at fine granularity: the inode is dirtied (a journal update
+/// for the next fsync), and an O_DIRECT write through io_uring, which
+/// cannot do that without blocking, is handed to a kernel worker thread.
+/// An `fstat` of the store per sync, or a `stat` per open of a SQLite
+/// journal, cost that on every commit. Falls back to `fstatat(2)` where
+/// `statx` does not exist.
+fn stat_quietly(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<StoreStat> {
+    const MASK: u32 = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_NLINK | libc::STATX_INO | libc::STATX_SIZE;
+    let mut stx = MaybeUninit::<libc::statx>::uninit();
+    // SAFETY: `path` is NUL-terminated; `stx` is valid for writing one `statx`.
+    if unsafe { libc::statx(dirfd, path.as_ptr(), flags, MASK, stx.as_mut_ptr()) } == 0 {
+        // SAFETY: statx(2) succeeded, so it filled the struct.
+        let stx = unsafe { stx.assume_init() };
+        return Ok(StoreStat {
+            mode: u32::from(stx.stx_mode),
+            size: stx.stx_size,
+            dev: libc::makedev(stx.stx_dev_major, stx.stx_dev_minor),
+            rdev: libc::makedev(stx.stx_rdev_major, stx.stx_rdev_minor),
+            ino: stx.stx_ino,
+            nlink: stx.stx_nlink,
+        });
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(err);
+    }
     let mut st = MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `st` is valid for writing one `stat`; `fd` is only read.
-    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+    // SAFETY: as above, for one `stat`.
+    if unsafe { libc::fstatat(dirfd, path.as_ptr(), st.as_mut_ptr(), flags) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: fstat(2) succeeded, so it initialised the whole struct.
-    Ok(unsafe { st.assume_init() })
+    // SAFETY: fstatat(2) succeeded, so it initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // dev_t, ino_t, nlink_t and off_t differ between targets.
+    Ok(StoreStat {
+        mode: st.st_mode,
+        size: u64::try_from(st.st_size).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?,
+        dev: st.st_dev as u64,
+        rdev: st.st_rdev as u64,
+        ino: st.st_ino as u64,
+        nlink: st.st_nlink as u32,
+    })
+}
+
+fn path_cstring(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| error_with_context(libc::EINVAL, "path contains a NUL byte"))
+}
+
+fn stat_path(path: &CStr, follow_symlink: bool) -> io::Result<StoreStat> {
+    stat_quietly(libc::AT_FDCWD, path, if follow_symlink { 0 } else { libc::AT_SYMLINK_NOFOLLOW })
+}
+
+fn fstat(fd: RawFd) -> io::Result<StoreStat> {
+    stat_quietly(fd, c"", libc::AT_EMPTY_PATH)
 }
 
 /// `_IOR(ty, nr, size)` for this architecture (the direction bits sit
@@ -358,15 +415,11 @@ fn block_device_store_id(st_rdev: u64) -> (u64, u64) {
 /// open of `path` would get, from `stat(2)` (`lstat(2)` unless
 /// `follow_symlink`).
 pub fn store_id_at(path: &Path, follow_symlink: bool) -> io::Result<Option<(u64, u64)>> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = if follow_symlink { std::fs::metadata(path)? } else { std::fs::symlink_metadata(path)? };
-    let kind = meta.file_type();
-    Ok(if kind.is_file() {
-        Some((meta.dev(), meta.ino()))
-    } else if kind.is_block_device() {
-        Some(block_device_store_id(meta.rdev()))
-    } else {
-        None
+    let st = stat_path(&path_cstring(path)?, follow_symlink)?;
+    Ok(match st.mode & libc::S_IFMT {
+        libc::S_IFREG => Some((st.dev, st.ino)),
+        libc::S_IFBLK => Some(block_device_store_id(st.rdev)),
+        _ => None,
     })
 }
 
@@ -375,16 +428,15 @@ impl FdStore {
     pub fn open(path: &Path, how: &OpenHow, engine: Arc<dyn FdEngine>) -> io::Result<FdStore> {
         let flags = open_flags(how)?;
         let mode = create_mode(how);
-        let c_path = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| error_with_context(libc::EINVAL, "path contains a NUL byte"))?;
+        let c_path = path_cstring(path)?;
 
         // Refuse a FIFO, socket, character device or directory before opening
         // it: opening a FIFO blocks and opening a device can have side effects.
         // Skipped for create_new, where an existing path must fail with EEXIST.
         // A missing path is left to open(2) (O_CREAT, or ENOENT).
         if !how.create_new {
-            if let Ok(st) = stat_path(&c_path) {
-                store_kind(st.st_mode)?;
+            if let Ok(st) = stat_path(&c_path, true) {
+                store_kind(st.mode)?;
             }
         }
 
@@ -411,9 +463,8 @@ impl FdStore {
 
         let st = fstat(raw)?;
         // The authoritative check: the path may have changed since stat_path.
-        let kind = store_kind(st.st_mode)?;
-        #[allow(clippy::unnecessary_cast)] // dev_t and ino_t are not u64 on every target.
-        let (st_dev, st_rdev, st_ino) = (st.st_dev as u64, st.st_rdev as u64, st.st_ino as u64);
+        let kind = store_kind(st.mode)?;
+        let (st_dev, st_rdev, st_ino) = (st.dev, st.rdev, st.ino);
 
         let (len_at_open, logical_block_size, mem_align, device_id, store_id) = match kind {
             StoreKind::Block => {
@@ -422,7 +473,7 @@ impl FdStore {
                 (block_device_size_bytes(raw)?, lbs, lbs, st_rdev, block_device_store_id(st_rdev))
             }
             StoreKind::Regular => {
-                let size = u64::try_from(st.st_size).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+                let size = st.size;
                 let (lbs, mem_align) = dio_alignment(raw).unwrap_or((DEFAULT_LOGICAL_BLOCK_SIZE, 0));
                 (size, lbs, mem_align, st_dev, (st_dev, st_ino))
             }
@@ -437,11 +488,42 @@ impl FdStore {
             device_id,
             store_id,
         };
-        Ok(FdStore { fd, info, engine, tail_fd: std::sync::OnceLock::new() })
+        Ok(FdStore {
+            fd,
+            info,
+            engine,
+            tail_fd: std::sync::OnceLock::new(),
+            buffered_start: AtomicU64::new(u64::MAX),
+            buffered_end: AtomicU64::new(0),
+        })
     }
 }
 
 impl FdStore {
+    /// After a store sync: drops from the kernel's cache the pages that
+    /// buffered writes left there (clean now, unless written again since;
+    /// `POSIX_FADV_DONTNEED` leaves dirty pages alone). A cached page
+    /// under a later O_DIRECT write makes that write unable to complete
+    /// without blocking (the kernel must invalidate the page first), and
+    /// io_uring then hands it to a kernel worker thread: a WAL's next
+    /// frames, or a journal's header rewritten after its first sync, paid
+    /// that on every commit. Advice only: its failure changes nothing.
+    fn drop_buffered_pages(&self) {
+        if self.buffered_end.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let start = self.buffered_start.swap(u64::MAX, Ordering::AcqRel);
+        let end = self.buffered_end.swap(0, Ordering::AcqRel);
+        let (Ok(offset), Ok(len)) = (libc::off_t::try_from(start), libc::off_t::try_from(end.saturating_sub(start)))
+        else {
+            return;
+        };
+        if len > 0 {
+            // SAFETY: advice on a descriptor we own; no memory is passed.
+            unsafe { libc::posix_fadvise(self.fd.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
+
     /// The descriptor [`BackingStore::write_tail`] writes through: the
     /// store's own when it is not O_DIRECT, else a second one of the same
     /// file opened through `/proc/self/fd` (so it is the same file even if
@@ -487,8 +569,7 @@ impl BackingStore for FdStore {
         if self.info.is_block_device {
             block_device_size_bytes(self.fd.as_raw_fd())
         } else {
-            let st = fstat(self.fd.as_raw_fd())?;
-            u64::try_from(st.st_size).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+            Ok(fstat(self.fd.as_raw_fd())?.size)
         }
     }
 
@@ -513,7 +594,7 @@ impl BackingStore for FdStore {
     }
 
     fn is_unlinked(&self) -> io::Result<bool> {
-        Ok(!self.info.is_block_device && fstat(self.fd.as_raw_fd())?.st_nlink == 0)
+        Ok(!self.info.is_block_device && fstat(self.fd.as_raw_fd())?.nlink == 0)
     }
 
     fn supports_tail_writes(&self) -> bool {
@@ -522,6 +603,8 @@ impl BackingStore for FdStore {
 
     fn write_tail(&self, offset: u64, data: &[u8]) -> io::Result<usize> {
         let fd = self.tail_descriptor().ok_or_else(|| io::Error::from(io::ErrorKind::Unsupported))?;
+        self.buffered_start.fetch_min(offset, Ordering::AcqRel);
+        self.buffered_end.fetch_max(offset.saturating_add(data.len() as u64), Ordering::AcqRel);
         let mut done = 0;
         while done < data.len() {
             let at =
@@ -579,6 +662,7 @@ impl BackingStore for FdStore {
                 }
             };
             if rc == 0 {
+                self.drop_buffered_pages();
                 return Ok(());
             }
             let err = io::Error::last_os_error();

@@ -179,6 +179,9 @@ pub struct SimStats {
     pub reads: u64,
     /// Write attempts.
     pub writes: u64,
+    /// Of those, the attempts of buffered writes
+    /// ([`BackingStore::write_tail`], with `SimConfig::tail_writes`).
+    pub buffered_writes: u64,
     pub read_bytes: u64,
     pub written_bytes: u64,
     /// `sync` calls.
@@ -943,6 +946,7 @@ impl BackingStore for SimStore {
             self.simulate_latency(1);
             let mut op = IoOp::write(offset + done as u64, vec![&data[done..]], IoPriority::Sync);
             let mut st = self.shared.lock();
+            st.stats.buffered_writes += 1;
             match self.attempt(&mut st, &mut op, false) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
                 Ok(n) => done += n,

@@ -30,7 +30,7 @@ use crate::buf::AlignedBuf;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};
-use crate::io::{run_batch, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
+use crate::io::{run_batch, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::locks;
 use crate::mapping::DirtyIndex;
 use crate::stats::{Counters, IoClass, Reason};
@@ -55,10 +55,13 @@ struct WbChunk {
     /// the I/Os of the rand-write benchmark, whose device is bound by I/Os
     /// per second; gaps of 4 or 8 blocks saved hardly more).
     bridge: bool,
-    /// The file's partial last block (the chunk is that one block): only
-    /// its first `tail_len` bytes, up to the file's size, are written,
-    /// through the kernel's cache ([`crate::io::BackingStore::write_tail`]).
-    tail_len: Option<usize>,
+    /// Written through the kernel's cache
+    /// ([`crate::io::BackingStore::write_tail`]), not O_DIRECT: this many
+    /// bytes from the chunk's start, which end at the file's size when the
+    /// chunk holds it. Two kinds: the file's partial last block
+    /// ([`Inode::mark_tail`]), and a small append a sync writes
+    /// ([`Inode::mark_sync_append`]). Such a chunk is an I/O of its own.
+    buffered_len: Option<usize>,
     result: Option<io::Result<()>>,
 }
 
@@ -122,6 +125,43 @@ impl WbPass {
         }
         debug_assert!(self.chunks.iter().all(|c| c.result.is_some()), "every chunk has its result");
     }
+}
+
+/// The largest sync append written through the kernel's cache
+/// ([`Inode::mark_sync_append`]): a SQLite commit's journal (about 21 KiB
+/// in the sqlite benchmark) or WAL frames fit many times over.
+const SYNC_APPEND_BUFFERED_MAX: usize = 64 * 1024;
+
+/// Writes a pass's I/Os in the calling thread and returns their results
+/// in group order: the O_DIRECT ones as one batch, then the buffered ones.
+fn write_groups(store: &dyn BackingStore, pass: &WbPass, priority: IoPriority) -> Vec<io::Result<usize>> {
+    let is_buffered = |&(i, _): &(usize, usize)| pass.chunks[i].buffered_len.is_some();
+    let mut ops: Vec<IoOp<'_>> = pass
+        .groups
+        .iter()
+        .filter(|g| !is_buffered(g))
+        .map(|&(i, j)| {
+            let bufs = pass.chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
+            IoOp::write(pass.chunks[i].offset(), bufs, priority)
+        })
+        .collect();
+    run_batch(store, &mut ops);
+    let mut direct = ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op"));
+    let results: Vec<io::Result<usize>> = pass
+        .groups
+        .iter()
+        .map(|g @ &(i, j)| {
+            if !is_buffered(g) {
+                return direct.next().expect("one result per direct I/O");
+            }
+            debug_assert_eq!(j, i + 1, "a buffered chunk is an I/O of its own");
+            let c = &pass.chunks[i];
+            let from = c.start * BLOCK_SIZE;
+            store.write_tail(c.offset(), &c.buf[from..from + c.buffered_len.unwrap_or(c.len_bytes())])
+        })
+        .collect();
+    debug_assert!(direct.next().is_none(), "every direct result used");
+    results
 }
 
 /// What one writeback pass did.
@@ -287,7 +327,7 @@ impl Inode {
                 start,
                 end,
                 bridge: false,
-                tail_len: None,
+                buffered_len: None,
                 result: None,
             });
         }
@@ -372,28 +412,7 @@ impl Inode {
         self.grow_store_for_writeback(&pass);
         let store = self.store();
         let started = Instant::now();
-        let results: Vec<io::Result<usize>> = {
-            // The tail chunk, an I/O of its own, is always the last.
-            let tail = pass.groups.last().filter(|&&(i, _)| pass.chunks[i].tail_len.is_some()).copied();
-            let direct = &pass.groups[..pass.groups.len() - usize::from(tail.is_some())];
-            let mut ops: Vec<IoOp<'_>> = direct
-                .iter()
-                .map(|&(i, j)| {
-                    let bufs =
-                        pass.chunks[i..j].iter().map(|c| &c.buf[c.start * BLOCK_SIZE..c.end * BLOCK_SIZE]).collect();
-                    IoOp::write(pass.chunks[i].offset(), bufs, priority)
-                })
-                .collect();
-            run_batch(&*store, &mut ops);
-            let mut results: Vec<io::Result<usize>> =
-                ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect();
-            if let Some((i, _)) = tail {
-                let c = &pass.chunks[i];
-                let from = c.start * BLOCK_SIZE;
-                results.push(store.write_tail(c.offset(), &c.buf[from..from + c.tail_len.unwrap_or(BLOCK_SIZE)]));
-            }
-            results
-        };
+        let results = write_groups(&*store, &pass, priority);
         let elapsed = started.elapsed();
         let class = if priority == IoPriority::Sync { IoClass::Sync } else { IoClass::Async };
         let written: u64 = results.iter().filter_map(|r| r.as_ref().ok()).map(|&n| n as u64).sum();
@@ -443,11 +462,14 @@ impl Inode {
                     start: s,
                     end: e,
                     bridge: false,
-                    tail_len: None,
+                    buffered_len: None,
                     result: None,
                 });
                 s = e;
             }
+        }
+        if reason == Reason::Fsync {
+            self.mark_sync_append(&mut split);
         }
         self.mark_tail(&mut split);
         self.note_padding(&split);
@@ -466,7 +488,7 @@ impl Inode {
                 // A bridge adds at most one buffer per block of the gap.
                 let buffers_after = chunks.len() - group_start + (gap_bytes / BLOCK) as usize + 1;
                 let fits = group_bytes + gap_bytes as usize + c.len_bytes() <= io_max_bytes && buffers_after <= IOV_MAX;
-                let fits = fits && c.tail_len.is_none();
+                let fits = fits && c.buffered_len.is_none() && prev.buffered_len.is_none();
                 let mut joined = fits && gap_bytes == 0;
                 if fits && gap_bytes > 0 && gap_bytes <= self.config.bridge_gap_bytes {
                     if let Some(bridge) = self.take_bridge(prev_end / BLOCK, c.offset() / BLOCK) {
@@ -507,7 +529,7 @@ impl Inode {
 
     /// Makes the file's partial last block, when the pass writes it, a
     /// chunk of its own that is written only up to the file's size,
-    /// through the kernel's cache (see `WbChunk::tail_len`), where the
+    /// through the kernel's cache (see `WbChunk::buffered_len`), where the
     /// store can. Written whole with O_DIRECT, it would pad the file to
     /// the block's end, and the `ftruncate` that cuts the padding before
     /// the next store sync reads the block back to zero its end and writes
@@ -523,7 +545,7 @@ impl Inode {
         let size = self.size();
         let end = last.offset() + last.len_bytes() as u64;
         // Only the block holding the size, cut inside it.
-        if last.bridge || size % BLOCK == 0 || end <= size || end - BLOCK > size {
+        if last.bridge || last.buffered_len.is_some() || size % BLOCK == 0 || end <= size || end - BLOCK > size {
             return;
         }
         if !self.store().supports_tail_writes() {
@@ -537,15 +559,46 @@ impl Inode {
                 start: last.end - 1,
                 end: last.end,
                 bridge: false,
-                tail_len: None,
+                buffered_len: None,
                 result: None,
             };
             last.end -= 1;
             chunks.push(tail);
         }
         let tail = chunks.last_mut().expect("looked at above");
-        tail.tail_len = Some((size - tail.offset()) as usize);
-        debug_assert!(tail.end - tail.start == 1 && (1..BLOCK_SIZE).contains(&tail.tail_len.unwrap_or(0)));
+        tail.buffered_len = Some((size - tail.offset()) as usize);
+        debug_assert!(tail.end - tail.start == 1 && (1..BLOCK_SIZE).contains(&tail.buffered_len.unwrap_or(0)));
+    }
+
+    /// Makes a sync's small append go through the kernel's cache: when
+    /// the chunks past the store's known length (blocks the file system
+    /// has yet to allocate) are all at the end and add up to at most
+    /// [`SYNC_APPEND_BUFFERED_MAX`], each is written buffered, the last
+    /// only up to the file's size. An O_DIRECT write that allocates cannot
+    /// complete without blocking, so io_uring hands it to a kernel worker
+    /// thread, and the file system converts the new extent after the
+    /// write; the buffered write allocates once, at the store sync that
+    /// follows at once. A SQLite journal (created, written and synced at
+    /// every commit in DELETE mode) and a growing WAL or log are such
+    /// appends. Larger appends stay O_DIRECT: the copy into the kernel's
+    /// cache is what this engine exists to avoid.
+    fn mark_sync_append(&self, chunks: &mut [WbChunk]) {
+        if self.info.is_block_device || !self.store().supports_tail_writes() {
+            return;
+        }
+        let size = self.size();
+        let allocated_end = self.store_len_min.load(Ordering::Acquire).next_multiple_of(BLOCK);
+        let first = chunks.partition_point(|c| c.offset() < allocated_end);
+        let appended = &mut chunks[first..];
+        let bytes: usize = appended.iter().map(|c| c.len_bytes()).sum();
+        if appended.is_empty() || bytes > SYNC_APPEND_BUFFERED_MAX || appended.iter().any(|c| c.offset() >= size) {
+            return;
+        }
+        for c in appended {
+            let len = (size - c.offset()).min(c.len_bytes() as u64) as usize;
+            debug_assert!(len > 0 && !c.bridge);
+            c.buffered_len = Some(len);
+        }
     }
 
     /// Raises `store_padded` when a chunk of the pass writes a whole block
@@ -559,7 +612,7 @@ impl Inode {
     /// truncate that removes the blocks later lowers it for good.
     fn note_padding(&self, chunks: &[WbChunk]) {
         let size = self.size();
-        if chunks.iter().any(|c| c.tail_len.is_none() && c.offset() + c.len_bytes() as u64 > size) {
+        if chunks.iter().any(|c| c.buffered_len.is_none() && c.offset() + c.len_bytes() as u64 > size) {
             self.store_padded.store(true, Ordering::Release);
         }
     }
@@ -575,7 +628,7 @@ impl Inode {
             .chunks
             .iter()
             .filter(|c| matches!(c.result, Some(Ok(()))))
-            .map(|c| c.offset() + c.tail_len.unwrap_or(c.len_bytes()) as u64)
+            .map(|c| c.offset() + c.buffered_len.unwrap_or(c.len_bytes()) as u64)
             .max();
         if let Some(end) = end {
             if self.store_len_min.load(Ordering::Acquire) < end {
@@ -635,7 +688,7 @@ impl Inode {
         debug_assert_eq!(st.writeback.count_range(first, last), last - first, "the bridge is under writeback");
         let buf = st.buf.clone();
         drop(st);
-        Some(WbChunk { folio, buf, start: first, end: last, bridge: true, tail_len: None, result: None })
+        Some(WbChunk { folio, buf, start: first, end: last, bridge: true, buffered_len: None, result: None })
     }
 
     /// Gives back a bridge chunk that will not be written.
@@ -687,13 +740,13 @@ impl Inode {
                 segments: pass.chunks[i..j]
                     .iter()
                     .map(|c| {
-                        let len = c.tail_len.unwrap_or(c.len_bytes());
+                        let len = c.buffered_len.unwrap_or(c.len_bytes());
                         Segment { buf: c.buf.clone(), range: c.start * BLOCK_SIZE..c.start * BLOCK_SIZE + len }
                     })
                     .collect(),
                 priority,
                 tag: tag_base + g as u64,
-                tail: pass.chunks[i].tail_len.is_some(),
+                tail: pass.chunks[i].buffered_len.is_some(),
             })
             .collect()
     }
@@ -733,6 +786,18 @@ impl Inode {
         let mut writes_end = locks::lock(&self.store_writes_end);
         *writes_end = (*writes_end).max(pass_end);
         let known_len = self.store_len_min.load(Ordering::Acquire);
+        // Writes through the kernel's cache extend the store as they go,
+        // without waiting on each other: only O_DIRECT ones need the grow.
+        let direct_end = pass
+            .chunks
+            .iter()
+            .filter(|c| c.buffered_len.is_none())
+            .map(|c| c.offset() + c.len_bytes() as u64)
+            .max()
+            .unwrap_or(0);
+        if direct_end <= known_len {
+            return;
+        }
         let size = self.size();
         // Only the padded tail block past the size (that write extends the
         // store whatever is done here), or a registered write reaches past
