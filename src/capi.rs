@@ -51,9 +51,9 @@ pub const WBC_DONTCACHE: u32 = 0x1;
 pub const WBC_O_DONTCACHE: c_int = 0x4000_0000;
 
 /// [`wbc_residency`] bits: the block is cached, dirty, under writeback.
-pub const WBC_RESIDENT_CACHED: u8 = crate::file::RESIDENT_CACHED;
-pub const WBC_RESIDENT_DIRTY: u8 = crate::file::RESIDENT_DIRTY;
-pub const WBC_RESIDENT_WRITEBACK: u8 = crate::file::RESIDENT_WRITEBACK;
+pub const WBC_RESIDENT_CACHED: u8 = crate::folio::RESIDENT_CACHED;
+pub const WBC_RESIDENT_DIRTY: u8 = crate::folio::RESIDENT_DIRTY;
+pub const WBC_RESIDENT_WRITEBACK: u8 = crate::folio::RESIDENT_WRITEBACK;
 
 /// The open(2) flags [`wbc_open`] accepts besides the access mode.
 /// `O_CLOEXEC`, `O_DIRECT` and `O_LARGEFILE` are accepted and ignored:

@@ -115,12 +115,7 @@ impl OpenOptions {
     }
 }
 
-/// [`File::residency`] bit: the block's data is in the cache (uptodate).
-pub const RESIDENT_CACHED: u8 = 1;
-/// [`File::residency`] bit: the block is dirty (not yet written back).
-pub const RESIDENT_DIRTY: u8 = 2;
-/// [`File::residency`] bit: the block is being written back now.
-pub const RESIDENT_WRITEBACK: u8 = 4;
+pub use crate::folio::{RESIDENT_CACHED, RESIDENT_DIRTY, RESIDENT_WRITEBACK};
 
 /// Advice for [`File::advise`], as `posix_fadvise(2)`'s (the C ABI's
 /// `WBC_FADV_*` values are `POSIX_FADV_*`'s).

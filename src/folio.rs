@@ -145,6 +145,13 @@ impl Bitmap {
     }
 }
 
+/// [`crate::File::residency`] bit: the block's data is in the cache (uptodate).
+pub const RESIDENT_CACHED: u8 = 1;
+/// [`crate::File::residency`] bit: the block is dirty (not yet written back).
+pub const RESIDENT_DIRTY: u8 = 2;
+/// [`crate::File::residency`] bit: the block is being written back now.
+pub const RESIDENT_WRITEBACK: u8 = 4;
+
 /// Mutable state of a folio, guarded by [`Folio::state`].
 pub struct FolioState {
     /// The data. Shared with in-flight writeback I/O; see the module docs.

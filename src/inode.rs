@@ -398,13 +398,13 @@ impl Inode {
                 let b = (block - folio.index) as usize;
                 let mut bits = 0;
                 if st.all_uptodate || st.uptodate.get(b) {
-                    bits |= crate::file::RESIDENT_CACHED;
+                    bits |= crate::folio::RESIDENT_CACHED;
                 }
                 if st.dirty.get(b) {
-                    bits |= crate::file::RESIDENT_DIRTY;
+                    bits |= crate::folio::RESIDENT_DIRTY;
                 }
                 if st.writeback.get(b) {
-                    bits |= crate::file::RESIDENT_WRITEBACK;
+                    bits |= crate::folio::RESIDENT_WRITEBACK;
                 }
                 out[(block - first_block) as usize] = bits;
             }

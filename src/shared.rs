@@ -158,7 +158,7 @@ impl Shared {
             }
         };
         let nr_workers = crate::writeback::route::Route::new(&self.config).nr_workers;
-        let domain = Domain::start(
+        let domain = crate::writeback::worker::start_domain(
             device_id,
             DomainDirty::new(
                 &self.dirty,

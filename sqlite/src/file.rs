@@ -22,7 +22,7 @@ use wbcache::OpenOptions;
 
 use crate::lock::{DbShared, Level, LockError};
 use crate::shm::{ShmError, ShmHeld, ShmNode};
-use crate::vfs::{guard, VfsState};
+use crate::state::{guard, VfsState};
 
 /// The bytes SQLite allocates for an open file (`szOsFile`).
 #[repr(C)]
@@ -259,7 +259,7 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int
             return ffi::SQLITE_IOERR_FSYNC;
         }
         if let Some(dir) = st.dir_to_sync.take() {
-            if crate::vfs::sync_dir(&dir).is_err() {
+            if crate::state::sync_dir(&dir).is_err() {
                 st.dir_to_sync = Some(dir);
                 return ffi::SQLITE_IOERR_DIR_FSYNC;
             }
@@ -396,7 +396,7 @@ unsafe extern "C" fn x_file_control(file: *mut ffi::sqlite3_file, op: c_int, arg
         ffi::SQLITE_FCNTL_HAS_MOVED => {
             // Moved: the name leads elsewhere now (renamed, or unlinked).
             let moved = match &st.db {
-                Some(db) => crate::vfs::file_key(&st.path).ok() != Some(db.key),
+                Some(db) => crate::state::file_key(&st.path).ok() != Some(db.key),
                 None => false,
             };
             // SAFETY: this op's argument is a writable int.

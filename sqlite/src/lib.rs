@@ -22,6 +22,7 @@ pub mod api;
 mod file;
 pub mod lock;
 pub mod shm;
+mod state;
 mod vfs;
 
 use std::ffi::{c_char, c_int, c_void};

@@ -25,7 +25,6 @@ use crate::dirty::DomainDirty;
 use crate::inode::{DirtyInodeList, Inode};
 use crate::io::Io;
 use crate::locks;
-use crate::stats::WorkerCounters;
 use crate::writeback::route::{workers_in, Route};
 
 /// What the domain does with an inode the flusher found clean: the cache
@@ -81,19 +80,12 @@ impl Drop for ListGuard<'_> {
 }
 
 impl Domain {
-    /// A domain with its writeback workers running (as many as `config`
-    /// routes to), their counters registered in `counters`.
-    pub fn start(
-        device_id: u64,
-        dirty: Arc<DomainDirty>,
-        config: Arc<Config>,
-        io: Arc<dyn Io>,
-        counters: &crate::stats::Counters,
-        on_idle: OnIdle,
-    ) -> std::io::Result<Arc<Domain>> {
+    /// A domain without workers yet: [`crate::writeback::worker::start_domain`]
+    /// starts them (the worker layer sits above this one).
+    pub fn new(dirty: Arc<DomainDirty>, config: Arc<Config>, io: Arc<dyn Io>, on_idle: OnIdle) -> Arc<Domain> {
         let route = Route::new(&config);
         let nr_workers = route.nr_workers;
-        let domain = Arc::new(Domain {
+        Arc::new(Domain {
             dirty,
             config,
             io,
@@ -102,32 +94,19 @@ impl Domain {
             rotor: AtomicU32::new(0),
             on_idle,
             workers: Mutex::new(Vec::new()),
-        });
-        for n in 0..nr_workers {
-            let stats = Arc::new(WorkerCounters { device_id, worker: n as u32, ..WorkerCounters::default() });
-            let for_thread = domain.clone();
-            let for_stats = stats.clone();
-            // The first keeps the name it always had (`top`, `perf` users).
-            let name = if n == 0 { format!("wbc-flush-{device_id:x}") } else { format!("wbc-flush-{device_id:x}-{n}") };
-            // No thread to be had (RLIMIT_NPROC, memory): the open that
-            // needed this domain fails with the spawn's error (EAGAIN).
-            let spawned = std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || super::worker::run(for_thread, n, for_stats));
-            match spawned {
-                Ok(handle) => {
-                    locks::lock(&domain.workers).push(handle);
-                    locks::lock(&counters.writeback_workers).push(stats);
-                }
-                Err(e) => {
-                    domain.stop();
-                    // The kind carries the errno (EAGAIN) to the C ABI.
-                    return Err(std::io::Error::new(e.kind(), format!("cannot start the flusher thread {name}: {e}")));
-                }
-            }
-        }
-        debug_assert_eq!(locks::lock(&domain.workers).len(), nr_workers);
-        Ok(domain)
+        })
+    }
+
+    /// Records a started worker thread, joined by [`Domain::stop`].
+    pub fn add_worker(&self, handle: JoinHandle<()>) {
+        let mut workers = locks::lock(&self.workers);
+        workers.push(handle);
+        debug_assert!(workers.len() <= self.route.nr_workers, "one thread per routed worker");
+    }
+
+    /// How many worker threads run.
+    pub fn nr_started_workers(&self) -> usize {
+        locks::lock(&self.workers).len()
     }
 
     /// Stops the workers (after the caller wrote everything back) and

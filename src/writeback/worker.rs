@@ -26,14 +26,56 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::Config;
+use crate::dirty::DomainDirty;
 use crate::dirty::{WORK_RECLAIM, WORK_START_DONTCACHE};
+use crate::io::Io;
+use crate::locks;
+use crate::stats::Counters;
 use crate::stats::{Reason, WorkerCounters};
-use crate::writeback::domain::Domain;
+use crate::writeback::domain::{Domain, OnIdle};
 use crate::writeback::inflight::InFlight;
 use crate::writeback::policy::{self, BackgroundInput, PassLimits};
 
 /// How often a worker looks at its thread's CPU time (one `getrusage`).
 const CPU_SAMPLE_PERIOD: Duration = Duration::from_millis(10);
+
+/// A domain with its writeback workers running (as many as `config`
+/// routes to), their counters registered in `counters`.
+pub fn start_domain(
+    device_id: u64,
+    dirty: Arc<DomainDirty>,
+    config: Arc<Config>,
+    io: Arc<dyn Io>,
+    counters: &Counters,
+    on_idle: OnIdle,
+) -> std::io::Result<Arc<Domain>> {
+    let domain = Domain::new(dirty, config, io, on_idle);
+    let nr_workers = domain.route.nr_workers;
+    for n in 0..nr_workers {
+        let stats = Arc::new(WorkerCounters { device_id, worker: n as u32, ..WorkerCounters::default() });
+        let for_thread = domain.clone();
+        let for_stats = stats.clone();
+        // The first keeps the name it always had (`top`, `perf` users).
+        let name = if n == 0 { format!("wbc-flush-{device_id:x}") } else { format!("wbc-flush-{device_id:x}-{n}") };
+        // No thread to be had (RLIMIT_NPROC, memory): the open that
+        // needed this domain fails with the spawn's error (EAGAIN).
+        let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || run(for_thread, n, for_stats));
+        match spawned {
+            Ok(handle) => {
+                domain.add_worker(handle);
+                locks::lock(&counters.writeback_workers).push(stats);
+            }
+            Err(e) => {
+                domain.stop();
+                // The kind carries the errno (EAGAIN) to the C ABI.
+                return Err(std::io::Error::new(e.kind(), format!("cannot start the flusher thread {name}: {e}")));
+            }
+        }
+    }
+    debug_assert_eq!(domain.nr_started_workers(), nr_workers);
+    Ok(domain)
+}
 
 /// Runs worker `worker` of `domain` until the domain shuts down.
 pub fn run(domain: Arc<Domain>, worker: usize, stats: Arc<WorkerCounters>) {

@@ -1,0 +1,350 @@
+//! The layer order, checked: every module of the library (`src/`) and of
+//! the SQLite VFS (`sqlite/src/`) may import only modules of layers below
+//! its own. The tables below are the one place the order lives;
+//! docs/architecture.md shows the same order, and a test holds the two
+//! together. A change that needs an upward import changes the design (and
+//! these tables, in review), not this test.
+//!
+//! What counts as an import: every `crate::…` and `super::…` path in the
+//! module's non-test code (use declarations, paths in expressions and
+//! types, grouped `use crate::{a, b::c}` trees), comments and string
+//! literals left out. A path resolves to the deepest module it names. A
+//! module's own children (`crate::io` → `crate::io::fd`, the crate root
+//! → anything) may be named from it: a parent declares, re-exports and
+//! dispatches to its children, and those may use what it defines.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The library's layers, top first. A module imports only modules of the
+/// layers after its own.
+const LIBRARY_LAYERS: &[&[&str]] = &[
+    &["capi"],
+    &["cache"],
+    &["file"],
+    &["shared"],
+    &["writeback::worker"],
+    &["writeback::inflight", "writeback::range", "writeback::sync"],
+    &["writeback::domain", "writeback::pass", "readahead", "range_ops"],
+    &["writeback::policy", "writeback::route", "writeback"],
+    &["inode"],
+    &["throttle", "dropbehind"],
+    &["memory"],
+    &["dirty", "evict"],
+    &["background_budget", "mapping"],
+    &["mapping::folio_index", "errseq", "userbuf"],
+    &["stats", "folio"],
+    &["config"],
+    &["io::threads", "io::uring", "io::sim"],
+    &["io::fd", "io::queue"],
+    &["io"],
+    &["buf"],
+    &["locks"],
+];
+
+/// The SQLite VFS's layers, top first.
+const SQLITE_LAYERS: &[&[&str]] = &[&["vfs"], &["file"], &["state"], &["lock"], &["shm", "api"]];
+
+/// A crate's source tree and its layer table.
+struct Tree {
+    root: PathBuf,
+    layers: &'static [&'static [&'static str]],
+}
+
+fn trees() -> [Tree; 2] {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    [
+        Tree { root: manifest.join("src"), layers: LIBRARY_LAYERS },
+        Tree { root: manifest.join("sqlite/src"), layers: SQLITE_LAYERS },
+    ]
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The module a file holds: `io/fd.rs` → `io::fd`, `io/mod.rs` → `io`,
+/// `lib.rs` → `crate`.
+fn module_of(root: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(root).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    if parts == ["lib"] {
+        return "crate".to_string();
+    }
+    parts.join("::")
+}
+
+/// `src` without comments, string and char literals (their text could
+/// look like paths) and without the items marked `#[cfg(test)]`.
+fn code_only(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = String::with_capacity(src.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let end = src[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
+                i = end;
+            }
+            b'r' if b.get(i + 1) == Some(&b'#') && b.get(i + 2) == Some(&b'"') => {
+                let end = src[i + 3..].find("\"#").map_or(b.len(), |e| i + 3 + e + 2);
+                out.push_str("\"\"");
+                i = end;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                out.push_str("\"\"");
+                i += 1;
+            }
+            // A char literal ('x', '\n', '{'), not a lifetime ('a).
+            b'\'' if b.get(i + 2) == Some(&b'\'') || (b.get(i + 1) == Some(&b'\\') && b.get(i + 3) == Some(&b'\'')) => {
+                i += if b[i + 1] == b'\\' { 4 } else { 3 };
+                out.push_str("' '");
+            }
+            _ => {
+                let ch = src[i..].chars().next().unwrap();
+                out.push(ch);
+                i += ch.len_utf8();
+            }
+        }
+    }
+    without_test_items(&out)
+}
+
+/// Removes each item after a `#[cfg(test)]` (through its `;` or its
+/// balanced `{ … }`).
+fn without_test_items(code: &str) -> String {
+    const MARK: &str = "#[cfg(test)]";
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(MARK) {
+        out.push_str(&rest[..at]);
+        let item = &rest[at + MARK.len()..];
+        let (brace, semi) = (item.find('{'), item.find(';'));
+        let end = match (brace, semi) {
+            (Some(b), Some(s)) if s < b => s + 1,
+            (None, Some(s)) => s + 1,
+            (Some(b), _) => {
+                let mut depth = 0usize;
+                let mut end = item.len();
+                for (k, c) in item[b..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = b + k + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            }
+            (None, None) => item.len(),
+        };
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The paths of a use tree starting at `s` (just after `crate::` or
+/// `super::`): `a::b`, `{a, b::{c, d}}`, `a::*`; each as its segments.
+fn use_tree(s: &str) -> (Vec<Vec<String>>, usize) {
+    let s_trim = s.trim_start();
+    let skipped = s.len() - s_trim.len();
+    if let Some(inner) = s_trim.strip_prefix('{') {
+        let mut paths = Vec::new();
+        let mut at = 0;
+        loop {
+            let rest = &inner[at..];
+            let lead = rest.len() - rest.trim_start_matches([' ', '\n', '\t', '\r', ',']).len();
+            at += lead;
+            if inner[at..].starts_with('}') || at >= inner.len() {
+                return (paths, skipped + 1 + at + 1);
+            }
+            let (sub, used) = use_tree(&inner[at..]);
+            paths.extend(sub);
+            at += used.max(1);
+        }
+    }
+    let ident_len = s_trim.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s_trim.len());
+    if ident_len == 0 {
+        return (vec![Vec::new()], skipped);
+    }
+    let ident = s_trim[..ident_len].to_string();
+    let after = &s_trim[ident_len..];
+    if let Some(more) = after.strip_prefix("::") {
+        let (subs, used) = use_tree(more);
+        let paths = subs
+            .into_iter()
+            .map(|p| {
+                let mut v = vec![ident.clone()];
+                v.extend(p);
+                v
+            })
+            .collect();
+        return (paths, skipped + ident_len + 2 + used);
+    }
+    (vec![vec![ident]], skipped + ident_len)
+}
+
+/// The modules `module`'s code names, resolved to the deepest known module.
+fn imports_of(module: &str, code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let parent = module.rsplit_once("::").map_or("crate".to_string(), |(p, _)| p.to_string());
+    let mut found = BTreeSet::new();
+    for (keyword, base) in [("crate::", "crate".to_string()), ("super::", parent)] {
+        let mut from = 0;
+        while let Some(at) = code[from..].find(keyword) {
+            let start = from + at;
+            from = start + keyword.len();
+            let preceded_by_ident =
+                code[..start].chars().next_back().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+            if preceded_by_ident {
+                continue;
+            }
+            for segments in use_tree(&code[from..]).0 {
+                let mut current = if base == "crate" { String::new() } else { base.clone() };
+                let mut deepest = base.clone();
+                for seg in segments {
+                    current = if current.is_empty() { seg } else { format!("{current}::{seg}") };
+                    if modules.contains(&current) {
+                        deepest = current.clone();
+                    }
+                }
+                if deepest != module {
+                    found.insert(deepest);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Every import of `tree` against its table: one line per violation.
+fn violations(tree: &Tree) -> Vec<String> {
+    let files = rust_files(&tree.root);
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(&tree.root, f)).collect();
+    let layer_of: BTreeMap<&str, usize> =
+        tree.layers.iter().enumerate().flat_map(|(i, layer)| layer.iter().map(move |m| (*m, i))).collect();
+    let mut problems = Vec::new();
+    for m in &modules {
+        if m != "crate" && !layer_of.contains_key(m.as_str()) {
+            problems.push(format!("{}: module `{m}` is in no layer of the table", tree.root.display()));
+        }
+    }
+    for name in layer_of.keys() {
+        if !modules.contains(*name) {
+            problems.push(format!("{}: the table names `{name}`, which has no file", tree.root.display()));
+        }
+    }
+    for file in &files {
+        let module = module_of(&tree.root, file);
+        if module == "crate" {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(file).unwrap());
+        for target in imports_of(&module, &code, &modules) {
+            let is_own_child = target.starts_with(&format!("{module}::"));
+            if target == "crate" || is_own_child {
+                continue;
+            }
+            let (Some(&from), Some(&to)) = (layer_of.get(module.as_str()), layer_of.get(target.as_str())) else {
+                continue;
+            };
+            if to <= from {
+                let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(file);
+                problems.push(format!(
+                    "{}: `{module}` (layer {from}) imports `{target}` (layer {to}), which is not below it",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_import_points_down_the_layer_table() {
+    let problems: Vec<String> = trees().iter().flat_map(violations).collect();
+    assert!(problems.is_empty(), "imports against the layer order:\n{}", problems.join("\n"));
+}
+
+/// The checker itself: an upward import, a grouped one, one in a comment,
+/// a string or test code, and a module's use of its own child.
+#[test]
+fn the_checker_finds_upward_imports_and_only_those() {
+    let modules: BTreeSet<String> =
+        ["inode", "file", "io", "io::fd", "locks", "buf"].into_iter().map(String::from).collect();
+    let code = code_only(
+        "use crate::{buf::AlignedBuf, locks};\n// crate::file in a comment\nlet s = \"crate::file\";\n\
+         fn f() -> crate::io::fd::FdStore { todo!() }\n#[cfg(test)]\nmod tests { use crate::file::File; }\n",
+    );
+    let found = imports_of("inode", &code, &modules);
+    assert_eq!(found.into_iter().collect::<Vec<_>>(), ["buf", "io::fd", "locks"]);
+    let code = code_only("use super::{BackingStore, IoOp};\nuse crate::inode::Inode;");
+    let found = imports_of("io::fd", &code, &modules);
+    assert_eq!(found.into_iter().collect::<Vec<_>>(), ["inode", "io"]);
+}
+
+/// docs/architecture.md shows the same layers, top first: after a
+/// `<!-- layers: library -->` (or `sqlite`) marker, a code block with one
+/// line per layer, its modules separated by commas.
+#[test]
+fn the_documented_layers_are_the_checked_ones() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md")).unwrap();
+    for (title, layers) in [("library", LIBRARY_LAYERS), ("sqlite", SQLITE_LAYERS)] {
+        let marker = format!("<!-- layers: {title} -->");
+        let start = doc.find(&marker).unwrap_or_else(|| panic!("docs/architecture.md has no `{marker}` block"));
+        let block = &doc[start + marker.len()..];
+        let block = &block[block.find("```").expect("a code block follows the marker") + 3..];
+        let block = &block[block.find('\n').unwrap() + 1..];
+        let block = &block[..block.find("```").expect("the code block ends")];
+        let documented: Vec<Vec<String>> = block
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.split(',').map(|m| m.trim().to_string()).collect())
+            .collect();
+        let checked: Vec<Vec<String>> = layers.iter().map(|l| l.iter().map(|m| m.to_string()).collect()).collect();
+        assert_eq!(documented, checked, "the {title} layers in docs/architecture.md");
+    }
+}
+
+/// A deliberately added back edge is caught: `locks` (the bottom layer)
+/// naming `inode`.
+#[test]
+fn a_back_edge_is_reported_with_its_file_and_path() {
+    let dir = std::env::temp_dir().join(format!("wbcache-arch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("inode.rs"), "use crate::locks;\n").unwrap();
+    std::fs::write(dir.join("locks.rs"), "pub fn f() { crate::inode::g(); }\n").unwrap();
+    let tree = Tree { root: dir.clone(), layers: &[&["inode"], &["locks"]] };
+    let problems = violations(&tree);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("locks.rs") && problems[0].contains("imports `inode`"), "{problems:?}");
+}
