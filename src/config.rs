@@ -472,13 +472,20 @@ impl Config {
                 self.dirty_background_bytes, self.dirty_limit_bytes
             )));
         }
+        self.validate_timing_and_depths()?;
+        self.validate_writeback_layout()
+    }
+
+    /// [`Config::validate`]'s checks of the times, queue depths and the
+    /// latency target.
+    fn validate_timing_and_depths(&self) -> io::Result<()> {
         if self.expire_ms == 0 {
             return Err(invalid("expire_ms must be positive".into()));
         }
         if self.io_depth == 0 || self.io_depth > 4096 {
             return Err(invalid(format!("io_depth must be 1..=4096, not {}", self.io_depth)));
         }
-        if self.readahead_max_bytes < block {
+        if self.readahead_max_bytes < BLOCK_SIZE as u64 {
             return Err(invalid("readahead_max must be at least 4K".into()));
         }
         if self.throttle_pause_ms_max == 0 {
@@ -496,6 +503,12 @@ impl Config {
                 self.sync_latency_target_us
             )));
         }
+        Ok(())
+    }
+
+    /// [`Config::validate`]'s checks of the writeback workers, their
+    /// routing and the I/O shapes.
+    fn validate_writeback_layout(&self) -> io::Result<()> {
         if self.writeback_workers == 0 || self.writeback_workers > MAX_WRITEBACK_WORKERS {
             return Err(invalid(format!(
                 "writeback_workers must be 1..={MAX_WRITEBACK_WORKERS}, not {}",
@@ -517,7 +530,7 @@ impl Config {
                 self.folio_max_bytes, self.region_size_bytes
             )));
         }
-        if self.bridge_gap_bytes % block != 0 || self.bridge_gap_bytes > self.io_max_bytes / 2 {
+        if self.bridge_gap_bytes % BLOCK_SIZE as u64 != 0 || self.bridge_gap_bytes > self.io_max_bytes / 2 {
             return Err(invalid(format!(
                 "bridge_gap must be whole 4K blocks and at most half of io_max ({}), not {}",
                 self.io_max_bytes, self.bridge_gap_bytes

@@ -958,22 +958,7 @@ impl Inode {
         room: &mut DirtyRoom<'_>,
     ) -> io::Result<Option<(usize, u64)>> {
         debug_assert!(part.len > 0 && part.pos / BLOCK < part.end_block, "a part of the write is left");
-        // The most this part can newly dirty: whole blocks (2 bytes across
-        // a block boundary dirty two), up to the end of its folio, which
-        // ends at a `folio_max` boundary at the latest, and at most a
-        // quarter of `dirty_limit` (a part is cut there): a folio larger
-        // than that is written in several parts, each taking its own room,
-        // so dirty + writeback never passes the limit.
-        let folio_max = self.config.folio_max_bytes;
-        let first_byte = part.pos / BLOCK * BLOCK;
-        let part_end = (part.pos + part.len as u64)
-            .min((part.pos / folio_max + 1) * folio_max)
-            .min(first_byte + throttle::room_max_bytes(&self.config));
-        let room_max = part_end.next_multiple_of(BLOCK) - first_byte;
-        debug_assert!(
-            room_max > 0 && room_max <= folio_max && room_max <= throttle::room_max_bytes(&self.config),
-            "a part dirties at most one folio, and at most the room a writer may take"
-        );
+        let (part_end, room_max) = self.part_bounds(part);
         debug_assert!(room.bytes() <= room_max, "a retried part holds at most the room it waited for");
         let (folio, _) = self.find_or_create(part.pos / BLOCK, part.end_block, false, true)?;
         let Some(mut st) = self.lock_private(&folio)? else { return Ok(None) };
@@ -1002,34 +987,14 @@ impl Inode {
             }
         }
         debug_assert!(room.bytes() >= needed, "room for every newly dirty block");
-        if !st.all_uptodate {
-            // Only a partly covered edge block needs its old contents.
-            if folio_off % BLOCK_SIZE != 0 {
-                self.fill_blocks(&folio, &mut st, first, first + 1)?;
-            }
-            if (folio_off + n) % BLOCK_SIZE != 0 {
-                self.fill_blocks(&folio, &mut st, last - 1, last)?;
-            }
-        }
-        // Whole blocks that held nothing cached are new data on its way to
-        // the device: stream them past the CPU caches. Blocks that were
-        // cached may be read again soon and are copied normally.
-        let fresh_blocks = n % BLOCK_SIZE == 0
-            && folio_off % BLOCK_SIZE == 0
-            && !st.all_uptodate
-            && st.uptodate.next(first, last, true).is_none();
+        let fresh_blocks = self.fill_edges_for_write(&folio, &mut st, folio_off, n)?;
         let dst = Arc::get_mut(&mut st.buf).expect("the buffer was made private above");
         data.copy_out(part.done, n, dst, folio_off, fresh_blocks);
         st.set_uptodate(folio.nr_blocks(), first, last);
         // The size covers these bytes before they can be written back, so a
         // backing-size fix never cuts them off.
         let new_end = part.pos + n as u64;
-        // Load first: an overwrite leaves the size alone, and a locked
-        // read-modify-write on every write took the line from the flusher
-        // (80% of this function's time under random writes).
-        if self.size.load(Ordering::Acquire) < new_end && self.size.fetch_max(new_end, Ordering::AcqRel) < new_end {
-            self.size_changed.store(true, Ordering::Release);
-        }
+        self.extend_size_for_write(new_end);
         let room_before = room.bytes();
         let newly = self.mark_dirty(&folio, &mut st, (first, last), part.dontcache, room);
         debug_assert!(
@@ -1045,6 +1010,63 @@ impl Inode {
         st.check(folio.nr_blocks());
         debug_assert!(self.size() >= new_end && st.is_uptodate(first, last));
         Ok(Some((n, newly as u64 * BLOCK)))
+    }
+
+    /// Where a write part ends, and the most it can newly dirty: whole
+    /// blocks (2 bytes across a block boundary dirty two), up to the end of
+    /// its folio, which ends at a `folio_max` boundary at the latest, and at
+    /// most a quarter of `dirty_limit` (a part is cut there): a folio larger
+    /// than that is written in several parts, each taking its own room, so
+    /// dirty + writeback never passes the limit.
+    fn part_bounds(&self, part: &WritePart) -> (u64, u64) {
+        let folio_max = self.config.folio_max_bytes;
+        let first_byte = part.pos / BLOCK * BLOCK;
+        let part_end = (part.pos + part.len as u64)
+            .min((part.pos / folio_max + 1) * folio_max)
+            .min(first_byte + throttle::room_max_bytes(&self.config));
+        let room_max = part_end.next_multiple_of(BLOCK) - first_byte;
+        debug_assert!(
+            room_max > 0 && room_max <= folio_max && room_max <= throttle::room_max_bytes(&self.config),
+            "a part dirties at most one folio, and at most the room a writer may take"
+        );
+        (part_end, room_max)
+    }
+
+    /// Before a write copies `n` bytes at `folio_off` into `folio`: reads
+    /// the old contents of a partly covered edge block (no other block
+    /// needs them). Returns whether the write covers only whole blocks that
+    /// held nothing cached: new data on its way to the device, which the
+    /// copy streams past the CPU caches (blocks that were cached may be
+    /// read again soon and are copied normally).
+    fn fill_edges_for_write(&self, folio: &Folio, st: &mut FolioState, folio_off: usize, n: usize) -> io::Result<bool> {
+        let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
+        if !st.all_uptodate {
+            if folio_off % BLOCK_SIZE != 0 {
+                self.fill_blocks(folio, st, first, first + 1)?;
+            }
+            if (folio_off + n) % BLOCK_SIZE != 0 {
+                self.fill_blocks(folio, st, last - 1, last)?;
+            }
+        }
+        debug_assert!(
+            st.all_uptodate || (folio_off % BLOCK_SIZE == 0 || st.is_uptodate(first, first + 1)),
+            "a partly covered first block holds its old contents"
+        );
+        Ok(n % BLOCK_SIZE == 0
+            && folio_off % BLOCK_SIZE == 0
+            && !st.all_uptodate
+            && st.uptodate.next(first, last, true).is_none())
+    }
+
+    /// Raises the size to `new_end` if a write reaches past it. Loads
+    /// first: an overwrite leaves the size alone, and a locked
+    /// read-modify-write on every write took the line from the flusher (80%
+    /// of `write_folio_part`'s time under random writes).
+    fn extend_size_for_write(&self, new_end: u64) {
+        if self.size.load(Ordering::Acquire) < new_end && self.size.fetch_max(new_end, Ordering::AcqRel) < new_end {
+            self.size_changed.store(true, Ordering::Release);
+        }
+        debug_assert!(self.size() >= new_end, "the size covers the write");
     }
 
     /// Locks a filled folio whose buffer only this folio holds. When

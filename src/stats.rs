@@ -459,6 +459,30 @@ impl Stats {
         num("background_scaled_up", self.background_scaled_up);
         num("foreground_latency_us_min", self.foreground_latency_us_min);
         num("foreground_latency_us_p99", self.foreground_latency_us_p99);
+        self.write_breakdowns_json(&mut s);
+        let _ = write!(s, "],\"io_backend\":\"{}\",\"direct_io\":{}", self.io_backend, self.direct_io);
+        if let Some(config) = &self.config {
+            s.push_str(",\"config\":{");
+            let fields: Vec<String> = config
+                .option_values()
+                .iter()
+                .map(|(key, value)| match value {
+                    OptionValue::Bytes(n) | OptionValue::Number(n) => format!("\"{key}\":{n}"),
+                    // Option names are plain identifiers: nothing to escape.
+                    OptionValue::Name(name) => format!("\"{key}\":\"{name}\""),
+                })
+                .collect();
+            s.push_str(&fields.join(","));
+            s.push('}');
+        }
+        s.push('}');
+        s
+    }
+
+    /// [`Stats::to_json`]'s nested part: the fsync latency summary, the
+    /// bytes written by class and by reason, and the open `writeback_workers`
+    /// array (closed by the caller).
+    fn write_breakdowns_json(&self, s: &mut String) {
         let l = &self.fsync_lat_us;
         let _ = write!(s, "\"fsync_lat_us\":{{\"p50\":{},\"p99\":{},\"max\":{}}},", l.p50_us, l.p99_us, l.max_us);
         s.push_str("\"written_bytes_by_class\":{");
@@ -483,23 +507,6 @@ impl Stats {
             })
             .collect();
         s.push_str(&workers.join(","));
-        let _ = write!(s, "],\"io_backend\":\"{}\",\"direct_io\":{}", self.io_backend, self.direct_io);
-        if let Some(config) = &self.config {
-            s.push_str(",\"config\":{");
-            let fields: Vec<String> = config
-                .option_values()
-                .iter()
-                .map(|(key, value)| match value {
-                    OptionValue::Bytes(n) | OptionValue::Number(n) => format!("\"{key}\":{n}"),
-                    // Option names are plain identifiers: nothing to escape.
-                    OptionValue::Name(name) => format!("\"{key}\":\"{name}\""),
-                })
-                .collect();
-            s.push_str(&fields.join(","));
-            s.push('}');
-        }
-        s.push('}');
-        s
     }
 }
 

@@ -103,20 +103,24 @@ fn code_only(src: &str) -> String {
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
                 let end = src[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
+                out.extend(std::iter::repeat_n('\n', src[i..end].matches('\n').count()));
                 i = end;
             }
             b'r' if b.get(i + 1) == Some(&b'#') && b.get(i + 2) == Some(&b'"') => {
                 let end = src[i + 3..].find("\"#").map_or(b.len(), |e| i + 3 + e + 2);
                 out.push_str("\"\"");
+                out.extend(std::iter::repeat_n('\n', src[i..end].matches('\n').count()));
                 i = end;
             }
             b'"' => {
+                let start = i;
                 i += 1;
                 while i < b.len() && b[i] != b'"' {
                     i += if b[i] == b'\\' { 2 } else { 1 };
                 }
+                i = (i + 1).min(b.len());
                 out.push_str("\"\"");
-                i += 1;
+                out.extend(std::iter::repeat_n('\n', src[start..i].matches('\n').count()));
             }
             // A char literal ('x', '\n', '{'), not a lifetime ('a).
             b'\'' if b.get(i + 2) == Some(&b'\'') || (b.get(i + 1) == Some(&b'\\') && b.get(i + 3) == Some(&b'\'')) => {
@@ -347,4 +351,74 @@ fn a_back_edge_is_reported_with_its_file_and_path() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].contains("locks.rs") && problems[0].contains("imports `inode`"), "{problems:?}");
+}
+
+/// The longest a non-test function may be, in lines from its `fn` to its
+/// closing brace (TigerBeetle's rule: a function that fits on a screen is
+/// read whole).
+const FUNCTION_LINES_MAX: usize = 70;
+
+/// Each non-test function of `code` longer than `FUNCTION_LINES_MAX`
+/// lines: its name and length.
+fn long_functions(code: &str) -> Vec<(String, usize)> {
+    const QUALIFIERS: [&str; 7] = ["pub(crate) ", "pub(super) ", "pub ", "const ", "unsafe ", "extern \"\" ", "async "];
+    let mut long = Vec::new();
+    let mut line_start = 0;
+    for line in code.split_inclusive('\n') {
+        let mut rest = line.trim_start();
+        while let Some(q) = QUALIFIERS.iter().find(|q| rest.starts_with(**q)) {
+            rest = &rest[q.len()..];
+        }
+        if let Some(signature) = rest.strip_prefix("fn ") {
+            let name: String = signature.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let from = line_start;
+            let body = &code[from..];
+            let (brace, semi) = (body.find('{'), body.find(';'));
+            if let Some(b) = brace.filter(|&b| semi.is_none_or(|s| b < s)) {
+                let mut depth = 0usize;
+                for (k, c) in body[b..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                let lines = body[..b + k].matches('\n').count() + 1;
+                                if lines > FUNCTION_LINES_MAX {
+                                    long.push((name.clone(), lines));
+                                }
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        line_start += line.len();
+    }
+    long
+}
+
+#[test]
+fn no_function_is_longer_than_seventy_lines() {
+    let mut problems = Vec::new();
+    for tree in trees() {
+        for file in rust_files(&tree.root) {
+            let code = code_only(&std::fs::read_to_string(&file).unwrap());
+            for (name, lines) in long_functions(&code) {
+                let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(&file).display().to_string();
+                problems.push(format!("{rel}: fn {name} is {lines} lines (at most {FUNCTION_LINES_MAX})"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "functions to split:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_length_check_measures_from_fn_to_its_closing_brace() {
+    let body = "    let x = 1;\n".repeat(FUNCTION_LINES_MAX - 2);
+    let fits = format!("pub(crate) fn fits() {{\n{body}}}\n");
+    assert!(long_functions(&fits).is_empty(), "exactly {FUNCTION_LINES_MAX} lines fit");
+    let over = format!("unsafe fn over() {{\n{body}    let y = \"{{\";\n}}\nfn decl();\n");
+    assert_eq!(long_functions(&code_only(&over)), [("over".to_string(), FUNCTION_LINES_MAX + 1)]);
 }

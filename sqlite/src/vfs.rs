@@ -129,6 +129,40 @@ unsafe fn path_of(name: *const c_char) -> Option<PathBuf> {
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
 }
 
+/// [`open_file`] for a main database: the file must exist before its lock
+/// descriptor opens; the cached handle waits for the cross-process lock.
+fn open_main_db(
+    state: &'static VfsState,
+    mut st: FileState,
+    mut flags: c_int,
+    mode: u32,
+    exclusive: bool,
+) -> Result<(FileState, c_int), c_int> {
+    let path = st.path.clone();
+    if flags & ffi::SQLITE_OPEN_CREATE != 0 {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true).write(true).create(true).create_new(exclusive);
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, mode);
+        if let Err(e) = o.open(&path) {
+            let writable_denied = matches!(e.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM));
+            if !(writable_denied && path.exists()) {
+                return Err(ffi::SQLITE_CANTOPEN);
+            }
+        }
+    } else if !path.exists() {
+        return Err(ffi::SQLITE_CANTOPEN);
+    }
+    let db = state.db_for(&path).map_err(|_| ffi::SQLITE_CANTOPEN)?;
+    if !st.read_only && !nix_access(&path, libc::W_OK) {
+        // As the unix VFS does: a database that cannot be written is
+        // opened read-only, and SQLite is told so.
+        st.read_only = true;
+        flags = (flags & !(ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_CREATE)) | ffi::SQLITE_OPEN_READONLY;
+    }
+    st.db = Some(db);
+    Ok((st, flags))
+}
+
 /// Permission bits for a new journal or WAL: those of its database, as the
 /// unix VFS gives them, else 0644.
 fn create_mode(path: &Path, kind_flags: c_int) -> u32 {
@@ -244,30 +278,7 @@ fn open_file(state: &'static VfsState, name: Option<PathBuf>, mut flags: c_int) 
         chunk_bytes: 0,
     };
     if main_db {
-        // The file must exist before its lock descriptor opens; the cached
-        // handle waits for the cross-process lock.
-        if create {
-            let mut o = std::fs::OpenOptions::new();
-            o.read(true).write(true).create(true).create_new(exclusive);
-            std::os::unix::fs::OpenOptionsExt::mode(&mut o, mode);
-            if let Err(e) = o.open(&path) {
-                let writable_denied = matches!(e.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM));
-                if !(writable_denied && path.exists()) {
-                    return Err(ffi::SQLITE_CANTOPEN);
-                }
-            }
-        } else if !path.exists() {
-            return Err(ffi::SQLITE_CANTOPEN);
-        }
-        let db = state.db_for(&path).map_err(|_| ffi::SQLITE_CANTOPEN)?;
-        if !read_only && !nix_access(&path, libc::W_OK) {
-            // As the unix VFS does: a database that cannot be written is
-            // opened read-only, and SQLite is told so.
-            st.read_only = true;
-            flags = (flags & !(ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_CREATE)) | ffi::SQLITE_OPEN_READONLY;
-        }
-        st.db = Some(db);
-        return Ok((st, flags));
+        return open_main_db(state, st, flags, mode, exclusive);
     }
     let options = OpenOptions::new()
         .read(true)

@@ -292,6 +292,28 @@ fn stat_quietly(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<StoreStat> 
     })
 }
 
+/// Opens `c_path` with O_DIRECT, or without it where the file system
+/// refuses it (tmpfs before Linux 6.6, procfs, some FUSE file systems):
+/// run buffered rather than not at all. Returns the descriptor and whether
+/// it is O_DIRECT.
+fn open_preferring_direct(c_path: &CStr, flags: i32, mode: libc::mode_t) -> io::Result<(OwnedFd, bool)> {
+    match open_raw(c_path, flags | libc::O_DIRECT, mode) {
+        Ok(fd) => Ok((fd, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match open_raw(c_path, flags, mode) {
+            Ok(fd) => Ok((fd, false)),
+            // Some file systems refuse O_DIRECT only after O_CREAT created
+            // the file, so the O_EXCL retry trips over the file we just
+            // made. The first attempt did not fail with EEXIST, so the file
+            // did not exist before this call: open it without O_EXCL.
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags & libc::O_EXCL != 0 => {
+                Ok((open_raw(c_path, flags & !(libc::O_EXCL | libc::O_CREAT), mode)?, false))
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
 fn path_cstring(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| error_with_context(libc::EINVAL, "path contains a NUL byte"))
 }
@@ -440,25 +462,7 @@ impl FdStore {
             }
         }
 
-        let (fd, direct_io) = match open_raw(&c_path, flags | libc::O_DIRECT, mode) {
-            Ok(fd) => (fd, true),
-            // The file system refuses O_DIRECT (tmpfs before Linux 6.6, procfs,
-            // some FUSE file systems): run buffered rather than not at all.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                match open_raw(&c_path, flags, mode) {
-                    Ok(fd) => (fd, false),
-                    // Some file systems refuse O_DIRECT only after O_CREAT created
-                    // the file, so the O_EXCL retry trips over the file we just
-                    // made. The first attempt did not fail with EEXIST, so the
-                    // file did not exist before this call: open it without O_EXCL.
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags & libc::O_EXCL != 0 => {
-                        (open_raw(&c_path, flags & !(libc::O_EXCL | libc::O_CREAT), mode)?, false)
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            Err(e) => return Err(e),
-        };
+        let (fd, direct_io) = open_preferring_direct(&c_path, flags, mode)?;
         let raw = fd.as_raw_fd();
 
         let st = fstat(raw)?;

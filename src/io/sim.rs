@@ -761,20 +761,7 @@ impl SimStore {
                 return Err(errno(code));
             }
         }
-        // Bytes this attempt can move before bounds stop it.
-        let room = if !is_write || inode.is_block_device {
-            if offset >= size {
-                // Only writes get here: a block device has no room past its end.
-                return Err(errno(libc::ENOSPC));
-            }
-            usize::try_from(size - offset).unwrap_or(usize::MAX).min(asked)
-        } else {
-            // A regular file stops at the file system's largest file size.
-            if offset >= config.max_file_len {
-                return Err(errno(libc::EFBIG));
-            }
-            usize::try_from(config.max_file_len - offset).unwrap_or(usize::MAX).min(asked)
-        };
+        let room = room_for(is_write && !inode.is_block_device, size, config.max_file_len, offset, asked)?;
         if st.rng.chance(config.retryable_error_percent) {
             st.stats.retryable_errors += 1;
             let code = if st.rng.coin() { libc::EINTR } else { libc::EAGAIN };
@@ -795,22 +782,35 @@ impl SimStore {
                 len = n;
             }
         }
+        self.transfer(st, offset, &iovecs, len, is_write.then_some(op.priority))
+    }
+
+    /// Moves `len` bytes between the iovecs and the written image at
+    /// `offset`: a write (`Some` of its priority) extends the file and is
+    /// logged; a read fills the iovecs.
+    fn transfer(
+        &self,
+        st: &mut State,
+        offset: u64,
+        iovecs: &[libc::iovec],
+        len: usize,
+        write: Option<IoPriority>,
+    ) -> Attempt {
         let start = usize::try_from(offset).map_err(|_| errno(libc::EFBIG))?;
         let end = start.checked_add(len).ok_or_else(|| errno(libc::EFBIG))?;
-        let inode = st.inodes.get_mut(&self.ino).expect("looked up above");
-        if is_write {
+        let inode = st.inodes.get_mut(&self.ino).expect("looked up by the attempt");
+        if let Some(priority) = write {
             if inode.written.len() < end {
                 // Writing past end of file extends it; any gap reads as zeros.
                 inode.written.resize(end, 0);
             }
-            gather(&iovecs, &mut inode.written[start..end]);
+            gather(iovecs, &mut inode.written[start..end]);
             st.stats.written_bytes += len as u64;
-            let priority = op.priority;
             if let Some(log) = st.write_log.as_mut() {
                 log.push(SimWrite { path: self.path.clone(), offset, len, priority });
             }
         } else {
-            scatter(&inode.written[start..end], &iovecs);
+            scatter(&inode.written[start..end], iovecs);
             st.stats.read_bytes += len as u64;
         }
         Ok(len)
@@ -887,6 +887,19 @@ fn scatter(src: &[u8], iovecs: &[libc::iovec]) {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(copied), v.iov_base.cast::<u8>(), n) };
         copied += n;
     }
+}
+
+/// Bytes an attempt of `asked` bytes at `offset` can move before bounds
+/// stop it: a read, or a write of a block device, stops at `size` (a
+/// block device has no room past its end); a write of a regular file at
+/// the file system's largest file size, `max_file_len`.
+fn room_for(grows_file: bool, size: u64, max_file_len: u64, offset: u64, asked: usize) -> io::Result<usize> {
+    let (limit, past_it) = if grows_file { (max_file_len, libc::EFBIG) } else { (size, libc::ENOSPC) };
+    if offset >= limit {
+        // Reads at or past the end returned 0 before: only writes get here.
+        return Err(errno(past_it));
+    }
+    Ok(usize::try_from(limit - offset).unwrap_or(usize::MAX).min(asked))
 }
 
 /// Fills `dst` from the iovecs in order.

@@ -243,16 +243,9 @@ fn is_cancelled(attempt: &Attempt) -> bool {
     matches!(attempt, Err(e) if e.raw_os_error() == Some(libc::ECANCELED))
 }
 
-/// Runs one attempt of every pending op of `ops` on `ring`. Returns the
-/// attempts and whether the ring is still usable.
-fn submit_on_ring(ring: &mut IoUring, fd: RawFd, ops: &mut [IoOp<'_>]) -> (Vec<Attempt>, bool) {
-    let mut results: Vec<Option<Attempt>> =
-        ops.iter().map(|op| if op.result.is_some() { Some(Ok(0)) } else { None }).collect();
-    // `requests` owns every iovec array until this function returns, and the
-    // arrays are never resized after being built, so the pointers in the SQEs
-    // stay valid while the kernel may read them.
-    let requests: Vec<Request> = ops
-        .iter_mut()
+/// The requests for the ops without a result yet, each with its iovecs.
+fn requests_of(ops: &mut [IoOp<'_>]) -> Vec<Request> {
+    ops.iter_mut()
         .enumerate()
         .filter(|(_, op)| op.result.is_none())
         .map(|(index, op)| {
@@ -261,7 +254,71 @@ fn submit_on_ring(ring: &mut IoUring, fd: RawFd, ops: &mut [IoOp<'_>]) -> (Vec<A
             let (offset, iovecs) = op.remaining_iovecs();
             Request { index, offset, iovecs, write, ioprio }
         })
-        .collect();
+        .collect()
+}
+
+/// After a submission loop: on a fatal ring error, drains the
+/// `outstanding` requests (the kernel may still read their iovecs) and
+/// fails every request without a result with the error's errno. Returns
+/// whether the ring is still usable.
+fn settle_failure(
+    ring: &mut IoUring,
+    fatal: Option<io::Error>,
+    outstanding: usize,
+    results: &mut [Option<Attempt>],
+) -> bool {
+    let Some(err) = fatal else { return true };
+    drain_after_failure(ring, outstanding, results);
+    let errno = err.raw_os_error().unwrap_or(libc::EIO);
+    for slot in results.iter_mut().filter(|r| r.is_none()) {
+        *slot = Some(Err(io::Error::from_raw_os_error(errno)));
+    }
+    false
+}
+
+/// Pushes `requests[*next..]` onto the submission queue while fewer than
+/// `capacity` are outstanding and the queue has room, advancing `next`
+/// and `outstanding`; a request with too many iovecs fails at once.
+fn push_requests(
+    ring: &mut IoUring,
+    fd: RawFd,
+    requests: &[Request],
+    capacity: usize,
+    (next, outstanding): (&mut usize, &mut usize),
+    results: &mut [Option<Attempt>],
+) {
+    let mut sq = ring.submission();
+    while *next < requests.len() && *outstanding < capacity {
+        let req = &requests[*next];
+        let Ok(iov_count) = u32::try_from(req.iovecs.len()) else {
+            results[req.index] = Some(Err(io::Error::from_raw_os_error(libc::EINVAL)));
+            *next += 1;
+            continue;
+        };
+        let entry = build_entry(fd, req, iov_count);
+        // SAFETY: the SQE points to `req.iovecs` (owned by the caller's
+        // `requests`, which outlive every entry) and through it into the
+        // op's buffers, which `submit_on_ring`'s caller borrows for that
+        // whole synchronous call. Every pushed entry is reaped, or the ring
+        // dropped without the kernel having seen it, before
+        // `submit_on_ring` returns.
+        if unsafe { sq.push(&entry) }.is_err() {
+            break; // full: submit what we have, then refill
+        }
+        *next += 1;
+        *outstanding += 1;
+    }
+}
+
+/// Runs one attempt of every pending op of `ops` on `ring`. Returns the
+/// attempts and whether the ring is still usable.
+fn submit_on_ring(ring: &mut IoUring, fd: RawFd, ops: &mut [IoOp<'_>]) -> (Vec<Attempt>, bool) {
+    let mut results: Vec<Option<Attempt>> =
+        ops.iter().map(|op| if op.result.is_some() { Some(Ok(0)) } else { None }).collect();
+    // `requests` owns every iovec array until this function returns, and the
+    // arrays are never resized after being built, so the pointers in the SQEs
+    // stay valid while the kernel may read them.
+    let requests = requests_of(ops);
 
     let capacity = ring.params().sq_entries() as usize;
     let mut next = 0; // first request not yet pushed
@@ -272,28 +329,7 @@ fn submit_on_ring(ring: &mut IoUring, fd: RawFd, ops: &mut [IoOp<'_>]) -> (Vec<A
     while next < requests.len() || outstanding > 0 {
         // Refill: keep at most `capacity` requests outstanding, which also
         // bounds the completion queue (2 * capacity) so it cannot overflow.
-        {
-            let mut sq = ring.submission();
-            while next < requests.len() && outstanding < capacity {
-                let req = &requests[next];
-                let Ok(iov_count) = u32::try_from(req.iovecs.len()) else {
-                    results[req.index] = Some(Err(io::Error::from_raw_os_error(libc::EINVAL)));
-                    next += 1;
-                    continue;
-                };
-                let entry = build_entry(fd, req, iov_count);
-                // SAFETY: the SQE points to `req.iovecs` (owned by `requests`)
-                // and through it into the op's buffers, which the caller
-                // borrows for this whole synchronous call. Every pushed entry
-                // is reaped, or the ring dropped without the kernel having
-                // seen it, before this function returns.
-                if unsafe { sq.push(&entry) }.is_err() {
-                    break; // full: submit what we have, then refill
-                }
-                next += 1;
-                outstanding += 1;
-            }
-        }
+        push_requests(ring, fd, &requests, capacity, (&mut next, &mut outstanding), &mut results);
         if outstanding == 0 {
             if next < requests.len() {
                 // Nothing outstanding yet the queue took nothing: it is not
@@ -332,17 +368,7 @@ fn submit_on_ring(ring: &mut IoUring, fd: RawFd, ops: &mut [IoOp<'_>]) -> (Vec<A
         outstanding = outstanding.saturating_sub(reap(ring, &mut results));
     }
 
-    let ring_ok = match fatal {
-        None => true,
-        Some(err) => {
-            drain_after_failure(ring, outstanding, &mut results);
-            let errno = err.raw_os_error().unwrap_or(libc::EIO);
-            for slot in results.iter_mut().filter(|r| r.is_none()) {
-                *slot = Some(Err(io::Error::from_raw_os_error(errno)));
-            }
-            false
-        }
-    };
+    let ring_ok = settle_failure(ring, fatal, outstanding, &mut results);
     drop(requests); // only now may the iovec arrays go
     let attempts =
         results.into_iter().map(|r| r.unwrap_or_else(|| Err(io::Error::from_raw_os_error(libc::EIO)))).collect();

@@ -127,6 +127,40 @@ impl WbPass {
     }
 }
 
+/// Cuts each chunk into chunks of at most `io_max_blocks` blocks.
+fn split_at_io_max(chunks: Vec<WbChunk>, io_max_blocks: usize) -> Vec<WbChunk> {
+    let mut split = Vec::with_capacity(chunks.len());
+    for c in chunks {
+        let mut s = c.start;
+        while s < c.end {
+            let e = (s + io_max_blocks).min(c.end);
+            split.push(WbChunk {
+                folio: c.folio.clone(),
+                buf: c.buf.clone(),
+                start: s,
+                end: e,
+                bridge: false,
+                buffered_len: None,
+                result: None,
+            });
+            s = e;
+        }
+    }
+    split
+}
+
+/// What a pass's completion adds up, chunk by chunk, and settles at its
+/// end. Dirty data only in `done_bytes` and `written_bytes`: bridges were
+/// never counted as dirty or under writeback, only their room was held.
+#[derive(Default)]
+struct CompletionTally {
+    done_bytes: u64,
+    written_bytes: u64,
+    bridge_bytes: u64,
+    bridge_redirtied_bytes: u64,
+    redirtied_bytes: u64,
+}
+
 /// The largest sync append written through the kernel's cache
 /// ([`Inode::mark_sync_append`]): a SQLite commit's journal (about 21 KiB
 /// in the sqlite benchmark) or WAL frames fit many times over.
@@ -450,33 +484,24 @@ impl Inode {
             Reason::Fsync | Reason::Close => self.config.io_max_bytes,
             _ => self.dirty.background_budget.io_bytes_max().min(self.config.io_max_bytes),
         } as usize;
-        let io_max_blocks = io_max_bytes / BLOCK_SIZE;
-        let mut split = Vec::with_capacity(chunks.len());
-        for c in chunks {
-            let mut s = c.start;
-            while s < c.end {
-                let e = (s + io_max_blocks).min(c.end);
-                split.push(WbChunk {
-                    folio: c.folio.clone(),
-                    buf: c.buf.clone(),
-                    start: s,
-                    end: e,
-                    bridge: false,
-                    buffered_len: None,
-                    result: None,
-                });
-                s = e;
-            }
-        }
+        let mut split = split_at_io_max(chunks, io_max_bytes / BLOCK_SIZE);
         if reason == Reason::Fsync {
             self.mark_sync_append(&mut split);
         }
         self.mark_tail(&mut split);
         self.note_padding(&split);
-        // Neighbouring chunks form one vectored I/O of at most `io_max` and
-        // `IOV_MAX` buffers (one per chunk), bridging a small gap of clean
-        // cached blocks where one lies between. A tail chunk is an I/O of
-        // its own.
+        let (chunks, groups) = self.group_into_ios(split, io_max_bytes);
+        let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
+        Some(WbPass { ticket, reason, chunks, groups, bytes })
+    }
+
+    /// Groups a pass's chunks (sorted, each at most `io_max_bytes`) into
+    /// I/Os. Neighbouring chunks form one vectored I/O of at most `io_max`
+    /// and `IOV_MAX` buffers (one per chunk), bridging a small gap of clean
+    /// cached blocks where one lies between. A buffered chunk is an I/O of
+    /// its own. Returns the chunks (bridges included) and each I/O's
+    /// `[first, end)` chunk range.
+    fn group_into_ios(&self, split: Vec<WbChunk>, io_max_bytes: usize) -> (Vec<WbChunk>, Vec<(usize, usize)>) {
         let mut chunks: Vec<WbChunk> = Vec::with_capacity(split.len());
         let mut groups: Vec<(usize, usize)> = Vec::new();
         let mut group_start = 0;
@@ -523,8 +548,7 @@ impl Inode {
             groups.iter().all(|&(i, j)| chunks[i..j].iter().map(|c| c.len_bytes()).sum::<usize>() <= io_max_bytes),
             "a writeback I/O is at most io_max"
         );
-        let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
-        Some(WbPass { ticket, reason, chunks, groups, bytes })
+        (chunks, groups)
     }
 
     /// Makes the file's partial last block, when the pass writes it, a
@@ -874,65 +898,32 @@ impl Inode {
 
     fn complete_chunks(self: &Arc<Self>, chunks: Vec<WbChunk>, reason: Reason, outcome: &mut WritebackOutcome) {
         debug_assert!(chunks.iter().all(|c| c.result.is_some()), "every chunk has its result");
-        let mut redirtied_bytes = 0u64;
-        // Dirty data only: bridges were never counted as dirty or under
-        // writeback, only their room was held.
-        let mut done_bytes = 0u64;
-        let mut bridge_bytes = 0u64;
-        let mut bridge_redirtied_bytes = 0u64;
-        let mut written_bytes = 0u64;
+        let mut tally = CompletionTally::default();
         let mut drop_candidates: Vec<Arc<Folio>> = Vec::new();
         let mut dontcache_unblocked = false;
-        for c in chunks {
+        for mut c in chunks {
             let bytes = c.len_bytes() as u64;
             if c.bridge {
-                bridge_bytes += bytes;
+                tally.bridge_bytes += bytes;
             } else {
-                done_bytes += bytes;
+                tally.done_bytes += bytes;
             }
             let mut st = c.folio.lock();
             let cleared = st.writeback.clear_range(c.start, c.end);
             assert_eq!(cleared, c.end - c.start, "blocks under writeback complete once");
             st.nr_writeback -= cleared;
-            match c.result.expect("every chunk has a result") {
+            match c.result.take().expect("every chunk has a result") {
                 Ok(()) => {
                     outcome.written_bytes += bytes;
                     if !c.bridge {
-                        written_bytes += bytes;
+                        tally.written_bytes += bytes;
                     }
                 }
                 Err(e) => {
                     outcome.failed_bytes += bytes;
                     self.record_error(&e, outcome);
                     if !st.removed {
-                        // fsyncgate: the data stays dirty so a later fsync
-                        // retries it; never report it clean. A failed
-                        // bridge too: the store may now hold anything there.
-                        let was_clean = st.nr_dirty == 0;
-                        let newly = st.set_dirty(c.start, c.end);
-                        let newly_bytes = newly as u64 * BLOCK;
-                        redirtied_bytes += newly_bytes;
-                        if c.bridge {
-                            // Bridged blocks were clean, never counted as
-                            // dirty; their room was held for this. Counted
-                            // under the folio lock, before anyone can take
-                            // (and subtract) them again.
-                            self.dirty.account_bridge_redirtied(newly_bytes);
-                            bridge_redirtied_bytes += newly_bytes;
-                        } else {
-                            // Moved back, not counted twice: the bytes stay
-                            // unclean throughout, so dirty + writeback never
-                            // reads above what the cache holds.
-                            self.dirty.account_writeback_failed(newly_bytes);
-                            done_bytes -= newly_bytes;
-                        }
-                        if was_clean && newly > 0 {
-                            self.mapping.index_dirty(&c.folio);
-                        }
-                        debug_assert!(
-                            st.nr_dirty > 0 && c.folio.dirty_mark.load(Ordering::Relaxed) == DirtyMark::DIRTY,
-                            "failed blocks are dirty again, and their folio marked dirty"
-                        );
+                        self.redirty_failed_chunk(&c, &mut st, &mut tally);
                     }
                 }
             }
@@ -950,11 +941,11 @@ impl Inode {
                 drop_candidates.push(c.folio);
             }
         }
-        if bridge_bytes > 0 {
-            self.dirty.end_bridges(bridge_bytes, bridge_redirtied_bytes);
+        if tally.bridge_bytes > 0 {
+            self.dirty.end_bridges(tally.bridge_bytes, tally.bridge_redirtied_bytes);
         }
-        self.dirty.account_writeback_done(done_bytes, written_bytes, reason);
-        if redirtied_bytes > 0 || dontcache_unblocked {
+        self.dirty.account_writeback_done(tally.done_bytes, tally.written_bytes, reason);
+        if tally.redirtied_bytes > 0 || dontcache_unblocked {
             let workers = self.queue_on_dirty_list(None);
             if dontcache_unblocked {
                 self.dirty.kick_dontcache(workers);
@@ -966,6 +957,37 @@ impl Inode {
         for f in drop_candidates {
             self.queue_dropbehind(f);
         }
+    }
+
+    /// A failed chunk's blocks (of a folio still in the cache) are dirty
+    /// again, so a later fsync retries them (fsyncgate: never report them
+    /// clean). A failed bridge too: the store may now hold anything there.
+    fn redirty_failed_chunk(&self, c: &WbChunk, st: &mut FolioState, tally: &mut CompletionTally) {
+        debug_assert!(!st.removed, "only a cached folio's blocks are redirtied");
+        let was_clean = st.nr_dirty == 0;
+        let newly = st.set_dirty(c.start, c.end);
+        let newly_bytes = newly as u64 * BLOCK;
+        tally.redirtied_bytes += newly_bytes;
+        if c.bridge {
+            // Bridged blocks were clean, never counted as dirty; their
+            // room was held for this. Counted under the folio lock, before
+            // anyone can take (and subtract) them again.
+            self.dirty.account_bridge_redirtied(newly_bytes);
+            tally.bridge_redirtied_bytes += newly_bytes;
+        } else {
+            // Moved back, not counted twice: the bytes stay unclean
+            // throughout, so dirty + writeback never reads above what the
+            // cache holds.
+            self.dirty.account_writeback_failed(newly_bytes);
+            tally.done_bytes -= newly_bytes;
+        }
+        if was_clean && newly > 0 {
+            self.mapping.index_dirty(&c.folio);
+        }
+        debug_assert!(
+            st.nr_dirty > 0 && c.folio.dirty_mark.load(Ordering::Relaxed) == DirtyMark::DIRTY,
+            "failed blocks are dirty again, and their folio marked dirty"
+        );
     }
 }
 
