@@ -90,7 +90,7 @@ pub struct Config {
     /// stream of 1 MiB writes, a 4 KiB write + fdatasync took 1.4 ms with
     /// 1 MiB background I/Os, 0.24 ms with 128 KiB and 0.16 ms with 64
     /// KiB, while the stream kept 2.9, 2.8 and 1.8 GB/s. Default 200
-    /// ([`DEFAULT_SYNC_LATENCY_TARGET_US`]): SQLite next to a stream
+    /// µs: SQLite next to a stream
     /// (`wbcache bench -w sqlite`, 256M, single runs) committed 2.1× (WAL)
     /// and 2.8× (DELETE) as many transactions per second as with it off,
     /// the stream at 0.85× and 0.72× of its speed; docs/performance.md has the
@@ -128,7 +128,7 @@ pub struct Config {
     pub region_size_bytes: u64,
     /// Whether a sequential scan of a file larger than `capacity` drops
     /// behind what it reads once it has read a quarter of `capacity` (at
-    /// most [`SCAN_CACHED_BYTES_MAX`]), as
+    /// most 64 MiB), as
     /// an uncached read does (PostgreSQL reads large tables through a
     /// small ring of buffers for the same reason): the rest of the scan
     /// neither floods the cache nor grows it into fresh memory. Folios
@@ -141,7 +141,7 @@ pub struct Config {
     pub scan_dropbehind: bool,
     /// Whether a handle's long sequential write stream drops behind: once
     /// a handle has written a quarter of `capacity` (at most
-    /// [`SCAN_CACHED_BYTES_MAX`]) at consecutive offsets, the rest of its
+    /// 64 MiB) at consecutive offsets, the rest of its
     /// stream is written as uncached writes are (`WriteFlags::DONTCACHE`):
     /// the flusher writes it back at once, the writer is paced by its own
     /// backlog, and its folios leave once written back (a folio read
@@ -160,6 +160,7 @@ pub struct Config {
 /// How a domain's writeback workers share its dirty data (see
 /// [`Config::writeback_routing`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Routing {
     Single,
     Rotor,
@@ -285,7 +286,7 @@ impl Config {
 
     /// What a sequential scan of a file larger than the cache caches
     /// before `scan_dropbehind` drops the rest behind it: a quarter of
-    /// `capacity`, at most [`SCAN_CACHED_BYTES_MAX`].
+    /// `capacity`, at most 64 MiB.
     pub fn scan_cached_bytes(&self) -> u64 {
         (self.capacity_bytes / 4).min(SCAN_CACHED_BYTES_MAX)
     }

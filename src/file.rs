@@ -120,6 +120,7 @@ pub use crate::folio::{RESIDENT_CACHED, RESIDENT_DIRTY, RESIDENT_WRITEBACK};
 /// Advice for [`File::advise`], as `posix_fadvise(2)`'s (the C ABI's
 /// `WBC_FADV_*` values are `POSIX_FADV_*`'s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Advice {
     /// Undo `Sequential`, `Random` and `NoReuse` for the handle.
     Normal,

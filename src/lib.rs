@@ -62,7 +62,7 @@ mod writeback;
 
 pub use buf::AlignedBuf;
 pub use cache::Cache;
-pub use config::{parse_size, Config, Routing};
+pub use config::{parse_size, Config, Routing, OPTION_KEYS};
 pub use file::{
     Advice, File, FileCursor, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY,
     RESIDENT_WRITEBACK,
@@ -73,4 +73,4 @@ pub use file::{
 #[cfg(feature = "sim")]
 pub use io::sim;
 pub use io::IoKind;
-pub use stats::{IoClass, LatencySummary, Reason, Stats};
+pub use stats::{IoClass, LatencySummary, Reason, Stats, WorkerStats};

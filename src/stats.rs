@@ -14,6 +14,7 @@ use crate::config::{Config, OptionValue};
 
 /// Why a writeback happened; written bytes are counted per reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Reason {
     /// Dirty data over the background threshold.
     Background = 0,

@@ -12,13 +12,14 @@
 //! with `EOPNOTSUPP`, named in the message.
 
 mod common;
+use common::{pattern, read_all};
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::programs::TempDir;
-use common::{assert_same, wait_until, Rng};
+use common::{assert_same, wait_until};
 use wbcache::capi::errno_of;
 use wbcache::{Advice, Cache, Config, File, OpenOptions, Reason, SyncRangeFlags, RESIDENT_CACHED, RESIDENT_DIRTY};
 
@@ -26,25 +27,12 @@ const NO_WRITEBACK: &str = "capacity=64M,dirty_limit=32M,dirty_background=31M,ex
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    Rng::new(seed).fill(&mut v);
-    v
-}
-
 fn cache(options: &str) -> Cache {
     Cache::new(Config::from_options(options).expect("options")).expect("cache")
 }
 
 fn open_rw(cache: &Cache, path: &Path) -> File {
     cache.open(path, &OpenOptions::read_write_create()).expect("open")
-}
-
-fn read_all(file: &File) -> Vec<u8> {
-    let mut buf = vec![0u8; file.len().unwrap() as usize];
-    let n = file.read_at(&mut buf, 0).unwrap();
-    assert_eq!(n, buf.len());
-    buf
 }
 
 fn cached_bytes(file: &File) -> u64 {

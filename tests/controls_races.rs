@@ -35,6 +35,7 @@
 //! deterministically, by the regression tests at the end.
 
 mod common;
+use common::{pattern, read_all};
 
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -123,28 +124,12 @@ fn check_tags(buf: &[u8], off: u64) -> Result<(), String> {
     Ok(())
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    Rng::new(seed).fill(&mut v);
-    v
-}
-
 fn rw_create() -> OpenOptions {
     OpenOptions::read_write_create()
 }
 
 fn rw() -> OpenOptions {
     OpenOptions::new().read(true).write(true)
-}
-
-/// Everything `file` holds, read through the cache.
-fn read_all(file: &File) -> Vec<u8> {
-    let len = file.len().unwrap() as usize;
-    let mut buf = vec![0u8; len + 4096];
-    let n = file.read_at(&mut buf, 0).unwrap();
-    assert_eq!(n, len, "a read from 0 returns the file's {len} bytes");
-    buf.truncate(n);
-    buf
 }
 
 fn read_exact_at(file: &File, off: u64, len: usize) -> Vec<u8> {

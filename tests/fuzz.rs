@@ -92,27 +92,11 @@ fn report_rate(what: &str, seed: u64, done: u64, started: Instant) {
 
 // ------------------------------------------------------ option-string grammar
 
-const KEYS: &[&str] = &[
-    "capacity",
-    "dirty_limit",
-    "dirty_background",
-    "expire_ms",
-    "folio_max",
-    "io_max",
-    "io",
-    "io_depth",
-    "readahead_max",
-    "throttle_pause_ms_max",
-    "bridge_gap",
-    "async_depth_while_sync",
-    "sync_latency_target_us",
-    "writeback_workers",
-    "writeback_routing",
-    "region_size",
-    "scan_dropbehind",
-    "stream_dropbehind",
-];
+/// Every key the library accepts, from the library itself: a new option
+/// is fuzzed the day it exists.
+const KEYS: &[&str] = wbcache::OPTION_KEYS;
 
+/// The keys whose values are sizes (the grammar gives them suffixes).
 const SIZE_KEYS: &[&str] = &[
     "capacity",
     "dirty_limit",
@@ -1667,4 +1651,13 @@ fn fuzz_c_abi(seed: u64, default_iterations: u64, time: Duration) {
 #[test]
 fn c_abi_calls_never_panic_and_fail_with_documented_errnos() {
     fuzz_c_abi(seed(), 20_000, Duration::from_secs(4));
+}
+
+/// The grammar's size keys are keys the library has (a renamed or removed
+/// option must not leave the fuzzer generating values for nothing).
+#[test]
+fn size_keys_are_option_keys() {
+    for key in SIZE_KEYS {
+        assert!(KEYS.contains(key), "{key} is no option key of the library");
+    }
 }

@@ -16,6 +16,7 @@
 //! printed reason without it, except under `CI=true`, where they fail.
 
 mod common;
+use common::pattern;
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
@@ -32,13 +33,6 @@ use wbcache::{Cache, Config, File, OpenOptions};
 const NO_WRITEBACK: &str = "capacity=64M,dirty_limit=32M,dirty_background=31M,expire_ms=3600000";
 
 const CHUNK: usize = 64 << 10;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = common::Rng::new(seed);
-    let mut buf = vec![0u8; len];
-    rng.fill(&mut buf);
-    buf
-}
 
 /// A fresh directory under the temporary directory, removed on drop.
 struct TempDir(PathBuf);

@@ -11,6 +11,7 @@
 //! - with four workers, every byte fsynced before a crash survives it.
 
 mod common;
+use common::pattern;
 use common::{assert_same, wait_until, Rng};
 use std::path::Path;
 use std::sync::mpsc;
@@ -34,11 +35,6 @@ fn cache(sim: &Arc<SimIo>, options: &str) -> Cache {
 
 fn open(cache: &Cache, path: &str) -> File {
     cache.open(path, &OpenOptions::read_write_create()).unwrap()
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// Writes `data` in 4 KiB pieces in a random order (every block once).

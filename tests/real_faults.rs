@@ -25,6 +25,7 @@
 //! reason, except under `CI=true`, where they fail.
 
 mod common;
+use common::pattern;
 
 use std::io::{IoSlice, Write};
 use std::path::{Path, PathBuf};
@@ -37,13 +38,6 @@ use wbcache::{Cache, Config, OpenOptions, Reason};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = common::Rng::new(seed);
-    let mut buf = vec![0u8; len];
-    rng.fill(&mut buf);
-    buf
-}
 
 /// Why this test cannot run here, or `None`: root and the tools it needs.
 fn missing_requirement(tools: &[&str]) -> Option<String> {

@@ -4,6 +4,7 @@
 //! up.
 
 mod common;
+use common::pattern;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,18 +16,6 @@ fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wbcache-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn roundtrip(io: &str, routing: &str) {

@@ -30,6 +30,7 @@
 //! written: `close` consumes the cache.
 
 mod common;
+use common::{pattern, read_all};
 
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -43,7 +44,7 @@ use common::programs::TempDir;
 use common::{assert_same, Rng};
 use wbcache::capi::errno_of;
 use wbcache::sim::{SimConfig, SimIo};
-use wbcache::{Cache, Config, File, OpenOptions, Stats};
+use wbcache::{Cache, Config, OpenOptions, Stats};
 
 /// Nothing is written back unless a test asks: dirty data stays far below
 /// the background threshold and expires after an hour.
@@ -55,12 +56,6 @@ const BUSY_WRITEBACK: &str = "capacity=8M,dirty_limit=2M,dirty_background=512K,f
 
 const KIB: usize = 1 << 10;
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    Rng::new(seed).fill(&mut v);
-    v
-}
-
 fn written_total(stats: &Stats) -> u64 {
     stats.written_bytes_by_reason.iter().sum()
 }
@@ -71,18 +66,6 @@ fn rw() -> OpenOptions {
 
 fn create_new() -> OpenOptions {
     OpenOptions::read_write_create().create_new(true)
-}
-
-/// Everything `file` holds, read through the cache (`file.len()` bytes,
-/// and nothing past them).
-fn read_all(file: &File) -> Vec<u8> {
-    let len = file.len().unwrap() as usize;
-    // A block more than the length: a read must stop at the end.
-    let mut buf = vec![0u8; len + 4096];
-    let n = file.read_at(&mut buf, 0).unwrap();
-    assert_eq!(n, len, "a read from 0 returns the file's {len} bytes");
-    buf.truncate(n);
-    buf
 }
 
 fn assert_gone(path: &Path) {

@@ -17,6 +17,7 @@
 //! of descriptors.
 
 mod common;
+use common::pattern;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -122,13 +123,6 @@ fn outcome<T>(result: &io::Result<T>) -> String {
 fn errno_in(outcome: &str) -> i32 {
     let rest = outcome.strip_prefix("errno:").unwrap_or_else(|| panic!("not an error: {outcome}"));
     rest.split(':').next().unwrap().parse().unwrap()
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = common::Rng::new(seed);
-    let mut v = vec![0u8; len];
-    rng.fill(&mut v);
-    v
 }
 
 fn set_limit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) {

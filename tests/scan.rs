@@ -5,6 +5,7 @@
 //! cached. Every read is checked against the file's bytes.
 
 mod common;
+use common::pattern;
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,12 +17,6 @@ use wbcache::{Advice, Cache, Config, File, OpenOptions};
 const MIB: u64 = 1 << 20;
 /// `readahead_max` is at most capacity/8 (2 MiB here).
 const SMALL: &str = "capacity=16M";
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    Rng::new(seed).fill(&mut v);
-    v
-}
 
 /// A file of `len` bytes written without the cache; its bytes.
 fn laid_out(dir: &TempDir, name: &str, len: u64) -> (std::path::PathBuf, Vec<u8>) {

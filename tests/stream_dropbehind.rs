@@ -7,6 +7,7 @@
 //! the store after the cache closes.
 
 mod common;
+use common::pattern;
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,12 +19,6 @@ use wbcache::{Cache, Config, File, OpenOptions};
 const MIB: u64 = 1 << 20;
 /// A quarter of it (4 MiB) is what a stream writes cached.
 const SMALL: &str = "capacity=16M,dirty_limit=8M";
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    Rng::new(seed).fill(&mut v);
-    v
-}
 
 fn new_cache(options: &str) -> Cache {
     Cache::new(Config::from_options(options).expect("options")).expect("cache")

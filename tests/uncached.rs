@@ -19,6 +19,7 @@
 //! a failure prints its seed.
 
 mod common;
+use common::pattern;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,13 +33,6 @@ use wbcache::{Cache, Config, File, OpenOptions, Stats, WriteFlags, RESIDENT_CACH
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    let mut v = vec![0u8; len];
-    rng.fill(&mut v);
-    v
-}
 
 /// Blocks of `[off, off + len)` of `file` that are cached now.
 fn cached_blocks(file: &File, off: u64, len: u64) -> usize {

@@ -46,8 +46,10 @@ pub const IOV_MAX: usize = 1024;
 /// broken, and looping forever on it would hang the caller.
 pub const MAX_ATTEMPTS_PER_OP: u32 = 1000;
 
-/// Which backend executes I/O.
+/// Which backend executes I/O. More may come (and `Sim` exists only with
+/// the `sim` feature), so a match on it needs a wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IoKind {
     /// io_uring with `io_depth` requests in flight per submitting thread.
     Uring,

@@ -1,6 +1,7 @@
-//! Helpers shared by the integration tests: a seeded generator, a watchdog
-//! for tests that could hang, polling, and byte comparisons that say where
-//! two buffers differ; [`programs`] builds and runs C programs and examples.
+//! Helpers shared by the integration tests: a seeded generator and the
+//! data patterns made from it, a whole-file read, a watchdog for tests
+//! that could hang, polling, and byte comparisons that say where two
+//! buffers differ; [`programs`] builds and runs C programs and examples.
 // Each test crate uses a different subset.
 #![allow(dead_code)]
 
@@ -122,4 +123,23 @@ pub fn split_at_cuts<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
     }
     pieces.push(rest);
     pieces
+}
+
+/// `len` bytes of seeded data: each seed its own pattern, the same on
+/// every run.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    Rng::new(seed).fill(&mut v);
+    v
+}
+
+/// The whole of `file`, read in one call from offset 0 into a buffer a
+/// block longer than the file: the read must stop at the end.
+pub fn read_all(file: &wbcache::File) -> Vec<u8> {
+    let len = file.len().unwrap() as usize;
+    let mut buf = vec![0u8; len + 4096];
+    let n = file.read_at(&mut buf, 0).unwrap();
+    assert_eq!(n, len, "a read from 0 returns the file's {len} bytes");
+    buf.truncate(n);
+    buf
 }
