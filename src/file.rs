@@ -607,7 +607,7 @@ impl File {
     pub fn writeback_range(&self, range: std::ops::Range<u64>, how: SyncRangeFlags) -> io::Result<()> {
         let _op = self.shared.enter_op()?;
         check_range(&range)?;
-        use crate::writeback::range::RangeWriter;
+        use crate::writeback::sync_range::RangeWriter;
         if how.contains(SyncRangeFlags::WAIT_BEFORE) {
             RangeWriter::wait(&self.inode);
             self.inode.errseq.check_and_advance(&mut locks::lock(&self.err_cursor))?;

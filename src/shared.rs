@@ -28,7 +28,7 @@ use crate::memory::Memory;
 use crate::readahead::Workers;
 use crate::stats::{Counters, Reason};
 use crate::writeback::domain::Domain;
-use crate::writeback::range::RangeWriter;
+use crate::writeback::sync_range::RangeWriter;
 
 /// Inodes kept in the table (each holds a descriptor); beyond this, idle
 /// ones are synced and forgotten.

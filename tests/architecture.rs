@@ -24,7 +24,7 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["file"],
     &["shared"],
     &["writeback::worker"],
-    &["writeback::inflight", "writeback::range", "writeback::sync"],
+    &["writeback::inflight", "writeback::sync_range", "writeback::sync"],
     &["writeback::domain", "writeback::pass", "readahead", "range_ops"],
     &["writeback::policy", "writeback::route", "writeback"],
     &["inode"],

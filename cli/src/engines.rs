@@ -27,7 +27,7 @@ use io_uring::{opcode, types, IoUring};
 use serde::{Deserialize, Serialize};
 use wbcache::{Advice, Cache, Config, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED};
 
-use crate::sys::{kernel_dirty_bytes, AlignedBuf};
+use crate::sys::{kernel_dirty_bytes, IoBuffer};
 
 /// `RWF_DONTCACHE` (Linux 6.14+): uncached buffered I/O.
 pub const RWF_DONTCACHE: libc::c_int = 0x80;
@@ -216,8 +216,8 @@ pub trait Pipelined {
     fn run(
         &mut self,
         write: bool,
-        wbuf: &AlignedBuf,
-        rbufs: &mut [AlignedBuf],
+        wbuf: &IoBuffer,
+        rbufs: &mut [IoBuffer],
         next: &mut NextOp<'_>,
         done: &mut OnDone<'_>,
     ) -> io::Result<()>;
@@ -356,11 +356,11 @@ struct KernelFile {
     /// A read-only shared mapping of the range whose residency is asked
     /// (`hot-set`), never touched: `mincore(2)` on it reports the page
     /// cache without faulting pages in.
-    map: Option<Mapping>,
+    map: Option<ResidencyMap>,
 }
 
 /// `len` bytes of a file from offset `off`, mapped at `addr`.
-struct Mapping {
+struct ResidencyMap {
     addr: *mut libc::c_void,
     off: u64,
     len: usize,
@@ -370,9 +370,9 @@ struct Mapping {
 
 // SAFETY: the mapping is owned by one `KernelFile` and only read through
 // `mincore`, which does not touch its memory.
-unsafe impl Send for Mapping {}
+unsafe impl Send for ResidencyMap {}
 
-impl Drop for Mapping {
+impl Drop for ResidencyMap {
     fn drop(&mut self) {
         // SAFETY: `addr` and `len` are what mmap returned and was given;
         // nothing refers to the mapping any more.
@@ -561,7 +561,7 @@ impl EngineFile for KernelFile {
         self.map = None;
         // SAFETY: a new read-only shared mapping of our own file; the
         // kernel picks the address. It is never read or written, only
-        // passed to mincore, and unmapped when `Mapping` drops.
+        // passed to mincore, and unmapped when `ResidencyMap` drops.
         let addr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -575,7 +575,7 @@ impl EngineFile for KernelFile {
         if addr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        self.map = Some(Mapping { addr, off, len: len as usize, vec: Vec::new() });
+        self.map = Some(ResidencyMap { addr, off, len: len as usize, vec: Vec::new() });
         Ok(true)
     }
 
@@ -824,8 +824,8 @@ impl Pipelined for DirectFile {
     fn run(
         &mut self,
         write: bool,
-        wbuf: &AlignedBuf,
-        rbufs: &mut [AlignedBuf],
+        wbuf: &IoBuffer,
+        rbufs: &mut [IoBuffer],
         next: &mut NextOp<'_>,
         done: &mut OnDone<'_>,
     ) -> io::Result<()> {
@@ -1023,7 +1023,7 @@ mod tests {
         let target = Target { path: path.clone(), offset: 0, len: MIB_TEST, create: true };
         let mut f = KernelFile::open(&target, Mode::Buffered).unwrap();
         assert!(f.resident(0, 4096).is_err(), "asked before track_residency");
-        let buf = AlignedBuf::filled(MIB_TEST as usize, 3);
+        let buf = IoBuffer::filled(MIB_TEST as usize, 3);
         f.write_at(&buf, 0).unwrap();
         f.fsync().unwrap();
         assert!(f.track_residency(0, MIB_TEST).unwrap());
@@ -1036,7 +1036,7 @@ mod tests {
             assert_eq!(rc, 0);
             assert!(!f.resident(0, MIB_TEST).unwrap(), "dropped");
             assert!(!f.resident(0, MIB_TEST).unwrap(), "asking faulted nothing in");
-            let mut rbuf = AlignedBuf::new(256 << 10);
+            let mut rbuf = IoBuffer::new(256 << 10);
             assert_eq!(f.read_at(&mut rbuf, 0).unwrap(), 256 << 10);
             assert!(f.resident(0, 256 << 10).unwrap(), "read back in");
         }
@@ -1052,7 +1052,7 @@ mod tests {
         let sys = System::new(EngineKind::Wbcache, "capacity=32M").unwrap();
         let target = Target { path: path.clone(), offset: 0, len: MIB_TEST, create: true };
         let mut f = sys.open(EngineKind::Wbcache, &target).unwrap();
-        f.write_at(&AlignedBuf::filled(MIB_TEST as usize, 4), 0).unwrap();
+        f.write_at(&IoBuffer::filled(MIB_TEST as usize, 4), 0).unwrap();
         assert!(f.track_residency(0, MIB_TEST).unwrap());
         assert!(f.resident(0, MIB_TEST).unwrap());
         assert!(f.resident(4096, 256 << 10).unwrap());
@@ -1077,7 +1077,7 @@ mod tests {
         assert!(f.cached_bytes(0, MIB_TEST).is_err(), "asked before track_residency");
         assert!(f.track_residency(0, 4 * MIB_TEST).unwrap(), "a mapping past the end of the (empty) file");
         assert_eq!(f.cached_bytes(0, 4 * MIB_TEST).unwrap(), 0);
-        f.write_at(&AlignedBuf::filled(MIB_TEST as usize, 5), 0).unwrap();
+        f.write_at(&IoBuffer::filled(MIB_TEST as usize, 5), 0).unwrap();
         assert_eq!(f.cached_bytes(0, 4 * MIB_TEST).unwrap(), MIB_TEST, "what was written, nothing past it");
         assert_eq!(f.cached_bytes(0, 512 << 10).unwrap(), 512 << 10);
         f.start_writeback(0, MIB_TEST).unwrap();
@@ -1102,7 +1102,7 @@ mod tests {
         let target = Target { path: path.clone(), offset: 0, len: 2 * MIB_TEST, create: true };
         let mut f = sys.open(EngineKind::Wbcache, &target).unwrap();
         assert!(f.track_residency(0, 2 * MIB_TEST).unwrap());
-        f.write_at(&AlignedBuf::filled(MIB_TEST as usize, 6), 0).unwrap();
+        f.write_at(&IoBuffer::filled(MIB_TEST as usize, 6), 0).unwrap();
         assert_eq!(f.cached_bytes(0, 2 * MIB_TEST).unwrap(), MIB_TEST);
         assert_eq!(f.cached_bytes(256 << 10, 4096).unwrap(), 4096, "only inside the range");
         f.start_writeback(0, MIB_TEST).unwrap();

@@ -23,7 +23,7 @@ use crate::report::{
     advice_table, failed_row, fsync_table, hot_alone_ratios, hot_table, markdown_table, pw_table, rows_from,
     sqlite_table, targets, to_json, Reference, ResultRow,
 };
-use crate::sys::{self, fmt_size, AlignedBuf, Machine};
+use crate::sys::{self, fmt_size, IoBuffer, Machine};
 use crate::worker::{direct_read_reference_mb_s, memcpy_reference_us, Outcome, Status, DIRECT_REFERENCE_DEPTH};
 use crate::workloads::{
     advice_about, build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about,
@@ -196,7 +196,7 @@ fn lay_out_file(path: &std::path::Path, len: u64, is_device: bool) -> io::Result
         Err(e) => return Err(e),
     };
     let chunk = 1usize << 20;
-    let buf = AlignedBuf::filled(chunk, 0x5eed);
+    let buf = IoBuffer::filled(chunk, 0x5eed);
     let mut off = 0u64;
     while off < len {
         if INTERRUPTED.load(Ordering::SeqCst) {

@@ -23,7 +23,7 @@ pub const ALIGN: usize = 4096;
 const HUGE_BUF_MIN_BYTES: usize = 1 << 20;
 
 /// A buffer aligned to [`ALIGN`], zeroed at allocation.
-pub struct AlignedBuf {
+pub struct IoBuffer {
     ptr: *mut u8,
     len: usize,
     memory: Memory,
@@ -37,17 +37,17 @@ enum Memory {
     },
 }
 
-// SAFETY: the buffer is plain owned memory; `AlignedBuf` is its only owner.
-unsafe impl Send for AlignedBuf {}
+// SAFETY: the buffer is plain owned memory; `IoBuffer` is its only owner.
+unsafe impl Send for IoBuffer {}
 // SAFETY: shared access only hands out `&[u8]`.
-unsafe impl Sync for AlignedBuf {}
+unsafe impl Sync for IoBuffer {}
 
-impl AlignedBuf {
-    pub fn new(len: usize) -> AlignedBuf {
+impl IoBuffer {
+    pub fn new(len: usize) -> IoBuffer {
         if len >= HUGE_BUF_MIN_BYTES && len % ALIGN == 0 {
             let mut buf = wbcache::AlignedBuf::zeroed(len);
             let ptr = buf.as_mut_ptr();
-            return AlignedBuf { ptr, len, memory: Memory::Folio { _owner: buf } };
+            return IoBuffer { ptr, len, memory: Memory::Folio { _owner: buf } };
         }
         let cap = len.max(1).div_ceil(ALIGN) * ALIGN;
         let layout = Layout::from_size_align(cap, ALIGN).expect("buffer layout");
@@ -56,13 +56,13 @@ impl AlignedBuf {
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        AlignedBuf { ptr, len, memory: Memory::Heap(layout) }
+        IoBuffer { ptr, len, memory: Memory::Heap(layout) }
     }
 
     /// A buffer filled with pseudo-random bytes (so no layer can treat the
     /// data as zeroes).
-    pub fn filled(len: usize, seed: u64) -> AlignedBuf {
-        let mut b = AlignedBuf::new(len);
+    pub fn filled(len: usize, seed: u64) -> IoBuffer {
+        let mut b = IoBuffer::new(len);
         let mut rng = Rng::new(seed);
         for chunk in b.chunks_mut(8) {
             let v = rng.next_u64().to_le_bytes();
@@ -72,7 +72,7 @@ impl AlignedBuf {
     }
 }
 
-impl Deref for AlignedBuf {
+impl Deref for IoBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         // SAFETY: `ptr` is valid for `len` initialised (zeroed) bytes while self lives.
@@ -80,14 +80,14 @@ impl Deref for AlignedBuf {
     }
 }
 
-impl DerefMut for AlignedBuf {
+impl DerefMut for IoBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, and `&mut self` makes the access unique.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 
-impl Drop for AlignedBuf {
+impl Drop for IoBuffer {
     fn drop(&mut self) {
         if let Memory::Heap(layout) = self.memory {
             // SAFETY: allocated in `new` with this exact layout.
@@ -327,7 +327,7 @@ mod tests {
     fn buffers_are_aligned_zeroed_and_large_ones_are_folio_buffers() {
         for len in [0, 1, ALIGN, 3 * ALIGN + 5, HUGE_BUF_MIN_BYTES, 4 * HUGE_BUF_MIN_BYTES, 3 * HUGE_BUF_MIN_BYTES + 5]
         {
-            let mut buf = AlignedBuf::new(len);
+            let mut buf = IoBuffer::new(len);
             assert_eq!(buf.len(), len);
             assert_eq!(buf.as_ptr() as usize % ALIGN, 0, "O_DIRECT alignment for {len}");
             if len >= HUGE_BUF_MIN_BYTES && len % ALIGN == 0 {
@@ -338,7 +338,7 @@ mod tests {
             buf.fill(0x5a);
             assert!(buf.iter().all(|&b| b == 0x5a), "writable to the end");
         }
-        let filled = AlignedBuf::filled(HUGE_BUF_MIN_BYTES, 9);
-        assert_eq!(&filled[..], &AlignedBuf::filled(HUGE_BUF_MIN_BYTES, 9)[..], "seeded");
+        let filled = IoBuffer::filled(HUGE_BUF_MIN_BYTES, 9);
+        assert_eq!(&filled[..], &IoBuffer::filled(HUGE_BUF_MIN_BYTES, 9)[..], "seeded");
     }
 }

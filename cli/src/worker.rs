@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engines::{EngineFile, EngineKind, System, DIRECT_DEPTH};
 use crate::measure::{HistData, Histogram, Series};
-use crate::sys::{AlignedBuf, Rng};
+use crate::sys::{IoBuffer, Rng};
 use crate::workloads::{AdviceVariant, JobSpec, Pattern, Setup, Spec, SqliteJob, FOREGROUND, STREAMER, TRANSACTIONS};
 
 const MIB: u64 = 1 << 20;
@@ -397,7 +397,7 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
         Setup::Prefill { bytes } => {
             let mut f = sys.open(setup_engine(job.engine), &job.target)?;
             let chunk = if bytes <= 2 * MIB { bytes } else { MIB };
-            let buf = AlignedBuf::filled(chunk as usize, job.seed ^ 0xfeed);
+            let buf = IoBuffer::filled(chunk as usize, job.seed ^ 0xfeed);
             let mut off = 0;
             while off < bytes {
                 let n = chunk.min(bytes - off) as usize;
@@ -414,7 +414,7 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
         }
         Setup::ScatteredWrites { bytes, bs } => {
             let mut f = sys.open(setup_engine(job.engine), &job.target)?;
-            let buf = AlignedBuf::filled(bs as usize, job.seed ^ 0xfeed);
+            let buf = IoBuffer::filled(bs as usize, job.seed ^ 0xfeed);
             // Every block once, in a random order.
             let blocks = bytes / bs;
             let order = KeyedPerm::new(blocks, job.seed ^ 0x5ca7);
@@ -427,7 +427,7 @@ fn prepare(sys: &System, job: &JobSpec) -> io::Result<Box<dyn EngineFile>> {
         Setup::Hot { bytes } => {
             // The hot reader's own engine: the data is cached where it reads.
             let mut f = sys.open(job.engine, &job.target)?;
-            let buf = AlignedBuf::filled(MIB as usize, job.seed ^ 0xfeed);
+            let buf = IoBuffer::filled(MIB as usize, job.seed ^ 0xfeed);
             let mut off = 0;
             while off < bytes {
                 let n = MIB.min(bytes - off) as usize;
@@ -469,7 +469,7 @@ fn drop_from_page_cache(target: &crate::engines::Target) -> io::Result<()> {
 
 /// Reads `[base, base + bytes)` once in 1 MiB reads (to its end of file).
 fn read_through(f: &mut dyn EngineFile, base: u64, bytes: u64) -> io::Result<()> {
-    let mut buf = AlignedBuf::new(MIB as usize);
+    let mut buf = IoBuffer::new(MIB as usize);
     let mut off = 0;
     while off < bytes {
         let n = MIB.min(bytes - off) as usize;
@@ -540,12 +540,12 @@ fn run_job(
                 _ => unreachable!("a streaming pattern"),
             };
             let mut gen = OpGen::new(&job.pattern, job.target.len, job.seed);
-            let wbuf = AlignedBuf::filled(if write { bs } else { 0 }, job.seed);
+            let wbuf = IoBuffer::filled(if write { bs } else { 0 }, job.seed);
             let deadline = Instant::now() + deadline_after;
             let pipelined = spec.pipelined && file.pipeline().is_some();
             if pipelined {
-                let mut rbufs: Vec<AlignedBuf> =
-                    if write { Vec::new() } else { (0..DIRECT_DEPTH).map(|_| AlignedBuf::new(bs)).collect() };
+                let mut rbufs: Vec<IoBuffer> =
+                    if write { Vec::new() } else { (0..DIRECT_DEPTH).map(|_| IoBuffer::new(bs)).collect() };
                 let p = file.pipeline().expect("checked above");
                 p.run(
                     write,
@@ -565,7 +565,7 @@ fn run_job(
                     },
                 )?;
             } else {
-                let mut rbuf = AlignedBuf::new(if write { 0 } else { bs });
+                let mut rbuf = IoBuffer::new(if write { 0 } else { bs });
                 while !cancel.load(Relaxed) && !stop.load(Relaxed) {
                     let Some(off) = gen.next() else { break };
                     let t = Instant::now();
@@ -593,8 +593,8 @@ fn run_job(
             }
         }
         Pattern::Calls { call, bs, iovecs, iterations, warmup } => {
-            let bufs: Vec<AlignedBuf> =
-                (0..*iovecs).map(|i| AlignedBuf::filled(*bs as usize, job.seed.wrapping_add(i))).collect();
+            let bufs: Vec<IoBuffer> =
+                (0..*iovecs).map(|i| IoBuffer::filled(*bs as usize, job.seed.wrapping_add(i))).collect();
             let slices: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
             let per_call = bs * iovecs;
             for _ in 0..*warmup {
@@ -623,7 +623,7 @@ fn run_job(
             // The file grows by `bs` per iteration (wrapping only on a
             // device region shorter than the run).
             let region = (job.target.len / bs).max(1) * bs;
-            let wbuf = AlignedBuf::filled(*bs as usize, job.seed);
+            let wbuf = IoBuffer::filled(*bs as usize, job.seed);
             let pause = Duration::from_millis(*pause_ms);
             let mut fsyncs = Histogram::default();
             let mut total = Duration::ZERO;
@@ -666,8 +666,8 @@ fn run_job(
             };
             let mut gens: Vec<OpGen> =
                 (0..bases.len()).map(|i| OpGen::new(&walk, fio.file_len(), job.seed.wrapping_add(i as u64))).collect();
-            let wbuf = AlignedBuf::filled(bs as usize, job.seed);
-            let mut rbuf = AlignedBuf::new(bs as usize);
+            let wbuf = IoBuffer::filled(bs as usize, job.seed);
+            let mut rbuf = IoBuffer::new(bs as usize);
             let mut mix = Rng::new(job.seed ^ 0xf10);
             let read_percent = u64::from(fio.rw.read_percent(fio.rwmixread));
             let mut writes_since_fsync = vec![0u64; bases.len()];
@@ -723,7 +723,7 @@ fn run_job(
             // of the hot file for the kernel engines).
             let tracked = file.track_residency(base, len)?;
             let mut resident = 0u64;
-            let mut rbuf = AlignedBuf::new(bs as usize);
+            let mut rbuf = IoBuffer::new(bs as usize);
             let deadline = started + deadline_after;
             let mut off = 0u64;
             while !cancel.load(Relaxed) && !stop.load(Relaxed) && Instant::now() < deadline {
@@ -758,7 +758,7 @@ fn run_job(
             let bs = *bs;
             let blocks = (span / bs).max(1);
             let mut rng = Rng::new(job.seed);
-            let mut buf = AlignedBuf::new(bs as usize);
+            let mut buf = IoBuffer::new(bs as usize);
             for _ in 0..*warmup {
                 file.read_at(&mut buf, base + rng.below(blocks) * bs)?;
             }
@@ -921,7 +921,7 @@ fn advice_io(
             advise_time += t.elapsed();
             result.advise_calls += 1;
         }
-        let mut buf = AlignedBuf::new(bs as usize);
+        let mut buf = IoBuffer::new(bs as usize);
         while bytes < len && !cancel.load(Relaxed) && Instant::now() < deadline {
             let t = Instant::now();
             let n = file.read_at(&mut buf, base + bytes)?;
@@ -940,7 +940,7 @@ fn advice_io(
         if !file.track_residency(base, len)? {
             return Err(io::Error::other("this engine has no cache to ask"));
         }
-        let wbuf = AlignedBuf::filled(bs as usize, job.seed);
+        let wbuf = IoBuffer::filled(bs as usize, job.seed);
         let mut peak = 0u64;
         // Where the last look was: the window written since is the one
         // whose writeback `stream-sync-range` starts.
@@ -985,11 +985,11 @@ fn advice_io(
 /// next to the engines' figures: it says how much of their cost is the
 /// memory's. (It runs in the bench's own process, on one heap buffer.)
 pub fn memcpy_reference_us(span: u64, bs: u64, calls: u64, warmup: u64, cap: Duration) -> f64 {
-    let source = AlignedBuf::filled(span.max(bs) as usize, 11);
-    let mut buf = AlignedBuf::new(bs as usize);
+    let source = IoBuffer::filled(span.max(bs) as usize, 11);
+    let mut buf = IoBuffer::new(bs as usize);
     let blocks = (span / bs).max(1);
     let mut rng = Rng::new(9);
-    let copy = |off: usize, buf: &mut AlignedBuf| {
+    let copy = |off: usize, buf: &mut IoBuffer| {
         buf.copy_from_slice(&source[off..off + bs as usize]);
         std::hint::black_box(&buf[..]);
     };

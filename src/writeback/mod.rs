@@ -17,7 +17,7 @@ pub mod domain;
 pub mod inflight;
 pub mod pass;
 pub mod policy;
-pub mod range;
 pub mod route;
 pub mod sync;
+pub mod sync_range;
 pub mod worker;
