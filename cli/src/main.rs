@@ -12,6 +12,7 @@
 //! [`cgroup`], [`measure`] (histograms, series),
 //! [`report`] (tables, JSON, targets), [`svg`], [`progress`], [`sys`].
 
+mod bench_worker;
 mod cgroup;
 mod cli;
 mod engines;
@@ -22,7 +23,6 @@ mod runner;
 mod sqlite_bench;
 mod svg;
 mod sys;
-mod worker;
 mod workloads;
 
 use clap::Parser;
@@ -51,7 +51,7 @@ fn main() {
     };
     let code = match cli.command {
         cli::Command::Bench(args) => runner::run(*args),
-        cli::Command::BenchWorker => worker::main(),
+        cli::Command::BenchWorker => bench_worker::main(),
     };
     std::process::exit(code);
 }

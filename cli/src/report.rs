@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::bench_worker::{JobResult, Outcome, Status};
 use crate::engines::EngineKind;
 use crate::measure::{rate_points, round3, sum_samples, HistData, Histogram, Percentiles, Series};
 use crate::sys::{fmt_size, Machine};
-use crate::worker::{JobResult, Outcome, Status};
 use crate::workloads::{
     AdviceVariant, Group, HotSet, Kind, SqliteVariant, BACKGROUND, FOREGROUND, HOT, STREAMER, TRANSACTIONS,
 };
@@ -1987,7 +1987,8 @@ mod tests {
         for us in [100u64, 200, 300, 5_000] {
             commit.record(us * 1000);
         }
-        txn.sqlite = Some(crate::worker::SqliteResult { db_bytes: 320 << 20, load_s: 3.0, commit: commit.to_data() });
+        txn.sqlite =
+            Some(crate::bench_worker::SqliteResult { db_bytes: 320 << 20, load_s: 3.0, commit: commit.to_data() });
         let mut writer = job(STREAMER, 1_000_000_000, 0.5);
         writer.end_s = 1.0;
         let mut o = hot_outcome(vec![txn, writer], None);
@@ -2088,7 +2089,7 @@ mod tests {
         let mut fsync = Histogram::default();
         fsync.record(500_000_000);
         w.fsync = Some(fsync.to_data());
-        w.advice = Some(crate::worker::AdviceResult {
+        w.advice = Some(crate::bench_worker::AdviceResult {
             peak_cached_bytes: Some(32 << 20),
             advise_s: Some(0.0125),
             advise_calls: 64,
@@ -2110,7 +2111,7 @@ mod tests {
         );
         let mut read = job("", 64 << 20, 0.05);
         read.role = None;
-        read.advice = Some(crate::worker::AdviceResult::default());
+        read.advice = Some(crate::bench_worker::AdviceResult::default());
         let o = hot_outcome(vec![read], None);
         let r = &rows_from(&advice_group("cold-read"), EngineKind::Wbcache, &o)[0];
         assert_eq!(r.throughput_mb_s, Some(round3((64 << 20) as f64 / 0.05 / 1e6)));

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::bench_worker::{direct_read_reference_mb_s, memcpy_reference_us, Outcome, Status, DIRECT_REFERENCE_DEPTH};
 use crate::cgroup::MemCgroups;
 use crate::cli::{list_text, BenchArgs, Plan};
 use crate::engines::DIRECT_DEPTH;
@@ -24,7 +25,6 @@ use crate::report::{
     sqlite_table, targets, to_json, Reference, ResultRow,
 };
 use crate::sys::{self, fmt_size, IoBuffer, Machine};
-use crate::worker::{direct_read_reference_mb_s, memcpy_reference_us, Outcome, Status, DIRECT_REFERENCE_DEPTH};
 use crate::workloads::{
     advice_about, build_spec, cached_span, data_len, describe, fsync_background_about, hot_about, info, pw_about,
     sqlite_about, CachedShape, FioJob, Group, Kind, Pattern, Place, Spec, KIB,
