@@ -64,7 +64,7 @@ impl Cache {
     /// `NotFound`. Its `raw_os_error()` is `None`, because an `io::Error`
     /// cannot hold an errno and a message together: the failure itself, with
     /// its errno, is the error's [`source()`](std::error::Error::source), and
-    /// [`capi::errno_of`](crate::capi::errno_of) reads it from there.
+    /// [`crate::errno_of`] reads it from there.
     pub fn open(&self, path: impl AsRef<Path>, options: &OpenOptions) -> io::Result<File> {
         let path = path.as_ref();
         self.open_path(path, options).map_err(|source| PathError::wrap(path, source))
@@ -235,7 +235,7 @@ mod tests {
     /// errno for the C ABI, which returns the exact errno.
     #[test]
     fn open_errors_name_the_path_and_keep_the_errno() {
-        use crate::capi::errno_of;
+        use crate::errno_of;
         use std::error::Error as _;
 
         let cache = Cache::new(Config::from_options("capacity=16M,io=threads").unwrap()).unwrap();

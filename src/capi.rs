@@ -38,6 +38,7 @@ use std::ptr;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::file::{Advice, File, OpenOptions, SyncRangeFlags, WriteFlags};
+use crate::io::errno_of;
 use crate::userbuf::{RawIov, IOV_MAX};
 
 /// `wbc_pread`/`wbc_pwrite` flag: uncached I/O (`RWF_DONTCACHE`); equals
@@ -101,47 +102,6 @@ pub struct wbc_file {
 thread_local! {
     /// Message of the last failed call on this thread, for [`wbc_last_error`].
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
-/// The positive errno for `e`: its raw OS error if it has one, or that of
-/// the `io::Error` it wraps as its source (as [`Cache::open`]'s errors wrap
-/// the failure to name the path), else by kind (`InvalidInput`→`EINVAL`,
-/// `NotFound`→`ENOENT`, `AlreadyExists`→`EEXIST`, `PermissionDenied`→`EACCES`,
-/// `OutOfMemory`→`ENOMEM`, `WouldBlock`→`EAGAIN`, `StorageFull`→`ENOSPC`,
-/// `FileTooLarge`→`EFBIG`, `IsADirectory`→`EISDIR`,
-/// `NotADirectory`→`ENOTDIR`, `ReadOnlyFilesystem`→`EROFS`,
-/// `ResourceBusy`→`EBUSY`, `Interrupted`→`EINTR`, `TimedOut`→`ETIMEDOUT`,
-/// `WriteZero`→`EIO`, `Unsupported`→`EOPNOTSUPP`, anything else `EIO`):
-/// an error that carries a message and a kind but no errno (a thread that
-/// could not be started, `WouldBlock`, say) keeps the errno its kind means
-/// instead of becoming `EIO`.
-pub fn errno_of(e: &io::Error) -> i32 {
-    let mut inner = Some(e);
-    while let Some(err) = inner {
-        if let Some(code) = err.raw_os_error().filter(|&c| c > 0) {
-            return code;
-        }
-        inner = std::error::Error::source(err).and_then(|s| s.downcast_ref::<io::Error>());
-    }
-    match e.kind() {
-        io::ErrorKind::InvalidInput => libc::EINVAL,
-        io::ErrorKind::NotFound => libc::ENOENT,
-        io::ErrorKind::AlreadyExists => libc::EEXIST,
-        io::ErrorKind::PermissionDenied => libc::EACCES,
-        io::ErrorKind::OutOfMemory => libc::ENOMEM,
-        io::ErrorKind::WouldBlock => libc::EAGAIN,
-        io::ErrorKind::StorageFull => libc::ENOSPC,
-        io::ErrorKind::FileTooLarge => libc::EFBIG,
-        io::ErrorKind::IsADirectory => libc::EISDIR,
-        io::ErrorKind::NotADirectory => libc::ENOTDIR,
-        io::ErrorKind::ReadOnlyFilesystem => libc::EROFS,
-        io::ErrorKind::ResourceBusy => libc::EBUSY,
-        io::ErrorKind::Interrupted => libc::EINTR,
-        io::ErrorKind::TimedOut => libc::ETIMEDOUT,
-        io::ErrorKind::WriteZero => libc::EIO,
-        io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
-        _ => libc::EIO,
-    }
 }
 
 /// A failed call: the errno it returns (positive) and the message kept for

@@ -72,5 +72,5 @@ pub use file::{
 /// use it through [`Cache::with_sim`].
 #[cfg(feature = "sim")]
 pub use io::sim;
-pub use io::IoKind;
+pub use io::{errno_of, IoKind};
 pub use stats::{IoClass, LatencySummary, Reason, Stats, WorkerStats};

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::programs::TempDir;
 use common::{assert_same, wait_until};
-use wbcache::capi::errno_of;
+use wbcache::errno_of;
 use wbcache::{Advice, Cache, Config, File, OpenOptions, Reason, SyncRangeFlags, RESIDENT_CACHED, RESIDENT_DIRTY};
 
 const NO_WRITEBACK: &str = "capacity=64M,dirty_limit=32M,dirty_background=31M,expire_ms=3600000";

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::loopdev::LoopDevice;
 use common::programs::TempDir;
 use common::{assert_same, first_diff, with_timeout, Rng};
-use wbcache::capi::errno_of;
+use wbcache::errno_of;
 use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{Advice, AlignedBuf, Cache, Config, File, OpenOptions, Stats, SyncRangeFlags, WriteFlags};
 

@@ -341,8 +341,8 @@ fn check_options(s: &str, c_check: bool) -> Option<String> {
     };
     match parsed {
         Err(e) => {
-            if e.kind() != io::ErrorKind::InvalidInput || capi::errno_of(&e) != libc::EINVAL {
-                return Some(format!("refused with {:?} / errno {}: {e}", e.kind(), capi::errno_of(&e)));
+            if e.kind() != io::ErrorKind::InvalidInput || wbcache::errno_of(&e) != libc::EINVAL {
+                return Some(format!("refused with {:?} / errno {}: {e}", e.kind(), wbcache::errno_of(&e)));
             }
             let message = e.to_string();
             // Every message says which option: its key, or the piece that

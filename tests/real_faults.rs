@@ -316,7 +316,7 @@ fn enospc_on_a_full_file_system(io: &str) {
     // fsync reports the full disk, as ENOSPC, on the handle that wrote ...
     let err = f.sync_data().unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{what}: sync_data: {err}");
-    assert_eq!(wbcache::capi::errno_of(&err), libc::ENOSPC, "{what}: as the C ABI sees it");
+    assert_eq!(wbcache::errno_of(&err), libc::ENOSPC, "{what}: as the C ABI sees it");
     // ... and again on the next fsync, which retries and fails again: the
     // error was reported once, the data is still not on disk.
     let err = f.sync_all().unwrap_err();
@@ -444,7 +444,7 @@ fn writes_past_a_device_end(io: &str) {
     expected[size as usize - 5..].copy_from_slice(b"abcde");
     assert_eq!(f.len().unwrap(), size, "{what}: a device does not grow");
     let err = f.set_len(size + 4096).unwrap_err();
-    assert_eq!(wbcache::capi::errno_of(&err), libc::EINVAL, "{what}: resizing a device: {err}");
+    assert_eq!(wbcache::errno_of(&err), libc::EINVAL, "{what}: resizing a device: {err}");
 
     // Writeback ran while the writes went on (8 MiB through a 2 MiB
     // limit), yet nothing beyond the end was accepted, so nothing fails in
@@ -489,7 +489,7 @@ fn a_device_of_partial_blocks_is_refused() {
     };
     let cache = Cache::new(Config::from_options("capacity=8M").unwrap()).unwrap();
     let err = cache.open(dev.device(), &OpenOptions::new().read(true).write(true)).err().expect("refused");
-    assert_eq!(wbcache::capi::errno_of(&err), libc::EINVAL, "{err}");
+    assert_eq!(wbcache::errno_of(&err), libc::EINVAL, "{err}");
     assert!(err.to_string().contains("not a multiple of 4096"), "{err}");
     cache.close().unwrap();
 }

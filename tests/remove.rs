@@ -9,7 +9,7 @@
 //! at the unlink keep reading and writing their file until they close. A
 //! file with another hard link left, and a block device whose node is
 //! removed, keep their data cached and written back as usual. Errors are
-//! unlink's, naming the path, with the errno `capi::errno_of` reads.
+//! unlink's, naming the path, with the errno `wbcache::errno_of` reads.
 //!
 //! `Cache::forget` writes back and syncs a cached file that no handle has
 //! open and drops it, so the next open reads the store afresh (size
@@ -42,7 +42,7 @@ use std::time::Duration;
 use common::loopdev::{mknod_block, LoopDevice};
 use common::programs::TempDir;
 use common::{assert_same, Rng};
-use wbcache::capi::errno_of;
+use wbcache::errno_of;
 use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{Cache, Config, OpenOptions, Stats};
 

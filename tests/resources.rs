@@ -30,7 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::programs::TempDir;
-use wbcache::capi::{self, errno_of};
+use wbcache::capi;
+use wbcache::errno_of;
 use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{AlignedBuf, Cache, Config, OpenOptions};
 

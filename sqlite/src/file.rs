@@ -142,7 +142,7 @@ unsafe fn state<'a>(file: *mut ffi::sqlite3_file) -> &'a mut FileState {
 
 /// `errno`-based result code for a failed write or truncate.
 fn write_error(e: &std::io::Error, code: c_int) -> c_int {
-    match wbcache::capi::errno_of(e) {
+    match wbcache::errno_of(e) {
         libc::ENOSPC | libc::EDQUOT => ffi::SQLITE_FULL,
         _ => code,
     }

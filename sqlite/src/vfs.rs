@@ -287,7 +287,7 @@ fn open_file(state: &'static VfsState, name: Option<PathBuf>, mut flags: c_int) 
         .create_new(exclusive || unnamed)
         .mode(mode);
     let opened = match state.cache.open(&path, &options) {
-        Err(e) if !read_only && !create && wbcache::capi::errno_of(&e) == libc::EACCES => {
+        Err(e) if !read_only && !create && wbcache::errno_of(&e) == libc::EACCES => {
             st.read_only = true;
             flags = (flags & !ffi::SQLITE_OPEN_READWRITE) | ffi::SQLITE_OPEN_READONLY;
             state.cache.open(&path, &OpenOptions::new().read(true))
@@ -313,7 +313,7 @@ unsafe extern "C" fn x_delete(vfs: *mut ffi::sqlite3_vfs, name: *const c_char, s
     let Some(path) = (unsafe { path_of(name) }) else { return ffi::SQLITE_IOERR_DELETE };
     guard(ffi::SQLITE_IOERR_DELETE, || {
         if let Err(e) = state.cache.remove_file(&path) {
-            return if wbcache::capi::errno_of(&e) == libc::ENOENT {
+            return if wbcache::errno_of(&e) == libc::ENOENT {
                 ffi::SQLITE_IOERR_DELETE_NOENT
             } else {
                 ffi::SQLITE_IOERR_DELETE

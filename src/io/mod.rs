@@ -41,6 +41,47 @@ pub use crate::buf::BLOCK_SIZE;
 /// 2048).
 pub const IOV_MAX: usize = 1024;
 
+/// The positive errno for `e`, as the C ABI answers it: its raw OS error if it has one, or that of
+/// the `io::Error` it wraps as its source (as [`crate::Cache::open`]'s errors wrap
+/// the failure to name the path), else by kind (`InvalidInput`→`EINVAL`,
+/// `NotFound`→`ENOENT`, `AlreadyExists`→`EEXIST`, `PermissionDenied`→`EACCES`,
+/// `OutOfMemory`→`ENOMEM`, `WouldBlock`→`EAGAIN`, `StorageFull`→`ENOSPC`,
+/// `FileTooLarge`→`EFBIG`, `IsADirectory`→`EISDIR`,
+/// `NotADirectory`→`ENOTDIR`, `ReadOnlyFilesystem`→`EROFS`,
+/// `ResourceBusy`→`EBUSY`, `Interrupted`→`EINTR`, `TimedOut`→`ETIMEDOUT`,
+/// `WriteZero`→`EIO`, `Unsupported`→`EOPNOTSUPP`, anything else `EIO`):
+/// an error that carries a message and a kind but no errno (a thread that
+/// could not be started, `WouldBlock`, say) keeps the errno its kind means
+/// instead of becoming `EIO`.
+pub fn errno_of(e: &io::Error) -> i32 {
+    let mut inner = Some(e);
+    while let Some(err) = inner {
+        if let Some(code) = err.raw_os_error().filter(|&c| c > 0) {
+            return code;
+        }
+        inner = std::error::Error::source(err).and_then(|s| s.downcast_ref::<io::Error>());
+    }
+    match e.kind() {
+        io::ErrorKind::InvalidInput => libc::EINVAL,
+        io::ErrorKind::NotFound => libc::ENOENT,
+        io::ErrorKind::AlreadyExists => libc::EEXIST,
+        io::ErrorKind::PermissionDenied => libc::EACCES,
+        io::ErrorKind::OutOfMemory => libc::ENOMEM,
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        io::ErrorKind::StorageFull => libc::ENOSPC,
+        io::ErrorKind::FileTooLarge => libc::EFBIG,
+        io::ErrorKind::IsADirectory => libc::EISDIR,
+        io::ErrorKind::NotADirectory => libc::ENOTDIR,
+        io::ErrorKind::ReadOnlyFilesystem => libc::EROFS,
+        io::ErrorKind::ResourceBusy => libc::EBUSY,
+        io::ErrorKind::Interrupted => libc::EINTR,
+        io::ErrorKind::TimedOut => libc::ETIMEDOUT,
+        io::ErrorKind::WriteZero => libc::EIO,
+        io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    }
+}
+
 /// How often one op may come back short or interrupted before the driver
 /// gives up with `EIO`; a device that keeps returning partial transfers is
 /// broken, and looping forever on it would hang the caller.
