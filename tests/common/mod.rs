@@ -7,42 +7,12 @@
 
 pub mod loopdev;
 pub mod programs;
+mod rng;
+
+pub use rng::Rng;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// splitmix64: small, seeded, deterministic.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..bound` (`bound > 0`).
-    pub fn below(&mut self, bound: usize) -> usize {
-        ((u128::from(self.next_u64()) * bound as u128) >> 64) as usize
-    }
-    /// Uniform in `lo..=hi`.
-    pub fn between(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo + 1)
-    }
-    pub fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-}
 
 /// Runs `body` on its own thread and fails if it does not finish in time
 /// (an engine thread that panicked can leave writeback waiters hanging).

@@ -4,6 +4,10 @@
 // Each test crate uses a different subset.
 #![allow(dead_code)]
 
+#[path = "../../../tests/common/rng.rs"]
+mod rng;
+
+pub use rng::Rng;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -44,49 +48,6 @@ impl Cell {
 /// Every column of a row, as cells.
 pub fn cells(row: &rusqlite::Row<'_>, columns: usize) -> rusqlite::Result<Vec<Cell>> {
     (0..columns).map(|i| row.get_ref(i).map(Cell::of)).collect()
-}
-
-/// splitmix64: small, seeded, deterministic.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..bound` (`bound > 0`).
-    pub fn below(&mut self, bound: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
-    }
-    /// Uniform in `lo..=hi`.
-    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-    /// True with probability `percent`/100.
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    /// True with probability 1/`n`.
-    pub fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len + 8);
-        while out.len() < len {
-            out.extend_from_slice(&self.next_u64().to_le_bytes());
-        }
-        out.truncate(len);
-        out
-    }
-    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
 }
 
 /// The seed: `var` from the environment if set, else `default`.
