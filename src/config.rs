@@ -271,7 +271,7 @@ impl Config {
 
     /// What an inode's dirty index counts per region: log2 of the region
     /// size in blocks under `writeback_routing=region`, nothing otherwise.
-    pub fn region_tracking(&self) -> Option<u32> {
+    pub(crate) fn region_tracking(&self) -> Option<u32> {
         let shift = (self.region_size_bytes / BLOCK_SIZE as u64).trailing_zeros();
         (self.writeback_routing == Routing::Region).then_some(shift)
     }
@@ -279,7 +279,7 @@ impl Config {
     /// The largest readahead window in blocks: `readahead_max`, but at most
     /// an eighth of the capacity, so windows in flight (which cannot be
     /// evicted) never crowd out the cache.
-    pub fn readahead_max_blocks(&self) -> u64 {
+    pub(crate) fn readahead_max_blocks(&self) -> u64 {
         let bytes = self.readahead_max_bytes.min(self.capacity_bytes / 8);
         (bytes / BLOCK_SIZE as u64).max(1)
     }
@@ -287,7 +287,7 @@ impl Config {
     /// What a sequential scan of a file larger than the cache caches
     /// before `scan_dropbehind` drops the rest behind it: a quarter of
     /// `capacity`, at most 64 MiB.
-    pub fn scan_cached_bytes(&self) -> u64 {
+    pub(crate) fn scan_cached_bytes(&self) -> u64 {
         (self.capacity_bytes / 4).min(SCAN_CACHED_BYTES_MAX)
     }
 

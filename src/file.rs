@@ -386,7 +386,7 @@ impl File {
     /// initialized and may overlap (the C ABI's `wbc_preadv`); as
     /// [`File::read_at_uninit`], after `Ok(n)` the concatenation's first
     /// `n` bytes hold the data.
-    pub fn read_vectored_at_raw(&self, bufs: &mut [RawIov], off: u64, flags: WriteFlags) -> io::Result<usize> {
+    pub(crate) fn read_vectored_at_raw(&self, bufs: &mut [RawIov], off: u64, flags: WriteFlags) -> io::Result<usize> {
         self.check_access(false)?;
         self.read_into(&mut Scatter::new(bufs)?, off, flags)
     }
