@@ -6,11 +6,16 @@
 //! completion, fsync) live in `writeback::pass` and `writeback::sync`; an
 //! inode reaches that layer only through [`DirtyInodeList`].
 //!
-//! Lock order (outer first): `size_lock` (size changes only) → the
-//! mapping's index → folio state → the mapping's dirty index. No lock is
-//! held across a call into eviction or throttling, and only a folio's own
-//! lock is held across the (single-block or folio-fill) I/O that makes that
-//! folio uptodate.
+//! Lock order (outer first): `append_lock` (an `O_APPEND` handle's whole
+//! write) → `size_lock` (size changes only) → the store's length gate
+//! (`store_len_gate`: its I/O side is held by a writeback pass from taking
+//! blocks until its writes complete; its resize side across a length
+//! change) → the mapping's index → folio state → the mapping's dirty index.
+//! Held briefly, beside that chain: `tickets` (alone or under the gate,
+//! never with a folio locked), and `store_writes_end` → `store` (the
+//! store's handle, a leaf). No lock is held across a call into eviction or
+//! throttling, and only a folio's own lock is held across the
+//! (single-block or folio-fill) I/O that makes that folio uptodate.
 //!
 //! Invariants:
 //! - `on_disk_len_max` is an upper bound on the backing store's length, so a
