@@ -3,9 +3,10 @@
 //!
 //! A registered VFS lives for the rest of the process (SQLite keeps
 //! pointers to it in every connection), so its [`VfsState`] and
-//! `sqlite3_vfs` are leaked on purpose. It owns a reference to the cache,
-//! and the table of databases open in this process (each a
-//! [`DbShared`], shared by the connections to it). What the cache does not
+//! `sqlite3_vfs` are leaked on purpose. The state (`state.rs`) owns a
+//! reference to the cache and the table of databases open in this process
+//! (each a [`crate::lock::DbShared`], shared by the connections to it).
+//! What the cache does not
 //! do (randomness, sleeping, the clock, loading libraries) goes to the VFS
 //! that was the default when this one registered (SQLite's `unix`).
 //!
