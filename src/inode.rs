@@ -568,7 +568,8 @@ impl Inode {
         Ok(())
     }
 
-    /// [`Inode::fill_range`]; `dropbehind` marks the folios it creates for
+    /// Makes blocks `[start, end)` cached and uptodate, creating and
+    /// reading the folios that are missing; `dropbehind` marks the folios it creates for
     /// dropping after use (uncached reads); `batch_bytes` bounds the reads
     /// submitted together; `reader_pos` (readahead's reader's position, in
     /// bytes) skips the blocks the reader has already passed.

@@ -8,7 +8,7 @@
 //!   in flight; [`policy`]: its decisions, as pure functions.
 //! - [`pass`]: one writeback pass over an inode: collect, build I/Os,
 //!   complete.
-//! - [`sync`]: fsync / fdatasync; [`range`]: `sync_file_range`.
+//! - [`sync`]: fsync / fdatasync; [`sync_range`]: `sync_file_range`.
 //!
 //! This layer sits above the inode: it reads and changes inode state; the
 //! inode reaches it only through `inode::DirtyInodeList`.
