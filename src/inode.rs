@@ -486,16 +486,15 @@ impl Inode {
             debug_assert!(map.find(block).is_none() && choose_order(&map, block, limit_block, order) == order);
             let folio = Arc::new(Folio::with_buf(block, order, for_fill, buf));
             self.mapping.insert(&mut map, folio.clone());
+            // Counted before the index's lock goes: a removal racing in
+            // (advice to drop it, a truncate) finds the folio only then, and
+            // eviction's count of live folios never goes below zero.
+            self.memory.folio_added(self, &folio);
             debug_assert!(map.find(block).is_some_and(|f| Arc::ptr_eq(f, &folio)), "the new folio is cached");
             debug_assert!(folio.index == block && folio.end_index() <= limit_block, "the folio starts at the block");
             drop(map);
-            return Ok((self.register_new_folio(folio), true));
+            return Ok((folio, true));
         }
-    }
-
-    fn register_new_folio(self: &Arc<Self>, folio: Arc<Folio>) -> Arc<Folio> {
-        self.memory.folio_added(self, &folio);
-        folio
     }
 
     /// Removes `folio` from the mapping if it is still there, clean, not
