@@ -137,6 +137,25 @@ fn code_only(src: &str) -> String {
     without_test_items(&out)
 }
 
+/// The index of the `}` that closes the `{` at `open` in `code`
+/// (comments and literals already removed), if any.
+fn matching_brace(code: &str, open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (k, c) in code[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(open + k);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Removes each item after a `#[cfg(test)]` (through its `;` or its
 /// balanced `{ … }`).
 fn without_test_items(code: &str) -> String {
@@ -150,24 +169,7 @@ fn without_test_items(code: &str) -> String {
         let end = match (brace, semi) {
             (Some(b), Some(s)) if s < b => s + 1,
             (None, Some(s)) => s + 1,
-            (Some(b), _) => {
-                let mut depth = 0usize;
-                let mut end = item.len();
-                for (k, c) in item[b..].char_indices() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                end = b + k + 1;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                end
-            }
+            (Some(b), _) => matching_brace(item, b).map_or(item.len(), |close| close + 1),
             (None, None) => item.len(),
         };
         rest = &item[end..];
@@ -374,23 +376,10 @@ fn long_functions(code: &str) -> Vec<(String, usize)> {
             let from = line_start;
             let body = &code[from..];
             let (brace, semi) = (body.find('{'), body.find(';'));
-            if let Some(b) = brace.filter(|&b| semi.is_none_or(|s| b < s)) {
-                let mut depth = 0usize;
-                for (k, c) in body[b..].char_indices() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                let lines = body[..b + k].matches('\n').count() + 1;
-                                if lines > FUNCTION_LINES_MAX {
-                                    long.push((name.clone(), lines));
-                                }
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
+            if let Some(close) = brace.filter(|&b| semi.is_none_or(|s| b < s)).and_then(|b| matching_brace(body, b)) {
+                let lines = body[..close].matches('\n').count() + 1;
+                if lines > FUNCTION_LINES_MAX {
+                    long.push((name, lines));
                 }
             }
         }

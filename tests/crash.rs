@@ -117,14 +117,20 @@ fn run_crash_round(io: &str, seed: u64, small: bool) {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `WBCACHE_CRASH_SEED`, or one from the clock; printed for a replay.
+fn crash_seed() -> u64 {
+    let base = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let seed = std::env::var("WBCACHE_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(base);
+    eprintln!("crash test seed {seed} (rerun with WBCACHE_CRASH_SEED={seed})");
+    seed
+}
+
 #[test]
 fn fsynced_records_survive_sigkill() {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
-    let base = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
-    let seed = std::env::var("WBCACHE_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(base);
-    eprintln!("crash test seed {seed} (rerun with WBCACHE_CRASH_SEED={seed})");
+    let seed = crash_seed();
     for (round, io) in ["uring", "threads", "uring"].iter().enumerate() {
         run_crash_round(io, seed.wrapping_add(round as u64 * 7777), false);
     }
@@ -138,9 +144,7 @@ fn fsynced_small_appends_survive_sigkill() {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
-    let base = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
-    let seed = std::env::var("WBCACHE_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(base);
-    eprintln!("crash test seed {seed} (rerun with WBCACHE_CRASH_SEED={seed})");
+    let seed = crash_seed();
     for (round, io) in ["uring", "threads"].iter().enumerate() {
         run_crash_round(io, seed.wrapping_add(round as u64 * 7777), true);
     }

@@ -1100,6 +1100,40 @@ mod tests {
         concurrent_submitters(&sync_open);
     }
 
+    /// Pages of the file the kernel's cache holds, by `mincore(2)` on a
+    /// read-only mapping that faults nothing in.
+    fn kernel_cached_pages(path: &Path, len: usize) -> usize {
+        let file = std::fs::File::open(path).unwrap();
+        // SAFETY: a fresh shared read-only mapping of `len` bytes of an
+        // open file, unmapped below; nothing reads through it.
+        let addr =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+        assert_ne!(addr, libc::MAP_FAILED);
+        let mut vec = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: `vec` has one byte per page of the mapping.
+        let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+        // SAFETY: the mapping made above, unmapped once.
+        unsafe { libc::munmap(addr, len) };
+        assert_eq!(rc, 0, "mincore: {}", io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    /// Buffered tail writes leave pages in the kernel's cache until the
+    /// store sync that makes them durable drops them (an O_DIRECT write
+    /// over a cached page cannot complete without blocking).
+    #[test]
+    fn a_store_sync_drops_the_pages_tail_writes_left_cached() {
+        let path = TempPath::new("tail-pages");
+        let store = sync_open(&path.0, &rw_create()).unwrap();
+        assert!(store.supports_tail_writes());
+        let data = vec![7u8; 3 * 4096 + 100];
+        assert_eq!(store.write_tail(0, &data).unwrap(), data.len());
+        assert_eq!(kernel_cached_pages(&path.0, data.len()), 4, "buffered writes are cached");
+        store.sync(true).unwrap();
+        assert_eq!(kernel_cached_pages(&path.0, data.len()), 0, "the sync dropped them");
+        assert_eq!(std::fs::read(&path.0).unwrap(), data);
+    }
+
     #[test]
     fn regular_file_info() {
         let path = TempPath::new("info");
