@@ -11,11 +11,11 @@ use std::io::{self, IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::inode::Allocation;
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::memory::Memory;
-use crate::range_ops::Allocation;
 use crate::readahead::{Decision, Readahead};
 use crate::shared::{OpGuard, Shared};
 use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource, IOV_MAX};

@@ -52,7 +52,6 @@ mod io;
 mod locks;
 mod mapping;
 mod memory;
-mod range_ops;
 mod readahead;
 mod shared;
 mod stats;

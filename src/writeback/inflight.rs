@@ -42,11 +42,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::inode::Inode;
+use crate::inode::{PassScope, SizeFix, WbPass};
 use crate::io::queue::{Completion, QueuedWrite, WriteQueue};
 use crate::io::IoPriority;
 use crate::stats::{Counters, IoClass, Reason, WorkerCounters};
 use crate::writeback::domain::Domain;
-use crate::writeback::pass::{PassScope, SizeFix, WbPass};
 use crate::writeback::policy;
 
 /// I/O tags are `pass id << TAG_SHIFT | I/O index within the pass`.

@@ -15,9 +15,7 @@
 
 pub mod domain;
 pub mod inflight;
-pub mod pass;
 pub mod policy;
 pub mod route;
-pub mod sync;
 pub mod sync_range;
 pub mod worker;

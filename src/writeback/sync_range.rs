@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::inode::Inode;
+use crate::inode::{PassScope, SizeFix, WbPass};
 use crate::io::IoPriority;
 use crate::locks;
 use crate::stats::Reason;
-use crate::writeback::pass::{PassScope, SizeFix, WbPass};
 
 /// Passes queued for the range writers beyond the ones they write. Few:
 /// a later fsync waits for all of them. With 8 (of 8 MiB each), a stream

@@ -12,18 +12,26 @@
 //! These are methods of [`Inode`], in this module because they are the
 //! writeback layer's: the inode's own paths never call them.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::inode::Inode;
+use crate::inode::WritebackOutcome;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::stats::{Counters, Reason};
-use crate::writeback::pass::WritebackOutcome;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// In-flight writeback tickets of an inode.
+#[derive(Default)]
+pub struct Tickets {
+    pub last_issued: u64,
+    pub in_flight: BTreeSet<u64>,
+}
 
 impl Inode {
     pub fn ticket_begin(&self) -> u64 {

@@ -1,0 +1,405 @@
+//! The read side of an inode: cache hits copied under the mapping's read
+//! lock, misses filled by creating locked placeholder folios, reading their
+//! blocks (one I/O per contiguous run) and publishing them uptodate.
+//!
+//! Invariants: a block at or beyond `on_disk_len_max` reads as zeros
+//! without I/O; only the named blocks of a folio are read, never more; a
+//! reader never sees a block that is not uptodate; a failed fill leaves
+//! its folio's blocks not uptodate and reports the error to that reader.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::Inode;
+use crate::buf::AlignedBuf;
+use crate::folio::{Folio, FolioState};
+use crate::io::{run_batch, IoOp, IoPriority, BLOCK_SIZE};
+use crate::stats::Counters;
+use crate::userbuf::ReadTarget;
+
+const BLOCK: u64 = BLOCK_SIZE as u64;
+
+/// The longest part of a read copied under the mapping's read lock (see
+/// [`Inode::copy_cached_part`]): a few microseconds of copying at most.
+const HIT_COPY_UNDER_INDEX_MAX: usize = 64 << 10;
+
+/// The sync-waiter id of a reader waiting for a fill (no inode's id:
+/// those count up from 1).
+const READER_SYNC_WAITER_ID: u64 = u64::MAX;
+
+impl Inode {
+    /// Makes blocks `[start, end)` of a locked folio uptodate: blocks at or
+    /// beyond the on-disk length become zeros, the rest are read (one I/O
+    /// per contiguous run). Only the named blocks are read, never the folio.
+    pub(super) fn fill_blocks(&self, folio: &Folio, st: &mut FolioState, start: usize, end: usize) -> io::Result<()> {
+        debug_assert!(start < end && end <= folio.nr_blocks(), "blocks {start}..{end} of the folio");
+        debug_assert!(!st.removed && !st.read_in_flight, "a cached folio no fill is reading");
+        let disk_blocks = self.on_disk_len_max.load(Ordering::Acquire).div_ceil(BLOCK);
+        let mut b = start;
+        while b < end {
+            if st.all_uptodate || st.uptodate.get(b) {
+                b += 1;
+                continue;
+            }
+            let mut e = b + 1;
+            while e < end && !st.uptodate.get(e) {
+                e += 1;
+            }
+            let abs = folio.index + b as u64;
+            let read_end = (folio.index + e as u64).min(disk_blocks.max(abs));
+            self.memory.account_shared_copy(st);
+            let buf = Arc::make_mut(&mut st.buf);
+            let bytes = &mut buf[b * BLOCK_SIZE..e * BLOCK_SIZE];
+            bytes.fill(0);
+            if read_end > abs {
+                let n = ((read_end - abs) * BLOCK) as usize;
+                let store = self.store();
+                crate::io::read_full(&*store, &mut bytes[..n], abs * BLOCK, IoPriority::Sync)?;
+                // A short read is a hole or end of file: the zeros stand.
+                // Bytes past `on_disk_len_max` (a truncate not yet applied to
+                // the store) are zeros whatever the store still holds.
+                let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
+                let valid = disk_len.saturating_sub(abs * BLOCK).min(n as u64) as usize;
+                bytes[valid..].fill(0);
+            }
+            st.set_uptodate(folio.nr_blocks(), b, e);
+            b = e;
+        }
+        debug_assert!(st.is_uptodate(start, end), "blocks {start}..{end} filled");
+        Ok(())
+    }
+
+    /// Makes blocks `[start, end)` cached and uptodate, creating and
+    /// reading the folios that are missing; `dropbehind` marks the folios it creates for
+    /// dropping after use (uncached reads); `batch_bytes` bounds the reads
+    /// submitted together; `reader_pos` (readahead's reader's position, in
+    /// bytes) skips the blocks the reader has already passed.
+    pub fn fill_range_marked(
+        self: &Arc<Self>,
+        start: u64,
+        end: u64,
+        priority: IoPriority,
+        dropbehind: bool,
+        batch_bytes: u64,
+        reader_pos: Option<&AtomicU64>,
+    ) -> io::Result<()> {
+        let mut created = Vec::new();
+        let mut b = start;
+        while b < end {
+            // A window the reader overtook (read and, uncached, dropped
+            // already) is not filled again: nobody would read it, and its
+            // folios would stay cached, not dropped behind.
+            if let Some(pos) = reader_pos {
+                let passed = pos.load(Ordering::Acquire).div_ceil(BLOCK);
+                if b < passed {
+                    b = passed;
+                    continue;
+                }
+            }
+            // Once some placeholders exist, fill those rather than wait for
+            // memory they themselves may be holding.
+            let may_wait = priority == IoPriority::Sync && created.is_empty();
+            match self.find_or_create(b, end, true, may_wait) {
+                Ok((f, new)) => {
+                    b = f.end_index();
+                    if new {
+                        if dropbehind {
+                            f.dropbehind.store(true, Ordering::Relaxed);
+                        }
+                        created.push(f);
+                    }
+                }
+                Err(e) => {
+                    if created.is_empty() {
+                        return Err(e);
+                    }
+                    break;
+                }
+            }
+        }
+        // All placeholders exist before any I/O, so a fast reader waits for
+        // this fill instead of overtaking it. The I/O then goes in batches
+        // of about `batch_bytes`, each readable as soon as it completes.
+        // Each batch's folios are let go once published: a reader done
+        // with one of them may hand it to drop-behind, which frees only
+        // folios nobody holds.
+        let mut first_err = None;
+        let mut rest = std::collections::VecDeque::from(created);
+        while !rest.is_empty() {
+            let mut n = 0;
+            let mut bytes = 0;
+            while n < rest.len() && (n == 0 || bytes + rest[n].size_bytes() as u64 <= batch_bytes) {
+                bytes += rest[n].size_bytes() as u64;
+                n += 1;
+            }
+            let batch: Vec<Arc<Folio>> = rest.drain(..n).collect();
+            if let Err(e) = self.fill_folios(&batch, priority) {
+                first_err.get_or_insert(e);
+            }
+            debug_assert!(batch.iter().all(|f| !f.lock().read_in_flight), "every placeholder was published");
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads placeholders (`read_in_flight` folios) from the store as one
+    /// batch of `io_max` reads and publishes them.
+    fn fill_folios(&self, created: &[Arc<Folio>], priority: IoPriority) -> io::Result<()> {
+        debug_assert!(created.iter().all(|f| f.lock().read_in_flight));
+        // Take the buffers out so the I/O can write them without the lock;
+        // nobody else touches a read_in_flight folio's buffer.
+        let mut bufs: Vec<Arc<AlignedBuf>> =
+            created.iter().map(|f| std::mem::replace(&mut f.lock().buf, Arc::new(AlignedBuf::zeroed(0)))).collect();
+        let (results, supplied) = self.read_placeholders(created, &mut bufs, priority);
+        let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
+        for ((buf, &n), f) in bufs.iter_mut().zip(&supplied).zip(created) {
+            let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
+            // Past end of file (or a hole the store did not return), or past
+            // a truncate not yet applied to the store: zeros.
+            let valid = n.min(disk_len.saturating_sub(f.offset()) as usize);
+            buf[valid..].fill(0);
+        }
+        self.publish_fills(created, bufs, results, priority)
+    }
+
+    /// Reads each placeholder's buffer (whole blocks up to
+    /// `on_disk_len_max`) in pieces of `io_max`, all in one batch. Returns
+    /// each folio's result and the bytes the store supplied to it: the
+    /// contiguous prefix up to its first short read (end of file).
+    fn read_placeholders(
+        &self,
+        created: &[Arc<Folio>],
+        bufs: &mut [Arc<AlignedBuf>],
+        priority: IoPriority,
+    ) -> (Vec<io::Result<()>>, Vec<usize>) {
+        let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
+        let store = self.store();
+        let mut results: Vec<io::Result<()>> = (0..created.len()).map(|_| Ok(())).collect();
+        let mut supplied: Vec<usize> = vec![0; created.len()];
+        let mut ops = Vec::new();
+        let mut op_folio = Vec::new();
+        let io_max = self.config.io_max_bytes as usize;
+        for (i, (f, buf)) in created.iter().zip(bufs.iter_mut()).enumerate() {
+            let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
+            // Whole blocks (O_DIRECT) up to `on_disk_len_max`; what lies
+            // past it is zeroed by the caller.
+            let want = disk_len.saturating_sub(f.offset()).next_multiple_of(BLOCK).min(buf.len() as u64) as usize;
+            // io_max-sized reads keep several requests in flight on the
+            // device even for one large folio.
+            for (k, piece) in buf[..want].chunks_mut(io_max).enumerate() {
+                ops.push(IoOp::read(f.offset() + (k * io_max) as u64, piece, priority));
+                op_folio.push((i, k * io_max));
+            }
+        }
+        // A reader waiting on the device counts as a sync waiter of the
+        // domain: the flusher then keeps its background writes in the
+        // device queue to `async_depth_while_sync`, so a read does not wait
+        // behind megabytes of them (the kernel's block layer throttles
+        // buffered writeback for reads the same way, `wbt`). No inode has
+        // the waiter's id: nothing is promoted for it.
+        let _reader = (priority == IoPriority::Sync).then(|| self.dirty.enter_sync(READER_SYNC_WAITER_ID));
+        let started = std::time::Instant::now();
+        run_batch(&*store, &mut ops);
+        if priority == IoPriority::Sync {
+            self.dirty.background_budget.record(started.elapsed());
+        }
+        let mut short = vec![false; created.len()];
+        for (op, (i, start)) in ops.iter_mut().zip(op_folio) {
+            match op.result.take().expect("run_batch completes every op") {
+                Ok(n) if !short[i] => {
+                    supplied[i] = start + n;
+                    short[i] = n < op.len();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    short[i] = true;
+                    if results[i].is_ok() {
+                        results[i] = Err(e);
+                    }
+                }
+            }
+        }
+        (results, supplied)
+    }
+
+    /// Gives each filled folio its buffer back, uptodate where its read
+    /// succeeded, and wakes its waiters; a folio whose read failed leaves
+    /// the mapping (unless a writer dirtied it meanwhile) so the next
+    /// reader retries. Returns the first error.
+    fn publish_fills(
+        &self,
+        created: &[Arc<Folio>],
+        bufs: Vec<Arc<AlignedBuf>>,
+        results: Vec<io::Result<()>>,
+        priority: IoPriority,
+    ) -> io::Result<()> {
+        let mut first_err = None;
+        let mut read_bytes = 0u64;
+        for ((f, buf), result) in created.iter().zip(bufs).zip(results) {
+            let mut st = f.lock();
+            debug_assert!(st.read_in_flight && st.buf.is_empty(), "a placeholder's buffer is out for its read");
+            debug_assert!(!st.removed && st.nr_dirty == 0 && st.nr_writeback == 0, "no one but the fill touches it");
+            st.buf = buf;
+            st.read_in_flight = false;
+            if result.is_ok() {
+                st.set_uptodate(f.nr_blocks(), 0, f.nr_blocks());
+                read_bytes += f.size_bytes() as u64;
+            }
+            st.check(f.nr_blocks());
+            debug_assert!(result.is_err() || st.all_uptodate, "a filled folio is uptodate");
+            drop(st);
+            // Wake waiters before taking the mapping lock: a truncate holding
+            // it may be one of them.
+            f.filled.notify_all();
+            if let Err(e) = result {
+                self.try_remove_clean(f);
+                first_err.get_or_insert(e);
+            }
+        }
+        if priority == IoPriority::Async {
+            Counters::add(&self.counters.readahead_bytes, read_bytes);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Copies file bytes `[off, off + buf.len())` (clipped to the size) into
+    /// `buf`, filling missing folios with one I/O each. Returns bytes read.
+    /// With `dontcache`, folios this read brought in are dropped once the
+    /// read has copied up to their end; a cached read clears drop-behind.
+    /// `prev_end` is where this handle's previous read ended: a folio that
+    /// read already touched is not counted as accessed again (sequential
+    /// small reads of one large folio are one use, not many).
+    pub fn read_at<T: ReadTarget + ?Sized>(
+        self: &Arc<Self>,
+        buf: &mut T,
+        off: u64,
+        dontcache: bool,
+        prev_end: u64,
+    ) -> io::Result<usize> {
+        let size = self.size();
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(size - off) as usize;
+        let end_block = (off + len as u64).div_ceil(BLOCK);
+        let mut done = 0usize;
+        let mut missed = false;
+        while done < len {
+            let pos = off + done as u64;
+            let block = pos / BLOCK;
+            if !dontcache {
+                if let Some(n) = self.copy_cached_part(buf, done, pos, len - done, prev_end) {
+                    done += n;
+                    continue;
+                }
+            }
+            let Some(folio) = self.find(block) else {
+                missed = true;
+                // At most a readahead window per fill, so one huge read
+                // cannot pin the whole cache in placeholders.
+                let fill_end = end_block.min(block + self.config.readahead_max_blocks());
+                self.fill_range_marked(block, fill_end, IoPriority::Sync, dontcache, u64::MAX, None)?;
+                continue;
+            };
+            let Some(mut st) = folio.lock_filled() else { continue };
+            let folio_off = (pos - folio.offset()) as usize;
+            let n = (folio.size_bytes() - folio_off).min(len - done);
+            let first = folio_off / BLOCK_SIZE;
+            let last = (folio_off + n).div_ceil(BLOCK_SIZE);
+            if !st.is_uptodate(first, last) {
+                missed = true;
+                self.fill_blocks(&folio, &mut st, first, last)?;
+            }
+            buf.copy_in(done, &st.buf[folio_off..folio_off + n]);
+            let clean = st.nr_dirty == 0 && st.nr_writeback == 0;
+            drop(st);
+            if !dontcache {
+                folio.dropbehind.store(false, Ordering::Relaxed);
+                let touched_by_prev =
+                    prev_end > folio.offset() && prev_end <= folio.offset() + folio.size_bytes() as u64;
+                if !touched_by_prev {
+                    folio.mark_accessed();
+                }
+            } else if clean && folio_off + n == folio.size_bytes() && folio.dropbehind.load(Ordering::Relaxed) {
+                // Freed by the reaper, not here: the reader goes on.
+                self.queue_dropbehind(folio);
+            }
+            done += n;
+        }
+        let counter = if missed { &self.counters.misses } else { &self.counters.hits };
+        Counters::add(counter, 1);
+        // A truncate that raced this read: what lies past the new end was
+        // not there when the read finished, so it is not returned.
+        Ok(len.min(self.size().saturating_sub(off) as usize))
+    }
+
+    /// A read that the cache answers whole, without I/O and without
+    /// waiting: `Some(bytes read)` if every part of it lay in cached,
+    /// uptodate folios (see [`Inode::copy_cached_part`]), `None` for the
+    /// full path to do (which copies again what this copied).
+    pub fn read_cached<T: ReadTarget + ?Sized>(&self, buf: &mut T, off: u64, prev_end: u64) -> Option<usize> {
+        let size = self.size();
+        if off >= size || buf.is_empty() {
+            return Some(0);
+        }
+        let len = (buf.len() as u64).min(size - off) as usize;
+        let mut done = 0;
+        while done < len {
+            done += self.copy_cached_part(buf, done, off + done as u64, len - done, prev_end)?;
+        }
+        Counters::add(&self.counters.hits, 1);
+        // As the full path: a truncate that raced the read cuts it.
+        Some(len.min(self.size().saturating_sub(off) as usize))
+    }
+
+    /// The read hit path: copies the part of a read at `pos` (up to
+    /// `remaining` bytes) that one cached, uptodate folio holds, under the
+    /// mapping's read lock and the folio's lock, without taking a
+    /// reference to the folio (the lock order is the index's, then the
+    /// folio's; a folio in the index is not removed while its read lock
+    /// is held). Only parts of at most [`HIT_COPY_UNDER_INDEX_MAX`] bytes:
+    /// a longer copy would hold off folio insertions (and, with a writer
+    /// waiting, other readers) for its whole length. `None` when the slow
+    /// path must do it (a miss, a folio locked by someone else, a fill in
+    /// flight, blocks not uptodate, a long part).
+    fn copy_cached_part<T: ReadTarget + ?Sized>(
+        &self,
+        buf: &mut T,
+        done: usize,
+        pos: u64,
+        remaining: usize,
+        prev_end: u64,
+    ) -> Option<usize> {
+        let map = self.mapping.read();
+        let folio = map.find(pos / BLOCK)?;
+        let folio_off = (pos - folio.offset()) as usize;
+        let n = (folio.size_bytes() - folio_off).min(remaining);
+        if n > HIT_COPY_UNDER_INDEX_MAX {
+            return None;
+        }
+        // Never waits with the index locked: a folio's lock may be held
+        // across a fill's I/O, and folio insertions would wait behind us.
+        let mut st = folio.state.try_lock().ok()?;
+        debug_assert!(!st.removed, "a folio in the index is not removed");
+        let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
+        if st.read_in_flight || !st.is_uptodate(first, last) {
+            return None;
+        }
+        buf.copy_in(done, &st.buf[folio_off..folio_off + n]);
+        drop(st);
+        if folio.dropbehind.load(Ordering::Relaxed) {
+            folio.dropbehind.store(false, Ordering::Relaxed);
+        }
+        let touched_by_prev = prev_end > folio.offset() && prev_end <= folio.offset() + folio.size_bytes() as u64;
+        if !touched_by_prev {
+            folio.mark_accessed();
+        }
+        Some(n)
+    }
+}
