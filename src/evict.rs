@@ -448,8 +448,18 @@ mod tests {
         let locked = c.add_clean(&m, 6, 1);
         let busy = [&dirty, &writeback, &filling, &locked];
         let meta = c.metadata();
-        {
-            let _guard = locked.lock();
+        // Another thread holds `locked`'s lock: this one takes the index
+        // (eviction does), which it may not do under a folio lock.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let locked = &locked;
+            s.spawn(move || {
+                let _guard = locked.lock();
+                held_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            });
+            held_rx.recv().unwrap();
             for want in [BLOCK, u64::MAX, u64::MAX] {
                 assert_eq!(c.evict(want), (0, vec![]), "nothing is evictable");
             }
@@ -461,7 +471,8 @@ mod tests {
             assert_eq!(c.evict(u64::MAX), (BLOCK, vec![BLOCK_SIZE]));
             assert!(!cached(&m, &clean));
             assert_eq!(c.evictions(), 1);
-        }
+            release_tx.send(()).unwrap();
+        });
         assert!(busy.iter().all(|f| cached(&m, f)), "busy folios stay cached");
         assert!(m.has_dirty());
         assert_eq!(c.evictor.tracked(), 4, "and stay tracked");
@@ -564,6 +575,7 @@ mod tests {
         for f in &folios[..4] {
             let st = f.lock();
             assert!(st.removed && st.buf.is_empty(), "evicted folios are marked removed and emptied");
+            drop(st);
             assert!(m.find(f.index).is_none());
         }
         assert!(cached(&m, &folios[4]));

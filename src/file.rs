@@ -301,7 +301,7 @@ pub struct File {
 
 impl File {
     pub(crate) fn new(inode: Arc<Inode>, shared: Arc<Shared>, options: &OpenOptions) -> File {
-        let cursor = inode.errseq.open_cursor();
+        let cursor = inode.open_error_cursor();
         File {
             inode,
             memory: shared.memory.clone(),
@@ -504,9 +504,9 @@ impl File {
         }
         // An append finds the end and writes there with no other append
         // of the inode in between.
-        let _append = self.append.then(|| locks::lock(&self.inode.append_lock));
+        let _append = self.append.then(|| self.inode.lock_append());
         let off = if self.append { self.inode.size() } else { off };
-        let len = if self.inode.info.is_block_device {
+        let len = if self.inode.info().is_block_device {
             let dev_size = self.inode.size();
             if off >= dev_size {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
@@ -610,7 +610,7 @@ impl File {
         use crate::writeback::sync_range::RangeWriter;
         if how.contains(SyncRangeFlags::WAIT_BEFORE) {
             RangeWriter::wait(&self.inode);
-            self.inode.errseq.check_and_advance(&mut locks::lock(&self.err_cursor))?;
+            self.inode.check_errors(&mut locks::lock(&self.err_cursor))?;
         }
         if how.contains(SyncRangeFlags::WRITE) && range.start < range.end {
             let blocks = (range.start / BLOCK, range.end.div_ceil(BLOCK));
@@ -619,7 +619,7 @@ impl File {
         }
         if how.contains(SyncRangeFlags::WAIT_AFTER) {
             RangeWriter::wait(&self.inode);
-            self.inode.errseq.check_and_advance(&mut locks::lock(&self.err_cursor))?;
+            self.inode.check_errors(&mut locks::lock(&self.err_cursor))?;
         }
         Ok(())
     }
@@ -777,7 +777,7 @@ impl File {
 
     /// Whether the backing store is a raw block device.
     pub fn is_block_device(&self) -> bool {
-        self.inode.info.is_block_device
+        self.inode.info().is_block_device
     }
 
     /// A `Read + Write + Seek` cursor at offset 0.
@@ -792,9 +792,7 @@ impl File {
 impl Drop for File {
     fn drop(&mut self) {
         // SeqCst: see `Inode::mark_unlinked`.
-        let before = self.inode.handles.fetch_sub(1, Ordering::SeqCst);
-        assert!(before > 0, "handle count underflow");
-        if before == 1 && !self.shared.is_closed() {
+        if self.inode.handle_closed() == 0 && !self.shared.is_closed() {
             if self.inode.is_unlinked() {
                 // As close(2) of an unlinked file's last descriptor: its
                 // data goes, unwritten.

@@ -20,7 +20,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::buf::AlignedBuf;
 use crate::io::BLOCK_SIZE;
-use crate::locks;
+use crate::locks::{self, Ordered, Rank};
+
+/// A folio's lock, held: its state, and (debug builds) its place in the
+/// lock order.
+pub type FolioGuard<'a> = Ordered<MutexGuard<'a, FolioState>>;
 
 /// A fixed-size bitmap; one bit per block. Folios of up to 64 blocks (256
 /// KiB) keep it inline, larger ones on the heap.
@@ -274,16 +278,16 @@ impl Folio {
         self.index + self.nr_blocks() as u64
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, FolioState> {
-        locks::lock(&self.state)
+    pub fn lock(&self) -> FolioGuard<'_> {
+        locks::lock_ranked(Rank::Folio, &self.state)
     }
 
     /// Locks and waits until no read is in flight. `None` when the folio was
     /// removed from its mapping meanwhile (look it up again).
-    pub fn lock_filled(&self) -> Option<MutexGuard<'_, FolioState>> {
+    pub fn lock_filled(&self) -> Option<FolioGuard<'_>> {
         let mut st = self.lock();
         while st.read_in_flight {
-            st = locks::wait(&self.filled, st);
+            st = st.with_guard(|g| locks::wait(&self.filled, g));
         }
         if st.removed {
             None

@@ -67,10 +67,188 @@ impl WaitQueue {
     }
 }
 
+/// The ranks of the locks that nest, outer first: the inode's lock order
+/// (`inode/mod.rs` says why each sits where it does). A thread takes a
+/// ranked lock only while every ranked lock it holds ranks lower; folio
+/// locks, of one rank, may be held several at once (a pass locks its
+/// folios in index order). Debug builds check this at every ranked
+/// acquisition that can block, and count what each thread holds; release
+/// builds compile the checks and the counts away ([`Ordered`] is then its
+/// guard and nothing more).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub(crate) enum Rank {
+    Append,
+    Size,
+    StoreLenGate,
+    Tickets,
+    Index,
+    Folio,
+    DirtyIndex,
+    StoreWritesEnd,
+    Store,
+}
+
+const RANKS: [Rank; 9] = [
+    Rank::Append,
+    Rank::Size,
+    Rank::StoreLenGate,
+    Rank::Tickets,
+    Rank::Index,
+    Rank::Folio,
+    Rank::DirtyIndex,
+    Rank::StoreWritesEnd,
+    Rank::Store,
+];
+const NR_RANKS: usize = RANKS.len();
+
+#[cfg(debug_assertions)]
+thread_local! {
+    /// How many locks of each rank this thread holds.
+    static HELD: std::cell::Cell<[u16; NR_RANKS]> = const { std::cell::Cell::new([0; NR_RANKS]) };
+}
+
+/// Panics (debug builds) if this thread holds a lock that `rank` must not
+/// be taken under: one ranked after it, or of its own rank (but folios).
+pub(crate) fn check_order(rank: Rank) {
+    #[cfg(debug_assertions)]
+    HELD.with(|held| {
+        let held = held.get();
+        let from = if rank == Rank::Folio { rank as usize + 1 } else { rank as usize };
+        if let Some(inner) = (from..NR_RANKS).find(|&r| held[r] > 0) {
+            panic!("lock order: {rank:?} taken while holding {:?} (see locks::Rank)", RANKS[inner]);
+        }
+    });
+    #[cfg(not(debug_assertions))]
+    let _ = rank;
+}
+
+/// Whether this thread holds a lock of `rank` (debug builds; release
+/// builds do not count and say yes).
+pub(crate) fn holds(rank: Rank) -> bool {
+    #[cfg(debug_assertions)]
+    return HELD.with(|held| held.get()[rank as usize] > 0);
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = rank;
+        true
+    }
+}
+
+/// A thread's hold of a ranked lock, counted while it lives (debug builds).
+pub(crate) struct Held {
+    #[cfg(debug_assertions)]
+    rank: Rank,
+}
+
+impl Held {
+    pub(crate) fn new(rank: Rank) -> Held {
+        #[cfg(debug_assertions)]
+        HELD.with(|held| {
+            let mut counts = held.get();
+            counts[rank as usize] += 1;
+            held.set(counts);
+        });
+        #[cfg(not(debug_assertions))]
+        let _ = rank;
+        Held {
+            #[cfg(debug_assertions)]
+            rank,
+        }
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD.with(|held| {
+            let mut counts = held.get();
+            assert!(counts[self.rank as usize] > 0, "a ranked lock is released once");
+            counts[self.rank as usize] -= 1;
+            held.set(counts);
+        });
+    }
+}
+
+/// A lock guard with its rank: dereferences to the guard's data.
+pub(crate) struct Ordered<G> {
+    guard: G,
+    _held: Held,
+}
+
+impl<G> Ordered<G> {
+    /// Takes a lock of `rank` with `acquire`, after checking the order.
+    pub(crate) fn acquire(rank: Rank, acquire: impl FnOnce() -> G) -> Ordered<G> {
+        check_order(rank);
+        let guard = acquire();
+        Ordered { guard, _held: Held::new(rank) }
+    }
+
+    /// Counts a lock taken without blocking (`try_lock`): it cannot
+    /// deadlock, so its order is not checked, but locks taken under it are.
+    pub(crate) fn taken(rank: Rank, guard: G) -> Ordered<G> {
+        Ordered { guard, _held: Held::new(rank) }
+    }
+
+    /// Runs `f` on the bare guard (a condition-variable wait that gives the
+    /// lock up and takes it back), the rank held throughout.
+    pub(crate) fn with_guard(self, f: impl FnOnce(G) -> G) -> Ordered<G> {
+        let Ordered { guard, _held } = self;
+        Ordered { guard: f(guard), _held }
+    }
+}
+
+impl<G: std::ops::Deref> std::ops::Deref for Ordered<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
+        &self.guard
+    }
+}
+
+impl<G: std::ops::DerefMut> std::ops::DerefMut for Ordered<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
+    }
+}
+
+/// Locks `mutex` as a lock of `rank`.
+pub(crate) fn lock_ranked<T: ?Sized>(rank: Rank, mutex: &Mutex<T>) -> Ordered<MutexGuard<'_, T>> {
+    Ordered::acquire(rank, || lock(mutex))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// Ranked locks taken outer first pass, folios nest, a lock released
+    /// stops counting, and an outer lock taken under an inner one panics
+    /// (debug builds, where the checks live).
+    #[test]
+    #[cfg(debug_assertions)]
+    fn ranked_locks_are_taken_outer_first() {
+        let (size, index, folio_a, folio_b) = (Mutex::new(()), Mutex::new(()), Mutex::new(()), Mutex::new(()));
+        {
+            let _size = lock_ranked(Rank::Size, &size);
+            let _index = lock_ranked(Rank::Index, &index);
+            let _a = lock_ranked(Rank::Folio, &folio_a);
+            let _b = lock_ranked(Rank::Folio, &folio_b);
+            assert!(holds(Rank::Size) && holds(Rank::Folio));
+        }
+        assert!(!holds(Rank::Size) && !holds(Rank::Folio), "released locks stop counting");
+        let waited = lock_ranked(Rank::Tickets, &size).with_guard(|g| g);
+        assert!(holds(Rank::Tickets), "a wait keeps the rank");
+        drop(waited);
+        let inverted = std::thread::spawn(move || {
+            let folio = Mutex::new(());
+            let size = Mutex::new(());
+            let _f = lock_ranked(Rank::Folio, &folio);
+            let _s = lock_ranked(Rank::Size, &size);
+        })
+        .join();
+        let message = inverted.expect_err("the size lock under a folio lock panics");
+        let message = message.downcast_ref::<String>().expect("a formatted message");
+        assert!(message.contains("Size taken while holding Folio"), "{message}");
+    }
 
     /// Two threads hand a token back and forth many times, each waiting
     /// without a timeout: one lost wakeup would hang the exchange, which

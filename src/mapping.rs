@@ -27,8 +27,11 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 
 use crate::buf::AlignedBuf;
 use crate::folio::{DirtyMark, Folio, FolioState};
-use crate::locks;
+use crate::locks::{self, Ordered, Rank};
 use crate::stats::Counters;
+
+/// The mapping's folio index, write-locked.
+pub type IndexWriteGuard<'a> = Ordered<RwLockWriteGuard<'a, FolioIndex>>;
 
 pub use folio_index::FolioIndex;
 
@@ -154,16 +157,16 @@ impl Mapping {
         Mapping::with_regions(id, None, None)
     }
 
-    pub fn read(&self) -> RwLockReadGuard<'_, FolioIndex> {
-        locks::read(&self.folios)
+    pub fn read(&self) -> Ordered<RwLockReadGuard<'_, FolioIndex>> {
+        Ordered::acquire(Rank::Index, || locks::read(&self.folios))
     }
 
-    pub fn write(&self) -> RwLockWriteGuard<'_, FolioIndex> {
-        locks::write(&self.folios)
+    pub fn write(&self) -> IndexWriteGuard<'_> {
+        Ordered::acquire(Rank::Index, || locks::write(&self.folios))
     }
 
-    pub fn dirty_index(&self) -> MutexGuard<'_, DirtyIndex> {
-        locks::lock(&self.dirty)
+    pub fn dirty_index(&self) -> Ordered<MutexGuard<'_, DirtyIndex>> {
+        locks::lock_ranked(Rank::DirtyIndex, &self.dirty)
     }
 
     pub fn has_dirty(&self) -> bool {

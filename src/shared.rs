@@ -118,7 +118,7 @@ impl Shared {
             if writable {
                 inode.upgrade_store(store);
             }
-            inode.handles.fetch_add(1, Ordering::AcqRel);
+            inode.handle_opened();
             return Ok(inode.clone());
         }
         let domain = self.domain_for(info.device_id)?;
@@ -136,7 +136,7 @@ impl Shared {
         // and let its last handle discard its data, as the mark does.
         let unlinked = store.is_unlinked().unwrap_or(false);
         let inode = Arc::new(Inode::new(id, store, writable, handles));
-        inode.handles.fetch_add(1, Ordering::AcqRel);
+        inode.handle_opened();
         if unlinked {
             inode.mark_unlinked();
         } else {
@@ -212,7 +212,7 @@ impl Shared {
     pub fn forget_idle_inodes(&self) -> usize {
         let inodes: Vec<Arc<Inode>> = locks::lock(&self.inodes).values().cloned().collect();
         for inode in &inodes {
-            if inode.handles.load(Ordering::Acquire) == 0 {
+            if inode.open_handles() == 0 {
                 self.unlist_if_clean(inode);
             }
         }
@@ -222,7 +222,7 @@ impl Shared {
     /// Forgets `inode` if it is idle, after its data was made durable;
     /// returns whether it was.
     fn forget_inode(&self, inode: &Arc<Inode>) -> bool {
-        let idle = |i: &Inode| i.handles.load(Ordering::Acquire) == 0 && !i.has_dirty() && !i.is_listed();
+        let idle = |i: &Inode| i.open_handles() == 0 && !i.has_dirty() && !i.is_listed();
         if !idle(inode) {
             return false;
         }
@@ -233,7 +233,7 @@ impl Shared {
         if !idle(inode) || inode.needs_store_sync() {
             return false;
         }
-        let key = inode.info.store_id;
+        let key = inode.info().store_id;
         if matches!(table.get(&key), Some(i) if Arc::ptr_eq(i, inode)) {
             table.remove(&key);
         }
@@ -295,7 +295,7 @@ impl Shared {
         };
         // SeqCst: see `Inode::mark_unlinked`. Handles only go away now (no
         // open finds the inode), and the last to go discards.
-        if inode.handles.load(Ordering::SeqCst) == 0 {
+        if inode.open_handles() == 0 {
             self.discard_unlinked(&inode);
         }
     }
@@ -314,7 +314,7 @@ impl Shared {
     /// counts as idle.
     fn unlist_if_clean(&self, inode: &Arc<Inode>) {
         if inode.is_listed() {
-            let domain = locks::lock(&self.domains).get(&inode.info.device_id).cloned();
+            let domain = locks::lock(&self.domains).get(&inode.info().device_id).cloned();
             if let Some(domain) = domain {
                 domain.unlist_clean(inode);
             }
@@ -333,7 +333,7 @@ impl Shared {
             Err(e) => return Err(e),
         };
         let Some(inode) = locks::lock(&self.inodes).get(&id).cloned() else { return Ok(false) };
-        if inode.handles.load(Ordering::Acquire) != 0 {
+        if inode.open_handles() != 0 {
             return Ok(false);
         }
         inode.write_and_sync(false, Reason::Close)?;

@@ -318,7 +318,7 @@ fn concurrent_readers_of_a_missing_folio_share_one_read() {
 // ---------------------------------------------------------------------------
 // Engine bug: rewriting a block while it is under writeback
 
-/// Engine bug in `Inode::collect_dirty` (src/inode.rs): it takes every dirty
+/// Engine bug in `Inode::collect_dirty` (src/inode/): it takes every dirty
 /// block, including blocks that are still under writeback by another pass
 /// (a write to a folio under writeback copies the buffer and dirties the
 /// block again). `writeback.set_range` then sets no new bit but
@@ -423,7 +423,7 @@ fn read_of_tail_block_races_with_extending_writeback() {
 // ---------------------------------------------------------------------------
 // Engine bug: dirty bytes accounted after the folio lock is released
 
-/// Engine bug in `Inode::write_at` (src/inode.rs): a block is marked dirty
+/// Engine bug in `Inode::write_at` (src/inode/): a block is marked dirty
 /// under the folio lock, but `Domain::account_dirtied` runs only after that
 /// lock is dropped. A writeback pass (`collect_dirty`) that takes the block
 /// in between calls `account_writeback_started` for bytes not yet counted

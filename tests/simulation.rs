@@ -2403,7 +2403,7 @@ fn quiet_cache(options: &str) -> (Arc<SimIo>, Cache) {
 /// for room of `min(bytes, folio_max)` while dirtying whole blocks, so an
 /// unaligned write went over by up to a block (here 60 KiB dirty, then 2
 /// bytes across a block boundary inside a cached folio: 68 KiB against
-/// 64 KiB). Fixed in `src/inode.rs`: the room is the whole blocks the part
+/// 64 KiB). Fixed in `src/inode/`: the room is the whole blocks the part
 /// can dirty. The other way is the next test.
 #[test]
 fn unaligned_write_stays_under_the_dirty_limit() {

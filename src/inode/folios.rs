@@ -84,7 +84,7 @@ impl Inode {
     /// at or before `limit_block` and overlaps no cached folio; it is empty
     /// (nothing uptodate) and marked `read_in_flight` when `for_fill`.
     /// Returns the folio and whether it was created here.
-    pub fn find_or_create(
+    pub(super) fn find_or_create(
         self: &Arc<Self>,
         block: u64,
         limit_block: u64,
@@ -153,7 +153,7 @@ impl Inode {
 
     /// Hands a drop-behind folio that is clean now to the reaper, which
     /// frees it if it is still marked, clean and unheld when it gets there.
-    pub fn queue_dropbehind(self: &Arc<Self>, folio: Arc<Folio>) {
+    pub(super) fn queue_dropbehind(self: &Arc<Self>, folio: Arc<Folio>) {
         let owner = Arc::downgrade(self) as std::sync::Weak<dyn MappingOwner>;
         self.dropbehind.queue(owner, self.id, folio);
     }

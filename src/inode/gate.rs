@@ -8,7 +8,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::locks;
+use crate::locks::{self, Held, Rank};
 
 /// Writeback I/O against changes of the backing store's length: any number
 /// of writeback I/Os, or one length change with none in flight. Unlike a
@@ -32,7 +32,8 @@ impl StoreLenGate {
         locks::lock(&self.state)
     }
 
-    pub fn begin_io(&self) {
+    pub(super) fn begin_io(&self) {
+        locks::check_order(Rank::StoreLenGate);
         let mut st = self.lock();
         while st.resizing {
             st = self.changed.wait(st);
@@ -42,7 +43,7 @@ impl StoreLenGate {
     }
 
     /// As `begin_io`, but gives up instead of waiting for a length change.
-    pub fn try_begin_io(&self) -> bool {
+    pub(super) fn try_begin_io(&self) -> bool {
         let mut st = self.lock();
         if st.resizing {
             return false;
@@ -52,7 +53,7 @@ impl StoreLenGate {
         true
     }
 
-    pub fn end_io(&self) {
+    pub(super) fn end_io(&self) {
         let mut st = self.lock();
         assert!(st.io_in_flight > 0, "an I/O ends once");
         st.io_in_flight -= 1;
@@ -63,17 +64,18 @@ impl StoreLenGate {
 
     /// Exclusive access if it can be had at once: no length change under
     /// way and no I/O in flight.
-    pub fn try_resize(&self) -> Option<ResizeGuard<'_>> {
+    pub(super) fn try_resize(&self) -> Option<ResizeGuard<'_>> {
         let mut st = self.lock();
         if st.resizing || st.io_in_flight > 0 {
             return None;
         }
         st.resizing = true;
-        Some(ResizeGuard(self))
+        Some(ResizeGuard { gate: self, _held: Held::new(Rank::StoreLenGate) })
     }
 
     /// Waits for exclusive access: no other length change, no I/O.
     pub fn resize(&self) -> ResizeGuard<'_> {
+        locks::check_order(Rank::StoreLenGate);
         let mut st = self.lock();
         while st.resizing {
             st = self.changed.wait(st);
@@ -83,19 +85,24 @@ impl StoreLenGate {
             st = self.changed.wait(st);
         }
         debug_assert!(st.resizing && st.io_in_flight == 0, "a length change excludes I/O");
-        ResizeGuard(self)
+        ResizeGuard { gate: self, _held: Held::new(Rank::StoreLenGate) }
     }
 }
 
-pub struct ResizeGuard<'a>(&'a StoreLenGate);
+/// A length change's exclusive hold of the gate (ranked as the gate in
+/// the lock order while it lives).
+pub struct ResizeGuard<'a> {
+    gate: &'a StoreLenGate,
+    _held: Held,
+}
 
 impl Drop for ResizeGuard<'_> {
     fn drop(&mut self) {
-        let mut st = self.0.lock();
+        let mut st = self.gate.lock();
         assert!(st.resizing && st.io_in_flight == 0, "a length change excludes I/O");
         st.resizing = false;
         drop(st);
-        self.0.changed.notify_all();
+        self.gate.changed.notify_all();
     }
 }
 

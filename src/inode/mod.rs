@@ -27,6 +27,12 @@
 //! store's handle, a leaf). No lock is held across a call into eviction or
 //! throttling, and only a folio's own lock is held across the
 //! (single-block or folio-fill) I/O that makes that folio uptodate.
+//! `locks::Rank` encodes this order as one line (`tickets` after the gate,
+//! `store_writes_end` and `store` last), and debug builds check it at every
+//! blocking acquisition of these locks (the store's length gate, the
+//! mapping's index and dirty index and folio locks included) and count
+//! what each thread holds, so `debug_assert!(locks::holds(…))` can state
+//! which lock a function expects its caller to hold.
 //!
 //! Invariants:
 //! - `on_disk_len_max` is an upper bound on the backing store's length, so a
@@ -40,6 +46,7 @@
 
 mod folios;
 mod gate;
+mod membership;
 mod pass;
 mod range_ops;
 mod read;
@@ -55,12 +62,12 @@ use crate::dirty::DomainDirty;
 use crate::dropbehind::DropBehind;
 use crate::errseq::ErrSeq;
 use crate::io::{BackingInfo, BackingStore, BLOCK_SIZE};
-use crate::locks;
+use crate::locks::{self, Rank};
 use crate::mapping::{Mapping, MappingOwner};
 use crate::memory::Memory;
 use crate::stats::Counters;
 
-pub use gate::{ResizeGuard, StoreLenGate};
+use gate::{ResizeGuard, StoreLenGate};
 pub use pass::{PassScope, SizeFix, WbPass, WritebackOutcome};
 pub use range_ops::Allocation;
 use sync::Tickets;
@@ -91,30 +98,30 @@ pub struct InodeHandles {
 
 pub struct Inode {
     /// Unique within the cache (for eviction ghosts and debugging).
-    pub id: u64,
-    pub info: BackingInfo,
+    id: u64,
+    info: BackingInfo,
     store: Mutex<Arc<dyn BackingStore>>,
     store_writable: AtomicBool,
-    pub config: Arc<Config>,
-    pub counters: Arc<Counters>,
-    pub memory: Arc<Memory>,
+    config: Arc<Config>,
+    counters: Arc<Counters>,
+    memory: Arc<Memory>,
     /// Where drop-behind folios go to be freed once clean and idle.
-    pub dropbehind: Arc<DropBehind>,
+    dropbehind: Arc<DropBehind>,
     /// The domain's dirty accounting (and its flusher's work bits).
-    pub dirty: Arc<DomainDirty>,
+    dirty: Arc<DomainDirty>,
     /// The domain's dirty inode list, which this inode joins when it goes
     /// from clean to dirty.
     dirty_list: Arc<dyn DirtyInodeList>,
-    pub mapping: Mapping,
+    mapping: Mapping,
     /// Logical file size in bytes.
     size: AtomicU64,
-    pub on_disk_len_max: AtomicU64,
+    on_disk_len_max: AtomicU64,
     /// Writeback wrote a tail block that reaches past the logical size
     /// (O_DIRECT writes whole blocks): the store may hold up to a block of
     /// zeros past the size, which [`Inode::fix_backing_size`] cuts. Only
     /// such padding of our own is ever cut: a store longer for any other
     /// reason (another program appended) is left alone.
-    pub store_padded: AtomicBool,
+    store_padded: AtomicBool,
     /// A length the store's file system is known to accept (writes up to it
     /// skip the check in [`Inode::room_to_grow`]).
     len_accepted: AtomicU64,
@@ -122,45 +129,45 @@ pub struct Inode {
     /// (`u64::MAX` until then).
     len_limit: AtomicU64,
     /// Serializes size changes against each other and backing-size fixes.
-    pub size_lock: Mutex<()>,
+    size_lock: Mutex<()>,
     /// Held by an append from finding the end to writing there (appends
     /// through the cache never interleave).
-    pub append_lock: Mutex<()>,
+    append_lock: Mutex<()>,
     /// Writeback I/O holds it shared; changing the backing store's length
     /// holds it exclusively, so a truncation never races an in-flight write
     /// beyond the old length.
-    pub store_len_gate: StoreLenGate,
+    store_len_gate: StoreLenGate,
     /// A lower bound on the backing store's length (files only): writeback
     /// past it grows the store first ([`Inode::grow_store_for_writeback`]).
     /// Lowered by every cut, under the store's length gate.
-    pub store_len_min: AtomicU64,
+    store_len_min: AtomicU64,
     /// The furthest end of the writeback writes that may extend the store
     /// (past `store_len_min`) since the store was last cut; its lock is
     /// held by [`Inode::grow_store_for_writeback`] from its look at the
     /// size to its `set_len`, which never goes below it.
-    pub store_writes_end: Mutex<u64>,
+    store_writes_end: Mutex<u64>,
     /// Size changed since the last successful store sync: use fsync, not
     /// fdatasync.
-    pub size_changed: AtomicBool,
+    size_changed: AtomicBool,
     /// Writeback wrote data since the last successful store sync.
-    pub written_since_sync: AtomicBool,
-    pub errseq: ErrSeq,
-    pub tickets: Mutex<Tickets>,
-    pub tickets_done: locks::WaitQueue,
+    written_since_sync: AtomicBool,
+    errseq: ErrSeq,
+    tickets: Mutex<Tickets>,
+    tickets_done: locks::WaitQueue,
     /// The writeback workers whose dirty lists hold this inode (or which
     /// took it off to write it and have not put it back), a bit per worker.
-    pub listed_workers: AtomicU64,
+    listed_workers: AtomicU64,
     /// The worker `rotor` routing bound this inode to (`u32::MAX`: none
     /// yet; bound once, for the inode's life).
-    pub rotor_worker: AtomicU32,
+    rotor_worker: AtomicU32,
     /// Open handles.
-    pub handles: AtomicUsize,
+    handles: AtomicUsize,
     /// The file's last name was removed through the cache
     /// ([`crate::Cache::remove_file`]): the inode left the inode table, and
     /// when its last handle closes its data is discarded, not written.
     unlinked: AtomicBool,
     /// Where each worker's next cyclic writeback pass starts (block).
-    pub writeback_cursors: Box<[AtomicU64]>,
+    writeback_cursors: Box<[AtomicU64]>,
 }
 
 impl Inode {
@@ -208,18 +215,18 @@ impl Inode {
     }
 
     pub fn store(&self) -> Arc<dyn BackingStore> {
-        locks::lock(&self.store).clone()
+        locks::lock_ranked(Rank::Store, &self.store).clone()
     }
 
     /// Replaces a read-only store with a writable one opened by a later
     /// handle, so writeback can write.
     pub fn upgrade_store(&self, store: Arc<dyn BackingStore>) {
         if !self.store_writable.swap(true, Ordering::AcqRel) {
-            *locks::lock(&self.store) = store;
+            *locks::lock_ranked(Rank::Store, &self.store) = store;
         }
     }
 
-    pub fn is_store_writable(&self) -> bool {
+    pub(super) fn is_store_writable(&self) -> bool {
         self.store_writable.load(Ordering::Acquire)
     }
 
@@ -251,11 +258,6 @@ impl Inode {
     /// of every worker with dirty data of it); returns them as a mask.
     pub fn queue_on_dirty_list(self: &Arc<Self>, at: Option<u64>) -> u64 {
         self.dirty_list.queue_dirty_inode(self, at)
-    }
-
-    /// Whether any writeback worker lists this inode.
-    pub fn is_listed(&self) -> bool {
-        self.listed_workers.load(Ordering::Acquire) != 0
     }
 
     /// Whether the cache this inode belongs to has closed (optional work

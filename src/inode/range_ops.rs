@@ -26,7 +26,7 @@ use crate::buf::BulkFree;
 use crate::folio::Folio;
 use crate::inode::Inode;
 use crate::io::BLOCK_SIZE;
-use crate::locks;
+use crate::locks::{self, Rank};
 use crate::mapping::FolioIndex;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -89,7 +89,7 @@ impl Inode {
     pub fn allocate(&self, how: Allocation, off: u64, len: u64) -> io::Result<()> {
         debug_assert!(len > 0 && off.checked_add(len).is_some_and(|e| e <= i64::MAX as u64));
         let end = off + len;
-        let _size = locks::lock(&self.size_lock);
+        let _size = locks::lock_ranked(Rank::Size, &self.size_lock);
         let grows = !how.keeps_size() && !self.info.is_block_device && end > self.size();
         if grows {
             self.check_growable(end)?;

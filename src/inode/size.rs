@@ -7,14 +7,14 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLockWriteGuard};
+use std::sync::Arc;
 
 use super::{Inode, ResizeGuard};
 use crate::buf::BulkFree;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::BLOCK_SIZE;
-use crate::locks;
-use crate::mapping::FolioIndex;
+use crate::locks::{self, Rank};
+use crate::mapping::{FolioIndex, IndexWriteGuard};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -81,7 +81,7 @@ impl Inode {
             }
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "a block device's size cannot change"));
         }
-        let _g = locks::lock(&self.size_lock);
+        let _g = locks::lock_ranked(Rank::Size, &self.size_lock);
         if new_size >= self.size() {
             self.grow(new_size)
         } else {
@@ -92,7 +92,7 @@ impl Inode {
     /// [`Inode::set_len`] to a size at least the current one (size lock
     /// held).
     fn grow(&self, new_size: u64) -> io::Result<()> {
-        debug_assert!(self.size_lock.try_lock().is_err(), "the size lock is held");
+        debug_assert!(locks::holds(Rank::Size), "this thread holds the size lock");
         // Refused before anything changes, as ftruncate(2) refuses it.
         self.check_growable(new_size)?;
         // The store grows with zeros, which is what `on_disk_len_max`
@@ -123,7 +123,7 @@ impl Inode {
     /// store sync must cover. Writers may have extended past `new_size`
     /// meanwhile: this never shrinks.
     pub(crate) fn raise_size(&self, new_size: u64) {
-        debug_assert!(self.size_lock.try_lock().is_err(), "the size lock is held");
+        debug_assert!(locks::holds(Rank::Size), "this thread holds the size lock");
         self.size.fetch_max(new_size, Ordering::AcqRel);
         self.size_changed.store(true, Ordering::Release);
         debug_assert!(self.size() >= new_size);
@@ -131,7 +131,7 @@ impl Inode {
 
     /// [`Inode::set_len`] to a smaller size (size lock held).
     fn shrink(&self, new_size: u64) -> io::Result<()> {
-        debug_assert!(self.size_lock.try_lock().is_err(), "the size lock is held");
+        debug_assert!(locks::holds(Rank::Size), "this thread holds the size lock");
         debug_assert!(new_size < self.size(), "a shrink cuts");
         // No writeback I/O from before the new size is published until the
         // store is cut: a writer may extend the file again meanwhile, and a
@@ -174,7 +174,7 @@ impl Inode {
         self.store_len_min.fetch_min(new_size, Ordering::AcqRel);
         // No writeback I/O runs (the gate): no registered write outlives the cut.
         {
-            let mut writes_end = locks::lock(&self.store_writes_end);
+            let mut writes_end = locks::lock_ranked(Rank::StoreWritesEnd, &self.store_writes_end);
             *writes_end = (*writes_end).min(new_size);
         }
         self.store().set_len(new_size)?;
@@ -192,14 +192,14 @@ impl Inode {
     /// (a filler may need it to allocate its next folio); the gate is taken
     /// before the mapping lock (writeback completions take mapping locks)
     /// and never held while waiting for a fill.
-    fn quiesce_for_cut(&self, new_size: u64) -> (RwLockWriteGuard<'_, FolioIndex>, ResizeGuard<'_>) {
+    fn quiesce_for_cut(&self, new_size: u64) -> (IndexWriteGuard<'_>, ResizeGuard<'_>) {
         self.quiesce_blocks(new_size / BLOCK, u64::MAX)
     }
 
     /// As [`Inode::quiesce_for_cut`], for the folios that overlap blocks
     /// `[first, end)`: the mapping's write lock with no fill in flight
     /// over them, and the store's length gate.
-    pub(crate) fn quiesce_blocks(&self, first: u64, end: u64) -> (RwLockWriteGuard<'_, FolioIndex>, ResizeGuard<'_>) {
+    pub(crate) fn quiesce_blocks(&self, first: u64, end: u64) -> (IndexWriteGuard<'_>, ResizeGuard<'_>) {
         let filling_in_range = |map: &FolioIndex| {
             let from = map.find(first).map_or(first, |f| f.index);
             map.range(from..end).find(|f| f.lock().read_in_flight).cloned()
@@ -291,7 +291,7 @@ impl Inode {
     /// are left as they are (nobody will look at them again).
     pub fn discard_all(&self) {
         debug_assert!(self.is_unlinked(), "only an unlinked file's data may be thrown away");
-        let _size = locks::lock(&self.size_lock);
+        let _size = locks::lock_ranked(Rank::Size, &self.size_lock);
         let (mut map, no_io) = self.quiesce_for_cut(0);
         let bulk = BulkFree::begin();
         let (blocks, dontcache) = self.drop_folios_from(&mut map, 0);

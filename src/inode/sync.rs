@@ -9,8 +9,8 @@
 //! newest ticket after its own pass and waits until every ticket up to it
 //! is done has covered every writeback that took a block dirty at its call.
 //!
-//! These are methods of [`Inode`], in this module because they are the
-//! writeback layer's: the inode's own paths never call them.
+//! These are methods of [`Inode`] that files and the writeback layer
+//! call; the inode's own data paths never do.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::inode::Inode;
 use crate::inode::WritebackOutcome;
 use crate::io::{IoPriority, BLOCK_SIZE};
-use crate::locks;
+use crate::locks::{self, Ordered, Rank};
 use crate::stats::{Counters, Reason};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -34,8 +34,8 @@ pub struct Tickets {
 }
 
 impl Inode {
-    pub fn ticket_begin(&self) -> u64 {
-        let mut t = locks::lock(&self.tickets);
+    pub(super) fn ticket_begin(&self) -> u64 {
+        let mut t = locks::lock_ranked(Rank::Tickets, &self.tickets);
         debug_assert!(t.in_flight.last().is_none_or(|&last| last <= t.last_issued), "tickets in flight were issued");
         t.last_issued += 1;
         let ticket = t.last_issued;
@@ -44,8 +44,8 @@ impl Inode {
         ticket
     }
 
-    pub fn ticket_end(&self, ticket: u64) {
-        let mut t = locks::lock(&self.tickets);
+    pub(super) fn ticket_end(&self, ticket: u64) {
+        let mut t = locks::lock_ranked(Rank::Tickets, &self.tickets);
         debug_assert!(ticket > 0 && ticket <= t.last_issued, "ticket {ticket} was issued");
         assert!(t.in_flight.remove(&ticket), "ticket {ticket} ends once");
         drop(t);
@@ -55,12 +55,12 @@ impl Inode {
     /// Waits until every writeback that began before this call has ended.
     /// Returns how long it waited (zero when nothing was in flight).
     pub fn wait_writeback_before_now(&self) -> Duration {
-        let mut t = locks::lock(&self.tickets);
+        let mut t = locks::lock_ranked(Rank::Tickets, &self.tickets);
         let sample = t.last_issued;
         let mut started = None;
         while t.in_flight.first().is_some_and(|&first| first <= sample) {
             started.get_or_insert_with(Instant::now);
-            t = self.tickets_done.wait(t);
+            t = t.with_guard(|g| self.tickets_done.wait(g));
         }
         debug_assert!(t.in_flight.range(..=sample).next().is_none(), "every ticket up to {sample} ended");
         started.map(|s| s.elapsed()).unwrap_or_default()
@@ -69,11 +69,11 @@ impl Inode {
     /// Sets the backing store's length to the logical size if they differ
     /// (O_DIRECT writes whole tail blocks; truncation happens here),
     /// waiting for the inode's writeback I/O in flight.
-    pub fn fix_backing_size(&self) -> io::Result<()> {
+    pub(super) fn fix_backing_size(&self) -> io::Result<()> {
         if !self.backing_size_may_need_fix()? {
             return Ok(());
         }
-        let _g = locks::lock(&self.size_lock);
+        let _g = locks::lock_ranked(Rank::Size, &self.size_lock);
         // No writeback I/O runs meanwhile, and none is between taking its
         // blocks and completing: the padding flag cannot be raised under us.
         let _no_io = self.store_len_gate.resize();
@@ -84,11 +84,12 @@ impl Inode {
     /// while another length change is under way or any writeback I/O of the
     /// inode is in flight (whoever completes the last one, an fsync or the
     /// close fixes it then).
-    pub fn try_fix_backing_size(&self) -> io::Result<()> {
+    pub(super) fn try_fix_backing_size(&self) -> io::Result<()> {
         if !self.backing_size_may_need_fix()? {
             return Ok(());
         }
-        let Ok(_g) = self.size_lock.try_lock() else { return Ok(()) };
+        let Ok(g) = self.size_lock.try_lock() else { return Ok(()) };
+        let _g = Ordered::taken(Rank::Size, g);
         let Some(_no_io) = self.store_len_gate.try_resize() else { return Ok(()) };
         self.fix_backing_size_excluded()
     }

@@ -6,11 +6,11 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 use super::Inode;
 use crate::dirty::DirtyRoom;
-use crate::folio::{DirtyMark, Folio, FolioState};
+use crate::folio::{DirtyMark, Folio, FolioGuard, FolioState};
 use crate::io::BLOCK_SIZE;
 use crate::stats::Counters;
 use crate::throttle;
@@ -212,7 +212,7 @@ impl Inode {
     /// waiting for the I/O; the copy's memory is reserved like a new
     /// folio's (the old buffer stays counted until that writeback
     /// completes). `None` when the folio left the mapping meanwhile.
-    fn lock_private<'f>(&self, folio: &'f Folio) -> io::Result<Option<MutexGuard<'f, FolioState>>> {
+    fn lock_private<'f>(&self, folio: &'f Folio) -> io::Result<Option<FolioGuard<'f>>> {
         let Some(st) = folio.lock_filled() else { return Ok(None) };
         if Arc::strong_count(&st.buf) <= 1 {
             return Ok(Some(st));

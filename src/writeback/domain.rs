@@ -147,7 +147,7 @@ impl Domain {
         let (expired, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|l| l.dirtied_when_ns <= cutoff_ns);
         list.extend(kept);
         debug_assert!(
-            expired.iter().all(|l| l.inode.listed_workers.load(Ordering::Acquire) & (1 << worker) != 0),
+            expired.iter().all(|l| l.inode.listed_workers() & (1 << worker) != 0),
             "a listed inode is flagged"
         );
         expired
@@ -166,28 +166,20 @@ impl Domain {
     pub fn has_dirty_for(&self, inode: &Inode, worker: usize) -> bool {
         match self.route.routing {
             Routing::Single | Routing::Rotor => inode.has_dirty(),
-            Routing::Region => {
-                let idx = inode.mapping.dirty_index();
-                let mut regions = idx.regions();
-                regions.any(|r| self.route.worker_of_region(inode.id, r) == worker)
-            }
+            Routing::Region => inode.has_dirty_region_of(&self.route, worker),
         }
     }
 
     /// The worker `rotor` routing binds `inode` to, binding it now if it
     /// has none (round-robin).
     fn rotor_worker(&self, inode: &Inode) -> usize {
-        let bound = inode.rotor_worker.load(Ordering::Acquire);
-        if bound != u32::MAX {
-            return bound as usize;
+        if let Some(bound) = inode.rotor_worker() {
+            return bound;
         }
-        let next = self.rotor.fetch_add(1, Ordering::Relaxed) % self.route.nr_workers as u32;
-        let worker = match inode.rotor_worker.compare_exchange(u32::MAX, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => next,
-            Err(other) => other,
-        };
-        debug_assert!((worker as usize) < self.route.nr_workers);
-        worker as usize
+        let next = self.rotor.fetch_add(1, Ordering::Relaxed) as usize % self.route.nr_workers;
+        let worker = inode.bind_rotor_worker(next);
+        debug_assert!(worker < self.route.nr_workers);
+        worker
     }
 
     /// The workers (a bit mask) to queue `inode` with: the one writing
@@ -198,10 +190,10 @@ impl Domain {
             (Routing::Single, _) => 1,
             (Routing::Rotor, _) => 1 << self.rotor_worker(inode),
             (Routing::Region, Some(block)) => {
-                1 << self.route.worker_of_region(inode.id, self.route.region_of_block(block))
+                1 << self.route.worker_of_region(inode.id(), self.route.region_of_block(block))
             }
             (Routing::Region, None) => {
-                let mask = self.route.workers_of_regions(inode.id, inode.mapping.dirty_index().regions());
+                let mask = inode.dirty_workers(&self.route);
                 if mask == 0 {
                     1
                 } else {
@@ -214,8 +206,7 @@ impl Domain {
     /// Queues `inode` at the tail of `worker`'s list, dirtied now, unless
     /// it is listed there already.
     fn queue_on(&self, inode: &Arc<Inode>, worker: usize) {
-        let bit = 1u64 << worker;
-        if inode.listed_workers.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+        if !inode.mark_listed(worker) {
             return;
         }
         let listed = Listed { inode: inode.clone(), dirtied_when_ns: self.dirty.cache.now_ns() };
@@ -230,10 +221,7 @@ impl Domain {
     pub fn requeue(&self, worker: usize, listed: Listed) {
         let bit = 1u64 << worker;
         let inode = listed.inode;
-        debug_assert!(
-            inode.listed_workers.load(Ordering::Acquire) & bit != 0,
-            "a taken inode keeps its bit until requeued"
-        );
+        debug_assert!(inode.listed_workers() & bit != 0, "a taken inode keeps its bit until requeued");
         debug_assert!(
             !self.list(worker).iter().any(|l| Arc::ptr_eq(&l.inode, &inode)),
             "a taken inode is off the list"
@@ -242,7 +230,7 @@ impl Domain {
             self.list(worker).push_back(Listed { inode, dirtied_when_ns: listed.dirtied_when_ns });
             return;
         }
-        let others = inode.listed_workers.fetch_and(!bit, Ordering::AcqRel) & !bit;
+        let others = inode.mark_unlisted(worker);
         // A writer may have dirtied it after the check and seen the bit set.
         if self.has_dirty_for(&inode, worker) {
             self.queue_on(&inode, worker);
@@ -260,7 +248,7 @@ impl Domain {
     /// an idle inode needs it off. False if it has dirty data, is not
     /// listed, or a worker holds it (taken, not yet requeued).
     pub fn unlist_clean(&self, inode: &Arc<Inode>) -> bool {
-        let listed = inode.listed_workers.load(Ordering::Acquire);
+        let listed = inode.listed_workers();
         if listed == 0 || inode.has_dirty() {
             return false;
         }
@@ -272,7 +260,7 @@ impl Domain {
             }
             let Some(pos) = list.iter().position(|l| Arc::ptr_eq(&l.inode, inode)) else { continue };
             list.remove(pos);
-            inode.listed_workers.fetch_and(!(1u64 << worker), Ordering::AcqRel);
+            inode.mark_unlisted(worker);
             unlisted |= 1 << worker;
         }
         // As in `requeue`: a writer may have dirtied it after the check and
@@ -291,7 +279,7 @@ impl DirtyInodeList for Domain {
     /// already listed costs one load.
     fn queue_dirty_inode(&self, inode: &Arc<Inode>, at: Option<u64>) -> u64 {
         let mask = self.workers_for(inode, at);
-        let missing = mask & !inode.listed_workers.load(Ordering::Acquire);
+        let missing = mask & !inode.listed_workers();
         for worker in workers_in(missing) {
             self.queue_on(inode, worker);
         }

@@ -186,7 +186,7 @@ impl InFlight {
         self.next_pass_id += 1;
         debug_assert!(!self.passes.contains_key(&id) && id < 1 << (64 - TAG_SHIFT), "pass id {id} is free");
         self.look_at_sync_waiters();
-        let wanted_by_sync = self.sync_inodes.contains(&inode.id);
+        let wanted_by_sync = self.sync_inodes.contains(&inode.id());
         let priority = if wanted_by_sync { IoPriority::Sync } else { IoPriority::Async };
         let writes = inode.pass_writes(&pass, priority, id << TAG_SHIFT);
         if wanted_by_sync {
@@ -195,7 +195,7 @@ impl InFlight {
         let dirty_bytes = pass.dirty_bytes();
         self.ios_queued += writes.len();
         self.bytes_queued += pass.bytes();
-        *self.passes_per_inode.entry(inode.id).or_insert(0) += 1;
+        *self.passes_per_inode.entry(inode.id()).or_insert(0) += 1;
         let n = writes.len();
         self.passes.insert(
             id,
@@ -215,7 +215,7 @@ impl InFlight {
             if wanted_by_sync {
                 self.held_sync.push_back(w);
             } else {
-                self.held_async.push_back((inode.id, w));
+                self.held_async.push_back((inode.id(), w));
             }
         }
         self.submit_held();
@@ -366,11 +366,11 @@ impl InFlight {
             pass.set_results(results.into_iter().map(|r| r.expect("every I/O completed")).collect());
             inode.note_store_written(&pass);
             inode.end_async_io();
-            let left = self.passes_per_inode.get_mut(&inode.id).expect("counted at start");
+            let left = self.passes_per_inode.get_mut(&inode.id()).expect("counted at start");
             *left -= 1;
             let last = *left == 0;
             if last {
-                self.passes_per_inode.remove(&inode.id);
+                self.passes_per_inode.remove(&inode.id());
             }
             let outcome = inode.finish_pass(pass, if last { SizeFix::Try } else { SizeFix::No });
             if outcome.failed_bytes > 0 {

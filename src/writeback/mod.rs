@@ -6,12 +6,14 @@
 //!   pure functions.
 //! - [`worker`] and [`inflight`]: a writeback worker's loop and its passes
 //!   in flight; [`policy`]: its decisions, as pure functions.
-//! - [`pass`]: one writeback pass over an inode: collect, build I/Os,
-//!   complete.
-//! - [`sync`]: fsync / fdatasync; [`sync_range`]: `sync_file_range`.
+//! - [`sync_range`]: `sync_file_range`'s writes, started and waited on.
 //!
-//! This layer sits above the inode: it reads and changes inode state; the
-//! inode reaches it only through `inode::DirtyInodeList`.
+//! One writeback pass over an inode (collect, build I/Os, complete) and
+//! fsync are the inode's own methods (`inode::pass`, `inode::sync`): this
+//! layer decides when and which, and drives them through those methods
+//! without touching inode state itself. The inode reaches this layer only
+//! through `inode::DirtyInodeList`; `route` is the one module of it below
+//! the inode, a pure function a pass consults for a worker's share.
 
 pub mod domain;
 pub mod inflight;

@@ -8,14 +8,14 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 use super::{SizeFix, WbChunk, WbPass, WritebackOutcome};
 use crate::buf::AlignedBuf;
-use crate::folio::{DirtyMark, Folio, FolioState};
+use crate::folio::{DirtyMark, Folio, FolioGuard, FolioState};
 use crate::inode::Inode;
 use crate::io::BLOCK_SIZE;
-use crate::locks;
+use crate::locks::{self, Rank};
 use crate::stats::{Counters, Reason};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -60,7 +60,7 @@ impl Inode {
     /// leave the old one to this reference, which would then free it
     /// uncounted. If the folio moved on to a copy or was removed, the last
     /// reference gives the old buffer's memory back.
-    pub(super) fn end_writeback_ref(&self, folio: &Folio, st: MutexGuard<'_, FolioState>, buf: Arc<AlignedBuf>) {
+    pub(super) fn end_writeback_ref(&self, folio: &Folio, st: FolioGuard<'_>, buf: Arc<AlignedBuf>) {
         if Arc::ptr_eq(&buf, &st.buf) {
             drop(buf);
             drop(st);
@@ -98,7 +98,7 @@ impl Inode {
     /// size again.
     pub fn finish_pass(self: &Arc<Self>, pass: WbPass, fix_size: SizeFix) -> WritebackOutcome {
         debug_assert!(
-            locks::lock(&self.tickets).in_flight.contains(&pass.ticket),
+            locks::lock_ranked(Rank::Tickets, &self.tickets).in_flight.contains(&pass.ticket),
             "a pass holds its ticket until it completes"
         );
         let mut outcome = WritebackOutcome::default();
@@ -121,7 +121,7 @@ impl Inode {
         outcome
     }
 
-    pub fn record_error(&self, e: &io::Error, outcome: &mut WritebackOutcome) {
+    pub(in crate::inode) fn record_error(&self, e: &io::Error, outcome: &mut WritebackOutcome) {
         let errno = e.raw_os_error().unwrap_or(libc::EIO);
         self.errseq.record(errno);
         self.counters.last_writeback_errno.store(errno, Ordering::Release);

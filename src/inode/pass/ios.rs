@@ -13,7 +13,7 @@ use super::{WbChunk, WbPass};
 use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
-use crate::locks;
+use crate::locks::{self, Rank};
 use crate::stats::Counters;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -353,7 +353,7 @@ impl Inode {
         // So a pass that may extend the store registers its end first, and
         // a grow holds the lock from its look at the size to its `set_len`
         // and never sets the store below a registered end.
-        let mut writes_end = locks::lock(&self.store_writes_end);
+        let mut writes_end = locks::lock_ranked(Rank::StoreWritesEnd, &self.store_writes_end);
         *writes_end = (*writes_end).max(pass_end);
         let known_len = self.store_len_min.load(Ordering::Acquire);
         // Writes through the kernel's cache extend the store as they go,

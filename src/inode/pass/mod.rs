@@ -12,13 +12,13 @@
 //!   result per I/O and per chunk).
 //! - Bridged (clean) blocks are never counted as dirty or writeback bytes.
 //! - A pass holds a writeback ticket from before it takes its first dirty
-//!   bit until it completes (see `writeback::sync`).
+//!   bit until it completes (see `inode::sync`).
 //! - A pass holds the inode's store-length gate for as long as any of its
 //!   I/O is in flight, so a truncation never races it.
 //!
-//! These are methods of [`Inode`], in this module because they are the
-//! writeback layer's: the inode's own paths (read, write, fill, set_len)
-//! never call them.
+//! These are methods of [`Inode`] that the writeback layer above drives
+//! (its workers, in-flight passes, fsync and `sync_file_range`): the
+//! inode's own data paths (read, write, fill, set_len) never call them.
 
 mod completion;
 mod ios;
