@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 /// layers after its own.
 const LIBRARY_LAYERS: &[&[&str]] = &[
     &["capi"],
+    &["capi::lifecycle", "capi::names", "capi::rw", "capi::file_ops", "capi::report"],
+    &["capi::handles"],
+    &["capi::failure"],
     &["cache"],
     &["file"],
     &["shared"],
