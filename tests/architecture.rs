@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 /// layers after its own.
 const LIBRARY_LAYERS: &[&[&str]] = &[
     &["capi"],
+    &["capi::lifecycle", "capi::names", "capi::rw", "capi::file_ops", "capi::report"],
+    &["capi::handles"],
+    &["capi::failure"],
     &["cache"],
     &["file"],
     &["shared"],
@@ -48,6 +51,11 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["stats", "folio"],
     &["config"],
     &["io::threads", "io::uring", "io::sim"],
+    &["io::sim::backend"],
+    &["io::sim::store"],
+    &["io::sim::attempt"],
+    &["io::sim::disk"],
+    &["io::sim::config", "io::sim::stats", "io::sim::rng"],
     &["io::fd", "io::queue"],
     &["io"],
     &["buf"],

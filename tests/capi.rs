@@ -1,6 +1,6 @@
 //! The C ABI from C: builds `tests/c/abi_test.c` against `include/wbcache.h`
 //! and the static library, runs it on a temporary directory, and checks that
-//! the header declares exactly the functions `src/capi.rs` exports.
+//! the header declares exactly the functions `src/capi/` exports.
 //! `common::programs` finds (or builds) the static library.
 
 mod common;
@@ -120,9 +120,16 @@ fn which_cxx() -> Result<String, ()> {
     Err(())
 }
 
-/// Names of the functions `src/capi.rs` exports (`extern "C" fn wbc_*`).
+/// Names of the functions the files of `src/capi/` export (`extern "C" fn
+/// wbc_*`).
 fn exported_functions() -> Vec<String> {
-    let src = std::fs::read_to_string(manifest_dir().join("src/capi.rs")).unwrap();
+    let mut src = String::new();
+    for entry in std::fs::read_dir(manifest_dir().join("src/capi")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            src.push_str(&std::fs::read_to_string(&path).unwrap());
+        }
+    }
     let mut names: Vec<String> = src
         .lines()
         .filter_map(|l| l.trim_start().strip_prefix("pub unsafe extern \"C\" fn "))
@@ -165,9 +172,9 @@ fn header_declares_exactly_the_exported_functions() {
         "wbc_truncate",
         "wbc_stats_json",
     ] {
-        assert!(exported.iter().any(|e| e == required), "{required} is not exported by src/capi.rs");
+        assert!(exported.iter().any(|e| e == required), "{required} is not exported by src/capi/");
     }
-    assert_eq!(declared_functions(), exported, "include/wbcache.h and src/capi.rs disagree");
+    assert_eq!(declared_functions(), exported, "include/wbcache.h and src/capi/ disagree");
     let header = std::fs::read_to_string(manifest_dir().join("include/wbcache.h")).unwrap();
     assert!(header.contains("#define WBC_DONTCACHE 0x1u"));
     assert_eq!(wbcache::capi::WBC_DONTCACHE, wbcache::WriteFlags::DONTCACHE.bits());
