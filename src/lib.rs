@@ -63,7 +63,7 @@ pub use buf::AlignedBuf;
 pub use cache::Cache;
 pub use config::{parse_size, Config, Routing, OPTION_KEYS};
 pub use file::{
-    Advice, File, FileCursor, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY,
+    Advice, Allocation, File, FileCursor, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY,
     RESIDENT_WRITEBACK,
 };
 /// The simulated I/O backend: in memory, with seeded latency, faults and a

@@ -24,7 +24,9 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["capi::handles"],
     &["capi::failure"],
     &["cache"],
+    &["file::cursor"],
     &["file"],
+    &["file::options"],
     &["shared"],
     &["writeback::worker"],
     &["writeback::inflight", "writeback::sync_range"],
@@ -430,4 +432,44 @@ fn the_length_check_measures_from_fn_to_its_closing_brace() {
     assert!(long_functions(&fits).is_empty(), "exactly {FUNCTION_LINES_MAX} lines fit");
     let over = format!("unsafe fn over() {{\n{body}    let y = \"{{\";\n}}\nfn decl();\n");
     assert_eq!(long_functions(&code_only(&over)), [("over".to_string(), FUNCTION_LINES_MAX + 1)]);
+}
+
+/// The longest a source file may be, in non-blank lines (comments
+/// included) before its test module: a module longer than that holds more
+/// than one concept.
+const FILE_LINES_MAX: usize = 800;
+
+/// Non-blank lines of `src` before its first top-level `#[cfg(test)]`
+/// module (its tests or test helpers).
+fn lines_before_tests(src: &str) -> usize {
+    let lines: Vec<&str> = src.lines().collect();
+    let tests_at = (0..lines.len())
+        .find(|&i| {
+            lines[i] == "#[cfg(test)]"
+                && lines.get(i + 1).is_some_and(|l| l.contains("mod ") && l.trim_end().ends_with('{'))
+        })
+        .unwrap_or(lines.len());
+    lines[..tests_at].iter().filter(|l| !l.trim().is_empty()).count()
+}
+
+#[test]
+fn the_file_check_counts_lines_before_the_test_module() {
+    let src = "//! doc\n\nfn a() {}\n    #[cfg(test)]\n    fn b() {}\n#[cfg(test)]\npub(crate) mod util {\n}\n";
+    assert_eq!(lines_before_tests(src), 4, "blank lines do not count, an inner cfg(test) item does");
+    assert_eq!(lines_before_tests("fn a() {}\n#[cfg(test)]\nconst X: u8 = 1;\n"), 3, "only a module ends the count");
+}
+
+#[test]
+fn no_source_file_is_longer_than_eight_hundred_lines() {
+    let mut problems = Vec::new();
+    for tree in trees() {
+        for file in rust_files(&tree.root) {
+            let lines = lines_before_tests(&std::fs::read_to_string(&file).unwrap());
+            if lines > FILE_LINES_MAX {
+                let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(&file).display().to_string();
+                problems.push(format!("{rel}: {lines} non-blank lines before its tests (at most {FILE_LINES_MAX})"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "files to split:\n{}", problems.join("\n"));
 }

@@ -21,7 +21,9 @@ use std::time::Duration;
 use common::programs::TempDir;
 use common::{assert_same, wait_until};
 use wbcache::errno_of;
-use wbcache::{Advice, Cache, Config, File, OpenOptions, Reason, SyncRangeFlags, RESIDENT_CACHED, RESIDENT_DIRTY};
+use wbcache::{
+    Advice, Allocation, Cache, Config, File, OpenOptions, Reason, SyncRangeFlags, RESIDENT_CACHED, RESIDENT_DIRTY,
+};
 
 const NO_WRITEBACK: &str = "capacity=64M,dirty_limit=32M,dirty_background=31M,expire_ms=3600000";
 const KIB: u64 = 1 << 10;
@@ -173,8 +175,16 @@ fn fallocate_errors_change_nothing() {
     assert_eq!(errno_of(&f.punch_hole(10..10).unwrap_err()), libc::EINVAL);
     assert_eq!(errno_of(&f.allocate(1..u64::MAX, false).unwrap_err()), libc::EFBIG);
     let collapse = libc::FALLOC_FL_COLLAPSE_RANGE;
-    assert_eq!(errno_of(&f.fallocate_mode(collapse, 0..4096).unwrap_err()), libc::EOPNOTSUPP);
-    assert_eq!(errno_of(&f.fallocate_mode(libc::FALLOC_FL_PUNCH_HOLE, 0..4096).unwrap_err()), libc::EOPNOTSUPP);
+    assert_eq!(
+        errno_of(&Allocation::try_from(collapse).and_then(|how| f.fallocate(0..4096, how)).unwrap_err()),
+        libc::EOPNOTSUPP
+    );
+    assert_eq!(
+        errno_of(
+            &Allocation::try_from(libc::FALLOC_FL_PUNCH_HOLE).and_then(|how| f.fallocate(0..4096, how)).unwrap_err()
+        ),
+        libc::EOPNOTSUPP
+    );
     assert_same(&read_all(&f), &data, "unchanged");
     drop((f, ro));
     c.close().unwrap();

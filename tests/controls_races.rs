@@ -48,7 +48,7 @@ use common::programs::TempDir;
 use common::{assert_same, first_diff, with_timeout, Rng};
 use wbcache::errno_of;
 use wbcache::sim::{SimConfig, SimIo};
-use wbcache::{Advice, AlignedBuf, Cache, Config, File, OpenOptions, Stats, SyncRangeFlags, WriteFlags};
+use wbcache::{Advice, AlignedBuf, Allocation, Cache, Config, File, OpenOptions, Stats, SyncRangeFlags, WriteFlags};
 
 /// Writeback running all the time: small thresholds, a 20 ms expiry, and
 /// folios of up to 256 KiB for the punches to split.
@@ -1394,7 +1394,7 @@ fn block_device_punch_zero_and_allocate_through_a_loop_device() {
         let refused = [
             ("allocate", f.allocate(0..4096, false), libc::EOPNOTSUPP),
             ("allocate KEEP_SIZE", f.allocate(0..4096, true), libc::EOPNOTSUPP),
-            ("fallocate mode 0", f.fallocate_mode(0, 8 * MIB..9 * MIB), libc::EOPNOTSUPP),
+            ("fallocate mode 0", f.fallocate(8 * MIB..9 * MIB, Allocation::try_from(0).unwrap()), libc::EOPNOTSUPP),
             ("unaligned punch", f.punch_hole(8 * MIB + 100..8 * MIB + 100 + 4096), libc::EINVAL),
             ("zero past the end without KEEP_SIZE", f.zero_range(DEV - 4096..DEV + 4096, false), libc::EINVAL),
             ("punch at the end", f.punch_hole(DEV..DEV + 4096), libc::EINVAL),

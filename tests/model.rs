@@ -25,7 +25,7 @@
 //! `Advice`, ranges to the end of the file and empty ones; reads after it
 //! still match), `writeback_range` (every combination of its flags, no
 //! durability promised; a wait may report an error as a sync does),
-//! `punch_hole`/`zero_range`/`allocate` (and `fallocate_mode`; misuse:
+//! `punch_hole`/`zero_range`/`allocate` (and `fallocate` with `fallocate(2)`'s mode bits; misuse:
 //! read-only handles, empty and reversed ranges, past `i64::MAX`, unknown
 //! modes), handles opened with `append`, `Cache::remove_file` and
 //! `Cache::rename` (a file created under a removed or renamed-away name is
@@ -50,7 +50,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wbcache::sim::{Fault, SimConfig, SimIo};
-use wbcache::{Advice, Cache, Config, File, OpenOptions, SyncRangeFlags, WriteFlags};
+use wbcache::{Advice, Allocation, Cache, Config, File, OpenOptions, SyncRangeFlags, WriteFlags};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -982,7 +982,7 @@ impl<'p> Model<'p> {
     }
 
     /// `punch_hole`, `zero_range` or `allocate` (or the same through
-    /// `fallocate_mode`), with the misuse cases now and then: a read-only
+    /// `fallocate` with the mode bits), with the misuse cases now and then: a read-only
     /// handle (`EBADF`), an empty or reversed range (`InvalidInput`), an
     /// end past `i64::MAX` (`EFBIG`), an unknown mode (`EOPNOTSUPP`); none
     /// of them changes anything.
@@ -1018,7 +1018,7 @@ impl<'p> Model<'p> {
         let file = &self.files[fi].handles[hi].file;
         let range = start..end;
         let result = if via_mode {
-            file.fallocate_mode(how.mode(), range)
+            Allocation::try_from(how.mode()).and_then(|a| file.fallocate(range, a))
         } else {
             match how {
                 Falloc::Punch => file.punch_hole(range),
@@ -1070,7 +1070,7 @@ impl<'p> Model<'p> {
         self.count("fallocate misuse");
         let file = &self.files[fi].handles[hi].file;
         let result = match (what, self.rng.below(4)) {
-            ("unknown mode", _) | (_, 3) => file.fallocate_mode(mode, range.clone()),
+            ("unknown mode", _) | (_, 3) => Allocation::try_from(mode).and_then(|a| file.fallocate(range.clone(), a)),
             (_, 0) => file.punch_hole(range.clone()),
             (_, 1) => file.zero_range(range.clone(), self.rng.chance(50)),
             _ => file.allocate(range.clone(), self.rng.chance(50)),

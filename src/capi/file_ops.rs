@@ -7,7 +7,7 @@
 
 use super::failure::{einval, guard, guard_int, Failure};
 use super::handles::{file_ref, to_i64, wbc_file};
-use crate::file::{Advice, SyncRangeFlags};
+use crate::file::{Advice, Allocation, SyncRangeFlags};
 use std::ffi::{c_int, c_uint};
 use std::io;
 
@@ -177,6 +177,6 @@ pub unsafe extern "C" fn wbc_fallocate(f: *mut wbc_file, mode: c_int, off: i64, 
             return Err(einval("negative offset, or a length not above 0"));
         }
         let end = off.checked_add(len).ok_or(Failure { errno: libc::EFBIG, message: "range past INT64_MAX".into() })?;
-        Ok(file.fallocate_mode(mode, off as u64..end as u64)?)
+        Ok(file.fallocate(off as u64..end as u64, Allocation::try_from(mode)?)?)
     })
 }

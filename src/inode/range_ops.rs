@@ -31,8 +31,11 @@ use crate::mapping::FolioIndex;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
-/// What a `fallocate(2)` call does (the modes wbcache accepts).
+/// What a [`File::fallocate`](crate::File::fallocate) call does: the
+/// `fallocate(2)` modes wbcache accepts. `Allocation::try_from(mode)`
+/// takes `fallocate(2)`'s `mode` bits, and [`Allocation::mode`] gives them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Allocation {
     /// Mode 0 (`keep_size: false`) or `FALLOC_FL_KEEP_SIZE`: reserve
     /// blocks; no byte changes.
@@ -45,10 +48,12 @@ pub enum Allocation {
     ZeroRange { keep_size: bool },
 }
 
-impl Allocation {
+impl TryFrom<i32> for Allocation {
+    type Error = io::Error;
+
     /// From `fallocate(2)`'s `mode`; `EOPNOTSUPP` for any other mode, as
     /// the kernel answers one its file system does not implement.
-    pub fn from_mode(mode: i32) -> io::Result<Allocation> {
+    fn try_from(mode: i32) -> io::Result<Allocation> {
         use libc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO};
         Ok(match mode {
             0 => Allocation::Reserve { keep_size: false },
@@ -59,7 +64,9 @@ impl Allocation {
             _ => return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
         })
     }
+}
 
+impl Allocation {
     /// `fallocate(2)`'s `mode` for this allocation.
     pub fn mode(self) -> i32 {
         use libc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO};

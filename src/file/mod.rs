@@ -1,257 +1,40 @@
-//! Open handles: [`File`] (positional I/O, sync, size), its
-//! [`OpenOptions`], [`WriteFlags`], and [`FileCursor`], the
-//! `std::io::{Read, Write, Seek}` adapter.
+//! Open handles: [`File`] (positional I/O, sync, size); the values its
+//! calls take ([`OpenOptions`], [`WriteFlags`], [`Advice`],
+//! [`SyncRangeFlags`]) live in `options`, and [`FileCursor`], the
+//! `std::io::{Read, Write, Seek}` adapter, in `cursor`.
 //!
 //! A handle owns its access mode, its errseq cursor (each handle's next
 //! fsync reports a writeback error once) and its readahead state. Dropping
 //! a handle does not write back (as `close(2)`): dirty data stays cached
 //! and the flusher writes it.
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
+mod cursor;
+mod options;
+
+use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::inode::Allocation;
+pub use crate::inode::Allocation;
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::memory::Memory;
 use crate::readahead::{Decision, Readahead};
 use crate::shared::{OpGuard, Shared};
-use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource, IOV_MAX};
-
-const BLOCK: u64 = BLOCK_SIZE as u64;
-
-/// How to open a file, as `std::fs::OpenOptions`.
-#[derive(Clone, Debug)]
-pub struct OpenOptions {
-    pub read: bool,
-    pub write: bool,
-    pub create: bool,
-    pub create_new: bool,
-    pub truncate: bool,
-    /// Permission bits for a created file (default 0o644).
-    pub mode: u32,
-    /// Every read and write of the handle is uncached, as if it passed
-    /// [`WriteFlags::DONTCACHE`]: how a backup, log or streaming handle is
-    /// marked once instead of on each call.
-    pub dontcache: bool,
-    /// `O_APPEND`: every write goes to the end of the file, whatever
-    /// offset it names (as `pwrite(2)` on Linux), atomically with respect
-    /// to other appends through the cache. Needs write access.
-    pub append: bool,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        OpenOptions {
-            read: true,
-            write: false,
-            create: false,
-            create_new: false,
-            truncate: false,
-            mode: 0o644,
-            dontcache: false,
-            append: false,
-        }
-    }
-}
-
-impl OpenOptions {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Read and write, creating the file if missing.
-    pub fn read_write_create() -> Self {
-        OpenOptions { write: true, create: true, ..Self::default() }
-    }
-    pub fn read(mut self, v: bool) -> Self {
-        self.read = v;
-        self
-    }
-    pub fn write(mut self, v: bool) -> Self {
-        self.write = v;
-        self
-    }
-    pub fn create(mut self, v: bool) -> Self {
-        self.create = v;
-        self
-    }
-    pub fn create_new(mut self, v: bool) -> Self {
-        self.create_new = v;
-        self
-    }
-    pub fn truncate(mut self, v: bool) -> Self {
-        self.truncate = v;
-        self
-    }
-    pub fn mode(mut self, mode: u32) -> Self {
-        self.mode = mode;
-        self
-    }
-    /// Makes the handle's every read and write uncached (see
-    /// [`OpenOptions::dontcache`]).
-    pub fn dontcache(mut self, v: bool) -> Self {
-        self.dontcache = v;
-        self
-    }
-    /// Opens for appending (see [`OpenOptions::append`]).
-    pub fn append(mut self, v: bool) -> Self {
-        self.append = v;
-        self
-    }
-
-    pub(crate) fn validate(&self) -> io::Result<()> {
-        if !self.read && !self.write {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "open for neither reading nor writing"));
-        }
-        if (self.create || self.create_new || self.truncate) && !self.write {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "create and truncate need write access"));
-        }
-        if self.append && !self.write {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "append needs write access"));
-        }
-        Ok(())
-    }
-}
+use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource};
 
 pub use crate::folio::{RESIDENT_CACHED, RESIDENT_DIRTY, RESIDENT_WRITEBACK};
+pub use cursor::FileCursor;
+pub use options::{Advice, OpenOptions, SyncRangeFlags, WriteFlags};
 
-/// Advice for [`File::advise`], as `posix_fadvise(2)`'s (the C ABI's
-/// `WBC_FADV_*` values are `POSIX_FADV_*`'s).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Advice {
-    /// Undo `Sequential`, `Random` and `NoReuse` for the handle.
-    Normal,
-    /// The handle reads sequentially: its readahead window may grow to
-    /// twice `readahead_max`.
-    Sequential,
-    /// The handle reads at random: no readahead, each read reads only
-    /// what it needs.
-    Random,
-    /// The range will be read soon: start reading it in the background
-    /// (at most half the cache's capacity from its start).
-    WillNeed,
-    /// The range will not be read again soon: drop its clean folios now,
-    /// and make its dirty ones drop-behind (written by the flusher, then
-    /// dropped). Writes nothing itself and waits for nothing.
-    DontNeed,
-    /// Data the handle reads or writes from now on is used once: its
-    /// reads and writes are uncached, as with [`WriteFlags::DONTCACHE`].
-    NoReuse,
-}
-
-impl Advice {
-    /// From `posix_fadvise(2)`'s `advice`; `EINVAL` for an unknown value.
-    pub fn from_raw(advice: i32) -> io::Result<Advice> {
-        Ok(match advice {
-            libc::POSIX_FADV_NORMAL => Advice::Normal,
-            libc::POSIX_FADV_SEQUENTIAL => Advice::Sequential,
-            libc::POSIX_FADV_RANDOM => Advice::Random,
-            libc::POSIX_FADV_WILLNEED => Advice::WillNeed,
-            libc::POSIX_FADV_DONTNEED => Advice::DontNeed,
-            libc::POSIX_FADV_NOREUSE => Advice::NoReuse,
-            _ => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("unknown advice {advice}: use one of POSIX_FADV_NORMAL ... POSIX_FADV_NOREUSE (0-5)"),
-                ))
-            }
-        })
-    }
-
-    /// `posix_fadvise(2)`'s value for this advice.
-    pub fn raw(self) -> i32 {
-        match self {
-            Advice::Normal => libc::POSIX_FADV_NORMAL,
-            Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
-            Advice::Random => libc::POSIX_FADV_RANDOM,
-            Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
-            Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
-            Advice::NoReuse => libc::POSIX_FADV_NOREUSE,
-        }
-    }
-}
-
-/// What [`File::writeback_range`] does: `sync_file_range(2)`'s flags,
-/// with the same values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SyncRangeFlags(u32);
-
-impl SyncRangeFlags {
-    pub const NONE: SyncRangeFlags = SyncRangeFlags(0);
-    /// Wait for writeback of the file already in flight first
-    /// (`SYNC_FILE_RANGE_WAIT_BEFORE`).
-    pub const WAIT_BEFORE: SyncRangeFlags = SyncRangeFlags(1);
-    /// Start writeback of the range's dirty blocks
-    /// (`SYNC_FILE_RANGE_WRITE`).
-    pub const WRITE: SyncRangeFlags = SyncRangeFlags(2);
-    /// Wait for writeback of the file in flight, this call's included,
-    /// before returning (`SYNC_FILE_RANGE_WAIT_AFTER`).
-    pub const WAIT_AFTER: SyncRangeFlags = SyncRangeFlags(4);
-
-    /// From `sync_file_range(2)`'s `flags`; `EINVAL` for unknown bits.
-    pub fn from_bits(bits: u32) -> io::Result<SyncRangeFlags> {
-        if bits & !7 != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("unknown sync_file_range flags {bits:#x}: use WAIT_BEFORE (1), WRITE (2), WAIT_AFTER (4)"),
-            ));
-        }
-        Ok(SyncRangeFlags(bits))
-    }
-    pub fn union(self, other: SyncRangeFlags) -> SyncRangeFlags {
-        SyncRangeFlags(self.0 | other.0)
-    }
-    pub fn contains(self, other: SyncRangeFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-    pub fn bits(self) -> u32 {
-        self.0
-    }
-}
-
-impl std::ops::BitOr for SyncRangeFlags {
-    type Output = SyncRangeFlags;
-    fn bitor(self, other: SyncRangeFlags) -> SyncRangeFlags {
-        self.union(other)
-    }
-}
+const BLOCK: u64 = BLOCK_SIZE as u64;
 
 /// A handle's access pattern advice ([`Advice::Sequential`],
 /// [`Advice::Random`]), as the readahead of its reads uses it.
 const ACCESS_NORMAL: u8 = 0;
 const ACCESS_SEQUENTIAL: u8 = 1;
 const ACCESS_RANDOM: u8 = 2;
-
-/// Flags for [`File::write_at_with`] and [`File::read_at_with`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WriteFlags(u32);
-
-impl WriteFlags {
-    pub const NONE: WriteFlags = WriteFlags(0);
-    /// Uncached I/O (`RWF_DONTCACHE`): the data is written back by the
-    /// flusher off the writer's path and dropped from the cache once clean;
-    /// an uncached read of data not already cached drops it after the copy.
-    pub const DONTCACHE: WriteFlags = WriteFlags(1);
-
-    pub fn from_bits(bits: u32) -> io::Result<WriteFlags> {
-        if bits & !1 != 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("unknown I/O flags {bits:#x}")));
-        }
-        Ok(WriteFlags(bits))
-    }
-    pub fn union(self, other: WriteFlags) -> WriteFlags {
-        WriteFlags(self.0 | other.0)
-    }
-    pub fn contains(self, other: WriteFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-    pub fn bits(self) -> u32 {
-        self.0
-    }
-}
 
 /// An open file or block device in a [`Cache`](crate::Cache). `Send + Sync`:
 /// share it between threads with an `Arc` or references.
@@ -654,14 +437,11 @@ impl File {
         self.fallocate(range, Allocation::ZeroRange { keep_size })
     }
 
-    /// `fallocate(2)` with its `mode` (0, `KEEP_SIZE`,
-    /// `PUNCH_HOLE|KEEP_SIZE`, `ZERO_RANGE`, `ZERO_RANGE|KEEP_SIZE`;
-    /// `EOPNOTSUPP` for any other), as the C ABI's `wbc_fallocate`.
-    pub fn fallocate_mode(&self, mode: i32, range: std::ops::Range<u64>) -> io::Result<()> {
-        self.fallocate(range, Allocation::from_mode(mode)?)
-    }
-
-    fn fallocate(&self, range: std::ops::Range<u64>, how: Allocation) -> io::Result<()> {
+    /// `fallocate(2)` of `range` as `how` says: [`File::allocate`],
+    /// [`File::punch_hole`] or [`File::zero_range`], chosen by a value
+    /// (`Allocation::try_from(mode)` takes `fallocate(2)`'s mode bits, as
+    /// the C ABI's `wbc_fallocate` does). Errors as [`File::allocate`].
+    pub fn fallocate(&self, range: std::ops::Range<u64>, how: Allocation) -> io::Result<()> {
         let _op = self.enter(true)?;
         if range.start >= range.end {
             return Err(io::Error::new(
@@ -782,7 +562,7 @@ impl File {
 
     /// A `Read + Write + Seek` cursor at offset 0.
     pub fn cursor(&self) -> FileCursor<'_> {
-        FileCursor { file: self, pos: 0 }
+        FileCursor::new(self)
     }
 
     /// Closes the handle. Dirty data stays cached and is written back later.
@@ -813,73 +593,4 @@ fn check_range(range: &std::ops::Range<u64>) -> io::Result<()> {
         ));
     }
     Ok(())
-}
-
-/// A position over a [`File`] for `std::io::{Read, Write, Seek}`.
-pub struct FileCursor<'a> {
-    file: &'a File,
-    pos: u64,
-}
-
-impl FileCursor<'_> {
-    pub fn position(&self) -> u64 {
-        self.pos
-    }
-}
-
-impl Read for FileCursor<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-    /// As `std::fs::File`: past 1024 buffers (`IOV_MAX`), a short read of
-    /// the first 1024.
-    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        let first = bufs.len().min(IOV_MAX);
-        let n = self.file.read_vectored_at(&mut bufs[..first], self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Write for FileCursor<'_> {
-    /// On an append handle the data goes to the end, and the position
-    /// follows it there (as `write(2)` with `O_APPEND`).
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let (n, at) = self.file.write_from_pos(buf, self.pos, WriteFlags::NONE)?;
-        self.pos = at + n as u64;
-        Ok(n)
-    }
-    /// As `std::fs::File`: past 1024 buffers (`IOV_MAX`), a short write of
-    /// the first 1024, which `write_all_vectored`-style loops continue.
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        let bufs = &bufs[..bufs.len().min(IOV_MAX)];
-        self.file.check_access(true)?;
-        let (n, at) = self.file.write_from_pos(&Gather::new(bufs)?, self.pos, WriteFlags::NONE)?;
-        self.pos = at + n as u64;
-        Ok(n)
-    }
-    /// Buffered data lives in the cache; `flush` is a no-op like
-    /// `std::fs::File` (use `sync_all` for durability).
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Seek for FileCursor<'_> {
-    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        let new = match pos {
-            SeekFrom::Start(p) => Some(p),
-            SeekFrom::End(d) => self.file.len()?.checked_add_signed(d),
-            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
-        };
-        match new {
-            Some(p) => {
-                self.pos = p;
-                Ok(p)
-            }
-            None => Err(io::Error::new(io::ErrorKind::InvalidInput, "seek to a negative or overflowing position")),
-        }
-    }
 }
