@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::locks;
+use crate::sys;
 
 /// The unit of uptodate/dirty tracking and of I/O alignment: every buffer
 /// here is aligned to it, as O_DIRECT needs.
@@ -178,12 +179,12 @@ impl Slabs {
             // mappings that nobody references any more. MADV_DONTNEED on
             // private anonymous memory only drops the pages (they read as
             // zeros afterwards).
-            let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
-            debug_assert_eq!(rc, 0, "madvise of our own slabs");
+            let rc = unsafe { sys::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+            debug_assert!(rc.is_ok(), "madvise of our own slabs");
             calls += 1;
             // On failure the slots still hold old bytes and would not read
             // as zeros: leak them rather than hand them out again.
-            if rc == 0 {
+            if rc.is_ok() {
                 for &(addr, class) in &pending[i..j] {
                     self.free[class].push(addr);
                 }
@@ -334,16 +335,11 @@ fn map_populated(len: usize, how: Populate) -> Option<NonNull<u8>> {
         }
     }
     let flags = match how {
-        Populate::Bulk => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-        Populate::PageByPage => libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        Populate::Bulk => libc::MAP_POPULATE,
+        Populate::PageByPage => 0,
     };
-    // SAFETY: a fresh private anonymous mapping; no existing memory is
-    // touched. MAP_POPULATE only pre-faults it.
-    let raw = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
-    if raw == libc::MAP_FAILED {
-        return None;
-    }
-    let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap never returns NULL on success");
+    // MAP_POPULATE only pre-faults the mapping.
+    let ptr = sys::map_anonymous(len, flags)?.cast::<u8>();
     debug_assert_eq!(ptr.as_ptr() as usize % BLOCK_SIZE, 0, "mappings are page aligned");
     if how == Populate::PageByPage {
         for page in (0..len).step_by(BLOCK_SIZE) {
@@ -366,21 +362,7 @@ fn map_populated(len: usize, how: Populate) -> Option<NonNull<u8>> {
 fn map_huge_aligned(len: usize) -> Option<NonNull<u8>> {
     debug_assert_eq!(len % HUGE_PAGE_BYTES, 0);
     let span = len.checked_add(HUGE_PAGE_BYTES)?;
-    // SAFETY: a fresh private anonymous mapping; no existing memory is
-    // touched.
-    let raw = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if raw == libc::MAP_FAILED {
-        return None;
-    }
+    let raw = sys::map_anonymous(span, 0)?.as_ptr();
     let start = raw as usize;
     let aligned = start.next_multiple_of(HUGE_PAGE_BYTES);
     let head = aligned - start;
@@ -391,14 +373,14 @@ fn map_huge_aligned(len: usize) -> Option<NonNull<u8>> {
     // allowed and leaves the rest mapped.
     unsafe {
         if head > 0 {
-            libc::munmap(raw, head);
+            let _ = sys::unmap(raw, head);
         }
         if tail > 0 {
-            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+            let _ = sys::unmap((aligned + len) as *mut libc::c_void, tail);
         }
         // Advice only: EINVAL where THP is compiled out, and the mapping
         // is then plain pages.
-        libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        let _ = sys::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
     }
     for page in (aligned..aligned + len).step_by(BLOCK_SIZE) {
         // SAFETY: `page` lies inside the aligned mapping just made, which
@@ -577,8 +559,8 @@ impl Drop for AlignedBuf {
             Origin::Mapped => {
                 // SAFETY: the mapping made in `zeroed`, of exactly this
                 // length, unmapped once (we own it and are being dropped).
-                let rc = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-                debug_assert_eq!(rc, 0, "munmap of our own mapping");
+                let rc = unsafe { sys::unmap(self.ptr.as_ptr().cast(), self.len) };
+                debug_assert!(rc.is_ok(), "munmap of our own mapping");
             }
             Origin::Slab => slab_free(self.ptr, self.len),
             Origin::Heap if self.len > 0 => {

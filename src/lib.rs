@@ -55,6 +55,7 @@ mod memory;
 mod readahead;
 mod shared;
 mod stats;
+mod sys;
 mod throttle;
 mod userbuf;
 mod writeback;

@@ -62,6 +62,7 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["io"],
     &["buf"],
     &["locks"],
+    &["sys"],
 ];
 
 /// The SQLite VFS's layers, top first.
@@ -472,4 +473,101 @@ fn no_source_file_is_longer_than_eight_hundred_lines() {
         }
     }
     assert!(problems.is_empty(), "files to split:\n{}", problems.join("\n"));
+}
+
+/// The libc wrappers a preloaded library may interpose (`LD_PRELOAD`,
+/// wbcache's own `libwbcache_preload.so` among them). The engine makes
+/// these calls only through `src/sys.rs` (direct system calls), and never
+/// through `std::fs`, whose calls go through the same wrappers: its own I/O
+/// must reach the kernel, not an interposer.
+const INTERPOSABLE: &[&str] = &[
+    "open",
+    "open64",
+    "openat",
+    "creat",
+    "close",
+    "read",
+    "write",
+    "pread",
+    "pread64",
+    "pwrite",
+    "pwrite64",
+    "readv",
+    "writev",
+    "preadv",
+    "pwritev",
+    "preadv2",
+    "pwritev2",
+    "lseek",
+    "lseek64",
+    "fsync",
+    "fdatasync",
+    "ftruncate",
+    "truncate",
+    "fallocate",
+    "posix_fallocate",
+    "posix_fadvise",
+    "readahead",
+    "sync_file_range",
+    "fcntl",
+    "ioctl",
+    "stat",
+    "lstat",
+    "fstat",
+    "fstatat",
+    "statx",
+    "rename",
+    "renameat",
+    "renameat2",
+    "unlink",
+    "unlinkat",
+    "mmap",
+    "munmap",
+    "madvise",
+    "dup",
+    "dup2",
+    "dup3",
+    "copy_file_range",
+    "sendfile",
+    "access",
+];
+
+/// Each call of an interposable libc wrapper or use of `std::fs` in
+/// `code`: the name found.
+fn interposable_calls(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("libc::") {
+        let name: String = code[at + 6..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let called = code[at + 6 + name.len()..].starts_with('(');
+        if called && INTERPOSABLE.contains(&name.as_str()) {
+            found.push(format!("libc::{name}"));
+        }
+    }
+    found.extend(code.match_indices("std::fs").map(|_| "std::fs".to_string()));
+    found
+}
+
+#[test]
+fn the_engine_makes_its_system_calls_directly() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut problems = Vec::new();
+    for file in rust_files(&root) {
+        if module_of(&root, &file) == "sys" {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        for call in interposable_calls(&code) {
+            let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(&file).display().to_string();
+            problems.push(format!("{rel}: {call} (use crate::sys)"));
+        }
+    }
+    assert!(problems.is_empty(), "calls a preloaded library could interpose:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_interposable_check_finds_wrapper_calls_only() {
+    let code = code_only(
+        "let a = libc::pwrite(fd, p, n, o);\nlet b = libc::O_DIRECT;\nstd::fs::rename(x, y);\n// libc::open(\n",
+    );
+    assert_eq!(interposable_calls(&code), ["libc::pwrite", "std::fs"]);
 }

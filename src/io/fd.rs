@@ -28,13 +28,14 @@ use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority, OpenHow, BLOCK_SIZE};
+use crate::sys::{self, Fd};
 
 /// Executes one attempt of a batch on a raw descriptor; the part of a
 /// backend that differs between io_uring and the thread pool.
@@ -75,22 +76,13 @@ pub fn rw_once(fd: RawFd, op: &mut IoOp<'_>) -> Attempt {
 /// Every iovec must describe memory that stays valid (and, for a read,
 /// writable and not aliased by live references) for the whole call.
 pub unsafe fn rw_iovecs(fd: RawFd, offset: u64, iovecs: &[libc::iovec], write: bool) -> Attempt {
-    let offset = libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let count = libc::c_int::try_from(iovecs.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    if iovecs.len() > libc::c_int::MAX as usize {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     // SAFETY: the caller guarantees the iovecs are valid for the call; the
     // array itself is borrowed for the call.
-    let n = unsafe {
-        if write {
-            libc::pwritev(fd, iovecs.as_ptr(), count, offset)
-        } else {
-            libc::preadv(fd, iovecs.as_ptr(), count, offset)
-        }
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    unsafe { sys::rw_vectored(fd, iovecs, offset, write) }
 }
 
 /// The `ioprio` value a request of `priority` carries to the device:
@@ -140,13 +132,13 @@ pub fn error_with_context(errno: i32, message: impl Into<String>) -> io::Error {
 
 /// One open regular file or block device.
 pub struct FdStore {
-    fd: OwnedFd,
+    fd: Fd,
     info: BackingInfo,
     engine: Arc<dyn FdEngine>,
     /// A second descriptor of the file without O_DIRECT, opened on first
     /// use, for [`BackingStore::write_tail`]; `None` when it cannot be
     /// opened (then the tail is written whole, padded).
-    tail_fd: std::sync::OnceLock<Option<OwnedFd>>,
+    tail_fd: std::sync::OnceLock<Option<Fd>>,
     /// The span the buffered writes of [`BackingStore::write_tail`]
     /// covered since the last store sync (`start >= end`: none), dropped
     /// from the kernel's cache once a sync made it durable: see
@@ -217,19 +209,13 @@ fn create_mode(how: &OpenHow) -> libc::mode_t {
     }
 }
 
-fn open_raw(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
+fn open_raw(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<Fd> {
     loop {
-        // SAFETY: `path` is NUL-terminated and outlives the call; the variadic
-        // mode argument is passed as the promoted `c_uint` open(2) reads.
-        let fd = unsafe { libc::open(path.as_ptr(), flags, libc::c_uint::from(mode)) };
-        if fd >= 0 {
-            // SAFETY: `fd` was just returned by open(2) and nothing else owns it.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
-        }
-        let err = io::Error::last_os_error();
-        // open(2) can be interrupted (e.g. waiting on a lease break).
-        if err.raw_os_error() != Some(libc::EINTR) {
-            return Err(err);
+        match sys::open(path, flags, mode) {
+            Ok(fd) => return Ok(Fd::new(fd)),
+            // open(2) can be interrupted (e.g. waiting on a lease break).
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(e),
         }
     }
 }
@@ -257,8 +243,8 @@ struct StoreStat {
 fn stat_quietly(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<StoreStat> {
     const MASK: u32 = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_NLINK | libc::STATX_INO | libc::STATX_SIZE;
     let mut stx = MaybeUninit::<libc::statx>::uninit();
-    // SAFETY: `path` is NUL-terminated; `stx` is valid for writing one `statx`.
-    if unsafe { libc::statx(dirfd, path.as_ptr(), flags, MASK, stx.as_mut_ptr()) } == 0 {
+    let stated = sys::statx(dirfd, path, flags, MASK, stx.as_mut_ptr());
+    if stated.is_ok() {
         // SAFETY: statx(2) succeeded, so it filled the struct.
         let stx = unsafe { stx.assume_init() };
         return Ok(StoreStat {
@@ -270,15 +256,12 @@ fn stat_quietly(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<StoreStat> 
             nlink: stx.stx_nlink,
         });
     }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::ENOSYS) {
-        return Err(err);
+    match stated {
+        Err(e) if e.raw_os_error() != Some(libc::ENOSYS) => return Err(e),
+        _ => {}
     }
     let mut st = MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: as above, for one `stat`.
-    if unsafe { libc::fstatat(dirfd, path.as_ptr(), st.as_mut_ptr(), flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    sys::fstatat(dirfd, path, st.as_mut_ptr(), flags)?;
     // SAFETY: fstatat(2) succeeded, so it initialised the whole struct.
     let st = unsafe { st.assume_init() };
     #[allow(clippy::unnecessary_cast)] // dev_t, ino_t, nlink_t and off_t differ between targets.
@@ -296,7 +279,7 @@ fn stat_quietly(dirfd: RawFd, path: &CStr, flags: i32) -> io::Result<StoreStat> 
 /// refuses it (tmpfs before Linux 6.6, procfs, some FUSE file systems):
 /// run buffered rather than not at all. Returns the descriptor and whether
 /// it is O_DIRECT.
-fn open_preferring_direct(c_path: &CStr, flags: i32, mode: libc::mode_t) -> io::Result<(OwnedFd, bool)> {
+fn open_preferring_direct(c_path: &CStr, flags: i32, mode: libc::mode_t) -> io::Result<(Fd, bool)> {
     match open_raw(c_path, flags | libc::O_DIRECT, mode) {
         Ok(fd) => Ok((fd, true)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match open_raw(c_path, flags, mode) {
@@ -314,7 +297,17 @@ fn open_preferring_direct(c_path: &CStr, flags: i32, mode: libc::mode_t) -> io::
     }
 }
 
-fn path_cstring(path: &Path) -> io::Result<CString> {
+/// Runs `call` again while it fails with `EINTR`.
+fn retry_interrupted(mut call: impl FnMut() -> io::Result<()>) -> io::Result<()> {
+    loop {
+        match call() {
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            result => return result,
+        }
+    }
+}
+
+pub(crate) fn path_cstring(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| error_with_context(libc::EINVAL, "path contains a NUL byte"))
 }
 
@@ -352,21 +345,15 @@ const BLKGETSIZE64: libc::Ioctl = ioc_read(0x12, 114, std::mem::size_of::<usize>
 
 fn block_device_size_bytes(fd: RawFd) -> io::Result<u64> {
     let mut size_bytes: u64 = 0;
-    // SAFETY: BLKGETSIZE64 writes exactly one u64 through the pointer, which
-    // points to a live local.
-    if unsafe { libc::ioctl(fd, BLKGETSIZE64, &mut size_bytes as *mut u64) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: BLKGETSIZE64 writes exactly one u64.
+    unsafe { sys::ioctl_read(fd, BLKGETSIZE64, &mut size_bytes) }?;
     Ok(size_bytes)
 }
 
 fn block_device_logical_block_size(fd: RawFd) -> io::Result<u32> {
     let mut size: libc::c_int = 0;
-    // SAFETY: BLKSSZGET writes exactly one int through the pointer, which
-    // points to a live local.
-    if unsafe { libc::ioctl(fd, libc::BLKSSZGET, &mut size as *mut libc::c_int) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: BLKSSZGET writes exactly one int.
+    unsafe { sys::ioctl_read(fd, libc::BLKSSZGET, &mut size) }?;
     u32::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
@@ -375,12 +362,8 @@ fn block_device_logical_block_size(fd: RawFd) -> io::Result<u32> {
 /// `STATX_DIOALIGN`, or 0 meaning "not supported").
 fn dio_alignment(fd: RawFd) -> Option<(u32, u32)> {
     let mut stx = MaybeUninit::<libc::statx>::zeroed();
-    // SAFETY: the empty path is NUL-terminated and, with AT_EMPTY_PATH, makes
-    // statx describe `fd`; `stx` is valid for writing one `statx`.
-    let rc = unsafe { libc::statx(fd, c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, stx.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
+    // With AT_EMPTY_PATH, the empty path makes statx describe `fd`.
+    sys::statx(fd, c"", libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, stx.as_mut_ptr()).ok()?;
     // SAFETY: the buffer was zeroed and statx succeeded; every field is plain
     // integer data, valid for any bit pattern.
     let stx = unsafe { stx.assume_init() };
@@ -518,13 +501,11 @@ impl FdStore {
         }
         let start = self.buffered_start.swap(u64::MAX, Ordering::AcqRel);
         let end = self.buffered_end.swap(0, Ordering::AcqRel);
-        let (Ok(offset), Ok(len)) = (libc::off_t::try_from(start), libc::off_t::try_from(end.saturating_sub(start)))
-        else {
+        let (Ok(offset), Ok(len)) = (i64::try_from(start), i64::try_from(end.saturating_sub(start))) else {
             return;
         };
         if len > 0 {
-            // SAFETY: advice on a descriptor we own; no memory is passed.
-            unsafe { libc::posix_fadvise(self.fd.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
+            let _ = sys::fadvise(self.fd.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED);
         }
     }
 
@@ -534,7 +515,7 @@ impl FdStore {
     /// renamed or unlinked since), read-write; `None` for a block device
     /// (whose size is whole blocks), a read-only store, or when the second
     /// open fails.
-    fn tail_descriptor(&self) -> Option<&OwnedFd> {
+    fn tail_descriptor(&self) -> Option<&Fd> {
         if self.info.is_block_device {
             return None;
         }
@@ -543,16 +524,12 @@ impl FdStore {
         }
         self.tail_fd
             .get_or_init(|| {
-                // SAFETY: fcntl(F_GETFL) on a descriptor we own.
-                let flags = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_GETFL) };
-                if flags < 0 || flags & libc::O_ACCMODE == libc::O_RDONLY {
+                let flags = sys::fcntl(self.fd.as_raw_fd(), libc::F_GETFL, 0).ok()?;
+                if flags & libc::O_ACCMODE == libc::O_RDONLY {
                     return None;
                 }
                 let path = CString::new(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).ok()?;
-                // SAFETY: a NUL-terminated path; the result is checked.
-                let raw = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-                // SAFETY: a fresh descriptor that nothing else owns.
-                (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
+                sys::open(&path, libc::O_WRONLY | libc::O_CLOEXEC, 0).ok().map(Fd::new)
             })
             .as_ref()
     }
@@ -581,19 +558,14 @@ impl BackingStore for FdStore {
         if self.info.is_block_device {
             return Ok(true); // bounded by the device's size instead
         }
-        let Ok(offset) = libc::off_t::try_from(len) else { return Ok(false) };
+        let Ok(offset) = i64::try_from(len) else { return Ok(false) };
         // lseek checks the offset against the file system's largest file
         // size (the limit pwrite enforces) and changes nothing we use: all
         // our I/O names its offset.
-        // SAFETY: a plain syscall on a descriptor we own.
-        let rc = unsafe { libc::lseek(self.fd.as_raw_fd(), offset, libc::SEEK_SET) };
-        if rc >= 0 {
-            return Ok(true);
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINVAL) | Some(libc::EOVERFLOW) => Ok(false),
-            _ => Err(err),
+        match sys::lseek(self.fd.as_raw_fd(), offset, libc::SEEK_SET) {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EOVERFLOW)) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
@@ -611,21 +583,12 @@ impl BackingStore for FdStore {
         self.buffered_end.fetch_max(offset.saturating_add(data.len() as u64), Ordering::AcqRel);
         let mut done = 0;
         while done < data.len() {
-            let at =
-                libc::off_t::try_from(offset + done as u64).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-            let rest = &data[done..];
-            // SAFETY: `rest` is a live slice of `rest.len()` bytes; the
-            // descriptor is owned by self.
-            let n = unsafe { libc::pwrite(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len(), at) };
-            match n {
-                n if n > 0 => done += n as usize,
-                0 => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
-                _ => {
-                    let err = io::Error::last_os_error();
-                    if !super::is_retryable(&err) {
-                        return Err(err);
-                    }
-                }
+            let at = i64::try_from(offset + done as u64).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            match sys::pwrite(fd.as_raw_fd(), &data[done..], at) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
+                Ok(n) => done += n,
+                Err(e) if super::is_retryable(&e) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(done)
@@ -642,38 +605,14 @@ impl BackingStore for FdStore {
                 format!("cannot resize a block device ({size} bytes) to {len} bytes"),
             ));
         }
-        let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        loop {
-            // SAFETY: ftruncate takes no pointers; the descriptor is owned by self.
-            if unsafe { libc::ftruncate(self.fd.as_raw_fd(), len) } == 0 {
-                return Ok(());
-            }
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(err);
-            }
-        }
+        let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        retry_interrupted(|| sys::ftruncate(self.fd.as_raw_fd(), len))
     }
 
     fn sync(&self, data_only: bool) -> io::Result<()> {
-        loop {
-            // SAFETY: fdatasync/fsync take no pointers; the descriptor is owned by self.
-            let rc = unsafe {
-                if data_only {
-                    libc::fdatasync(self.fd.as_raw_fd())
-                } else {
-                    libc::fsync(self.fd.as_raw_fd())
-                }
-            };
-            if rc == 0 {
-                self.drop_buffered_pages();
-                return Ok(());
-            }
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(err);
-            }
-        }
+        retry_interrupted(|| sys::sync(self.fd.as_raw_fd(), data_only))?;
+        self.drop_buffered_pages();
+        Ok(())
     }
 
     fn submit_once(&self, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
@@ -682,19 +621,9 @@ impl BackingStore for FdStore {
 
     fn allocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
         let efbig = || io::Error::from_raw_os_error(libc::EFBIG);
-        let offset = libc::off_t::try_from(offset).map_err(|_| efbig())?;
-        let len = libc::off_t::try_from(len).map_err(|_| efbig())?;
-        loop {
-            // SAFETY: fallocate takes no pointers; the descriptor is owned by self.
-            let rc = unsafe { libc::fallocate(self.fd.as_raw_fd(), mode, offset, len) };
-            if rc == 0 {
-                return Ok(());
-            }
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(err);
-            }
-        }
+        let offset = i64::try_from(offset).map_err(|_| efbig())?;
+        let len = i64::try_from(len).map_err(|_| efbig())?;
+        retry_interrupted(|| sys::fallocate(self.fd.as_raw_fd(), mode, offset, len))
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

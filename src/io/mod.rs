@@ -243,11 +243,11 @@ pub trait Io: Send + Sync {
     }
     /// Removes the name `path` (`unlink(2)`).
     fn remove_name(&self, path: &Path) -> io::Result<()> {
-        std::fs::remove_file(path)
+        crate::sys::unlink(&fd::path_cstring(path)?)
     }
     /// Renames `from` to `to`, replacing `to` (`rename(2)`).
     fn rename_name(&self, from: &Path, to: &Path) -> io::Result<()> {
-        std::fs::rename(from, to)
+        crate::sys::rename(&fd::path_cstring(from)?, &fd::path_cstring(to)?)
     }
     /// A queue of asynchronous writes for the calling thread (which alone
     /// may use it), for stores this backend opened. The default runs them in

@@ -1,0 +1,237 @@
+//! The system calls the engine makes on its backing stores, made directly
+//! (`syscall(2)`), never through libc's wrappers of the same names: a
+//! library preloaded into the process (`LD_PRELOAD`, as wbcache's own
+//! `libwbcache_preload.so`) may interpose `open`, `pwrite`, `statx`,
+//! `rename` and the rest, and the cache's own I/O must reach the kernel,
+//! not the interposer (which would route it back into a cache). Every
+//! function here is one system call: errors come back as the kernel's
+//! errno, `EINTR` included (callers loop where a call can be interrupted).
+//!
+//! Owns nothing but what [`Fd`] holds: descriptors and mappings are the
+//! callers'. The architecture test checks that no other module of `src/`
+//! calls libc's wrappers of these.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::RawFd;
+
+/// A descriptor the engine owns, closed (by a direct `close`) when
+/// dropped: `OwnedFd` would close it through libc's `close`.
+#[derive(Debug)]
+pub struct Fd(RawFd);
+
+impl Fd {
+    /// Takes ownership of `fd`, a descriptor nothing else owns.
+    pub fn new(fd: RawFd) -> Fd {
+        debug_assert!(fd >= 0, "a descriptor");
+        Fd(fd)
+    }
+}
+
+impl std::os::fd::AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // As `OwnedFd`: a failed close (EINTR, EIO) leaves nothing to do;
+        // the descriptor is gone either way on Linux.
+        let _ = close(self.0);
+    }
+}
+
+/// The result of a system call that returns a count or 0: `-1` is an
+/// error, in `errno`.
+fn check(rc: libc::c_long) -> io::Result<usize> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// `openat(AT_FDCWD, path, flags, mode)`: a new descriptor.
+pub fn open(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<RawFd> {
+    // SAFETY: `path` is NUL-terminated and outlives the call; openat(2)
+    // reads `mode` only with O_CREAT or O_TMPFILE.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::c_long::from(libc::AT_FDCWD),
+            path.as_ptr(),
+            libc::c_long::from(flags),
+            libc::c_long::from(mode),
+        )
+    };
+    check(rc).map(|fd| fd as RawFd)
+}
+
+/// `close(fd)`.
+pub fn close(fd: RawFd) -> io::Result<()> {
+    // SAFETY: closing a descriptor touches no memory of ours.
+    check(unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) }).map(drop)
+}
+
+/// `statx(dirfd, path, flags, mask, out)`.
+pub fn statx(dirfd: RawFd, path: &CStr, flags: libc::c_int, mask: u32, out: *mut libc::statx) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated; the caller gives `out` valid for
+    // writing one `statx`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            libc::c_long::from(dirfd),
+            path.as_ptr(),
+            libc::c_long::from(flags),
+            libc::c_long::from(mask),
+            out,
+        )
+    };
+    check(rc).map(drop)
+}
+
+/// `newfstatat(dirfd, path, out, flags)`: `statx`'s fallback.
+pub fn fstatat(dirfd: RawFd, path: &CStr, out: *mut libc::stat, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated; the caller gives `out` valid for
+    // writing one `stat`.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_newfstatat, libc::c_long::from(dirfd), path.as_ptr(), out, libc::c_long::from(flags))
+    };
+    check(rc).map(drop)
+}
+
+/// `pwrite64(fd, buf, len, offset)`.
+pub fn pwrite(fd: RawFd, buf: &[u8], offset: i64) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for reads of its length for the call.
+    check(unsafe { libc::syscall(libc::SYS_pwrite64, libc::c_long::from(fd), buf.as_ptr(), buf.len(), offset) })
+}
+
+/// `preadv` or `pwritev` of `iovecs` at `offset` (the kernel's calls take
+/// the offset as two halves; on a 64-bit target the low one holds it all).
+///
+/// # Safety
+/// Every iovec's base is valid for `write ? reads : writes` of its length
+/// for the call.
+pub unsafe fn rw_vectored(fd: RawFd, iovecs: &[libc::iovec], offset: i64, write: bool) -> io::Result<usize> {
+    let nr = if write { libc::SYS_pwritev } else { libc::SYS_preadv };
+    // SAFETY: the caller's contract covers the buffers; `iovecs` outlives
+    // the call.
+    check(unsafe {
+        libc::syscall(nr, libc::c_long::from(fd), iovecs.as_ptr(), iovecs.len(), offset, 0 as libc::c_long)
+    })
+}
+
+/// `lseek(fd, offset, whence)`: the new offset.
+pub fn lseek(fd: RawFd, offset: i64, whence: libc::c_int) -> io::Result<u64> {
+    // SAFETY: no memory is passed.
+    let rc = unsafe { libc::syscall(libc::SYS_lseek, libc::c_long::from(fd), offset, libc::c_long::from(whence)) };
+    check(rc).map(|o| o as u64)
+}
+
+/// `ftruncate(fd, len)`.
+pub fn ftruncate(fd: RawFd, len: i64) -> io::Result<()> {
+    // SAFETY: no memory is passed.
+    check(unsafe { libc::syscall(libc::SYS_ftruncate, libc::c_long::from(fd), len) }).map(drop)
+}
+
+/// `fdatasync(fd)` when `data_only`, else `fsync(fd)`.
+pub fn sync(fd: RawFd, data_only: bool) -> io::Result<()> {
+    let nr = if data_only { libc::SYS_fdatasync } else { libc::SYS_fsync };
+    // SAFETY: no memory is passed.
+    check(unsafe { libc::syscall(nr, libc::c_long::from(fd)) }).map(drop)
+}
+
+/// `fallocate(fd, mode, offset, len)`.
+pub fn fallocate(fd: RawFd, mode: libc::c_int, offset: i64, len: i64) -> io::Result<()> {
+    // SAFETY: no memory is passed.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_fallocate, libc::c_long::from(fd), libc::c_long::from(mode), offset, len) };
+    check(rc).map(drop)
+}
+
+/// `fadvise64(fd, offset, len, advice)`.
+pub fn fadvise(fd: RawFd, offset: i64, len: i64, advice: libc::c_int) -> io::Result<()> {
+    // SAFETY: no memory is passed.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_fadvise64, libc::c_long::from(fd), offset, len, libc::c_long::from(advice)) };
+    check(rc).map(drop)
+}
+
+/// `fcntl(fd, cmd, arg)` for the integer commands (`F_GETFL`, `F_SETFL`,
+/// `F_GETFD`).
+pub fn fcntl(fd: RawFd, cmd: libc::c_int, arg: libc::c_long) -> io::Result<libc::c_int> {
+    // SAFETY: the integer commands pass no memory.
+    let rc = unsafe { libc::syscall(libc::SYS_fcntl, libc::c_long::from(fd), libc::c_long::from(cmd), arg) };
+    check(rc).map(|v| v as libc::c_int)
+}
+
+/// `ioctl(fd, request, out)` for a request that writes one `T`.
+///
+/// # Safety
+/// `request` writes at most one `T` through its argument.
+pub unsafe fn ioctl_read<T>(fd: RawFd, request: libc::Ioctl, out: &mut T) -> io::Result<()> {
+    // SAFETY: `out` is valid for writing one `T`, all `request` writes.
+    let rc = unsafe { libc::syscall(libc::SYS_ioctl, libc::c_long::from(fd), request as libc::c_ulong, out as *mut T) };
+    check(rc).map(drop)
+}
+
+/// `unlinkat(AT_FDCWD, path, 0)`.
+pub fn unlink(path: &CStr) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    let rc = unsafe { libc::syscall(libc::SYS_unlinkat, libc::c_long::from(libc::AT_FDCWD), path.as_ptr(), 0) };
+    check(rc).map(drop)
+}
+
+/// `renameat(AT_FDCWD, from, AT_FDCWD, to)`, replacing `to`.
+pub fn rename(from: &CStr, to: &CStr) -> io::Result<()> {
+    let cwd = libc::c_long::from(libc::AT_FDCWD);
+    // SAFETY: both paths are NUL-terminated and outlive the call.
+    let rc = unsafe { libc::syscall(libc::SYS_renameat2, cwd, from.as_ptr(), cwd, to.as_ptr(), 0) };
+    check(rc).map(drop)
+}
+
+/// A private anonymous read-write mapping of `len` bytes (`flags` adds to
+/// `MAP_PRIVATE | MAP_ANONYMOUS`, e.g. `MAP_POPULATE`); `None` when the
+/// kernel refuses it.
+pub fn map_anonymous(len: usize, flags: libc::c_int) -> Option<std::ptr::NonNull<libc::c_void>> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags;
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: a fresh anonymous mapping touches no existing memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            std::ptr::null_mut::<libc::c_void>(),
+            len,
+            libc::c_long::from(prot),
+            libc::c_long::from(flags),
+            -1 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    if rc < 0 {
+        return None;
+    }
+    std::ptr::NonNull::new(rc as *mut libc::c_void)
+}
+
+/// `munmap(addr, len)`.
+///
+/// # Safety
+/// `[addr, addr + len)` is (part of) a mapping of ours that nothing refers
+/// to any more.
+pub unsafe fn unmap(addr: *mut libc::c_void, len: usize) -> io::Result<()> {
+    // SAFETY: the caller's contract.
+    check(unsafe { libc::syscall(libc::SYS_munmap, addr, len) }).map(drop)
+}
+
+/// `madvise(addr, len, advice)`.
+///
+/// # Safety
+/// `[addr, addr + len)` lies in a mapping of ours, and `advice` is one
+/// whose effect the caller accepts for it (`MADV_DONTNEED` zeroes private
+/// anonymous pages).
+pub unsafe fn madvise(addr: *mut libc::c_void, len: usize, advice: libc::c_int) -> io::Result<()> {
+    // SAFETY: the caller's contract.
+    check(unsafe { libc::syscall(libc::SYS_madvise, addr, len, libc::c_long::from(advice)) }).map(drop)
+}
