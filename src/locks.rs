@@ -88,6 +88,7 @@ pub(crate) enum Rank {
     Store,
 }
 
+#[cfg(debug_assertions)]
 const RANKS: [Rank; 9] = [
     Rank::Append,
     Rank::Size,
@@ -99,6 +100,7 @@ const RANKS: [Rank; 9] = [
     Rank::StoreWritesEnd,
     Rank::Store,
 ];
+#[cfg(debug_assertions)]
 const NR_RANKS: usize = RANKS.len();
 
 #[cfg(debug_assertions)]

@@ -1,0 +1,170 @@
+//! Syncing, sizing and advising managed descriptors: `fsync`,
+//! `fdatasync`, `syncfs`, `sync`, `ftruncate`, `fallocate`,
+//! `posix_fallocate`, `posix_fadvise`, `readahead` and `sync_file_range`,
+//! each served by the cache on a managed descriptor and passed to the C
+//! library on any other.
+
+use std::io;
+
+use libc::{c_int, c_uint, off_t, size_t, ssize_t};
+use wbcache::{Advice, Allocation, SyncRangeFlags};
+
+use crate::table::{self, Desc};
+use crate::{errno, guard, real, state};
+
+/// Runs `managed` on `fd`'s description (0 or -1 with `errno`), or
+/// `kernel` when it has none.
+fn on_fd(fd: c_int, managed: impl FnOnce(&Desc) -> io::Result<()>, kernel: impl FnOnce() -> c_int) -> c_int {
+    let Some(_inside) = guard::enter() else { return kernel() };
+    match table::get(fd) {
+        Some(desc) => match managed(&desc) {
+            Ok(()) => 0,
+            Err(e) => errno::fail(&e),
+        },
+        None => kernel(),
+    }
+}
+
+/// As `on_fd`, for the calls that return the error number itself.
+fn on_fd_posix(fd: c_int, managed: impl FnOnce(&Desc) -> io::Result<()>, kernel: impl FnOnce() -> c_int) -> c_int {
+    let Some(_inside) = guard::enter() else { return kernel() };
+    match table::get(fd) {
+        Some(desc) => managed(&desc).err().map_or(0, |e| errno::code(&e)),
+        None => kernel(),
+    }
+}
+
+/// `[off, off + len)`, with `len` 0 meaning to the end of the file.
+fn range(off: off_t, len: off_t) -> io::Result<std::ops::Range<u64>> {
+    let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+    let start = u64::try_from(off).map_err(|_| einval())?;
+    let len = u64::try_from(len).map_err(|_| einval())?;
+    Ok(start..if len == 0 { i64::MAX as u64 } else { start.saturating_add(len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    // SAFETY: passed on.
+    on_fd(fd, |d| d.file.sync_all(), || unsafe { real::fsync(fd) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    // SAFETY: passed on.
+    on_fd(fd, |d| d.file.sync_data(), || unsafe { real::fdatasync(fd) })
+}
+
+/// Writes back and syncs everything the cache holds.
+fn sync_cache() -> io::Result<()> {
+    match state::built() {
+        Some(state) => state.with_cache(|cache| cache.sync_all()),
+        None => Ok(()),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+    let synced = guard::enter().map_or(Ok(()), |_inside| sync_cache());
+    // SAFETY: passed on.
+    let rc = unsafe { real::syncfs(fd) };
+    match synced {
+        Err(e) if rc == 0 && e.raw_os_error() != Some(libc::EBADF) => errno::fail(&e),
+        _ => rc,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sync() {
+    if let Some(_inside) = guard::enter() {
+        // `sync(2)` reports nothing; neither does this.
+        let _ = sync_cache();
+    }
+    // SAFETY: passed on.
+    unsafe { real::sync() }
+}
+
+fn set_len(d: &Desc, len: off_t) -> io::Result<()> {
+    let len = u64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    if d.flags() & libc::O_ACCMODE == libc::O_RDONLY {
+        // ftruncate(2) of a descriptor not open for writing.
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    d.file.set_len(len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: passed on.
+    on_fd(fd, |d| set_len(d, len), || unsafe { real::ftruncate(fd, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: passed on.
+    on_fd(fd, |d| set_len(d, len), || unsafe { real::ftruncate64(fd, len) })
+}
+
+fn allocate(d: &Desc, mode: c_int, off: off_t, len: off_t) -> io::Result<()> {
+    if off < 0 || len <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    d.file.fallocate(off as u64..(off as u64).saturating_add(len as u64), Allocation::try_from(mode)?)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    // SAFETY: passed on.
+    on_fd(fd, |d| allocate(d, mode, off, len), || unsafe { real::fallocate(fd, mode, off, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    // SAFETY: passed on.
+    on_fd(fd, |d| allocate(d, mode, off, len), || unsafe { real::fallocate64(fd, mode, off, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
+    // SAFETY: passed on.
+    on_fd_posix(fd, |d| allocate(d, 0, off, len), || unsafe { real::posix_fallocate(fd, off, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int {
+    // SAFETY: passed on.
+    on_fd_posix(fd, |d| allocate(d, 0, off, len), || unsafe { real::posix_fallocate64(fd, off, len) })
+}
+
+fn advise(d: &Desc, off: off_t, len: off_t, advice: c_int) -> io::Result<()> {
+    d.file.advise(range(off, len)?, Advice::from_raw(advice)?)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    // SAFETY: passed on.
+    on_fd_posix(fd, |d| advise(d, off, len, advice), || unsafe { real::posix_fadvise(fd, off, len, advice) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise64(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    // SAFETY: passed on.
+    on_fd_posix(fd, |d| advise(d, off, len, advice), || unsafe { real::posix_fadvise64(fd, off, len, advice) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readahead(fd: c_int, off: off_t, len: size_t) -> ssize_t {
+    let len = len.min(i64::MAX as usize) as off_t;
+    let willneed = |d: &Desc| advise(d, off, len.max(1), libc::POSIX_FADV_WILLNEED);
+    // SAFETY: passed on.
+    on_fd(fd, willneed, || unsafe { real::readahead(fd, off, len as size_t) } as c_int) as ssize_t
+}
+
+fn write_range(d: &Desc, off: off_t, len: off_t, flags: c_uint) -> io::Result<()> {
+    d.file.writeback_range(range(off, len)?, SyncRangeFlags::from_bits(flags)?)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sync_file_range(fd: c_int, off: off_t, len: off_t, flags: c_uint) -> c_int {
+    // SAFETY: passed on.
+    on_fd(fd, |d| write_range(d, off, len, flags), || unsafe { real::sync_file_range(fd, off, len, flags) })
+}

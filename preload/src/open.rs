@@ -1,0 +1,227 @@
+//! Opening and closing: the `open` family (`open`, `open64`, `openat`,
+//! `openat64`, `creat`, `creat64` and glibc's fortified `__open_2`
+//! variants) and `close`.
+//!
+//! A path is managed when it names, or will name (`O_CREAT`), a regular
+//! file or a block device under a managed directory, and the call asks
+//! for neither `O_PATH` nor `O_DIRECTORY`. The kernel opens it first with
+//! the program's flags less `O_TRUNC`, `O_APPEND` and `O_DIRECT` (so
+//! every error, permission and `O_CREAT`/`O_EXCL` answer is the kernel's,
+//! and the descriptor number is a real one); then the cache opens it and
+//! does the truncation itself, so no cached byte outlives it.
+//!
+//! Closing the last managed descriptor of a file writes its dirty data
+//! back to the kernel before the file's cross-process lock is given up:
+//! another process that opens it next reads what this one wrote.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicI32;
+use std::sync::{Arc, Mutex};
+
+use libc::{c_char, c_int, c_uint, mode_t};
+use wbcache::{OpenOptions, SyncRangeFlags};
+
+use crate::table::{self, Desc};
+use crate::{errno, guard, real, state};
+
+/// The flags the kernel's open of a managed file leaves to the cache.
+const CACHE_FLAGS: c_int = libc::O_TRUNC | libc::O_APPEND | libc::O_DIRECT;
+
+/// The status flags a description keeps (`F_GETFL`).
+pub const STATUS_FLAGS: c_int =
+    libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_NONBLOCK | libc::O_DIRECT;
+
+/// `path` made absolute (against `dirfd`, or the working directory) with
+/// its directory resolved (symlinks, `..`), the last component as given;
+/// `None` when that cannot be done (the kernel then answers alone).
+pub fn resolve(dirfd: c_int, path: &CStr) -> Option<PathBuf> {
+    let path = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else if dirfd == libc::AT_FDCWD {
+        std::env::current_dir().ok()?.join(path)
+    } else {
+        std::fs::read_link(format!("/proc/self/fd/{dirfd}")).ok()?.join(path)
+    };
+    let name = absolute.file_name()?;
+    let parent = std::fs::canonicalize(absolute.parent()?).ok()?;
+    Some(parent.join(name))
+}
+
+/// The open of a managed file, after the kernel's open gave `fd`: the
+/// cache's handle, the truncation, the table entry. On failure `fd` is
+/// closed and the error returned.
+fn adopt(fd: c_int, path: &Path, flags: c_int, key: (u64, u64)) -> io::Result<()> {
+    let state = state::get().expect("a managed open has a state");
+    let access = flags & libc::O_ACCMODE;
+    let writable = access != libc::O_RDONLY;
+    let adopted = state.lock_file(key, path, writable).and_then(|()| {
+        let options = OpenOptions::new()
+            .read(access != libc::O_WRONLY)
+            .write(writable)
+            .append(writable && flags & libc::O_APPEND != 0);
+        let file = state.with_cache(|cache| cache.open(path, &options)).inspect_err(|_| {
+            state.unlock_file(key);
+        })?;
+        if writable && flags & libc::O_TRUNC != 0 {
+            file.set_len(0).inspect_err(|_| {
+                state.unlock_file(key);
+            })?;
+        }
+        Ok(file)
+    });
+    match adopted {
+        Ok(file) => {
+            let status = AtomicI32::new(flags & STATUS_FLAGS);
+            let desc = Desc { file, pos: Mutex::new(0), status_flags: status, key, path: path.to_path_buf() };
+            table::insert(fd, Arc::new(desc));
+            Ok(())
+        }
+        Err(e) => {
+            // SAFETY: the descriptor the kernel just gave, closed once.
+            unsafe { real::close(fd) };
+            Err(e)
+        }
+    }
+}
+
+/// The file's identity and whether the cache serves it (a regular file
+/// or a block device).
+fn identity(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value for fstat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is valid for writing one `stat`.
+    if unsafe { real::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    (kind == libc::S_IFREG || kind == libc::S_IFBLK).then_some((st.st_dev, st.st_ino))
+}
+
+/// Every open of the family: `kernel_open(flags)` is the C library's call
+/// with the program's other arguments.
+fn open_managed(dirfd: c_int, path: *const c_char, flags: c_int, kernel_open: impl Fn(c_int) -> c_int) -> c_int {
+    let Some(_inside) = guard::enter() else { return kernel_open(flags) };
+    if path.is_null() || flags & (libc::O_PATH | libc::O_DIRECTORY) != 0 {
+        return kernel_open(flags);
+    }
+    let Some(state) = state::get() else { return kernel_open(flags) };
+    // SAFETY: the program passes a NUL-terminated path (checked non-NULL).
+    let c_path = unsafe { CStr::from_ptr(path) };
+    let Some(resolved) = resolve(dirfd, c_path).filter(|p| state.manages(p)) else { return kernel_open(flags) };
+    let fd = kernel_open(flags & !CACHE_FLAGS);
+    if fd < 0 {
+        return fd;
+    }
+    let Some(key) = identity(fd) else {
+        if flags & CACHE_FLAGS == 0 {
+            return fd;
+        }
+        // Not a file the cache serves: the kernel opens it as asked.
+        // SAFETY: our descriptor from just above, closed once.
+        unsafe { real::close(fd) };
+        return kernel_open(flags);
+    };
+    match adopt(fd, &resolved, flags, key) {
+        Ok(()) => fd,
+        Err(e) => errno::fail(&e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open(path, f, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open64(path, f, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the program's arguments, passed on (no O_CREAT: no mode).
+    open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open(path, f, 0) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: as `__open_2`.
+    open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open64(path, f, 0) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    open_managed(dirfd, path, flags, |f| unsafe { real::openat(dirfd, path, f, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    open_managed(dirfd, path, flags, |f| unsafe { real::openat64(dirfd, path, f, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    open_managed(dirfd, path, flags, |f| unsafe { real::openat(dirfd, path, f, 0) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    open_managed(dirfd, path, flags, |f| unsafe { real::openat64(dirfd, path, f, 0) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    // SAFETY: `creat` is this `open`.
+    open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open(path, f, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    // SAFETY: `creat64` is this `open64`.
+    open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open64(path, f, mode) })
+}
+
+/// Gives up a managed descriptor's claim on its file: the last one of the
+/// file writes its dirty data back to the kernel, then drops the lock.
+pub fn release(desc: &Desc) -> io::Result<()> {
+    let Some(state) = state::built() else { return Ok(()) };
+    let written = if state.is_last_descriptor(desc.key) {
+        desc.file.writeback_range(0..i64::MAX as u64, SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER)
+    } else {
+        Ok(())
+    };
+    state.unlock_file(desc.key);
+    written
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    let Some(_inside) = guard::enter() else {
+        // SAFETY: passed on.
+        return unsafe { real::close(fd) };
+    };
+    let Some(desc) = table::remove(fd) else {
+        // SAFETY: passed on.
+        return unsafe { real::close(fd) };
+    };
+    let released = release(&desc);
+    drop(desc);
+    // SAFETY: the program's descriptor, closed once.
+    let rc = unsafe { real::close(fd) };
+    match released {
+        Err(e) if rc == 0 => errno::fail(&e),
+        _ => rc,
+    }
+}

@@ -1,0 +1,305 @@
+//! Reads, writes and the file position on managed descriptors: `read`,
+//! `write`, `pread`/`pwrite` (and their `64` names), `readv`/`writev`,
+//! `preadv`/`pwritev`, `preadv2`/`pwritev2` and `lseek`.
+//!
+//! The position lives in the description (shared by `dup`s), locked
+//! across a call that uses it, as the kernel serializes a description's
+//! position. `O_APPEND` writes go to the end whatever the position, which
+//! then follows them. `O_SYNC`/`O_DSYNC` descriptions, and writes with
+//! `RWF_SYNC`/`RWF_DSYNC`, sync the written data before returning;
+//! `RWF_DONTCACHE` makes the call uncached (drop-behind).
+//!
+//! `SEEK_DATA` and `SEEK_HOLE` treat the whole file as data (the cache
+//! keeps no holes): data at any offset before the end, the one hole at it.
+
+use std::io::{self, IoSlice, IoSliceMut};
+
+use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
+use wbcache::WriteFlags;
+
+use crate::table::{self, Desc};
+use crate::{errno, guard, real};
+
+/// `RWF_DONTCACHE` (Linux 6.14): libc does not name it yet.
+const RWF_DONTCACHE: c_int = 0x80;
+
+/// The per-call flags a managed call honours; others fail with
+/// `EOPNOTSUPP`, as the kernel answers flags it does not know.
+const RWF_KNOWN: c_int = libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_NOWAIT | libc::RWF_APPEND | RWF_DONTCACHE;
+
+fn io_flags(rwf: c_int) -> io::Result<WriteFlags> {
+    if rwf & !RWF_KNOWN != 0 {
+        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    Ok(if rwf & RWF_DONTCACHE != 0 { WriteFlags::DONTCACHE } else { WriteFlags::NONE })
+}
+
+/// The iovecs as slices.
+///
+/// # Safety
+/// Each iovec describes memory valid for reads of its length for `'a`.
+unsafe fn gather<'a>(iov: *const iovec, count: c_int) -> io::Result<Vec<IoSlice<'a>>> {
+    if count < 0 || count as usize > libc::UIO_MAXIOV as usize || (iov.is_null() && count > 0) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: the caller's contract; `count` iovecs at `iov`.
+    let iovs = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(iov, count as usize) } };
+    Ok(iovs
+        .iter()
+        // SAFETY: each base is valid for its length (the caller's contract).
+        .map(|v| IoSlice::new(if v.iov_len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) } }))
+        .collect())
+}
+
+/// The iovecs as mutable slices.
+///
+/// # Safety
+/// Each iovec describes memory valid for writes of its length for `'a`,
+/// and the iovecs do not overlap.
+unsafe fn scatter<'a>(iov: *const iovec, count: c_int) -> io::Result<Vec<IoSliceMut<'a>>> {
+    if count < 0 || count as usize > libc::UIO_MAXIOV as usize || (iov.is_null() && count > 0) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: the caller's contract; `count` iovecs at `iov`.
+    let iovs = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(iov, count as usize) } };
+    Ok(iovs
+        .iter()
+        .map(|v| {
+            // SAFETY: each base is valid for writes of its length.
+            IoSliceMut::new(if v.iov_len == 0 { &mut [] } else { unsafe { std::slice::from_raw_parts_mut(v.iov_base as *mut u8, v.iov_len) } })
+        })
+        .collect())
+}
+
+/// Reads at `at` (the position when `None`, advanced by what was read).
+fn read_into(desc: &Desc, bufs: &mut [IoSliceMut<'_>], at: Option<u64>, flags: WriteFlags) -> io::Result<usize> {
+    if desc.flags() & libc::O_ACCMODE == libc::O_WRONLY {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    match at {
+        Some(off) => desc.file.read_vectored_at_with(bufs, off, flags),
+        None => {
+            let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+            let n = desc.file.read_vectored_at_with(bufs, *pos, flags)?;
+            *pos += n as u64;
+            Ok(n)
+        }
+    }
+}
+
+/// Writes at `at` (the position when `None`, which follows the write),
+/// at the end for `O_APPEND`, synced for `O_SYNC`/`O_DSYNC` or `sync`.
+fn write_from(desc: &Desc, bufs: &[IoSlice<'_>], at: Option<u64>, flags: WriteFlags, sync: bool) -> io::Result<usize> {
+    let status = desc.flags();
+    if status & libc::O_ACCMODE == libc::O_RDONLY {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    let append = status & libc::O_APPEND != 0;
+    let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+    let off = match at {
+        _ if append && !desc.file.is_append() => desc.file.len()?,
+        Some(off) => off,
+        None => *pos,
+    };
+    let n = desc.file.write_vectored_at_with(bufs, off, flags)?;
+    if at.is_none() {
+        *pos = if append { desc.file.len()? } else { off + n as u64 };
+    }
+    drop(pos);
+    if sync || status & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+        desc.file.sync_data()?;
+    }
+    Ok(n)
+}
+
+/// A call's `ssize_t` answer.
+fn answer(result: io::Result<usize>) -> ssize_t {
+    match result {
+        Ok(n) => n as ssize_t,
+        Err(e) => errno::fail::<i64>(&e) as ssize_t,
+    }
+}
+
+/// Runs `managed` on `fd`'s description, or `kernel` when it has none.
+fn on_fd(fd: c_int, managed: impl FnOnce(&Desc) -> io::Result<usize>, kernel: impl FnOnce() -> ssize_t) -> ssize_t {
+    let Some(_inside) = guard::enter() else { return kernel() };
+    match table::get(fd) {
+        Some(desc) => answer(managed(&desc)),
+        None => kernel(),
+    }
+}
+
+fn offset(off: off_t) -> io::Result<u64> {
+    u64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    let iov = iovec { iov_base: buf, iov_len: len };
+    // SAFETY: the program lends `buf` for `len` bytes.
+    on_fd(fd, |d| read_into(d, &mut unsafe { scatter(&iov, 1) }?, None, WriteFlags::NONE), || unsafe { real::read(fd, buf, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buf_len: size_t) -> ssize_t {
+    if len > buf_len {
+        // SAFETY: glibc's answer to a fortified overflow.
+        unsafe { libc::abort() };
+    }
+    // SAFETY: as `read`.
+    unsafe { read(fd, buf, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
+    // SAFETY: the program lends `buf` for `len` bytes.
+    on_fd(fd, |d| write_from(d, &unsafe { gather(&iov, 1) }?, None, WriteFlags::NONE, false), || unsafe { real::write(fd, buf, len) })
+}
+
+fn pread_managed(d: &Desc, buf: *mut c_void, len: size_t, off: off_t) -> io::Result<usize> {
+    let iov = iovec { iov_base: buf, iov_len: len };
+    // SAFETY: the program lends `buf` for `len` bytes.
+    read_into(d, &mut unsafe { scatter(&iov, 1) }?, Some(offset(off)?), WriteFlags::NONE)
+}
+
+fn pwrite_managed(d: &Desc, buf: *const c_void, len: size_t, off: off_t) -> io::Result<usize> {
+    let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
+    // SAFETY: the program lends `buf` for `len` bytes.
+    write_from(d, &unsafe { gather(&iov, 1) }?, Some(offset(off)?), WriteFlags::NONE, false)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| pread_managed(d, buf, len, off), || unsafe { real::pread(fd, buf, len, off) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| pread_managed(d, buf, len, off), || unsafe { real::pread64(fd, buf, len, off) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| pwrite_managed(d, buf, len, off), || unsafe { real::pwrite(fd, buf, len, off) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| pwrite_managed(d, buf, len, off), || unsafe { real::pwrite64(fd, buf, len, off) })
+}
+
+/// `preadv2` and its relatives: `off` -1 means the position.
+fn readv_managed(d: &Desc, iov: *const iovec, count: c_int, off: off_t, rwf: c_int) -> io::Result<usize> {
+    let at = if off == -1 { None } else { Some(offset(off)?) };
+    // SAFETY: the program lends the iovecs' memory for the call.
+    read_into(d, &mut unsafe { scatter(iov, count) }?, at, io_flags(rwf)?)
+}
+
+/// `pwritev2` and its relatives: `off` -1 means the position.
+fn writev_managed(d: &Desc, iov: *const iovec, count: c_int, off: off_t, rwf: c_int) -> io::Result<usize> {
+    let flags = io_flags(rwf)?;
+    let at = if off == -1 || rwf & libc::RWF_APPEND != 0 { None } else { Some(offset(off)?) };
+    let sync = rwf & (libc::RWF_SYNC | libc::RWF_DSYNC) != 0;
+    // SAFETY: the program lends the iovecs' memory for the call.
+    write_from(d, &unsafe { gather(iov, count) }?, at, flags, sync)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| readv_managed(d, iov, count, -1, 0), || unsafe { real::readv(fd, iov, count) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| writev_managed(d, iov, count, -1, 0), || unsafe { real::writev(fd, iov, count) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| readv_managed(d, iov, count, off.max(0), 0), || unsafe { real::preadv(fd, iov, count, off) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| readv_managed(d, iov, count, off.max(0), 0), || unsafe { real::preadv64(fd, iov, count, off) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| writev_managed(d, iov, count, off.max(0), 0), || unsafe { real::pwritev(fd, iov, count, off) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| writev_managed(d, iov, count, off.max(0), 0), || unsafe { real::pwritev64(fd, iov, count, off) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| readv_managed(d, iov, count, off, flags), || unsafe { real::preadv2(fd, iov, count, off, flags) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| writev_managed(d, iov, count, off, flags), || unsafe { real::pwritev2(fd, iov, count, off, flags) })
+}
+
+/// `lseek` on a managed description.
+fn seek(desc: &Desc, off: off_t, whence: c_int) -> io::Result<u64> {
+    let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+    let len = desc.file.len()?;
+    let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+    let base = match whence {
+        libc::SEEK_SET => 0,
+        libc::SEEK_CUR => *pos as i64,
+        libc::SEEK_END => len as i64,
+        libc::SEEK_DATA | libc::SEEK_HOLE => {
+            let at = offset(off)?;
+            if at >= len {
+                return Err(io::Error::from_raw_os_error(libc::ENXIO));
+            }
+            *pos = if whence == libc::SEEK_DATA { at } else { len };
+            return Ok(*pos);
+        }
+        _ => return Err(einval()),
+    };
+    let target = base.checked_add(off).filter(|t| *t >= 0).ok_or_else(einval)?;
+    *pos = target as u64;
+    Ok(*pos)
+}
+
+fn lseek_any(fd: c_int, off: off_t, whence: c_int, kernel: impl FnOnce() -> off_t) -> off_t {
+    let Some(_inside) = guard::enter() else { return kernel() };
+    match table::get(fd) {
+        Some(desc) => match seek(&desc, off, whence) {
+            Ok(pos) => pos as off_t,
+            Err(e) => errno::fail(&e),
+        },
+        None => kernel(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    // SAFETY: passed on.
+    lseek_any(fd, off, whence, || unsafe { real::lseek(fd, off, whence) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    // SAFETY: passed on.
+    lseek_any(fd, off, whence, || unsafe { real::lseek64(fd, off, whence) })
+}

@@ -1,0 +1,91 @@
+//! The managed descriptors: for each descriptor number the program holds
+//! on a managed file, its open file description ([`Desc`]): the cache's
+//! handle, the file position and status flags, which `dup`licates share
+//! as the kernel's descriptions are shared.
+//!
+//! The descriptor number itself is a real descriptor of the file, opened
+//! by the kernel with the program's flags (less `O_TRUNC`, `O_APPEND` and
+//! `O_DIRECT`, which the cache does): the number stays reserved, and calls
+//! this library does not serve on it (`flock`, `fchmod`, POSIX record
+//! locks) reach the real file.
+//!
+//! Invariants: a number is in the table only while its real descriptor is
+//! open; the table is changed only under its write lock, and a lookup
+//! clones the description out, so a `close` racing a `read` of the same
+//! number never frees what the reader uses.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// An open file description of a managed file.
+pub struct Desc {
+    pub file: wbcache::File,
+    /// The file position (`read`, `write`, `lseek`).
+    pub pos: Mutex<u64>,
+    /// `O_APPEND`, `O_SYNC`, `O_DSYNC`, `O_NONBLOCK` and the access mode,
+    /// as `F_GETFL` answers and `F_SETFL` changes.
+    pub status_flags: AtomicI32,
+    /// The file's device and inode (its cross-process lock's key).
+    pub key: (u64, u64),
+    pub path: PathBuf,
+}
+
+impl Desc {
+    pub fn flags(&self) -> i32 {
+        self.status_flags.load(Ordering::Acquire)
+    }
+}
+
+static TABLE: RwLock<Vec<Option<Arc<Desc>>>> = RwLock::new(Vec::new());
+
+/// Managed descriptors open: while 0, a lookup takes no lock.
+static MANAGED: AtomicUsize = AtomicUsize::new(0);
+
+/// The description of descriptor `fd`, if it is managed.
+pub fn get(fd: libc::c_int) -> Option<Arc<Desc>> {
+    if MANAGED.load(Ordering::Acquire) == 0 || fd < 0 {
+        return None;
+    }
+    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    table.get(fd as usize).and_then(Clone::clone)
+}
+
+/// Makes `fd` a managed descriptor of `desc` (replacing what it was).
+pub fn insert(fd: libc::c_int, desc: Arc<Desc>) {
+    assert!(fd >= 0, "a descriptor number");
+    let mut table = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let at = fd as usize;
+    if table.len() <= at {
+        table.resize(at + 1, None);
+    }
+    if table[at].replace(desc).is_none() {
+        MANAGED.fetch_add(1, Ordering::AcqRel);
+    }
+    debug_assert!(table[at].is_some());
+}
+
+/// Takes `fd` out of the table; its description, if it was managed.
+pub fn remove(fd: libc::c_int) -> Option<Arc<Desc>> {
+    if fd < 0 || MANAGED.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let mut table = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    let taken = table.get_mut(fd as usize).and_then(Option::take);
+    if taken.is_some() {
+        MANAGED.fetch_sub(1, Ordering::AcqRel);
+    }
+    taken
+}
+
+/// The managed descriptor numbers of the file `key`.
+pub fn fds_of(key: (u64, u64)) -> Vec<libc::c_int> {
+    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    table.iter().enumerate().filter(|(_, d)| d.as_ref().is_some_and(|d| d.key == key)).map(|(fd, _)| fd as libc::c_int).collect()
+}
+
+/// Every managed description (each once per descriptor).
+pub fn all() -> Vec<Arc<Desc>> {
+    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    table.iter().flatten().cloned().collect()
+}
