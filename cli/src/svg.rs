@@ -186,6 +186,151 @@ fn decade_label(d: f64) -> String {
     }
 }
 
+/// Where values land on a line chart: a linear x axis from zero, and a
+/// linear y axis from zero or (`log_y`) a logarithmic one over whole
+/// decades `d0..d1`.
+struct LineScale {
+    top_x: f64,
+    x_step: f64,
+    top_y: f64,
+    y_step: f64,
+    log_y: bool,
+    d0: f64,
+    d1: f64,
+}
+
+impl LineScale {
+    fn new(lines: &[Line], log_y: bool) -> LineScale {
+        let max_x = lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.0).chain(l.tail.map(|t| t.1)))
+            .fold(0.0, f64::max)
+            .max(1.0);
+        let max_y = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
+        let min_pos_y =
+            lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).filter(|y| *y > 0.0).fold(f64::INFINITY, f64::min);
+        let (x_step, y_step) = (nice_step(max_x), nice_step(max_y));
+        // Log scale: whole decades around the positive values.
+        let d0 = if min_pos_y.is_finite() { min_pos_y.log10().floor() } else { 0.0 };
+        let d1 = max_y.log10().ceil().max(d0 + 1.0);
+        LineScale {
+            top_x: (max_x / x_step).ceil() * x_step,
+            x_step,
+            top_y: (max_y / y_step).ceil() * y_step,
+            y_step,
+            log_y,
+            d0,
+            d1,
+        }
+    }
+
+    fn px(&self, x: f64) -> f64 {
+        LEFT + x / self.top_x * (W - RIGHT - LEFT)
+    }
+
+    fn py(&self, y: f64) -> f64 {
+        let plot_h = H - BOTTOM - TOP;
+        if self.log_y {
+            H - BOTTOM - (y.max(10f64.powf(self.d0)).log10() - self.d0) / (self.d1 - self.d0) * plot_h
+        } else {
+            H - BOTTOM - y / self.top_y * plot_h
+        }
+    }
+
+    /// The y axis's ticks: each decade on a log scale, each step otherwise.
+    fn y_ticks(&self) -> Vec<(f64, String)> {
+        let mut ticks = Vec::new();
+        if self.log_y {
+            let mut d = self.d0;
+            while d <= self.d1 + 0.01 {
+                ticks.push((10f64.powf(d), decade_label(d)));
+                d += 1.0;
+            }
+        } else {
+            let mut v = 0.0;
+            while v <= self.top_y + self.y_step * 0.01 {
+                ticks.push((v, tick_label(v)));
+                v += self.y_step;
+            }
+        }
+        ticks
+    }
+
+    /// The grid lines and tick labels of both axes.
+    fn draw_ticks(&self, out: &mut String) {
+        for (v, label) in self.y_ticks() {
+            let y = self.py(v);
+            let _ = writeln!(
+                out,
+                "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>\n<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                W - RIGHT,
+                LEFT - 6.0,
+                y + 4.0,
+                label
+            );
+        }
+        let mut v = 0.0;
+        while v <= self.top_x + self.x_step * 0.01 {
+            let x = self.px(v);
+            let _ = writeln!(
+                out,
+                "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"black\"/>\n<text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                H - BOTTOM,
+                H - BOTTOM + 5.0,
+                H - BOTTOM + 19.0,
+                tick_label(v)
+            );
+            v += self.x_step;
+        }
+    }
+
+    /// Each line's tail (its final fsync) as a bar along the x axis, one
+    /// lane per line that has one.
+    fn draw_tails(&self, out: &mut String, lines: &[Line]) {
+        for (lane, (l, (start, end))) in lines.iter().filter_map(|l| l.tail.map(|t| (l, t))).enumerate() {
+            let y = H - BOTTOM - 5.0 - lane as f64 * 7.0;
+            let _ = writeln!(
+                out,
+                "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"5\" stroke-opacity=\"0.6\"><title>{}: final fsync, {:.2} s</title></line>",
+                self.px(start),
+                self.px(end).max(self.px(start) + 2.0),
+                l.color,
+                esc(&l.label),
+                end - start
+            );
+        }
+    }
+
+    /// The lines themselves, with a dot on each point of the short ones.
+    fn draw_lines(&self, out: &mut String, lines: &[Line]) {
+        for l in lines {
+            if l.points.is_empty() {
+                continue;
+            }
+            let pts: Vec<String> =
+                l.points.iter().map(|(x, y)| format!("{:.1},{:.1}", self.px(*x), self.py(*y))).collect();
+            let _ = writeln!(
+                out,
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-dasharray=\"{}\" points=\"{}\"/>",
+                l.color,
+                l.dash,
+                pts.join(" ")
+            );
+            if l.points.len() <= 40 {
+                for (x, y) in &l.points {
+                    let _ = writeln!(
+                        out,
+                        "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{}\"/>",
+                        self.px(*x),
+                        self.py(*y),
+                        l.color
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A line chart with a linear x axis from zero and a linear y axis from
 /// zero, or (`log_y`) a logarithmic one over the decades the points span.
 pub fn line_chart_scaled(
@@ -196,100 +341,13 @@ pub fn line_chart_scaled(
     lines: &[Line],
     log_y: bool,
 ) -> String {
-    let max_x =
-        lines.iter().flat_map(|l| l.points.iter().map(|p| p.0).chain(l.tail.map(|t| t.1))).fold(0.0, f64::max).max(1.0);
-    let max_y = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
-    let min_pos_y =
-        lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).filter(|y| *y > 0.0).fold(f64::INFINITY, f64::min);
-    let (xs, ys) = (nice_step(max_x), nice_step(max_y));
-    let (top_x, top_y) = ((max_x / xs).ceil() * xs, (max_y / ys).ceil() * ys);
-    // Log scale: whole decades around the positive values.
-    let d0 = if min_pos_y.is_finite() { min_pos_y.log10().floor() } else { 0.0 };
-    let d1 = max_y.log10().ceil().max(d0 + 1.0);
-    let plot_h = H - BOTTOM - TOP;
-    let px = |x: f64| LEFT + x / top_x * (W - RIGHT - LEFT);
-    let py = |y: f64| {
-        if log_y {
-            H - BOTTOM - (y.max(10f64.powf(d0)).log10() - d0) / (d1 - d0) * plot_h
-        } else {
-            H - BOTTOM - y / top_y * plot_h
-        }
-    };
+    let scale = LineScale::new(lines, log_y);
     let mut out = String::new();
     header(&mut out, title, subtitle);
-    let y_ticks: Vec<(f64, String)> = if log_y {
-        let mut d = d0;
-        let mut ticks = Vec::new();
-        while d <= d1 + 0.01 {
-            ticks.push((10f64.powf(d), decade_label(d)));
-            d += 1.0;
-        }
-        ticks
-    } else {
-        let mut v = 0.0;
-        let mut ticks = Vec::new();
-        while v <= top_y + ys * 0.01 {
-            ticks.push((v, tick_label(v)));
-            v += ys;
-        }
-        ticks
-    };
-    for (v, label) in y_ticks {
-        let y = py(v);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>\n<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - RIGHT,
-            LEFT - 6.0,
-            y + 4.0,
-            label
-        );
-    }
-    let mut v = 0.0;
-    while v <= top_x + xs * 0.01 {
-        let x = px(v);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"black\"/>\n<text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            H - BOTTOM,
-            H - BOTTOM + 5.0,
-            H - BOTTOM + 19.0,
-            tick_label(v)
-        );
-        v += xs;
-    }
+    scale.draw_ticks(&mut out);
     axes(&mut out, x_label, y_label);
-    for (lane, (l, (start, end))) in lines.iter().filter_map(|l| l.tail.map(|t| (l, t))).enumerate() {
-        let y = H - BOTTOM - 5.0 - lane as f64 * 7.0;
-        let _ = writeln!(
-            out,
-            "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"5\" stroke-opacity=\"0.6\"><title>{}: final fsync, {:.2} s</title></line>",
-            px(start),
-            px(end).max(px(start) + 2.0),
-            l.color,
-            esc(&l.label),
-            end - start
-        );
-    }
-    for l in lines {
-        if l.points.is_empty() {
-            continue;
-        }
-        let pts: Vec<String> = l.points.iter().map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y))).collect();
-        let _ = writeln!(
-            out,
-            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-dasharray=\"{}\" points=\"{}\"/>",
-            l.color,
-            l.dash,
-            pts.join(" ")
-        );
-        if l.points.len() <= 40 {
-            for (x, y) in &l.points {
-                let _ =
-                    writeln!(out, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{}\"/>", px(*x), py(*y), l.color);
-            }
-        }
-    }
+    scale.draw_tails(&mut out, lines);
+    scale.draw_lines(&mut out, lines);
     let mut entries: Vec<(String, &str, &str, bool)> =
         lines.iter().map(|l| (l.label.clone(), l.color, l.dash, false)).collect();
     if lines.iter().any(|l| l.tail.is_some()) {
@@ -311,9 +369,6 @@ pub fn log_bar_chart(
     series: &[(&str, &'static str)],
     values: &[Vec<Option<f64>>],
 ) -> String {
-    const LABEL_W: f64 = 230.0;
-    const BAR_H: f64 = 11.0;
-    const GAP: f64 = 12.0;
     let width = W;
     let group_h = BAR_H * series.len() as f64 + GAP;
     let plot_h = group_h * categories.len().max(1) as f64;
@@ -324,8 +379,7 @@ pub fn log_bar_chart(
     let all: Vec<f64> = values.iter().flatten().flatten().copied().filter(|v| *v > 0.0).collect();
     let lo = all.iter().copied().fold(f64::INFINITY, f64::min).max(1e-3);
     let hi = all.iter().copied().fold(0.0, f64::max).max(lo * 10.0);
-    let (d0, d1) = (lo.log10().floor(), hi.log10().ceil());
-    let px = |v: f64| x0 + (v.max(10f64.powf(d0)).log10() - d0) / (d1 - d0) * (x1 - x0);
+    let scale = BarScale { x0, x1, y_top, y_bottom, d0: lo.log10().floor(), d1: hi.log10().ceil() };
     let mut out = String::new();
     let _ = write!(
         out,
@@ -350,29 +404,73 @@ pub fn log_bar_chart(
         );
         lx += 28.0 + 7.5 * label.len() as f64;
     }
-    let mut d = d0;
-    while d <= d1 + 0.01 {
-        let x = px(10f64.powf(d));
-        let _ = writeln!(
-            out,
-            "<line x1=\"{x:.1}\" y1=\"{y_top}\" x2=\"{x:.1}\" y2=\"{y_bottom}\" stroke=\"#e5e5e5\"/>\n\
-             <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            y_bottom + 18.0,
-            tick_label(10f64.powf(d))
-        );
-        d += 1.0;
-    }
-    let _ = writeln!(
-        out,
-        "<line x1=\"{x0}\" y1=\"{y_bottom}\" x2=\"{x1}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
-         <line x1=\"{x0}\" y1=\"{y_top}\" x2=\"{x0}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
-         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-        (x0 + x1) / 2.0,
-        y_bottom + 38.0,
-        esc(x_label)
-    );
+    scale.draw_axis(&mut out, x_label);
     for (ci, cat) in categories.iter().enumerate() {
         let gy = y_top + ci as f64 * group_h + GAP / 2.0;
+        scale.draw_group(&mut out, gy, cat, series, values.get(ci).map_or(&[][..], |row| row.as_slice()));
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+const LABEL_W: f64 = 230.0;
+const BAR_H: f64 = 11.0;
+const GAP: f64 = 12.0;
+
+/// Where a bar chart's values land: a log scale over whole decades
+/// `d0..d1` from `x0` to `x1`, the bars between `y_top` and `y_bottom`.
+#[derive(Clone, Copy)]
+struct BarScale {
+    x0: f64,
+    x1: f64,
+    y_top: f64,
+    y_bottom: f64,
+    d0: f64,
+    d1: f64,
+}
+
+impl BarScale {
+    fn px(&self, v: f64) -> f64 {
+        self.x0 + (v.max(10f64.powf(self.d0)).log10() - self.d0) / (self.d1 - self.d0) * (self.x1 - self.x0)
+    }
+
+    /// A grid line per decade, the axes, and the x axis's label.
+    fn draw_axis(&self, out: &mut String, x_label: &str) {
+        let BarScale { x0, x1, y_top, y_bottom, d0, d1 } = *self;
+        let mut d = d0;
+        while d <= d1 + 0.01 {
+            let x = self.px(10f64.powf(d));
+            let _ = writeln!(
+                out,
+                "<line x1=\"{x:.1}\" y1=\"{y_top}\" x2=\"{x:.1}\" y2=\"{y_bottom}\" stroke=\"#e5e5e5\"/>\n\
+                 <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                y_bottom + 18.0,
+                tick_label(10f64.powf(d))
+            );
+            d += 1.0;
+        }
+        let _ = writeln!(
+            out,
+            "<line x1=\"{x0}\" y1=\"{y_bottom}\" x2=\"{x1}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
+             <line x1=\"{x0}\" y1=\"{y_top}\" x2=\"{x0}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            (x0 + x1) / 2.0,
+            y_bottom + 38.0,
+            esc(x_label)
+        );
+    }
+
+    /// One category's label and its bars from `gy` down, one per series,
+    /// each labelled with its value.
+    fn draw_group(
+        &self,
+        out: &mut String,
+        gy: f64,
+        cat: &str,
+        series: &[(&str, &'static str)],
+        values: &[Option<f64>],
+    ) {
+        let x0 = self.x0;
         let _ = writeln!(
             out,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
@@ -381,9 +479,9 @@ pub fn log_bar_chart(
             esc(cat)
         );
         for (si, (name, color)) in series.iter().enumerate() {
-            let Some(Some(v)) = values.get(ci).and_then(|row| row.get(si)) else { continue };
+            let Some(Some(v)) = values.get(si) else { continue };
             let y = gy + si as f64 * BAR_H;
-            let x = px(*v);
+            let x = self.px(*v);
             let _ = writeln!(
                 out,
                 "<rect x=\"{x0}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\"><title>{} {}: {} µs</title></rect>\n\
@@ -399,8 +497,6 @@ pub fn log_bar_chart(
             );
         }
     }
-    out.push_str("</svg>\n");
-    out
 }
 
 /// Writes every chart for `rows` into `dir`; returns the files written.
