@@ -11,6 +11,7 @@ use std::io;
 use std::path::Path;
 
 use crate::report::ResultRow;
+use crate::workloads::WORKLOADS;
 
 const W: f64 = 900.0;
 const H: f64 = 460.0;
@@ -34,37 +35,10 @@ pub fn engine_color(engine: &str) -> &'static str {
     }
 }
 
-/// A row's line colour and dash: its engine's, except that
-/// `parallel-writeback`'s wbcache rows are coloured by writeback routing
-/// and dashed by worker count (one chart holds all of a pattern's rows).
+/// A row's line colour and dash, as its workload draws it (by default its
+/// engine's colour, solid).
 fn line_style(r: &ResultRow) -> (&'static str, &'static str) {
-    let config = match r.variant.as_deref().and_then(|v| v.split_once('/')) {
-        Some((_, config)) if r.workload == "parallel-writeback" => config,
-        _ => return (engine_color(&r.engine), dash_for(r.variant.as_deref())),
-    };
-    let (routing, workers) = config.rsplit_once('-').unwrap_or((config, ""));
-    let color = match routing {
-        "single" => engine_color("wbcache"),
-        "rotor" => "#17becf",
-        "region" => "#d62728",
-        _ => "#8c564b",
-    };
-    let dash = match workers {
-        "1" => "",
-        "2" => "7 4",
-        "4" => "2 3",
-        _ => "12 3 2 3",
-    };
-    (color, dash)
-}
-
-fn dash_for(variant: Option<&str>) -> &'static str {
-    match variant {
-        Some("buffered-peer") => "7 4",
-        Some("aggregate") => "2 3",
-        Some(v) if v.starts_with("background/with") => "7 4",
-        _ => "",
-    }
+    r.line_style()
 }
 
 /// A step (1, 2, 5 × 10^k) that splits `max` into about five intervals.
@@ -510,109 +484,19 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
         }
         groups.entry(r.group.clone()).or_default().push(r);
     }
-    let mut files = Vec::new();
+    let mut charts = Vec::new();
     for g in &order {
         let rows = &groups[g];
-        // Every engine that ran appears, even one too short for a line: a
-        // missing line must never read as a missing engine.
-        // (sqlite's rows have no bytes of their own to chart: their
-        // figures are transactions.)
-        let lines: Vec<Line> = rows
-            .iter()
-            .filter(|r| r.us_per_call.is_none() && r.tps.is_none())
-            .map(|r| {
-                let label = match (r.rate_points.len(), r.runtime_s) {
-                    (0, Some(t)) => format!("{} (no point: I/O took {t:.2} s)", r.series_label()),
-                    _ => r.series_label(),
-                };
-                let (color, dash) = line_style(r);
-                Line { label, color, dash, points: r.rate_points.clone(), tail: r.fsync_tail_s }
-            })
-            .collect();
-        if !lines.is_empty() {
-            let name = format!("{g}-throughput.svg");
-            fs::write(dir.join(&name), line_chart(&format!("{g}: throughput"), subtitle, "seconds", "MB/s", &lines))?;
-            files.push(name);
-        }
-        let with_lat: Vec<&&ResultRow> = rows.iter().filter(|r| r.lat_us.is_some()).collect();
-        if !with_lat.is_empty() {
-            let cats: Vec<String> = with_lat.iter().map(|r| r.series_label()).collect();
-            let vals: Vec<Vec<Option<f64>>> = with_lat
-                .iter()
-                .map(|r| {
-                    let p = r.lat_us.expect("filtered");
-                    vec![Some(p.p50), Some(p.p99), Some(p.p999), Some(p.max)]
-                })
-                .collect();
-            let series = [("p50", "#9ecae1"), ("p99", "#4292c6"), ("p99.9", "#08519c"), ("max", "#08306b")];
-            let name = format!("{g}-latency.svg");
-            let per = if with_lat.iter().all(|r| r.tps.is_some()) { "transaction" } else { "call" };
-            fs::write(
-                dir.join(&name),
-                log_bar_chart(
-                    &format!("{g}: latency per {per} (percentiles)"),
-                    subtitle,
-                    &format!("µs per {per} (log scale)"),
-                    &cats,
-                    &series,
-                    &vals,
-                ),
-            )?;
-            files.push(name);
-        }
-        // One line per measurement: per engine (the rows of one competing
-        // run share its samples), per configuration for parallel-writeback.
-        let mut seen = Vec::new();
-        let dirty: Vec<Line> = rows
-            .iter()
-            .filter(|r| r.dirty.len() >= 2)
-            .filter(|r| {
-                let key = if r.workload == "parallel-writeback" { r.series_label() } else { r.engine.clone() };
-                let new = !seen.contains(&key);
-                seen.push(key);
-                new
-            })
-            .map(|r| {
-                let pw = r.workload == "parallel-writeback";
-                let (color, dash) = if pw { line_style(r) } else { (engine_color(&r.engine), "") };
-                Line {
-                    label: if pw { r.series_label() } else { r.engine.clone() },
-                    color,
-                    dash,
-                    points: r.dirty.iter().map(|(t, b)| (*t, *b as f64 / (1u64 << 20) as f64)).collect(),
-                    tail: None,
-                }
-            })
-            .collect();
-        if !dirty.is_empty() {
-            let name = format!("{g}-dirty.svg");
-            fs::write(
-                dir.join(&name),
-                line_chart(
-                    &format!("{g}: dirty + writeback over time"),
-                    &format!("{subtitle} (kernel: /proc/meminfo, wbcache: its stats)"),
-                    "seconds",
-                    "MiB",
-                    &dirty,
-                ),
-            )?;
-            files.push(name);
-        }
+        charts.extend(throughput_chart(g, rows, subtitle));
+        charts.extend(latency_chart(g, rows, subtitle));
+        charts.extend(dirty_chart(g, rows, subtitle));
     }
-    let fsync = fsync_lines(rows);
-    if !fsync.is_empty() {
-        let name = "fsync-under-load-small-load-fsync.svg".to_string();
-        fs::write(
-            dir.join(&name),
-            line_chart_scaled(
-                "fsync-under-load small/load: each fsync's latency",
-                &format!("{subtitle} (4 KiB appended, 100 ms pause, fsync; two background writers)"),
-                "seconds since the foreground started (when the fsync began)",
-                "fsync latency, ms (log scale)",
-                &fsync,
-                true,
-            ),
-        )?;
+    for w in WORKLOADS {
+        charts.extend(w.charts(rows, subtitle));
+    }
+    let mut files = Vec::new();
+    for (name, svg) in charts {
+        fs::write(dir.join(&name), svg)?;
         files.push(name);
     }
     let mut html = String::from(
@@ -627,20 +511,86 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
     Ok(files)
 }
 
-/// One line per engine of the fsync-under-load `small/load` group: each
-/// fsync, `(when it began, its latency in ms)`.
-fn fsync_lines(rows: &[ResultRow]) -> Vec<Line> {
-    rows.iter()
-        .filter(|r| r.ok() && r.workload == "fsync-under-load" && r.variant.as_deref() == Some("small/load"))
-        .filter(|r| !r.fsync_points.is_empty())
-        .map(|r| Line {
-            label: r.engine.clone(),
-            color: engine_color(&r.engine),
-            dash: "",
-            points: r.fsync_points.clone(),
-            tail: None,
+/// Group `g`'s throughput over time, a line per row. Every engine that ran
+/// appears, even one too short for a line: a missing line must never read
+/// as a missing engine. (The per-call rows have no stream to chart, and
+/// sqlite's rows no bytes of their own: their figures are transactions.)
+fn throughput_chart(g: &str, rows: &[&ResultRow], subtitle: &str) -> Option<(String, String)> {
+    let lines: Vec<Line> = rows
+        .iter()
+        .filter(|r| r.us_per_call.is_none() && r.tps.is_none())
+        .map(|r| {
+            let label = match (r.rate_points.len(), r.runtime_s) {
+                (0, Some(t)) => format!("{} (no point: I/O took {t:.2} s)", r.series_label()),
+                _ => r.series_label(),
+            };
+            let (color, dash) = line_style(r);
+            Line { label, color, dash, points: r.rate_points.clone(), tail: r.fsync_tail_s }
         })
-        .collect()
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let svg = line_chart(&format!("{g}: throughput"), subtitle, "seconds", "MB/s", &lines);
+    Some((format!("{g}-throughput.svg"), svg))
+}
+
+/// Group `g`'s latency percentiles, per call or per transaction, a group
+/// of bars per row.
+fn latency_chart(g: &str, rows: &[&ResultRow], subtitle: &str) -> Option<(String, String)> {
+    let with_lat: Vec<&&ResultRow> = rows.iter().filter(|r| r.lat_us.is_some()).collect();
+    if with_lat.is_empty() {
+        return None;
+    }
+    let cats: Vec<String> = with_lat.iter().map(|r| r.series_label()).collect();
+    let vals: Vec<Vec<Option<f64>>> = with_lat
+        .iter()
+        .map(|r| {
+            let p = r.lat_us.expect("filtered");
+            vec![Some(p.p50), Some(p.p99), Some(p.p999), Some(p.max)]
+        })
+        .collect();
+    let series = [("p50", "#9ecae1"), ("p99", "#4292c6"), ("p99.9", "#08519c"), ("max", "#08306b")];
+    let per = if with_lat.iter().all(|r| r.tps.is_some()) { "transaction" } else { "call" };
+    let svg = log_bar_chart(
+        &format!("{g}: latency per {per} (percentiles)"),
+        subtitle,
+        &format!("µs per {per} (log scale)"),
+        &cats,
+        &series,
+        &vals,
+    );
+    Some((format!("{g}-latency.svg"), svg))
+}
+
+/// Group `g`'s dirty bytes over time: one line per measurement (the rows of
+/// one measurement share its samples), as the workload labels it.
+fn dirty_chart(g: &str, rows: &[&ResultRow], subtitle: &str) -> Option<(String, String)> {
+    let mut seen = Vec::new();
+    let dirty: Vec<Line> = rows
+        .iter()
+        .filter(|r| r.dirty.len() >= 2)
+        .filter_map(|r| {
+            let (label, color, dash) = r.dirty_line();
+            if seen.contains(&label) {
+                return None;
+            }
+            seen.push(label.clone());
+            let points = r.dirty.iter().map(|(t, b)| (*t, *b as f64 / (1u64 << 20) as f64)).collect();
+            Some(Line { label, color, dash, points, tail: None })
+        })
+        .collect();
+    if dirty.is_empty() {
+        return None;
+    }
+    let svg = line_chart(
+        &format!("{g}: dirty + writeback over time"),
+        &format!("{subtitle} (kernel: /proc/meminfo, wbcache: its stats)"),
+        "seconds",
+        "MiB",
+        &dirty,
+    );
+    Some((format!("{g}-dirty.svg"), svg))
 }
 
 #[cfg(test)]
@@ -694,7 +644,7 @@ mod tests {
             row("wbcache", "small/idle", vec![(0.1, 0.4)]),
             row("wbcache", "background/with-fsync", Vec::new()),
         ];
-        let lines = fsync_lines(&rows);
+        let lines = crate::workloads::fsync_under_load::fsync_lines(&rows);
         assert_eq!(lines.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), ["wbcache", "kernel-buffered"]);
         let svg = line_chart_scaled("t", "s", "x", "ms", &lines, true);
         for decade in [">0.1</text>", ">1</text>", ">10</text>", ">100</text>", ">1000</text>", ">10k</text>"] {
@@ -714,6 +664,7 @@ mod tests {
             variant: Some(variant.into()),
             status: "ok".into(),
             group: format!("parallel-writeback-{}", variant.split('/').next().unwrap()),
+            imp: Some(&crate::workloads::parallel_writeback::PARALLEL_WRITEBACK),
             rate_points: vec![(0.1, 100.0), (0.2, 120.0)],
             dirty: vec![(0.1, 1 << 20), (0.2, 2 << 20)],
             ..ResultRow::default()
