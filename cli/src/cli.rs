@@ -395,7 +395,7 @@ impl Plan {
         let pw_workers = writeback_workers(&args.writeback_workers)?;
         let mut groups = select_groups(&args, suite, explicit, &pw_workers)?;
         let (mut engines, engines_given) = select_engines(&args)?;
-        if !args.writeback_workers.is_empty() && !groups.iter().any(|g| g.imp.takes_writeback_workers()) {
+        if !args.writeback_workers.is_empty() && !groups.iter().any(|g| g.owner.takes_writeback_workers()) {
             return Err("--writeback-workers applies to parallel-writeback, which is not selected".into());
         }
         let mut notes = Vec::new();

@@ -1,8 +1,9 @@
 //! Hand-written SVG charts, one file per workload (and variant) and kind:
 //! throughput per second per engine (lines), latency percentiles per engine
-//! (bars, log scale), dirty bytes over time (lines), and for
-//! fsync-under-load each fsync's latency over time (lines, log scale).
-//! Plus an `index.html` that shows them all.
+//! (bars, log scale), dirty bytes over time (lines), and the charts a
+//! workload draws of its own (fsync-under-load: each fsync's latency over
+//! time, lines, log scale). Plus an `index.html` that shows them all. A
+//! row's workload says how its lines are labelled and drawn.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -664,7 +665,7 @@ mod tests {
             variant: Some(variant.into()),
             status: "ok".into(),
             group: format!("parallel-writeback-{}", variant.split('/').next().unwrap()),
-            imp: Some(&crate::workloads::parallel_writeback::PARALLEL_WRITEBACK),
+            owner: Some(&crate::workloads::parallel_writeback::PARALLEL_WRITEBACK),
             rate_points: vec![(0.1, 100.0), (0.2, 120.0)],
             dirty: vec![(0.1, 1 << 20), (0.2, 2 << 20)],
             ..ResultRow::default()

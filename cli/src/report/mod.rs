@@ -132,7 +132,7 @@ pub struct ResultRow {
     /// The workload the row is of, which draws it in charts (`None` only
     /// for rows made up in tests).
     #[serde(skip)]
-    pub imp: Option<&'static dyn Workload>,
+    pub owner: Option<&'static dyn Workload>,
 }
 
 impl ResultRow {
@@ -185,7 +185,7 @@ impl ResultRow {
             fsync_tail_s: None,
             group: group.slug(),
             fsync_points: Vec::new(),
-            imp: Some(group.imp),
+            owner: Some(group.owner),
         }
     }
 
@@ -201,18 +201,18 @@ impl ResultRow {
     /// Label in charts: engine, plus what tells the row apart from the
     /// engine's others (a writer's role, a configuration).
     pub fn series_label(&self) -> String {
-        self.imp.map_or_else(|| self.engine.clone(), |w| w.series_label(self))
+        self.owner.map_or_else(|| self.engine.clone(), |w| w.series_label(self))
     }
 
     /// The row's line in the throughput chart: colour and dash.
     pub fn line_style(&self) -> (&'static str, &'static str) {
-        self.imp.map_or_else(|| (crate::svg::engine_color(&self.engine), ""), |w| w.line_style(self))
+        self.owner.map_or_else(|| (crate::svg::engine_color(&self.engine), ""), |w| w.line_style(self))
     }
 
     /// The row's measurement's line in the dirty-bytes chart: label, colour
     /// and dash.
     pub fn dirty_line(&self) -> (String, &'static str, &'static str) {
-        self.imp
+        self.owner
             .map_or_else(|| (self.engine.clone(), crate::svg::engine_color(&self.engine), ""), |w| w.dirty_line(self))
     }
 }
@@ -272,7 +272,7 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
         return vec![row];
     }
     let jobs: Vec<&JobResult> = o.jobs.iter().collect();
-    group.imp.rows(group, engine, &jobs, o)
+    group.owner.rows(group, engine, &jobs, o)
 }
 
 /// The jobs of `jobs` with role `role`.

@@ -281,7 +281,7 @@ impl<'a> Bench<'a> {
                 };
                 self.progress.finish(&summary(group, &new_rows));
                 self.rows.extend(new_rows);
-                group.imp.after_rows(&mut self.rows);
+                group.owner.after_rows(&mut self.rows);
             }
             self.measure_references(group);
             let last_of_workload = !matches!(groups.get(gi + 1), Some(g) if g.workload == group.workload);
@@ -307,7 +307,7 @@ impl<'a> Bench<'a> {
                 Err(e) => layout_error = Some(format!("laying out the data file: {e}")),
             }
         }
-        let files = group.imp.files_to_lay_out(group, place);
+        let files = group.owner.files_to_lay_out(group, place);
         if let Some(first) = files.first() {
             self.progress.note(&format!("laying out {} file(s) of {}", files.len(), fmt_size(first.len)));
         }
@@ -361,14 +361,14 @@ impl<'a> Bench<'a> {
     /// The group's references, once it ran on some engine (not after an
     /// interruption).
     fn measure_references(&mut self, group: &Group) {
-        let ran = self.rows.iter().any(|r| r.is_of(group.imp) && r.variant == group.variant && r.ok());
+        let ran = self.rows.iter().any(|r| r.is_of(group.owner) && r.variant == group.variant && r.ok());
         if !ran || INTERRUPTED.load(Ordering::SeqCst) {
             return;
         }
         let progress = &mut self.progress;
         let mut note = |line: &str| progress.note(line);
         let mut ctx = ReferenceContext { params: &self.params, place: &self.site.place, note: &mut note };
-        self.references.extend(group.imp.references(group, &mut ctx));
+        self.references.extend(group.owner.references(group, &mut ctx));
     }
 
     /// After the tables: the I/O backend wbcache ran on, and the targets.
@@ -418,7 +418,7 @@ impl<'a> Bench<'a> {
 /// How long a measurement may take before it is killed: twice its time cap
 /// plus a minute, plus what its workload allows for its setup.
 fn default_timeout_s(group: &Group, spec: &Spec) -> f64 {
-    2.0 * spec.deadline_s + 60.0 + group.imp.timeout_allowance_s(spec)
+    2.0 * spec.deadline_s + 60.0 + group.owner.timeout_allowance_s(spec)
 }
 
 /// The progress display's line for a measurement: its workload's, or the
@@ -428,7 +428,7 @@ fn summary(group: &Group, rows: &[ResultRow]) -> String {
     if !r.ok() {
         return format!("{}: {}", r.status, r.error.clone().unwrap_or_default());
     }
-    group.imp.summary(rows)
+    group.owner.summary(rows)
 }
 
 /// Of several runs of one measurement, the one whose primary figure
@@ -497,7 +497,7 @@ fn measurements(groups: &[Group], engines: &[EngineKind]) -> usize {
 /// A workload's section: its heading (what its groups did, what it models),
 /// this run's settings, and its table of its rows.
 fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &Params) -> String {
-    let w = group.imp;
+    let w = group.owner;
     let mine: Vec<&Group> = groups.iter().filter(|g| g.workload == group.workload).collect();
     let about = format!("{}.{}\n\n{}", w.about(&mine, p), w.context(), run_settings(p));
     let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.is_of(w)).collect();

@@ -7,7 +7,7 @@
 //! the report; adding a workload is a module and a line there.
 //!
 //! A [`Group`] is one workload and variant, run once per engine; it carries
-//! the workload that made it ([`Group::imp`]) and the workload's own typed
+//! the workload that made it ([`Group::owner`]) and the workload's own typed
 //! description of it, so shared code asks the group, never a name. Names
 //! (`workload`, `variant`) are what the command line, the JSON and the
 //! worker's spec say; only the worker, which gets a spec as JSON, looks a
@@ -304,10 +304,11 @@ pub fn variants_named(groups: &[&Group], p: &Params) -> String {
 /// One workload (and variant), run once per engine.
 #[derive(Clone)]
 pub struct Group {
+    /// The workload's name (JSON `workload`).
     pub workload: &'static str,
     pub variant: Option<String>,
     /// The workload that made the group and runs it.
-    pub imp: &'static dyn Workload,
+    pub owner: &'static dyn Workload,
     /// The workload's own description of the group (see [`Group::shape`]).
     shape: Arc<dyn Any + Send + Sync>,
 }
@@ -319,9 +320,9 @@ impl fmt::Debug for Group {
 }
 
 impl Group {
-    /// A group of `imp`'s, described by `shape` (its own type).
-    pub fn new<S: Any + Send + Sync>(imp: &'static dyn Workload, variant: Option<String>, shape: S) -> Group {
-        Group { workload: imp.name(), variant, imp, shape: Arc::new(shape) }
+    /// A group of `owner`'s, described by `shape` (its own type).
+    pub fn new<S: Any + Send + Sync>(owner: &'static dyn Workload, variant: Option<String>, shape: S) -> Group {
+        Group { workload: owner.name(), variant, owner, shape: Arc::new(shape) }
     }
 
     /// The workload's own description of the group. Only the workload that
@@ -331,7 +332,7 @@ impl Group {
     }
 
     pub fn label(&self) -> String {
-        self.imp.label(self)
+        self.owner.label(self)
     }
 
     /// File-name-safe label.
@@ -343,19 +344,19 @@ impl Group {
     }
 
     pub fn runs_on(&self, engine: EngineKind) -> bool {
-        self.imp.runs_on(self, engine)
+        self.owner.runs_on(self, engine)
     }
 
     pub fn only_on(&self) -> Option<&'static [EngineKind]> {
-        self.imp.only_on()
+        self.owner.only_on()
     }
 
     pub fn needs_data(&self) -> bool {
-        self.imp.needs_data(self)
+        self.owner.needs_data(self)
     }
 
     pub fn describe(&self, p: &Params) -> String {
-        self.imp.describe(self, p)
+        self.owner.describe(self, p)
     }
 }
 
@@ -378,14 +379,14 @@ pub fn expand(name: &str, overwrite_subset: Option<&[&str]>, writeback_workers: 
 /// The spec of one measurement.
 pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, progress: bool) -> Spec {
     let name = format!("{}-{}", group.slug(), engine.name());
-    let Jobs { jobs, deadline_s, pipelined } = group.imp.jobs(group, engine, p, place, &name);
+    let Jobs { jobs, deadline_s, pipelined } = group.owner.jobs(group, engine, p, place, &name);
     Spec {
         workload: group.workload.to_string(),
         variant: group.variant.clone(),
         engine,
         jobs,
         deadline_s,
-        wbcache_options: group.imp.wbcache_options(group, p),
+        wbcache_options: group.owner.wbcache_options(group, p),
         pipelined,
         progress,
     }
