@@ -411,15 +411,11 @@ impl Plan {
             }
         }
         check_outputs(&args)?;
+        // The same default for every selection, as for the memory.
+        let default_runtime_s = if args.quick { 1.0 } else { 5.0 };
         let runtime_s = match &args.runtime {
             Some(r) => parse_duration(r)?,
-            None => {
-                if args.quick {
-                    1.0
-                } else {
-                    5.0
-                }
-            }
+            None => default_runtime_s,
         };
         let options = merge_options(memory, &args.set)?;
         let config = Config::from_options(&options).map_err(|e| format!("wbcache options '{options}': {e}"))?;
