@@ -9,9 +9,9 @@ use wbcache::Config;
 
 use crate::engines::EngineKind;
 use crate::sys::fmt_size;
-use crate::workloads::{
-    expand, overwrite_variants, FioJob, FioRw, Group, Kind, Params, PW_DEFAULT_WORKERS, PW_MAX_WORKERS, WORKLOADS,
-};
+use crate::workloads::custom::{FioJob, FioRw};
+use crate::workloads::parallel_writeback::{PW_DEFAULT_WORKERS, PW_MAX_WORKERS};
+use crate::workloads::{custom, expand, Group, Params, Selection, WORKLOADS};
 
 const MIB: u64 = 1 << 20;
 
@@ -159,7 +159,7 @@ pub struct BenchArgs {
 
 fn long_help() -> String {
     let mut s = String::from("Workloads (what each models, and the public measurement it follows):\n");
-    for w in WORKLOADS {
+    for w in WORKLOADS.iter().map(|w| w.info()) {
         s.push_str(&format!("  {:<19} {}\n  {:<19} models: {}\n", w.name, w.about, "", w.models));
         if let Some(source) = w.source {
             s.push_str(&format!("  {:<19} follows: {source}\n", ""));
@@ -185,21 +185,6 @@ fn long_help() -> String {
     s
 }
 
-pub const DEFAULT_WORKLOADS: &[&str] = &[
-    "seq-write",
-    "rand-write",
-    "multi-writer",
-    "files-32",
-    "competing",
-    "fsync-under-load",
-    "parallel-writeback",
-    "seq-read",
-    "rand-read",
-    "hot-set",
-    "sqlite",
-    "advice",
-    "small-overwrite",
-];
 pub const DEFAULT_OVERWRITES: &[&str] =
     &["pwrite-1k-4k-file", "pwrite-1k-2m-file", "pwrite-10k-2m-file", "write-1k-2m-file", "writev-1k-2m-file"];
 pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"];
@@ -208,9 +193,9 @@ pub const SQLITE_QUICK_DATA: u64 = 4 * MIB;
 
 pub fn list_text() -> String {
     let mut s = long_help();
-    s.push_str("\nsmall-overwrite variants: ");
-    s.push_str(&overwrite_variants().join(", "));
-    s.push('\n');
+    for listed in WORKLOADS.iter().filter_map(|w| w.listed_variants()) {
+        s.push_str(&format!("\n{listed}\n"));
+    }
     s
 }
 
@@ -407,126 +392,15 @@ impl Plan {
         } else {
             "default"
         };
-        let overwrite_subset: Option<&[&str]> = match suite {
-            "quick" if !explicit => Some(QUICK_OVERWRITES),
-            "default" => Some(DEFAULT_OVERWRITES),
-            _ => None,
-        };
-        let names: Vec<String> = if args.custom {
-            Vec::new()
-        } else if explicit {
-            args.workloads.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
-        } else {
-            DEFAULT_WORKLOADS.iter().map(|s| s.to_string()).collect()
-        };
         let pw_workers = writeback_workers(&args.writeback_workers)?;
-        let mut groups: Vec<Group> = Vec::new();
-        for name in &names {
-            let expanded: Vec<Group> = if name == "all" {
-                WORKLOADS
-                    .iter()
-                    .flat_map(|w| expand(w.name, None, &pw_workers).expect("catalog names expand"))
-                    .collect()
-            } else if name == "default" {
-                DEFAULT_WORKLOADS
-                    .iter()
-                    .flat_map(|w| expand(w, Some(DEFAULT_OVERWRITES), &pw_workers).expect("known"))
-                    .collect()
-            } else {
-                expand(name, overwrite_subset, &pw_workers).ok_or_else(|| {
-                    format!(
-                        "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file, \
-                         parallel-writeback ones like parallel-writeback/files or parallel-writeback/shared/rotor-2, \
-                         hot-set ones like hot-set/write-stream, sqlite ones like sqlite/wal-streaming, advice \
-                         ones like advice/stream-dontneed)"
-                    )
-                })?
-            };
-            for g in expanded {
-                if !groups.iter().any(|h| h.slug() == g.slug()) {
-                    groups.push(g);
-                }
-            }
-        }
-        if groups.is_empty() && !args.custom {
-            return Err("no workload selected (see --list)".into());
-        }
-        // Keep each workload's groups together, in catalog order.
-        let rank = |g: &Group| WORKLOADS.iter().position(|w| w.name == g.workload).unwrap_or(usize::MAX);
-        groups.sort_by_key(rank);
-
-        let mut engines = Vec::new();
-        for e in &args.engines {
-            let e = e.trim();
-            if e == "all" {
-                engines.extend(EngineKind::ALL);
-                continue;
-            }
-            let kind = EngineKind::parse(e).ok_or_else(|| {
-                format!(
-                    "unknown engine '{e}' (known: {})",
-                    EngineKind::ALL.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
-                )
-            })?;
-            engines.push(kind);
-        }
-        let engines_given = !engines.is_empty();
-        if !engines_given && args.dontcache {
-            engines.extend([EngineKind::KernelBuffered, EngineKind::KernelDontcache, EngineKind::WbcacheDontcache]);
-        }
-        if engines.is_empty() {
-            engines.extend(EngineKind::ALL);
-        }
-        engines.sort();
-        engines.dedup();
-        let mut notes = Vec::new();
-        let has_pw = groups.iter().any(|g| matches!(g.kind, Kind::ParallelWriteback(_)));
-        if !args.writeback_workers.is_empty() && !has_pw {
+        let mut groups = select_groups(&args, suite, explicit, &pw_workers)?;
+        let (mut engines, engines_given) = select_engines(&args)?;
+        if !args.writeback_workers.is_empty() && !groups.iter().any(|g| g.owner.takes_writeback_workers()) {
             return Err("--writeback-workers applies to parallel-writeback, which is not selected".into());
         }
-        // parallel-writeback, sqlite and advice run on some engines only: their
-        // groups that none of the selected engines runs are left out, and
-        // said so, per workload.
-        let mut left_out: Vec<(&'static str, &'static [EngineKind], usize)> = Vec::new();
-        groups.retain(|g| {
-            let runs = engines.iter().any(|e| g.runs_on(*e));
-            if !runs {
-                let only = g.only_on().unwrap_or(&EngineKind::ALL);
-                match left_out.iter_mut().find(|(w, _, _)| *w == g.workload) {
-                    Some(entry) => entry.2 += 1,
-                    None => left_out.push((g.workload, only, 1)),
-                }
-            }
-            runs
-        });
-        let names = |only: &[EngineKind]| only.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ");
-        if groups.is_empty() && !left_out.is_empty() {
-            let parts: Vec<String> =
-                left_out.iter().map(|(w, only, _)| format!("{w} runs on {} only", names(only))).collect();
-            return Err(format!("{}: none of them is among --engines", parts.join("; ")));
-        }
-        for (workload, only, n) in left_out {
-            notes.push(format!("{workload}: {n} of its groups left out (it runs on {} only)", names(only)));
-        }
-
-        // One set of defaults for every selection, so a workload run alone
-        // measures exactly what its row in the default suite measures.
-        let (default_memory, default_runtime) = if args.quick { (128 * MIB, 1.0) } else { (256 * MIB, 5.0) };
-        let memory = match &args.memory {
-            Some(m) => parse_size("--memory", m).map_err(|e| e.to_string())?,
-            None => default_memory,
-        };
-        if memory < 16 * MIB {
-            return Err(format!("--memory {} is too small (at least 16M)", fmt_size(memory)));
-        }
-        let size = match &args.size {
-            Some(s) => parse_size("--size", s).map_err(|e| e.to_string())?,
-            None => 2 * memory,
-        };
-        let size = (size / MIB) * MIB;
-        if size < 4 * MIB {
-            return Err("--size must be at least 4M".into());
-        }
+        let mut notes = Vec::new();
+        leave_out_groups(&mut groups, &engines, &mut notes)?;
+        let (memory, size) = memory_and_size(&args)?;
         if let Some(t) = args.timeout {
             // Checked before anything runs: a negative, NaN or huge value
             // would panic building the timeout's `Duration` mid-run.
@@ -537,46 +411,21 @@ impl Plan {
             }
         }
         check_outputs(&args)?;
+        // The same default for every selection, as for the memory.
+        let default_runtime_s = if args.quick { 1.0 } else { 5.0 };
         let runtime_s = match &args.runtime {
             Some(r) => parse_duration(r)?,
-            None => default_runtime,
+            None => default_runtime_s,
         };
         let options = merge_options(memory, &args.set)?;
         let config = Config::from_options(&options).map_err(|e| format!("wbcache options '{options}': {e}"))?;
         // Every key's value as the cache will run it, printed once.
         let effective_options = config.to_options();
-        let custom = if args.custom {
-            let job = fio_job(&args, size)?;
-            if job.bs % 4096 != 0 && engines.contains(&EngineKind::KernelDirect) {
-                if engines_given {
-                    return Err(format!(
-                        "--bs {}: kernel-direct (O_DIRECT) needs requests in multiples of 4k; drop it from --engines",
-                        job.bs
-                    ));
-                }
-                engines.retain(|e| *e != EngineKind::KernelDirect);
-                notes.push(format!("kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is {}", job.bs));
-            }
-            groups.push(Group { workload: "custom", variant: Some(job.variant()), kind: Kind::Custom(job.clone()) });
-            Some(job)
-        } else {
-            None
+        let custom = match args.custom {
+            true => Some(add_custom_job(&args, size, engines_given, &mut engines, &mut groups, &mut notes)?),
+            false => None,
         };
-        let quick = suite == "quick";
-        let params = Params {
-            memory,
-            size,
-            runtime_s,
-            stream_cap_s: 6.0 * runtime_s,
-            call_cap_s: (runtime_s / 4.0).clamp(0.25, 2.0),
-            iterations_1k: if quick { 20_000 } else { 200_000 },
-            iterations_10k: if quick { 5_000 } else { 50_000 },
-            warmup: if quick { 200 } else { 1_000 },
-            // More accounts data than memory, so the database does not fit
-            // in either cache; a few MiB for the smoke run.
-            sqlite_data_bytes: if quick { SQLITE_QUICK_DATA } else { memory / 4 * 5 },
-            wbcache_options: options,
-        };
+        let params = run_params(suite == "quick", memory, size, runtime_s, options);
         if let (Some(dev), false) = (&args.device, args.yes_destroy) {
             return Err(format!(
                 "--device {} would destroy the data on it; add --yes-destroy if that is what you want",
@@ -594,6 +443,185 @@ impl Plan {
             notes,
             args,
         })
+    }
+}
+
+/// The groups the workloads named (or the suite's) expand to, each once,
+/// each workload's together, in catalog order.
+fn select_groups(args: &BenchArgs, suite: &str, explicit: bool, pw_workers: &[u32]) -> Result<Vec<Group>, String> {
+    let overwrite_subset: Option<&[&str]> = match suite {
+        "quick" if !explicit => Some(QUICK_OVERWRITES),
+        "default" => Some(DEFAULT_OVERWRITES),
+        _ => None,
+    };
+    let names: Vec<String> = if args.custom {
+        Vec::new()
+    } else if explicit {
+        args.workloads.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+    } else {
+        vec!["default".into()]
+    };
+    let suite_groups = |overwrite_subset: Option<&[&str]>, default_only: bool| -> Vec<Group> {
+        let selection = Selection { overwrite_subset, writeback_workers: pw_workers };
+        WORKLOADS
+            .iter()
+            .filter(|w| !default_only || w.in_default_suite())
+            .flat_map(|w| w.groups(None, &selection).expect("catalog names expand"))
+            .collect()
+    };
+    let mut groups: Vec<Group> = Vec::new();
+    for name in &names {
+        let expanded: Vec<Group> = match name.as_str() {
+            "all" => suite_groups(None, false),
+            "default" if explicit => suite_groups(Some(DEFAULT_OVERWRITES), true),
+            "default" => suite_groups(overwrite_subset, true),
+            _ => expand(name, overwrite_subset, pw_workers).ok_or_else(|| {
+                format!(
+                    "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file, \
+                     parallel-writeback ones like parallel-writeback/files or parallel-writeback/shared/rotor-2, \
+                     hot-set ones like hot-set/write-stream, sqlite ones like sqlite/wal-streaming, advice \
+                     ones like advice/stream-dontneed)"
+                )
+            })?,
+        };
+        for g in expanded {
+            if !groups.iter().any(|h| h.slug() == g.slug()) {
+                groups.push(g);
+            }
+        }
+    }
+    if groups.is_empty() && !args.custom {
+        return Err("no workload selected (see --list)".into());
+    }
+    // Keep each workload's groups together, in catalog order.
+    let rank = |g: &Group| WORKLOADS.iter().position(|w| w.name() == g.workload).unwrap_or(usize::MAX);
+    groups.sort_by_key(rank);
+    Ok(groups)
+}
+
+/// The engines named (all five by default; the dontcache ones and their
+/// baseline for `--custom --dontcache`), sorted, each once; and whether
+/// any was named.
+fn select_engines(args: &BenchArgs) -> Result<(Vec<EngineKind>, bool), String> {
+    let mut engines = Vec::new();
+    for e in &args.engines {
+        let e = e.trim();
+        if e == "all" {
+            engines.extend(EngineKind::ALL);
+            continue;
+        }
+        let kind = EngineKind::parse(e).ok_or_else(|| {
+            format!(
+                "unknown engine '{e}' (known: {})",
+                EngineKind::ALL.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        engines.push(kind);
+    }
+    let engines_given = !engines.is_empty();
+    if !engines_given && args.dontcache {
+        engines.extend([EngineKind::KernelBuffered, EngineKind::KernelDontcache, EngineKind::WbcacheDontcache]);
+    }
+    if engines.is_empty() {
+        engines.extend(EngineKind::ALL);
+    }
+    engines.sort();
+    engines.dedup();
+    Ok((engines, engines_given))
+}
+
+/// Leaves out the groups none of the selected engines runs (some workloads
+/// run on some engines only), said so per workload in `notes`; refused
+/// when that leaves nothing.
+fn leave_out_groups(groups: &mut Vec<Group>, engines: &[EngineKind], notes: &mut Vec<String>) -> Result<(), String> {
+    let mut left_out: Vec<(&'static str, &'static [EngineKind], usize)> = Vec::new();
+    groups.retain(|g| {
+        let runs = engines.iter().any(|e| g.runs_on(*e));
+        if !runs {
+            let only = g.only_on().unwrap_or(&EngineKind::ALL);
+            match left_out.iter_mut().find(|(w, _, _)| *w == g.workload) {
+                Some(entry) => entry.2 += 1,
+                None => left_out.push((g.workload, only, 1)),
+            }
+        }
+        runs
+    });
+    let names = |only: &[EngineKind]| only.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ");
+    if groups.is_empty() && !left_out.is_empty() {
+        let parts: Vec<String> =
+            left_out.iter().map(|(w, only, _)| format!("{w} runs on {} only", names(only))).collect();
+        return Err(format!("{}: none of them is among --engines", parts.join("; ")));
+    }
+    for (workload, only, n) in left_out {
+        notes.push(format!("{workload}: {n} of its groups left out (it runs on {} only)", names(only)));
+    }
+    Ok(())
+}
+
+/// `--memory` and `--size`, checked. One set of defaults for every
+/// selection, so a workload run alone measures exactly what its row in the
+/// default suite measures.
+fn memory_and_size(args: &BenchArgs) -> Result<(u64, u64), String> {
+    let default_memory = if args.quick { 128 * MIB } else { 256 * MIB };
+    let memory = match &args.memory {
+        Some(m) => parse_size("--memory", m).map_err(|e| e.to_string())?,
+        None => default_memory,
+    };
+    if memory < 16 * MIB {
+        return Err(format!("--memory {} is too small (at least 16M)", fmt_size(memory)));
+    }
+    let size = match &args.size {
+        Some(s) => parse_size("--size", s).map_err(|e| e.to_string())?,
+        None => 2 * memory,
+    };
+    let size = (size / MIB) * MIB;
+    if size < 4 * MIB {
+        return Err("--size must be at least 4M".into());
+    }
+    Ok((memory, size))
+}
+
+/// `--custom`'s job, checked, and its group added; kernel-direct left out
+/// (or refused, when named) for requests O_DIRECT cannot take.
+fn add_custom_job(
+    args: &BenchArgs,
+    size: u64,
+    engines_given: bool,
+    engines: &mut Vec<EngineKind>,
+    groups: &mut Vec<Group>,
+    notes: &mut Vec<String>,
+) -> Result<FioJob, String> {
+    let job = fio_job(args, size)?;
+    if job.bs % 4096 != 0 && engines.contains(&EngineKind::KernelDirect) {
+        if engines_given {
+            return Err(format!(
+                "--bs {}: kernel-direct (O_DIRECT) needs requests in multiples of 4k; drop it from --engines",
+                job.bs
+            ));
+        }
+        engines.retain(|e| *e != EngineKind::KernelDirect);
+        notes.push(format!("kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is {}", job.bs));
+    }
+    groups.push(custom::group(job.clone()));
+    Ok(job)
+}
+
+/// The run's sizes and times: the suite's iteration counts, the caps that
+/// follow from the runtime, the sqlite database's size.
+fn run_params(quick: bool, memory: u64, size: u64, runtime_s: f64, wbcache_options: String) -> Params {
+    Params {
+        memory,
+        size,
+        runtime_s,
+        stream_cap_s: 6.0 * runtime_s,
+        call_cap_s: (runtime_s / 4.0).clamp(0.25, 2.0),
+        iterations_1k: if quick { 20_000 } else { 200_000 },
+        iterations_10k: if quick { 5_000 } else { 50_000 },
+        warmup: if quick { 200 } else { 1_000 },
+        // More accounts data than memory, so the database does not fit in
+        // either cache; a few MiB for the smoke run.
+        sqlite_data_bytes: if quick { SQLITE_QUICK_DATA } else { memory / 4 * 5 },
+        wbcache_options,
     }
 }
 
@@ -888,7 +916,7 @@ mod tests {
     /// 256M; it runs on kernel-buffered and wbcache only.
     #[test]
     fn advice_selection() {
-        use crate::workloads::{advice_cold_len, advice_stream_len};
+        use crate::workloads::advice::{advice_cold_len, advice_stream_len};
         let advice = |p: &Plan| -> Vec<String> {
             p.groups.iter().filter(|g| g.workload == "advice").map(|g| g.variant.clone().unwrap()).collect()
         };

@@ -5,12 +5,14 @@
 //! the same disk, and prints a Markdown table per workload (optionally JSON
 //! and SVG charts). See `wbcache bench --help` and `wbcache bench --list`.
 //!
-//! Layout: [`cli`] (options, suites), [`workloads`] (catalog, job specs),
-//! [`engines`] (the five engines behind one trait), [`worker`] (one
-//! measurement in a child process), [`runner`] (the parent: places, cgroups,
-//! caches, workers), [`sqlite_bench`] (the `sqlite` workload's database),
-//! [`cgroup`], [`measure`] (histograms, series),
-//! [`report`] (tables, JSON, targets), [`svg`], [`progress`], [`sys`].
+//! Layout: [`cli`] (options, suites), [`workloads`] (the `Workload`
+//! trait, the catalog, and one module per workload: its variants, job
+//! specs, worker code, rows, table and targets), [`engines`] (the five
+//! engines behind one trait), [`bench_worker`] (one measurement in a child
+//! process: its threads, the generic job runner), [`runner`] (the parent:
+//! places, cgroups, caches, workers), [`cgroup`], [`measure`] (histograms,
+//! series), [`report`] (result rows, JSON, the shared parts of the tables,
+//! targets), [`svg`], [`progress`], [`sys`].
 
 mod bench_worker;
 mod cgroup;
@@ -20,7 +22,6 @@ mod measure;
 mod progress;
 mod report;
 mod runner;
-mod sqlite_bench;
 mod svg;
 mod sys;
 mod workloads;

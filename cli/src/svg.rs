@@ -1,8 +1,9 @@
 //! Hand-written SVG charts, one file per workload (and variant) and kind:
 //! throughput per second per engine (lines), latency percentiles per engine
-//! (bars, log scale), dirty bytes over time (lines), and for
-//! fsync-under-load each fsync's latency over time (lines, log scale).
-//! Plus an `index.html` that shows them all.
+//! (bars, log scale), dirty bytes over time (lines), and the charts a
+//! workload draws of its own (fsync-under-load: each fsync's latency over
+//! time, lines, log scale). Plus an `index.html` that shows them all. A
+//! row's workload says how its lines are labelled and drawn.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,6 +12,7 @@ use std::io;
 use std::path::Path;
 
 use crate::report::ResultRow;
+use crate::workloads::WORKLOADS;
 
 const W: f64 = 900.0;
 const H: f64 = 460.0;
@@ -34,37 +36,10 @@ pub fn engine_color(engine: &str) -> &'static str {
     }
 }
 
-/// A row's line colour and dash: its engine's, except that
-/// `parallel-writeback`'s wbcache rows are coloured by writeback routing
-/// and dashed by worker count (one chart holds all of a pattern's rows).
+/// A row's line colour and dash, as its workload draws it (by default its
+/// engine's colour, solid).
 fn line_style(r: &ResultRow) -> (&'static str, &'static str) {
-    let config = match r.variant.as_deref().and_then(|v| v.split_once('/')) {
-        Some((_, config)) if r.workload == "parallel-writeback" => config,
-        _ => return (engine_color(&r.engine), dash_for(r.variant.as_deref())),
-    };
-    let (routing, workers) = config.rsplit_once('-').unwrap_or((config, ""));
-    let color = match routing {
-        "single" => engine_color("wbcache"),
-        "rotor" => "#17becf",
-        "region" => "#d62728",
-        _ => "#8c564b",
-    };
-    let dash = match workers {
-        "1" => "",
-        "2" => "7 4",
-        "4" => "2 3",
-        _ => "12 3 2 3",
-    };
-    (color, dash)
-}
-
-fn dash_for(variant: Option<&str>) -> &'static str {
-    match variant {
-        Some("buffered-peer") => "7 4",
-        Some("aggregate") => "2 3",
-        Some(v) if v.starts_with("background/with") => "7 4",
-        _ => "",
-    }
+    r.line_style()
 }
 
 /// A step (1, 2, 5 × 10^k) that splits `max` into about five intervals.
@@ -186,6 +161,151 @@ fn decade_label(d: f64) -> String {
     }
 }
 
+/// Where values land on a line chart: a linear x axis from zero, and a
+/// linear y axis from zero or (`log_y`) a logarithmic one over whole
+/// decades `d0..d1`.
+struct LineScale {
+    top_x: f64,
+    x_step: f64,
+    top_y: f64,
+    y_step: f64,
+    log_y: bool,
+    d0: f64,
+    d1: f64,
+}
+
+impl LineScale {
+    fn new(lines: &[Line], log_y: bool) -> LineScale {
+        let max_x = lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.0).chain(l.tail.map(|t| t.1)))
+            .fold(0.0, f64::max)
+            .max(1.0);
+        let max_y = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
+        let min_pos_y =
+            lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).filter(|y| *y > 0.0).fold(f64::INFINITY, f64::min);
+        let (x_step, y_step) = (nice_step(max_x), nice_step(max_y));
+        // Log scale: whole decades around the positive values.
+        let d0 = if min_pos_y.is_finite() { min_pos_y.log10().floor() } else { 0.0 };
+        let d1 = max_y.log10().ceil().max(d0 + 1.0);
+        LineScale {
+            top_x: (max_x / x_step).ceil() * x_step,
+            x_step,
+            top_y: (max_y / y_step).ceil() * y_step,
+            y_step,
+            log_y,
+            d0,
+            d1,
+        }
+    }
+
+    fn px(&self, x: f64) -> f64 {
+        LEFT + x / self.top_x * (W - RIGHT - LEFT)
+    }
+
+    fn py(&self, y: f64) -> f64 {
+        let plot_h = H - BOTTOM - TOP;
+        if self.log_y {
+            H - BOTTOM - (y.max(10f64.powf(self.d0)).log10() - self.d0) / (self.d1 - self.d0) * plot_h
+        } else {
+            H - BOTTOM - y / self.top_y * plot_h
+        }
+    }
+
+    /// The y axis's ticks: each decade on a log scale, each step otherwise.
+    fn y_ticks(&self) -> Vec<(f64, String)> {
+        let mut ticks = Vec::new();
+        if self.log_y {
+            let mut d = self.d0;
+            while d <= self.d1 + 0.01 {
+                ticks.push((10f64.powf(d), decade_label(d)));
+                d += 1.0;
+            }
+        } else {
+            let mut v = 0.0;
+            while v <= self.top_y + self.y_step * 0.01 {
+                ticks.push((v, tick_label(v)));
+                v += self.y_step;
+            }
+        }
+        ticks
+    }
+
+    /// The grid lines and tick labels of both axes.
+    fn draw_ticks(&self, out: &mut String) {
+        for (v, label) in self.y_ticks() {
+            let y = self.py(v);
+            let _ = writeln!(
+                out,
+                "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>\n<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                W - RIGHT,
+                LEFT - 6.0,
+                y + 4.0,
+                label
+            );
+        }
+        let mut v = 0.0;
+        while v <= self.top_x + self.x_step * 0.01 {
+            let x = self.px(v);
+            let _ = writeln!(
+                out,
+                "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"black\"/>\n<text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                H - BOTTOM,
+                H - BOTTOM + 5.0,
+                H - BOTTOM + 19.0,
+                tick_label(v)
+            );
+            v += self.x_step;
+        }
+    }
+
+    /// Each line's tail (its final fsync) as a bar along the x axis, one
+    /// lane per line that has one.
+    fn draw_tails(&self, out: &mut String, lines: &[Line]) {
+        for (lane, (l, (start, end))) in lines.iter().filter_map(|l| l.tail.map(|t| (l, t))).enumerate() {
+            let y = H - BOTTOM - 5.0 - lane as f64 * 7.0;
+            let _ = writeln!(
+                out,
+                "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"5\" stroke-opacity=\"0.6\"><title>{}: final fsync, {:.2} s</title></line>",
+                self.px(start),
+                self.px(end).max(self.px(start) + 2.0),
+                l.color,
+                esc(&l.label),
+                end - start
+            );
+        }
+    }
+
+    /// The lines themselves, with a dot on each point of the short ones.
+    fn draw_lines(&self, out: &mut String, lines: &[Line]) {
+        for l in lines {
+            if l.points.is_empty() {
+                continue;
+            }
+            let pts: Vec<String> =
+                l.points.iter().map(|(x, y)| format!("{:.1},{:.1}", self.px(*x), self.py(*y))).collect();
+            let _ = writeln!(
+                out,
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-dasharray=\"{}\" points=\"{}\"/>",
+                l.color,
+                l.dash,
+                pts.join(" ")
+            );
+            if l.points.len() <= 40 {
+                for (x, y) in &l.points {
+                    let _ = writeln!(
+                        out,
+                        "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{}\"/>",
+                        self.px(*x),
+                        self.py(*y),
+                        l.color
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A line chart with a linear x axis from zero and a linear y axis from
 /// zero, or (`log_y`) a logarithmic one over the decades the points span.
 pub fn line_chart_scaled(
@@ -196,100 +316,13 @@ pub fn line_chart_scaled(
     lines: &[Line],
     log_y: bool,
 ) -> String {
-    let max_x =
-        lines.iter().flat_map(|l| l.points.iter().map(|p| p.0).chain(l.tail.map(|t| t.1))).fold(0.0, f64::max).max(1.0);
-    let max_y = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
-    let min_pos_y =
-        lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).filter(|y| *y > 0.0).fold(f64::INFINITY, f64::min);
-    let (xs, ys) = (nice_step(max_x), nice_step(max_y));
-    let (top_x, top_y) = ((max_x / xs).ceil() * xs, (max_y / ys).ceil() * ys);
-    // Log scale: whole decades around the positive values.
-    let d0 = if min_pos_y.is_finite() { min_pos_y.log10().floor() } else { 0.0 };
-    let d1 = max_y.log10().ceil().max(d0 + 1.0);
-    let plot_h = H - BOTTOM - TOP;
-    let px = |x: f64| LEFT + x / top_x * (W - RIGHT - LEFT);
-    let py = |y: f64| {
-        if log_y {
-            H - BOTTOM - (y.max(10f64.powf(d0)).log10() - d0) / (d1 - d0) * plot_h
-        } else {
-            H - BOTTOM - y / top_y * plot_h
-        }
-    };
+    let scale = LineScale::new(lines, log_y);
     let mut out = String::new();
     header(&mut out, title, subtitle);
-    let y_ticks: Vec<(f64, String)> = if log_y {
-        let mut d = d0;
-        let mut ticks = Vec::new();
-        while d <= d1 + 0.01 {
-            ticks.push((10f64.powf(d), decade_label(d)));
-            d += 1.0;
-        }
-        ticks
-    } else {
-        let mut v = 0.0;
-        let mut ticks = Vec::new();
-        while v <= top_y + ys * 0.01 {
-            ticks.push((v, tick_label(v)));
-            v += ys;
-        }
-        ticks
-    };
-    for (v, label) in y_ticks {
-        let y = py(v);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>\n<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - RIGHT,
-            LEFT - 6.0,
-            y + 4.0,
-            label
-        );
-    }
-    let mut v = 0.0;
-    while v <= top_x + xs * 0.01 {
-        let x = px(v);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{x:.1}\" y1=\"{}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"black\"/>\n<text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            H - BOTTOM,
-            H - BOTTOM + 5.0,
-            H - BOTTOM + 19.0,
-            tick_label(v)
-        );
-        v += xs;
-    }
+    scale.draw_ticks(&mut out);
     axes(&mut out, x_label, y_label);
-    for (lane, (l, (start, end))) in lines.iter().filter_map(|l| l.tail.map(|t| (l, t))).enumerate() {
-        let y = H - BOTTOM - 5.0 - lane as f64 * 7.0;
-        let _ = writeln!(
-            out,
-            "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"5\" stroke-opacity=\"0.6\"><title>{}: final fsync, {:.2} s</title></line>",
-            px(start),
-            px(end).max(px(start) + 2.0),
-            l.color,
-            esc(&l.label),
-            end - start
-        );
-    }
-    for l in lines {
-        if l.points.is_empty() {
-            continue;
-        }
-        let pts: Vec<String> = l.points.iter().map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y))).collect();
-        let _ = writeln!(
-            out,
-            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" stroke-dasharray=\"{}\" points=\"{}\"/>",
-            l.color,
-            l.dash,
-            pts.join(" ")
-        );
-        if l.points.len() <= 40 {
-            for (x, y) in &l.points {
-                let _ =
-                    writeln!(out, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{}\"/>", px(*x), py(*y), l.color);
-            }
-        }
-    }
+    scale.draw_tails(&mut out, lines);
+    scale.draw_lines(&mut out, lines);
     let mut entries: Vec<(String, &str, &str, bool)> =
         lines.iter().map(|l| (l.label.clone(), l.color, l.dash, false)).collect();
     if lines.iter().any(|l| l.tail.is_some()) {
@@ -311,9 +344,6 @@ pub fn log_bar_chart(
     series: &[(&str, &'static str)],
     values: &[Vec<Option<f64>>],
 ) -> String {
-    const LABEL_W: f64 = 230.0;
-    const BAR_H: f64 = 11.0;
-    const GAP: f64 = 12.0;
     let width = W;
     let group_h = BAR_H * series.len() as f64 + GAP;
     let plot_h = group_h * categories.len().max(1) as f64;
@@ -324,8 +354,7 @@ pub fn log_bar_chart(
     let all: Vec<f64> = values.iter().flatten().flatten().copied().filter(|v| *v > 0.0).collect();
     let lo = all.iter().copied().fold(f64::INFINITY, f64::min).max(1e-3);
     let hi = all.iter().copied().fold(0.0, f64::max).max(lo * 10.0);
-    let (d0, d1) = (lo.log10().floor(), hi.log10().ceil());
-    let px = |v: f64| x0 + (v.max(10f64.powf(d0)).log10() - d0) / (d1 - d0) * (x1 - x0);
+    let scale = BarScale { x0, x1, y_top, y_bottom, d0: lo.log10().floor(), d1: hi.log10().ceil() };
     let mut out = String::new();
     let _ = write!(
         out,
@@ -350,29 +379,73 @@ pub fn log_bar_chart(
         );
         lx += 28.0 + 7.5 * label.len() as f64;
     }
-    let mut d = d0;
-    while d <= d1 + 0.01 {
-        let x = px(10f64.powf(d));
-        let _ = writeln!(
-            out,
-            "<line x1=\"{x:.1}\" y1=\"{y_top}\" x2=\"{x:.1}\" y2=\"{y_bottom}\" stroke=\"#e5e5e5\"/>\n\
-             <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            y_bottom + 18.0,
-            tick_label(10f64.powf(d))
-        );
-        d += 1.0;
-    }
-    let _ = writeln!(
-        out,
-        "<line x1=\"{x0}\" y1=\"{y_bottom}\" x2=\"{x1}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
-         <line x1=\"{x0}\" y1=\"{y_top}\" x2=\"{x0}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
-         <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-        (x0 + x1) / 2.0,
-        y_bottom + 38.0,
-        esc(x_label)
-    );
+    scale.draw_axis(&mut out, x_label);
     for (ci, cat) in categories.iter().enumerate() {
         let gy = y_top + ci as f64 * group_h + GAP / 2.0;
+        scale.draw_group(&mut out, gy, cat, series, values.get(ci).map_or(&[][..], |row| row.as_slice()));
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+const LABEL_W: f64 = 230.0;
+const BAR_H: f64 = 11.0;
+const GAP: f64 = 12.0;
+
+/// Where a bar chart's values land: a log scale over whole decades
+/// `d0..d1` from `x0` to `x1`, the bars between `y_top` and `y_bottom`.
+#[derive(Clone, Copy)]
+struct BarScale {
+    x0: f64,
+    x1: f64,
+    y_top: f64,
+    y_bottom: f64,
+    d0: f64,
+    d1: f64,
+}
+
+impl BarScale {
+    fn px(&self, v: f64) -> f64 {
+        self.x0 + (v.max(10f64.powf(self.d0)).log10() - self.d0) / (self.d1 - self.d0) * (self.x1 - self.x0)
+    }
+
+    /// A grid line per decade, the axes, and the x axis's label.
+    fn draw_axis(&self, out: &mut String, x_label: &str) {
+        let BarScale { x0, x1, y_top, y_bottom, d0, d1 } = *self;
+        let mut d = d0;
+        while d <= d1 + 0.01 {
+            let x = self.px(10f64.powf(d));
+            let _ = writeln!(
+                out,
+                "<line x1=\"{x:.1}\" y1=\"{y_top}\" x2=\"{x:.1}\" y2=\"{y_bottom}\" stroke=\"#e5e5e5\"/>\n\
+                 <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                y_bottom + 18.0,
+                tick_label(10f64.powf(d))
+            );
+            d += 1.0;
+        }
+        let _ = writeln!(
+            out,
+            "<line x1=\"{x0}\" y1=\"{y_bottom}\" x2=\"{x1}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
+             <line x1=\"{x0}\" y1=\"{y_top}\" x2=\"{x0}\" y2=\"{y_bottom}\" stroke=\"black\"/>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            (x0 + x1) / 2.0,
+            y_bottom + 38.0,
+            esc(x_label)
+        );
+    }
+
+    /// One category's label and its bars from `gy` down, one per series,
+    /// each labelled with its value.
+    fn draw_group(
+        &self,
+        out: &mut String,
+        gy: f64,
+        cat: &str,
+        series: &[(&str, &'static str)],
+        values: &[Option<f64>],
+    ) {
+        let x0 = self.x0;
         let _ = writeln!(
             out,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
@@ -381,9 +454,9 @@ pub fn log_bar_chart(
             esc(cat)
         );
         for (si, (name, color)) in series.iter().enumerate() {
-            let Some(Some(v)) = values.get(ci).and_then(|row| row.get(si)) else { continue };
+            let Some(Some(v)) = values.get(si) else { continue };
             let y = gy + si as f64 * BAR_H;
-            let x = px(*v);
+            let x = self.px(*v);
             let _ = writeln!(
                 out,
                 "<rect x=\"{x0}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\"><title>{} {}: {} µs</title></rect>\n\
@@ -399,8 +472,6 @@ pub fn log_bar_chart(
             );
         }
     }
-    out.push_str("</svg>\n");
-    out
 }
 
 /// Writes every chart for `rows` into `dir`; returns the files written.
@@ -414,109 +485,19 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
         }
         groups.entry(r.group.clone()).or_default().push(r);
     }
-    let mut files = Vec::new();
+    let mut charts = Vec::new();
     for g in &order {
         let rows = &groups[g];
-        // Every engine that ran appears, even one too short for a line: a
-        // missing line must never read as a missing engine.
-        // (sqlite's rows have no bytes of their own to chart: their
-        // figures are transactions.)
-        let lines: Vec<Line> = rows
-            .iter()
-            .filter(|r| r.us_per_call.is_none() && r.tps.is_none())
-            .map(|r| {
-                let label = match (r.rate_points.len(), r.runtime_s) {
-                    (0, Some(t)) => format!("{} (no point: I/O took {t:.2} s)", r.series_label()),
-                    _ => r.series_label(),
-                };
-                let (color, dash) = line_style(r);
-                Line { label, color, dash, points: r.rate_points.clone(), tail: r.fsync_tail_s }
-            })
-            .collect();
-        if !lines.is_empty() {
-            let name = format!("{g}-throughput.svg");
-            fs::write(dir.join(&name), line_chart(&format!("{g}: throughput"), subtitle, "seconds", "MB/s", &lines))?;
-            files.push(name);
-        }
-        let with_lat: Vec<&&ResultRow> = rows.iter().filter(|r| r.lat_us.is_some()).collect();
-        if !with_lat.is_empty() {
-            let cats: Vec<String> = with_lat.iter().map(|r| r.series_label()).collect();
-            let vals: Vec<Vec<Option<f64>>> = with_lat
-                .iter()
-                .map(|r| {
-                    let p = r.lat_us.expect("filtered");
-                    vec![Some(p.p50), Some(p.p99), Some(p.p999), Some(p.max)]
-                })
-                .collect();
-            let series = [("p50", "#9ecae1"), ("p99", "#4292c6"), ("p99.9", "#08519c"), ("max", "#08306b")];
-            let name = format!("{g}-latency.svg");
-            let per = if with_lat.iter().all(|r| r.tps.is_some()) { "transaction" } else { "call" };
-            fs::write(
-                dir.join(&name),
-                log_bar_chart(
-                    &format!("{g}: latency per {per} (percentiles)"),
-                    subtitle,
-                    &format!("µs per {per} (log scale)"),
-                    &cats,
-                    &series,
-                    &vals,
-                ),
-            )?;
-            files.push(name);
-        }
-        // One line per measurement: per engine (the rows of one competing
-        // run share its samples), per configuration for parallel-writeback.
-        let mut seen = Vec::new();
-        let dirty: Vec<Line> = rows
-            .iter()
-            .filter(|r| r.dirty.len() >= 2)
-            .filter(|r| {
-                let key = if r.workload == "parallel-writeback" { r.series_label() } else { r.engine.clone() };
-                let new = !seen.contains(&key);
-                seen.push(key);
-                new
-            })
-            .map(|r| {
-                let pw = r.workload == "parallel-writeback";
-                let (color, dash) = if pw { line_style(r) } else { (engine_color(&r.engine), "") };
-                Line {
-                    label: if pw { r.series_label() } else { r.engine.clone() },
-                    color,
-                    dash,
-                    points: r.dirty.iter().map(|(t, b)| (*t, *b as f64 / (1u64 << 20) as f64)).collect(),
-                    tail: None,
-                }
-            })
-            .collect();
-        if !dirty.is_empty() {
-            let name = format!("{g}-dirty.svg");
-            fs::write(
-                dir.join(&name),
-                line_chart(
-                    &format!("{g}: dirty + writeback over time"),
-                    &format!("{subtitle} (kernel: /proc/meminfo, wbcache: its stats)"),
-                    "seconds",
-                    "MiB",
-                    &dirty,
-                ),
-            )?;
-            files.push(name);
-        }
+        charts.extend(throughput_chart(g, rows, subtitle));
+        charts.extend(latency_chart(g, rows, subtitle));
+        charts.extend(dirty_chart(g, rows, subtitle));
     }
-    let fsync = fsync_lines(rows);
-    if !fsync.is_empty() {
-        let name = "fsync-under-load-small-load-fsync.svg".to_string();
-        fs::write(
-            dir.join(&name),
-            line_chart_scaled(
-                "fsync-under-load small/load: each fsync's latency",
-                &format!("{subtitle} (4 KiB appended, 100 ms pause, fsync; two background writers)"),
-                "seconds since the foreground started (when the fsync began)",
-                "fsync latency, ms (log scale)",
-                &fsync,
-                true,
-            ),
-        )?;
+    for w in WORKLOADS {
+        charts.extend(w.charts(rows, subtitle));
+    }
+    let mut files = Vec::new();
+    for (name, svg) in charts {
+        fs::write(dir.join(&name), svg)?;
         files.push(name);
     }
     let mut html = String::from(
@@ -531,20 +512,86 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
     Ok(files)
 }
 
-/// One line per engine of the fsync-under-load `small/load` group: each
-/// fsync, `(when it began, its latency in ms)`.
-fn fsync_lines(rows: &[ResultRow]) -> Vec<Line> {
-    rows.iter()
-        .filter(|r| r.ok() && r.workload == "fsync-under-load" && r.variant.as_deref() == Some("small/load"))
-        .filter(|r| !r.fsync_points.is_empty())
-        .map(|r| Line {
-            label: r.engine.clone(),
-            color: engine_color(&r.engine),
-            dash: "",
-            points: r.fsync_points.clone(),
-            tail: None,
+/// Group `g`'s throughput over time, a line per row. Every engine that ran
+/// appears, even one too short for a line: a missing line must never read
+/// as a missing engine. (The per-call rows have no stream to chart, and
+/// sqlite's rows no bytes of their own: their figures are transactions.)
+fn throughput_chart(g: &str, rows: &[&ResultRow], subtitle: &str) -> Option<(String, String)> {
+    let lines: Vec<Line> = rows
+        .iter()
+        .filter(|r| r.us_per_call.is_none() && r.tps.is_none())
+        .map(|r| {
+            let label = match (r.rate_points.len(), r.runtime_s) {
+                (0, Some(t)) => format!("{} (no point: I/O took {t:.2} s)", r.series_label()),
+                _ => r.series_label(),
+            };
+            let (color, dash) = line_style(r);
+            Line { label, color, dash, points: r.rate_points.clone(), tail: r.fsync_tail_s }
         })
-        .collect()
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let svg = line_chart(&format!("{g}: throughput"), subtitle, "seconds", "MB/s", &lines);
+    Some((format!("{g}-throughput.svg"), svg))
+}
+
+/// Group `g`'s latency percentiles, per call or per transaction, a group
+/// of bars per row.
+fn latency_chart(g: &str, rows: &[&ResultRow], subtitle: &str) -> Option<(String, String)> {
+    let with_lat: Vec<&&ResultRow> = rows.iter().filter(|r| r.lat_us.is_some()).collect();
+    if with_lat.is_empty() {
+        return None;
+    }
+    let cats: Vec<String> = with_lat.iter().map(|r| r.series_label()).collect();
+    let vals: Vec<Vec<Option<f64>>> = with_lat
+        .iter()
+        .map(|r| {
+            let p = r.lat_us.expect("filtered");
+            vec![Some(p.p50), Some(p.p99), Some(p.p999), Some(p.max)]
+        })
+        .collect();
+    let series = [("p50", "#9ecae1"), ("p99", "#4292c6"), ("p99.9", "#08519c"), ("max", "#08306b")];
+    let per = if with_lat.iter().all(|r| r.tps.is_some()) { "transaction" } else { "call" };
+    let svg = log_bar_chart(
+        &format!("{g}: latency per {per} (percentiles)"),
+        subtitle,
+        &format!("µs per {per} (log scale)"),
+        &cats,
+        &series,
+        &vals,
+    );
+    Some((format!("{g}-latency.svg"), svg))
+}
+
+/// Group `g`'s dirty bytes over time: one line per measurement (the rows of
+/// one measurement share its samples), as the workload labels it.
+fn dirty_chart(g: &str, rows: &[&ResultRow], subtitle: &str) -> Option<(String, String)> {
+    let mut seen = Vec::new();
+    let dirty: Vec<Line> = rows
+        .iter()
+        .filter(|r| r.dirty.len() >= 2)
+        .filter_map(|r| {
+            let (label, color, dash) = r.dirty_line();
+            if seen.contains(&label) {
+                return None;
+            }
+            seen.push(label.clone());
+            let points = r.dirty.iter().map(|(t, b)| (*t, *b as f64 / (1u64 << 20) as f64)).collect();
+            Some(Line { label, color, dash, points, tail: None })
+        })
+        .collect();
+    if dirty.is_empty() {
+        return None;
+    }
+    let svg = line_chart(
+        &format!("{g}: dirty + writeback over time"),
+        &format!("{subtitle} (kernel: /proc/meminfo, wbcache: its stats)"),
+        "seconds",
+        "MiB",
+        &dirty,
+    );
+    Some((format!("{g}-dirty.svg"), svg))
 }
 
 #[cfg(test)]
@@ -598,7 +645,7 @@ mod tests {
             row("wbcache", "small/idle", vec![(0.1, 0.4)]),
             row("wbcache", "background/with-fsync", Vec::new()),
         ];
-        let lines = fsync_lines(&rows);
+        let lines = crate::workloads::fsync_under_load::fsync_lines(&rows);
         assert_eq!(lines.iter().map(|l| l.label.as_str()).collect::<Vec<_>>(), ["wbcache", "kernel-buffered"]);
         let svg = line_chart_scaled("t", "s", "x", "ms", &lines, true);
         for decade in [">0.1</text>", ">1</text>", ">10</text>", ">100</text>", ">1000</text>", ">10k</text>"] {
@@ -618,6 +665,7 @@ mod tests {
             variant: Some(variant.into()),
             status: "ok".into(),
             group: format!("parallel-writeback-{}", variant.split('/').next().unwrap()),
+            owner: Some(&crate::workloads::parallel_writeback::PARALLEL_WRITEBACK),
             rate_points: vec![(0.1, 100.0), (0.2, 120.0)],
             dirty: vec![(0.1, 1 << 20), (0.2, 2 << 20)],
             ..ResultRow::default()

@@ -6,9 +6,7 @@
 //! streamed file's cached bytes), and the table printed.
 
 mod common;
-use common::scratch;
-
-const MIB: u64 = 1 << 20;
+use common::{scratch, MIB};
 const VARIANTS: [&str; 5] = ["cold-read", "cold-read-willneed", "stream", "stream-dontneed", "stream-sync-range"];
 
 #[test]

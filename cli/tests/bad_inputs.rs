@@ -3,25 +3,13 @@
 //! no scratch directory behind; SIGINT and SIGTERM mid-run must stop the
 //! workers, remove the scratch directory and exit 130 and 143.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn wbcache() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_wbcache"))
-}
-
-/// A fresh, empty directory for one test (the bench's `--dir`).
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wbcache-cli-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
-}
+use common::{entries, scratch, wbcache};
 
 fn run(args: &[&str]) -> Output {
     wbcache().arg("bench").args(args).stdin(Stdio::null()).output().expect("run wbcache")

@@ -5,9 +5,7 @@
 //! targets printed.
 
 mod common;
-use common::scratch;
-
-const MIB: u64 = 1 << 20;
+use common::{scratch, MIB};
 
 #[test]
 fn hot_set_runs_every_variant() {
@@ -15,17 +13,12 @@ fn hot_set_runs_every_variant() {
     let run = common::run_bench(&dir, &["-w", "hot-set", "--quick", "-e", "wbcache,wbcache-dontcache,kernel-buffered"]);
     let (stdout, stderr, json) = (&run.stdout, &run.stderr, &run.json);
     let results = json["results"].as_array().unwrap();
-    let mut rows: Vec<(String, String)> = results
-        .iter()
-        .map(|r| (r["engine"].as_str().unwrap().to_string(), r["variant"].as_str().unwrap().to_string()))
-        .collect();
-    rows.sort();
-    let mut expected: Vec<(String, String)> = ["kernel-buffered", "wbcache", "wbcache-dontcache"]
-        .iter()
-        .flat_map(|e| ["alone", "write-stream", "read-stream"].map(|v| (e.to_string(), v.to_string())))
-        .collect();
-    expected.sort();
-    assert_eq!(rows, expected, "three variants per engine");
+    common::assert_rows(
+        json,
+        &["kernel-buffered", "wbcache", "wbcache-dontcache"],
+        &["alone", "write-stream", "read-stream"],
+        "three variants per engine",
+    );
     for r in results {
         let (engine, variant) = (r["engine"].as_str().unwrap(), r["variant"].as_str().unwrap());
         let what = format!("{engine} {variant}: {r}");

@@ -6,9 +6,7 @@
 //! targets are printed.
 
 mod common;
-use common::scratch;
-
-const MIB: u64 = 1 << 20;
+use common::{scratch, MIB};
 
 #[test]
 fn parallel_writeback_runs_both_patterns() {

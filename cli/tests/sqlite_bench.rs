@@ -5,9 +5,7 @@
 //! second, its commit latency and its memory, and the table printed.
 
 mod common;
-use common::scratch;
-
-const MIB: u64 = 1 << 20;
+use common::{scratch, MIB};
 const VARIANTS: [&str; 4] = ["wal-idle", "wal-streaming", "delete-idle", "delete-streaming"];
 
 #[test]

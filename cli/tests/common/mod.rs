@@ -1,9 +1,23 @@
-//! What the bench's end-to-end tests share: a scratch directory, and one
-//! run of `wbcache bench` that must exit 0 with JSON.
+//! What the bench's end-to-end tests share: the built `wbcache` binary, a
+//! scratch directory, one run of `wbcache bench` that must exit 0 with
+//! JSON, and the checks of its rows and its clean-up. Each test binary
+//! includes this module and uses the parts it checks.
+
+// Each test binary compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+pub const MIB: u64 = 1 << 20;
+
+/// The `wbcache` binary this package built.
+pub fn wbcache() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wbcache"))
+}
+
+/// A fresh, empty directory for one test (the bench's `--dir`, or where
+/// its outputs go).
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wbcache-cli-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -12,7 +26,6 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// What one bench run printed and wrote.
-#[allow(dead_code)] // each test binary reads the parts it checks
 pub struct BenchRun {
     pub stdout: String,
     pub stderr: String,
@@ -27,7 +40,7 @@ pub fn run_bench(dir: &Path, args: &[&str]) -> BenchRun {
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let json_path = dir.join("out.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_wbcache"))
+    let out = wbcache()
         .arg("bench")
         .args(args)
         .arg("--json")
@@ -45,24 +58,25 @@ pub fn run_bench(dir: &Path, args: &[&str]) -> BenchRun {
 }
 
 /// What `wbcache bench --list` prints.
-#[allow(dead_code)] // not every test binary lists
 pub fn bench_list() -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_wbcache")).args(["bench", "--list"]).output().expect("run wbcache");
+    let out = wbcache().args(["bench", "--list"]).output().expect("run wbcache");
     assert_eq!(out.status.code(), Some(0), "bench --list");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The names of the entries of `dir`.
+pub fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
 /// Asserts the run removed its scratch directory, then removes `dir`.
-#[allow(dead_code)]
 pub fn finish(run: &BenchRun, dir: &Path) {
     assert!(std::fs::read_dir(&run.work).unwrap().next().is_none(), "the scratch directory is removed");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// Asserts that the run's rows are exactly `engines` × `variants`, each
-/// once (in any order). Not every test binary that includes this module
-/// calls it.
-#[allow(dead_code)]
+/// once (in any order).
 pub fn assert_rows(json: &serde_json::Value, engines: &[&str], variants: &[&str], what: &str) {
     let mut rows: Vec<(String, String)> = json["results"]
         .as_array()

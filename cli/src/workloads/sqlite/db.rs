@@ -14,10 +14,10 @@ use std::time::Instant;
 
 use rusqlite::{params, Connection, OpenFlags};
 
+use super::{Journal, SqliteJob, ACCOUNTS_PER_BRANCH, TELLERS_PER_BRANCH};
 use crate::engines::{unsupported, System};
 use crate::measure::Histogram;
 use crate::sys::Rng;
-use crate::workloads::{Journal, SqliteJob, ACCOUNTS_PER_BRANCH, TELLERS_PER_BRANCH};
 
 /// pgbench's accounts filler: `char(84)`, blank-padded.
 const FILLER_LEN: usize = 84;

@@ -1,0 +1,425 @@
+//! Results: the JSON result rows (schema version 1: fields are added, never
+//! renamed), the reference figures measured without an engine, and what
+//! every workload's rows share: the aggregate of a measurement's jobs, the
+//! generic summary line. [`table`] holds the Markdown tables' shared parts
+//! and the generic table, [`targets`] the check of wbcache's goals; each
+//! workload's own rows, table and goals are in its module.
+
+mod table;
+mod targets;
+
+use serde::Serialize;
+
+pub use table::{
+    cell, figure_of, fmt_num, fmt_seconds, fmt_three_digits, markdown_table, mib, ms, push_table_head, ratio_of,
+    status_cell,
+};
+pub use targets::{find_row, targets, TargetInputs, Verdict};
+
+use crate::bench_worker::{JobResult, Outcome, Status};
+use crate::engines::EngineKind;
+use crate::measure::{rate_points, round3, sum_samples, HistData, Histogram, Percentiles, Series};
+use crate::sys::Machine;
+use crate::workloads::{Group, Workload};
+
+/// One result row. Field order and names are the JSON schema; fields that do
+/// not apply are `null`. The `#[serde(skip)]` fields feed tables and charts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ResultRow {
+    pub workload: String,
+    pub engine: String,
+    pub variant: Option<String>,
+    pub throughput_mb_s: Option<f64>,
+    pub runtime_s: Option<f64>,
+    pub bytes: Option<u64>,
+    pub ops: Option<u64>,
+    pub lat_us: Option<Percentiles>,
+    pub peak_dirty_bytes: Option<u64>,
+    pub us_per_call: Option<f64>,
+    pub fsync_lat_us: Option<Percentiles>,
+    pub total_s: Option<f64>,
+    pub per_second_mb_s: Option<Vec<f64>>,
+    pub status: String,
+    pub error: Option<String>,
+    /// `fsync-under-load`'s foreground rows: the sum of every fsync's time,
+    /// in seconds.
+    pub fsync_total_s: Option<f64>,
+    /// `parallel-writeback`: the bytes written over the time from the first
+    /// write until the last fsync returned (every byte clean), in MB/s.
+    /// (Its `throughput_mb_s` is the writers' alone: until the last write
+    /// returned, no fsync.)
+    pub writeback_mb_s: Option<f64>,
+    /// `parallel-writeback`: the machine's busy CPU time over that same
+    /// time (user, nice, system, irq and softirq of every CPU in
+    /// `/proc/stat`, kernel threads included), in seconds per GiB written.
+    pub cpu_s_per_gib: Option<f64>,
+    /// `parallel-writeback`'s wbcache rows: the bytes each writeback worker
+    /// wrote, in the order the cache's stats list them (`null` when they
+    /// do not).
+    pub written_bytes_per_worker: Option<Vec<u64>>,
+    /// `hot-set`: the share (0 to 1) of the hot reader's 256 KiB reads
+    /// whose every page (kernel) or block (wbcache) was cached just before
+    /// the read; `null` on kernel-direct, which has no cache.
+    pub hot_hit_ratio: Option<f64>,
+    /// `hot-set`: the hot reader's bytes over the time it read, in MB/s.
+    /// (The row's `throughput_mb_s` is the streamer's; on `alone` rows, the
+    /// hot reader's.)
+    pub hot_mb_s: Option<f64>,
+    /// `hot-set`'s streaming rows: `hot_mb_s` ÷ the same engine's `alone`
+    /// row's, when this run has it.
+    pub hot_mb_s_alone_ratio: Option<f64>,
+    /// `hot-set`'s wbcache rows: the bytes the cache dropped behind
+    /// uncached I/O (`dropbehind_freed_bytes` of its stats) over the whole
+    /// measurement, setup included.
+    pub dropbehind_freed_bytes: Option<u64>,
+    /// `hot-set`'s wbcache rows: CPU time the cache's drop-behind reaper
+    /// thread used (`dropbehind_cpu_us` of its stats), microseconds.
+    pub dropbehind_cpu_us: Option<u64>,
+    /// `sqlite`: transactions per second (transactions ÷ the time they
+    /// ran). Its `ops` are the transactions, `runtime_s` that time, and
+    /// `lat_us` each whole transaction's latency (BEGIN to COMMIT's return).
+    pub tps: Option<f64>,
+    /// `sqlite`: the COMMIT statement's latency alone, in µs: median, 99th
+    /// percentile, maximum.
+    pub commit_us_p50: Option<f64>,
+    pub commit_us_p99: Option<f64>,
+    pub commit_us_max: Option<f64>,
+    /// `sqlite`'s streaming rows: the streaming writer's bytes over the
+    /// time it wrote, in MB/s.
+    pub stream_mb_s: Option<f64>,
+    /// `sqlite`: the database file's size after the load, in bytes.
+    pub db_bytes: Option<u64>,
+    /// `sqlite`: the worker process's peak resident set size (`VmHWM`,
+    /// the load included), in bytes. For wbcache it includes the cache's
+    /// memory; the kernel's page cache is not in it.
+    pub peak_rss_bytes: Option<u64>,
+    /// `advice`'s stream rows: the most bytes of the written file cached
+    /// at once (dirty ones included), of the looks after every 8 MiB
+    /// written: `mincore(2)` on a mapping of the file for the kernel,
+    /// `File::cached_ranges` for wbcache.
+    pub peak_cached_bytes: Option<u64>,
+    /// `advice`'s stream rows: the final fsync's time, in seconds (the
+    /// row's `total_s` less its `runtime_s`).
+    pub fsync_s: Option<f64>,
+    /// `advice`'s advised rows: the time spent inside the advice calls, in
+    /// seconds: the one WILLNEED of `cold-read-willneed` (part of its
+    /// MB/s), the sum of every DONTNEED of `stream-dontneed` or range
+    /// writeback start of `stream-sync-range`.
+    pub advise_s: Option<f64>,
+    /// `advice`'s advised rows: the advice calls `advise_s` adds up.
+    pub advise_calls: Option<u64>,
+    /// `advice`'s stream rows: the time the looks at the file's cached
+    /// bytes took, in seconds: the bench's own work, left out of the row's
+    /// `runtime_s`, `total_s` and MB/s.
+    pub cached_look_s: Option<f64>,
+    /// `(seconds, bytes)` dirty + writeback samples of the measurement.
+    #[serde(skip)]
+    pub dirty: Vec<(f64, u64)>,
+    /// Throughput `(seconds, MB/s)` during the I/O phase, at 100 ms to 1 s
+    /// intervals, for charts.
+    #[serde(skip)]
+    pub rate_points: Vec<(f64, f64)>,
+    /// The final fsync, `(start, end)` in seconds, for charts.
+    #[serde(skip)]
+    pub fsync_tail_s: Option<(f64, f64)>,
+    /// The group (workload and variant) this row belongs to, for charts.
+    #[serde(skip)]
+    pub group: String,
+    /// Each timed fsync of `fsync-under-load`'s foreground: `(seconds
+    /// since its start, latency in ms)`, for charts.
+    #[serde(skip)]
+    pub fsync_points: Vec<(f64, f64)>,
+    /// The workload the row is of, which draws it in charts (`None` only
+    /// for rows made up in tests).
+    #[serde(skip)]
+    pub owner: Option<&'static dyn Workload>,
+}
+
+impl ResultRow {
+    pub fn empty(
+        group: &Group,
+        engine: EngineKind,
+        variant: Option<String>,
+        status: Status,
+        error: Option<String>,
+    ) -> Self {
+        ResultRow {
+            workload: group.workload.to_string(),
+            engine: engine.name().to_string(),
+            variant,
+            throughput_mb_s: None,
+            runtime_s: None,
+            bytes: None,
+            ops: None,
+            lat_us: None,
+            peak_dirty_bytes: None,
+            us_per_call: None,
+            fsync_lat_us: None,
+            total_s: None,
+            per_second_mb_s: None,
+            status: status.name().to_string(),
+            error,
+            fsync_total_s: None,
+            writeback_mb_s: None,
+            cpu_s_per_gib: None,
+            written_bytes_per_worker: None,
+            hot_hit_ratio: None,
+            hot_mb_s: None,
+            hot_mb_s_alone_ratio: None,
+            dropbehind_freed_bytes: None,
+            dropbehind_cpu_us: None,
+            tps: None,
+            commit_us_p50: None,
+            commit_us_p99: None,
+            commit_us_max: None,
+            stream_mb_s: None,
+            db_bytes: None,
+            peak_rss_bytes: None,
+            peak_cached_bytes: None,
+            fsync_s: None,
+            advise_s: None,
+            advise_calls: None,
+            cached_look_s: None,
+            dirty: Vec::new(),
+            rate_points: Vec::new(),
+            fsync_tail_s: None,
+            group: group.slug(),
+            fsync_points: Vec::new(),
+            owner: Some(group.owner),
+        }
+    }
+
+    pub fn ok(&self) -> bool {
+        self.status == "ok"
+    }
+
+    /// Whether the row is of workload `w`.
+    pub fn is_of(&self, w: &dyn Workload) -> bool {
+        self.workload == w.name()
+    }
+
+    /// Label in charts: engine, plus what tells the row apart from the
+    /// engine's others (a writer's role, a configuration).
+    pub fn series_label(&self) -> String {
+        self.owner.map_or_else(|| self.engine.clone(), |w| w.series_label(self))
+    }
+
+    /// The row's line in the throughput chart: colour and dash.
+    pub fn line_style(&self) -> (&'static str, &'static str) {
+        self.owner.map_or_else(|| (crate::svg::engine_color(&self.engine), ""), |w| w.line_style(self))
+    }
+
+    /// The row's measurement's line in the dirty-bytes chart: label, colour
+    /// and dash.
+    pub fn dirty_line(&self) -> (String, &'static str, &'static str) {
+        self.owner
+            .map_or_else(|| (self.engine.clone(), crate::svg::engine_color(&self.engine), ""), |w| w.dirty_line(self))
+    }
+}
+
+pub fn failed_row(group: &Group, engine: EngineKind, status: Status, error: String) -> ResultRow {
+    ResultRow::empty(group, engine, group.variant.clone(), status, Some(error))
+}
+
+fn merged(hists: impl Iterator<Item = HistData>) -> Option<Percentiles> {
+    let mut h = Histogram::default();
+    for d in hists {
+        h.merge(&Histogram::from_data(&d));
+    }
+    h.percentiles()
+}
+
+pub fn aggregate(
+    group: &Group,
+    engine: EngineKind,
+    variant: Option<String>,
+    jobs: &[&JobResult],
+    o: &Outcome,
+) -> ResultRow {
+    let mut row = ResultRow::empty(group, engine, variant, Status::Ok, None);
+    let bytes: u64 = jobs.iter().map(|j| j.bytes).sum();
+    let ops: u64 = jobs.iter().map(|j| j.ops).sum();
+    let runtime = jobs.iter().map(|j| j.io_end_s).fold(0.0, f64::max);
+    let total = jobs.iter().map(|j| j.end_s).fold(0.0, f64::max);
+    let mut series = Series::default();
+    for j in jobs {
+        series.add(&j.series);
+    }
+    row.bytes = Some(bytes);
+    row.ops = Some(ops);
+    row.runtime_s = Some(round3(runtime));
+    row.total_s = Some(round3(total));
+    row.throughput_mb_s = (total > 0.0).then(|| round3(bytes as f64 / total / 1e6));
+    row.lat_us = merged(jobs.iter().map(|j| j.lat.clone()));
+    let fsyncs: Vec<HistData> = jobs.iter().filter_map(|j| j.fsync.clone()).collect();
+    row.fsync_lat_us = if fsyncs.is_empty() { None } else { merged(fsyncs.into_iter()) };
+    row.us_per_call = if jobs.len() == 1 { jobs[0].us_per_call.map(round3) } else { None };
+    row.per_second_mb_s = Some(series.mb_s());
+    row.rate_points =
+        rate_points(&sum_samples(&jobs.iter().map(|j| j.samples.as_slice()).collect::<Vec<_>>()), runtime);
+    row.fsync_tail_s = (jobs.iter().any(|j| j.fsync.is_some()) && total > runtime).then_some((runtime, total));
+    row.peak_dirty_bytes = Some(o.peak_dirty_bytes);
+    row.dirty = o.dirty.clone();
+    row
+}
+
+/// Turns a worker's outcome into result rows: a failed measurement's one
+/// row, or the workload's rows.
+pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRow> {
+    if o.status != Status::Ok {
+        let mut row = failed_row(group, engine, o.status, o.error.clone().unwrap_or_else(|| "failed".into()));
+        row.dirty = o.dirty.clone();
+        return vec![row];
+    }
+    let jobs: Vec<&JobResult> = o.jobs.iter().collect();
+    group.owner.rows(group, engine, &jobs, o)
+}
+
+/// The jobs of `jobs` with role `role`.
+pub fn of_role<'a>(jobs: &[&'a JobResult], role: &str) -> Vec<&'a JobResult> {
+    jobs.iter().copied().filter(|j| j.role.as_deref() == Some(role)).collect()
+}
+
+/// Rounds to six decimals (a total of fast fsyncs stays readable in µs).
+pub fn round6(v: f64) -> f64 {
+    (v * 1e6).round() / 1e6
+}
+
+/// The progress display's line for a measurement's successful rows: the
+/// last row's µs per call, MB/s, p99.9, peak of dirty bytes and time.
+pub fn summary(rows: &[ResultRow]) -> String {
+    let Some(r) = rows.last() else { return "no result".into() };
+    let mut s = String::new();
+    if let Some(c) = r.us_per_call {
+        s.push_str(&format!("{c:.3} µs/call, "));
+    }
+    if let Some(t) = r.throughput_mb_s {
+        s.push_str(&format!("{t:.1} MB/s"));
+    }
+    if let Some(l) = &r.lat_us {
+        s.push_str(&format!(", p99.9 {:.1} µs", l.p999));
+    }
+    if let Some(p) = r.peak_dirty_bytes {
+        s.push_str(&format!(", peak dirty+wb {:.1} MiB", p as f64 / (1u64 << 20) as f64));
+    }
+    if let Some(t) = r.total_s {
+        s.push_str(&format!(" ({t:.1} s)"));
+    }
+    s
+}
+
+/// A figure measured without any engine that puts the engines' figures in
+/// context (JSON `references`): so far, what a bare `memcpy` of the
+/// `rand-read cached-4k` pattern costs on this machine.
+#[derive(Clone, Debug, Serialize)]
+pub struct Reference {
+    pub workload: String,
+    pub variant: Option<String>,
+    pub what: String,
+    pub us_per_call: f64,
+    /// Throughput references (`seq-read`'s bare O_DIRECT read): MB/s
+    /// (null for the per-call ones).
+    pub mb_s: Option<f64>,
+}
+
+impl Reference {
+    /// The line printed under the workload's table.
+    pub fn sentence(&self) -> String {
+        if let Some(mb_s) = self.mb_s {
+            return format!(
+                "Reference: a bare {}, reads {mb_s:.0} MB/s here: the disk's and the memory's limit for any cache of this \
+                 size.",
+                self.what
+            );
+        }
+        format!(
+            "Reference ({}): a bare {}, costs {:.3} µs here: the memory's share of any cache's read of this pattern.",
+            self.variant.as_deref().unwrap_or("main"),
+            self.what,
+            self.us_per_call
+        )
+    }
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    version: u32,
+    machine: &'a Machine,
+    config: &'a serde_json::Value,
+    results: &'a [ResultRow],
+    references: &'a [Reference],
+}
+
+pub fn to_json(
+    machine: &Machine,
+    config: &serde_json::Value,
+    results: &[ResultRow],
+    references: &[Reference],
+) -> String {
+    serde_json::to_string_pretty(&Report { version: 1, machine, config, results, references })
+        .expect("report serializes")
+}
+
+/// What the workloads' tests of their rows, tables and targets share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use serde::Serialize;
+
+    use super::*;
+
+    /// The fields `sqlite` added, closing every row (null on other workloads').
+    pub const SQLITE_NULLS: &str = "\"tps\":null,\"commit_us_p50\":null,\"commit_us_p99\":null,\"commit_us_max\":null,\
+         \"stream_mb_s\":null,\"db_bytes\":null,\"peak_rss_bytes\":null";
+
+    /// The fields `advice` added, closing every row (null on other workloads').
+    pub const ADVICE_NULLS: &str =
+        "\"peak_cached_bytes\":null,\"fsync_s\":null,\"advise_s\":null,\"advise_calls\":null,\
+         \"cached_look_s\":null";
+
+    pub fn job(role: &str, bytes: u64, io_end_s: f64) -> JobResult {
+        let mut lat = Histogram::default();
+        lat.record(20_000);
+        JobResult {
+            role: Some(role.into()),
+            engine: Some(EngineKind::Wbcache),
+            bytes,
+            ops: bytes / 4096,
+            io_end_s,
+            end_s: io_end_s,
+            lat: lat.to_data(),
+            ..JobResult::default()
+        }
+    }
+
+    /// A successful outcome of `jobs`, with the cache's `stats`.
+    pub fn ok_outcome(jobs: Vec<JobResult>, stats: Option<&str>) -> Outcome {
+        Outcome {
+            status: Status::Ok,
+            error: None,
+            jobs,
+            dirty: vec![(0.1, 1 << 20)],
+            peak_dirty_bytes: 2 << 20,
+            wbcache_stats: stats.map(String::from),
+            io_backend: None,
+            cpu_busy_s: None,
+            peak_rss_bytes: None,
+        }
+    }
+
+    /// `workload`'s target lines of `rows`: (target, met). Empty when the
+    /// rows give no targets at all.
+    pub fn verdicts(rows: &[ResultRow], workload: &str) -> Vec<(String, bool)> {
+        let Some(table) = targets(rows, 1 << 30, &[]) else { return Vec::new() };
+        let prefix = format!("| {workload}");
+        table
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .map(|l| (l.split(" | ").next().unwrap().trim_start_matches("| ").to_string(), l.ends_with("| met |")))
+            .collect()
+    }
+
+    /// A workload's own figures of a job, as the worker passes them on.
+    pub fn own<T: Serialize>(figures: &T) -> Option<serde_json::Value> {
+        Some(serde_json::to_value(figures).unwrap())
+    }
+}

@@ -1,0 +1,172 @@
+//! Where a run happens: a fresh directory it creates (and removes however
+//! the run ends) or a raw block device, checked for room before anything
+//! is measured; and the real data laid out there before the groups that
+//! read it.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use super::INTERRUPTED;
+use crate::cli::Plan;
+use crate::progress::say;
+use crate::sys::{self, fmt_size, IoBuffer};
+use crate::workloads::Place;
+
+/// The fresh directory a run works in. Dropping it removes it, so every
+/// way out of the run (an error, a signal, a panic while unwinding) leaves
+/// nothing behind.
+pub struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.0) {
+            if e.kind() != io::ErrorKind::NotFound {
+                say(&format!("note: could not remove {}: {e}", self.0.display()));
+            }
+        }
+    }
+}
+
+/// Where the run happens, and what to remove afterwards.
+pub struct Site {
+    pub place: Place,
+    /// The fresh directory we created (removed when dropped).
+    pub created_dir: Option<ScratchDir>,
+    pub fs: String,
+    pub device: String,
+}
+
+fn pick_default_parent() -> Result<PathBuf, String> {
+    let cwd = std::env::current_dir().ok();
+    let mut candidates = vec![PathBuf::from("/var/tmp")];
+    candidates.extend(cwd);
+    candidates.push(PathBuf::from("/tmp"));
+    for c in candidates {
+        if c.is_dir() && !sys::is_memory_fs(&c) {
+            let probe = c.join(format!(".wbcache-bench-probe-{}", std::process::id()));
+            if fs::create_dir(&probe).is_ok() {
+                let _ = fs::remove_dir(&probe);
+                return Ok(c);
+            }
+        }
+    }
+    Err("no writable directory on a disk file system (tried /var/tmp, the current directory, /tmp); pass --dir".into())
+}
+
+/// The place of the run: the device of `--device`, checked and its
+/// whole size known (`--size` shrunk to it), or a fresh directory under
+/// `--dir` (or a default one) with room for the run.
+pub fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, String> {
+    if let Some(dev) = plan.args.device.clone() {
+        return device_site(plan, &dev, notes);
+    }
+    let parent = match &plan.args.dir {
+        // Checked when the plan was made: it exists.
+        Some(d) => d.clone(),
+        None => pick_default_parent()?,
+    };
+    let dir = parent.join(format!("wbcache-bench-{}", std::process::id()));
+    fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let dir = fs::canonicalize(&dir).unwrap_or(dir);
+    let scratch = ScratchDir(dir.clone());
+    if sys::is_memory_fs(&dir) {
+        notes.push(format!("{} is a memory file system: O_DIRECT engines will fail there", dir.display()));
+    }
+    let (fs_type, source) = sys::mount_of(&dir).map(|(t, s, _)| (t, s)).unwrap_or(("unknown".into(), "unknown".into()));
+    let free = sys::free_bytes(&dir).unwrap_or(u64::MAX);
+    let need = match &plan.custom {
+        Some(job) => job.files_bytes() + (256 << 20),
+        None => 2 * plan.params.size + (256 << 20),
+    };
+    if free < need {
+        return Err(format!(
+            "{} has {} free; this run needs about {} (lower --size, --memory or --numjobs)",
+            dir.display(),
+            fmt_size(free),
+            fmt_size(need)
+        ));
+    }
+    Ok(Site {
+        place: Place { dir: Some(dir.clone()), device: None, device_size: 0, free_bytes: free },
+        created_dir: Some(scratch),
+        fs: fs_type,
+        device: source,
+    })
+}
+
+/// `--device`: a block device nobody uses, large enough for the run.
+fn device_site(plan: &mut Plan, dev: &Path, notes: &mut Vec<String>) -> Result<Site, String> {
+    if !sys::is_block_device(dev) {
+        return Err(format!("{} is not a block device", dev.display()));
+    }
+    if let Some(why) = sys::device_in_use(dev) {
+        return Err(format!("refusing to overwrite {}: {why}", dev.display()));
+    }
+    let dev_size = sys::block_device_size(dev).map_err(|e| format!("{}: {e}", dev.display()))?;
+    let mib = 1u64 << 20;
+    if dev_size < 8 * mib {
+        return Err(format!("{} is too small ({} bytes)", dev.display(), dev_size));
+    }
+    if let Some(job) = &plan.custom {
+        let need = job.files_bytes();
+        if need > dev_size {
+            return Err(format!(
+                "{} holds {}; --numjobs × --size need {}",
+                dev.display(),
+                fmt_size(dev_size),
+                fmt_size(need)
+            ));
+        }
+    }
+    if plan.params.size > dev_size {
+        plan.params.size = (dev_size / mib) * mib;
+        notes.push(format!("--size reduced to the device size, {}", fmt_size(plan.params.size)));
+    }
+    Ok(Site {
+        place: Place { dir: None, device: Some(dev.to_path_buf()), device_size: dev_size, free_bytes: dev_size },
+        created_dir: None,
+        fs: "raw block device".into(),
+        device: dev.display().to_string(),
+    })
+}
+
+/// Writes `len` bytes of real data at the start of the data file or device
+/// (O_DIRECT where possible, so the parent does not fill the page cache).
+pub fn lay_out(place: &Place, len: u64) -> io::Result<()> {
+    lay_out_file(&place.data_path(), len, place.device.is_some())
+}
+
+/// Writes `len` bytes of real data at the start of `path`.
+pub fn lay_out_file(path: &Path, len: u64, is_device: bool) -> io::Result<()> {
+    let open = |direct: bool| {
+        let mut o = fs::OpenOptions::new();
+        o.write(true);
+        if !is_device {
+            o.create(true).truncate(true);
+        }
+        if direct {
+            o.custom_flags(libc::O_DIRECT);
+        }
+        o.open(path)
+    };
+    let file = match open(true) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(false)?,
+        Err(e) => return Err(e),
+    };
+    let chunk = 1usize << 20;
+    let buf = IoBuffer::filled(chunk, 0x5eed);
+    let mut off = 0u64;
+    while off < len {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+        }
+        let n = (chunk as u64).min(len - off) as usize;
+        std::os::unix::fs::FileExt::write_all_at(&file, &buf[..n], off)?;
+        off += n as u64;
+    }
+    file.sync_all()
+}
