@@ -411,11 +411,18 @@ fn long_functions(code: &str) -> Vec<(String, usize)> {
     long
 }
 
+/// Every crate's source tree, for the length checks: the library, the
+/// SQLite VFS, the CLI and the preload library.
+fn source_roots() -> Vec<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    ["src", "sqlite/src", "cli/src", "preload/src"].iter().map(|dir| manifest.join(dir)).collect()
+}
+
 #[test]
 fn no_function_is_longer_than_seventy_lines() {
     let mut problems = Vec::new();
-    for tree in trees() {
-        for file in rust_files(&tree.root) {
+    for root in source_roots() {
+        for file in rust_files(&root) {
             let code = code_only(&std::fs::read_to_string(&file).unwrap());
             for (name, lines) in long_functions(&code) {
                 let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(&file).display().to_string();
@@ -463,8 +470,8 @@ fn the_file_check_counts_lines_before_the_test_module() {
 #[test]
 fn no_source_file_is_longer_than_eight_hundred_lines() {
     let mut problems = Vec::new();
-    for tree in trees() {
-        for file in rust_files(&tree.root) {
+    for root in source_roots() {
+        for file in rust_files(&root) {
             let lines = lines_before_tests(&std::fs::read_to_string(&file).unwrap());
             if lines > FILE_LINES_MAX {
                 let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(&file).display().to_string();
