@@ -32,6 +32,10 @@ pub enum Command {
     /// RWF_DONTCACHE and O_DIRECT paths and on wbcache, side by side.
     #[command(after_long_help = long_help())]
     Bench(Box<BenchArgs>),
+    /// Run a program with its file I/O under the given directories through
+    /// wbcache (libwbcache_preload.so preloaded): wbcache run --paths /data
+    /// -- PROGRAM ARGS...
+    Run(crate::run::RunArgs),
     /// Internal: runs one measurement described on stdin (used by `bench`).
     #[command(hide = true, name = "bench-worker")]
     BenchWorker,

@@ -4,6 +4,7 @@
 //! `RWF_DONTCACHE` and O_DIRECT paths and against wbcache, in the same run on
 //! the same disk, and prints a Markdown table per workload (optionally JSON
 //! and SVG charts). See `wbcache bench --help` and `wbcache bench --list`.
+//! `wbcache run -- PROGRAM` runs an unmodified program on wbcache ([`run`]).
 //!
 //! Layout: [`cli`] (options, suites), [`workloads`] (the `Workload`
 //! trait, the catalog, and one module per workload: its variants, job
@@ -21,6 +22,7 @@ mod engines;
 mod measure;
 mod progress;
 mod report;
+mod run;
 mod runner;
 mod svg;
 mod sys;
@@ -52,6 +54,7 @@ fn main() {
     };
     let code = match cli.command {
         cli::Command::Bench(args) => runner::run(*args),
+        cli::Command::Run(args) => run::run(args),
         cli::Command::BenchWorker => bench_worker::main(),
     };
     std::process::exit(code);

@@ -15,9 +15,8 @@
 use std::io;
 
 use libc::{c_int, c_ulong, c_void, off_t, size_t, ssize_t};
-use wbcache::SyncRangeFlags;
 
-use crate::table::{self, Desc};
+use crate::table;
 use crate::{errno, guard, open, real, state};
 
 /// Makes `new` (just made by the kernel from `old`) a managed descriptor
@@ -93,7 +92,8 @@ fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong, kernel: impl Fn(c_int, c_ulong
             let rc = kernel(cmd, (wanted & !(libc::O_APPEND | libc::O_DIRECT)) as c_ulong);
             if rc == 0 {
                 let old = desc.flags();
-                desc.status_flags.store((old & !CHANGEABLE) | (wanted & CHANGEABLE), std::sync::atomic::Ordering::Release);
+                desc.status_flags
+                    .store((old & !CHANGEABLE) | (wanted & CHANGEABLE), std::sync::atomic::Ordering::Release);
             }
             rc
         }
@@ -160,7 +160,14 @@ fn transfer(fd: c_int, off: *mut off_t, buf: *mut c_void, len: usize, write: boo
     Ok(n as usize)
 }
 
-fn copy_any(from: c_int, from_off: *mut off_t, to: c_int, to_off: *mut off_t, len: usize, kernel: impl FnOnce() -> ssize_t) -> ssize_t {
+fn copy_any(
+    from: c_int,
+    from_off: *mut off_t,
+    to: c_int,
+    to_off: *mut off_t,
+    len: usize,
+    kernel: impl FnOnce() -> ssize_t,
+) -> ssize_t {
     let managed = {
         let Some(_inside) = guard::enter() else { return kernel() };
         table::get(from).is_some() || table::get(to).is_some()
@@ -185,7 +192,9 @@ pub unsafe extern "C" fn copy_file_range(
     flags: libc::c_uint,
 ) -> ssize_t {
     // SAFETY: passed on.
-    copy_any(from, from_off, to, to_off, len, || unsafe { real::copy_file_range(from, from_off, to, to_off, len, flags) })
+    copy_any(from, from_off, to, to_off, len, || unsafe {
+        real::copy_file_range(from, from_off, to, to_off, len, flags)
+    })
 }
 
 #[no_mangle]
@@ -200,15 +209,10 @@ pub unsafe extern "C" fn sendfile64(to: c_int, from: c_int, off: *mut off_t, len
     copy_any(from, off, to, std::ptr::null_mut(), len, || unsafe { real::sendfile64(to, from, off, len) })
 }
 
-/// Writes `desc`'s dirty data back to the kernel (waiting for it).
-fn write_back(desc: &Desc) -> io::Result<()> {
-    desc.file.writeback_range(0..i64::MAX as u64, SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER)
-}
-
 /// Before the kernel maps managed descriptor `fd`: see the module's doc.
 fn before_map(fd: c_int, prot: c_int, flags: c_int) -> io::Result<()> {
     let Some(desc) = table::get(fd) else { return Ok(()) };
-    write_back(&desc)?;
+    open::write_back(&desc)?;
     let shared_writable = flags & libc::MAP_SHARED != 0 && prot & libc::PROT_WRITE != 0;
     if shared_writable {
         let (key, path) = (desc.key, desc.path.clone());
@@ -243,13 +247,27 @@ fn mmap_any(prot: c_int, flags: c_int, fd: c_int, kernel: impl FnOnce() -> *mut 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
     // SAFETY: passed on.
     mmap_any(prot, flags, fd, || unsafe { real::mmap(addr, len, prot, flags, fd, off) })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
     // SAFETY: passed on.
     mmap_any(prot, flags, fd, || unsafe { real::mmap64(addr, len, prot, flags, fd, off) })
 }
@@ -258,7 +276,10 @@ pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, fla
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     if let Some(_inside) = guard::enter() {
         if let Some(desc) = table::get(fd) {
-            state::complain(&format!("{}: ioctl {request:#x} on a cached file is not supported (EOPNOTSUPP)", desc.path.display()));
+            state::complain(&format!(
+                "{}: ioctl {request:#x} on a cached file is not supported (EOPNOTSUPP)",
+                desc.path.display()
+            ));
             return errno::fail_with(libc::EOPNOTSUPP);
         }
     }

@@ -173,7 +173,13 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
 }
 
 /// A rename with either end managed goes through the cache.
-fn rename_any(from_dir: c_int, from: *const c_char, to_dir: c_int, to: *const c_char, kernel: impl FnOnce() -> c_int) -> c_int {
+fn rename_any(
+    from_dir: c_int,
+    from: *const c_char,
+    to_dir: c_int,
+    to: *const c_char,
+    kernel: impl FnOnce() -> c_int,
+) -> c_int {
     let Some(_inside) = guard::enter() else { return kernel() };
     let (Some(from_path), Some(to_path)) = (managed(from_dir, from), managed(to_dir, to)) else { return kernel() };
     let state = state::get().expect("managed paths have a state");

@@ -193,15 +193,16 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open64(path, f, mode) })
 }
 
+/// Writes `desc`'s dirty data back to the kernel (waiting for it).
+pub fn write_back(desc: &Desc) -> io::Result<()> {
+    desc.file.writeback_range(0..i64::MAX as u64, SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER)
+}
+
 /// Gives up a managed descriptor's claim on its file: the last one of the
 /// file writes its dirty data back to the kernel, then drops the lock.
 pub fn release(desc: &Desc) -> io::Result<()> {
     let Some(state) = state::built() else { return Ok(()) };
-    let written = if state.is_last_descriptor(desc.key) {
-        desc.file.writeback_range(0..i64::MAX as u64, SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER)
-    } else {
-        Ok(())
-    };
+    let written = if state.is_last_descriptor(desc.key) { write_back(desc) } else { Ok(()) };
     state.unlock_file(desc.key);
     written
 }

@@ -25,7 +25,8 @@ const RWF_DONTCACHE: c_int = 0x80;
 
 /// The per-call flags a managed call honours; others fail with
 /// `EOPNOTSUPP`, as the kernel answers flags it does not know.
-const RWF_KNOWN: c_int = libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_NOWAIT | libc::RWF_APPEND | RWF_DONTCACHE;
+const RWF_KNOWN: c_int =
+    libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_NOWAIT | libc::RWF_APPEND | RWF_DONTCACHE;
 
 fn io_flags(rwf: c_int) -> io::Result<WriteFlags> {
     if rwf & !RWF_KNOWN != 0 {
@@ -47,7 +48,13 @@ unsafe fn gather<'a>(iov: *const iovec, count: c_int) -> io::Result<Vec<IoSlice<
     Ok(iovs
         .iter()
         // SAFETY: each base is valid for its length (the caller's contract).
-        .map(|v| IoSlice::new(if v.iov_len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) } }))
+        .map(|v| {
+            IoSlice::new(if v.iov_len == 0 {
+                &[]
+            } else {
+                unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) }
+            })
+        })
         .collect())
 }
 
@@ -66,7 +73,11 @@ unsafe fn scatter<'a>(iov: *const iovec, count: c_int) -> io::Result<Vec<IoSlice
         .iter()
         .map(|v| {
             // SAFETY: each base is valid for writes of its length.
-            IoSliceMut::new(if v.iov_len == 0 { &mut [] } else { unsafe { std::slice::from_raw_parts_mut(v.iov_base as *mut u8, v.iov_len) } })
+            IoSliceMut::new(if v.iov_len == 0 {
+                &mut []
+            } else {
+                unsafe { std::slice::from_raw_parts_mut(v.iov_base as *mut u8, v.iov_len) }
+            })
         })
         .collect())
 }
@@ -137,7 +148,11 @@ fn offset(off: off_t) -> io::Result<u64> {
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
     let iov = iovec { iov_base: buf, iov_len: len };
     // SAFETY: the program lends `buf` for `len` bytes.
-    on_fd(fd, |d| read_into(d, &mut unsafe { scatter(&iov, 1) }?, None, WriteFlags::NONE), || unsafe { real::read(fd, buf, len) })
+    on_fd(
+        fd,
+        |d| read_into(d, &mut unsafe { scatter(&iov, 1) }?, None, WriteFlags::NONE),
+        || unsafe { real::read(fd, buf, len) },
+    )
 }
 
 #[no_mangle]
@@ -154,7 +169,11 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, bu
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
     let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
     // SAFETY: the program lends `buf` for `len` bytes.
-    on_fd(fd, |d| write_from(d, &unsafe { gather(&iov, 1) }?, None, WriteFlags::NONE, false), || unsafe { real::write(fd, buf, len) })
+    on_fd(
+        fd,
+        |d| write_from(d, &unsafe { gather(&iov, 1) }?, None, WriteFlags::NONE, false),
+        || unsafe { real::write(fd, buf, len) },
+    )
 }
 
 fn pread_managed(d: &Desc, buf: *mut c_void, len: size_t, off: off_t) -> io::Result<usize> {

@@ -10,16 +10,17 @@
 //! says why), nothing is managed and every call goes to the C library.
 //!
 //! Invariants: a file is cached here only while this process holds its
-//! lock, an open-file-description lock at the far end of the offset range
-//! (write-locked when any descriptor here may write it), so a second
-//! process that caches it, through this library or the SQLite VFS's
-//! rules, is refused instead of caching a second copy; the lock is given
-//! up when the file's last managed descriptor closes, after its dirty data
-//! was written back to the kernel.
+//! lock (write-locked when any descriptor here may write it), so a second
+//! process that caches it through this library is refused instead of
+//! caching a second copy; the lock is given up when the file's last
+//! managed descriptor closes, after its dirty data was written back to
+//! the kernel. The locks are open-file-description locks in a registry
+//! file per device (`/dev/shm/wbcache-locks-DEV`, one byte per inode
+//! number), not on the file itself: there they would conflict with the
+//! program's own record locks (RocksDB locks its whole `LOCK` file).
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -31,14 +32,21 @@ use crate::real;
 pub struct State {
     roots: Vec<PathBuf>,
     cache: Mutex<Option<Cache>>,
-    files: Mutex<HashMap<(u64, u64), FileLock>>,
+    files: Mutex<Files>,
+}
+
+/// The managed files open here and the lock registries they use.
+#[derive(Default)]
+struct Files {
+    locks: HashMap<(u64, u64), FileLock>,
+    /// Per device, the registry file's descriptor (kept for the process's
+    /// life: its locks are released one by one).
+    registries: HashMap<u64, libc::c_int>,
 }
 
 /// A managed file's cross-process lock, held while descriptors of it are
 /// open here.
 struct FileLock {
-    /// The descriptor that holds the lock (opened for it alone).
-    fd: libc::c_int,
     /// Whether the lock is a write lock.
     exclusive: bool,
     /// Managed descriptors of the file open here.
@@ -87,9 +95,12 @@ fn build() -> Option<State> {
             return None;
         }
     };
-    // SAFETY: registering a plain function to run at exit.
-    unsafe { libc::atexit(write_back_at_exit) };
-    Some(State { roots, cache: Mutex::new(Some(cache)), files: Mutex::new(HashMap::new()) })
+    // SAFETY: registering plain functions to run at exit and around fork.
+    unsafe {
+        libc::atexit(write_back_at_exit);
+        libc::pthread_atfork(Some(write_back_before_fork), None, Some(forked_child));
+    }
+    Some(State { roots, cache: Mutex::new(Some(cache)), files: Mutex::new(Files::default()) })
 }
 
 /// Writes back and syncs what the cache holds, then closes it: at normal
@@ -105,8 +116,26 @@ pub fn write_back_and_close() {
     }
 }
 
+/// Before `fork`: every managed file's dirty data goes to the kernel, so
+/// the child, which reads the inherited descriptors through the kernel,
+/// sees it.
+extern "C" fn write_back_before_fork() {
+    let Some(_inside) = crate::guard::enter() else { return };
+    for desc in crate::table::all() {
+        if let Err(e) = crate::open::write_back(&desc) {
+            complain(&format!("{}: writing back before fork failed: {e}", desc.path.display()));
+        }
+    }
+}
+
+extern "C" fn forked_child() {
+    crate::guard::mark_forked_child();
+}
+
 extern "C" fn write_back_at_exit() {
-    let _inside = crate::guard::enter();
+    // Not in a forked child (its parent's cache is not its own), nor
+    // inside a call of this library.
+    let Some(_inside) = crate::guard::enter() else { return };
     write_back_and_close();
 }
 
@@ -131,28 +160,31 @@ impl State {
     /// one line on stderr) when another process holds it.
     pub fn lock_file(&self, key: (u64, u64), path: &Path, writable: bool) -> std::io::Result<()> {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(lock) = files.get_mut(&key) {
+        let registry = match files.registries.get(&key.0) {
+            Some(&fd) => fd,
+            None => {
+                let fd = open_registry(key.0)?;
+                files.registries.insert(key.0, fd);
+                fd
+            }
+        };
+        if let Some(lock) = files.locks.get_mut(&key) {
             if writable && !lock.exclusive {
-                set_lock(lock.fd, true, path)?;
+                set_lock(registry, key.1, libc::F_WRLCK, path)?;
                 lock.exclusive = true;
             }
             lock.descriptors += 1;
             return Ok(());
         }
-        let fd = open_lock_fd(path)?;
-        if let Err(e) = set_lock(fd, writable, path) {
-            // SAFETY: our own descriptor, closed once.
-            unsafe { real::close(fd) };
-            return Err(e);
-        }
-        files.insert(key, FileLock { fd, exclusive: writable, descriptors: 1 });
+        set_lock(registry, key.1, if writable { libc::F_WRLCK } else { libc::F_RDLCK }, path)?;
+        files.locks.insert(key, FileLock { exclusive: writable, descriptors: 1 });
         Ok(())
     }
 
     /// Counts one more managed descriptor of `key` (a duplicate).
     pub fn add_descriptor(&self, key: (u64, u64)) {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(lock) = files.get_mut(&key) {
+        if let Some(lock) = files.locks.get_mut(&key) {
             lock.descriptors += 1;
         }
     }
@@ -160,55 +192,52 @@ impl State {
     /// Whether one managed descriptor of `key` is left open here.
     pub fn is_last_descriptor(&self, key: (u64, u64)) -> bool {
         let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        files.get(&key).is_some_and(|lock| lock.descriptors == 1)
+        files.locks.get(&key).is_some_and(|lock| lock.descriptors == 1)
     }
 
     /// Counts a managed descriptor of `key` closed; the last one gives the
     /// lock up. Returns whether it was the last.
     pub fn unlock_file(&self, key: (u64, u64)) -> bool {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(lock) = files.get_mut(&key) else { return false };
+        let Some(lock) = files.locks.get_mut(&key) else { return false };
         assert!(lock.descriptors > 0, "a managed descriptor closes once");
         lock.descriptors -= 1;
         if lock.descriptors > 0 {
             return false;
         }
-        let fd = lock.fd;
-        files.remove(&key);
-        // SAFETY: our own descriptor; closing it releases its OFD lock.
-        unsafe { real::close(fd) };
+        files.locks.remove(&key);
+        if let Some(&registry) = files.registries.get(&key.0) {
+            let _ = set_lock(registry, key.1, libc::F_UNLCK, Path::new(""));
+        }
         true
     }
 }
 
-/// A descriptor of `path` for the lock alone: read-write where allowed
-/// (a write lock needs it), else read-only.
-fn open_lock_fd(path: &Path) -> std::io::Result<libc::c_int> {
-    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    for flags in [libc::O_RDWR, libc::O_RDONLY] {
-        // SAFETY: a NUL-terminated path.
-        let fd = unsafe { real::open(c_path.as_ptr(), flags | libc::O_CLOEXEC, 0) };
-        if fd >= 0 {
-            return Ok(fd);
-        }
+/// The lock registry of device `dev`: a file in `/dev/shm` that every
+/// process using this library on that device locks bytes of.
+fn open_registry(dev: u64) -> std::io::Result<libc::c_int> {
+    let path = CString::new(format!("/dev/shm/wbcache-locks-{dev:x}")).expect("no NUL in the name");
+    // SAFETY: a NUL-terminated path; the mode lets every user lock it.
+    let fd = unsafe { real::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
-    Err(std::io::Error::last_os_error())
+    // SAFETY: as above; widening the mode past the umask (best effort).
+    unsafe { libc::fchmod(fd, 0o666) };
+    Ok(fd)
 }
 
-/// The byte the lock covers: the last one a file offset can name, which no
-/// program locks (SQLite's lock bytes sit at 1 GiB).
-const LOCK_BYTE: i64 = i64::MAX - 1;
-
-/// Takes the OFD lock on `fd` (write lock when `exclusive`) without waiting.
-fn set_lock(fd: libc::c_int, exclusive: bool, path: &Path) -> std::io::Result<()> {
+/// Sets (`F_RDLCK`, `F_WRLCK`) or clears (`F_UNLCK`) the lock on byte
+/// `ino` of `registry`, without waiting.
+fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int, path: &Path) -> std::io::Result<()> {
     // SAFETY: an all-zero `flock` is a valid value to fill in.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = if exclusive { libc::F_WRLCK } else { libc::F_RDLCK } as libc::c_short;
+    lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = LOCK_BYTE;
+    lock.l_start = (ino & (i64::MAX as u64 - 1)) as i64;
     lock.l_len = 1;
     // SAFETY: F_OFD_SETLK reads one live `flock`.
-    let rc = unsafe { real::fcntl(fd, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
+    let rc = unsafe { real::fcntl(registry, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
     if rc == 0 {
         return Ok(());
     }
@@ -216,11 +245,6 @@ fn set_lock(fd: libc::c_int, exclusive: bool, path: &Path) -> std::io::Result<()
     if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) {
         complain(&format!("{}: cached by another process; refused (EBUSY)", path.display()));
         return Err(std::io::Error::from_raw_os_error(libc::EBUSY));
-    }
-    // A file system without OFD locks: cache it unguarded, as a program
-    // without locks would use it.
-    if e.raw_os_error() == Some(libc::EINVAL) || e.raw_os_error() == Some(libc::ENOLCK) {
-        return Ok(());
     }
     Err(e)
 }

@@ -81,7 +81,12 @@ pub fn remove(fd: libc::c_int) -> Option<Arc<Desc>> {
 /// The managed descriptor numbers of the file `key`.
 pub fn fds_of(key: (u64, u64)) -> Vec<libc::c_int> {
     let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
-    table.iter().enumerate().filter(|(_, d)| d.as_ref().is_some_and(|d| d.key == key)).map(|(fd, _)| fd as libc::c_int).collect()
+    table
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.as_ref().is_some_and(|d| d.key == key))
+        .map(|(fd, _)| fd as libc::c_int)
+        .collect()
 }
 
 /// Every managed description (each once per descriptor).
