@@ -48,8 +48,10 @@ pub struct BenchArgs {
     /// (parallel-writeback/files, parallel-writeback/shared/region-4),
     /// hot-set variants (hot-set/write-stream), sqlite variants
     /// (sqlite/wal-streaming), advice variants (advice/stream-sync-range),
-    /// `all`, or `default`. Without it, the default suite runs (about 8-9
-    /// minutes).
+    /// fio variants (fio/rand-read-4k-cached, fio/seq-write-1m/processes),
+    /// rocksdb variants (rocksdb/readrandom), `all`, or `default`. Without
+    /// it, the default suite runs (about 8-9 minutes; fio and rocksdb, which
+    /// run the installed fio and db_bench, only by name or with `all`).
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Engines to run, comma separated (default: all five).
@@ -159,6 +161,14 @@ pub struct BenchArgs {
     /// --engines says otherwise.
     #[arg(long, requires = "custom", help_heading = "fio-style job")]
     pub dontcache: bool,
+    /// Run your own fio job file (fio must be installed) on kernel-buffered, kernel-direct (--direct=1 added) and
+    /// wbcache (fio under libwbcache_preload.so, as wbcache run runs it), instead of the built-in workloads, and
+    /// print fio's own figures side by side: per job, read and write MB/s, IOPS, p50 and p99. Each engine's fio
+    /// runs in a fresh directory (--directory: the file's relative file names land there, and only files there
+    /// go through the cache), every job as a thread of one fio process (--thread). A run is killed after
+    /// --timeout seconds (default: twice --runtime plus 11 minutes).
+    #[arg(long, value_name = "JOBFILE", conflicts_with_all = ["workloads", "quick", "custom"])]
+    pub fio: Option<PathBuf>,
 }
 
 fn long_help() -> String {
@@ -179,8 +189,10 @@ fn long_help() -> String {
          and pwrite to one write_at and writev to one write_vectored_at)\n",
     );
     s.push_str(&format!(
-        "\nDefault suite (no --workloads): every workload, small-overwrite variants {}.\n\
-         --quick: the same with small-overwrite {}, --memory 128M, --runtime 1s, and a 4M sqlite database.\n\
+        "\nDefault suite (no --workloads): every workload but fio and rocksdb (by name or with `all`), \
+         small-overwrite variants {}.\n\
+         --quick: the same with small-overwrite {}, --memory 128M, --runtime 1s, a 4M sqlite database (and a 16M \
+         rocksdb one).\n\
          Without --quick, any selection runs with --memory 256M, --size 2 × memory, --runtime 5s unless given, \
          so a workload alone measures what it measures in the default suite.\n",
         DEFAULT_OVERWRITES.join(", "),
@@ -194,6 +206,8 @@ pub const DEFAULT_OVERWRITES: &[&str] =
 pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"];
 /// The accounts data of `sqlite` with --quick.
 pub const SQLITE_QUICK_DATA: u64 = 4 * MIB;
+/// The database `rocksdb` builds with --quick.
+pub const ROCKSDB_QUICK_DATA: u64 = 16 * MIB;
 
 pub fn list_text() -> String {
     let mut s = long_help();
@@ -309,6 +323,18 @@ fn fio_job(args: &BenchArgs, size: u64) -> Result<FioJob, String> {
     Ok(job)
 }
 
+/// `--fio`'s job file, checked readable before anything runs, made
+/// absolute (fio runs in a directory of its own).
+fn job_file(path: &std::path::Path) -> Result<PathBuf, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("--fio {shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("--fio {shown}: not a file"));
+    }
+    std::fs::File::open(path).map_err(|e| format!("--fio {shown}: cannot be read: {e}"))?;
+    std::fs::canonicalize(path).map_err(|e| format!("--fio {shown}: {e}"))
+}
+
 /// `--writeback-workers`: counts from 1 to 64, sorted, each once; the
 /// default when not given.
 fn writeback_workers(given: &[String]) -> Result<Vec<u32>, String> {
@@ -389,6 +415,8 @@ impl Plan {
         let explicit = !args.workloads.is_empty() && !args.workloads.iter().all(|w| w == "default");
         let suite = if args.custom {
             "fio-job"
+        } else if args.fio.is_some() {
+            "fio-jobfile"
         } else if args.quick {
             "quick"
         } else if explicit {
@@ -458,7 +486,8 @@ fn select_groups(args: &BenchArgs, suite: &str, explicit: bool, pw_workers: &[u3
         "default" => Some(DEFAULT_OVERWRITES),
         _ => None,
     };
-    let names: Vec<String> = if args.custom {
+    let outside_the_catalog = args.custom || args.fio.is_some();
+    let names: Vec<String> = if outside_the_catalog {
         Vec::new()
     } else if explicit {
         args.workloads.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
@@ -484,7 +513,8 @@ fn select_groups(args: &BenchArgs, suite: &str, explicit: bool, pw_workers: &[u3
                     "unknown workload '{name}' (see --list; small-overwrite variants look like pwrite-1k-2m-file, \
                      parallel-writeback ones like parallel-writeback/files or parallel-writeback/shared/rotor-2, \
                      hot-set ones like hot-set/write-stream, sqlite ones like sqlite/wal-streaming, advice \
-                     ones like advice/stream-dontneed)"
+                     ones like advice/stream-dontneed, fio ones like fio/seq-write-1m/threads, rocksdb ones like \
+                     rocksdb/readrandom)"
                 )
             })?,
         };
@@ -494,7 +524,10 @@ fn select_groups(args: &BenchArgs, suite: &str, explicit: bool, pw_workers: &[u3
             }
         }
     }
-    if groups.is_empty() && !args.custom {
+    if let Some(file) = &args.fio {
+        groups.push(crate::workloads::fio::jobfile::group(job_file(file)?));
+    }
+    if groups.is_empty() && !outside_the_catalog {
         return Err("no workload selected (see --list)".into());
     }
     // Keep each workload's groups together, in catalog order.
@@ -625,6 +658,8 @@ fn run_params(quick: bool, memory: u64, size: u64, runtime_s: f64, wbcache_optio
         // More accounts data than memory, so the database does not fit in
         // either cache; a few MiB for the smoke run.
         sqlite_data_bytes: if quick { SQLITE_QUICK_DATA } else { memory / 4 * 5 },
+        // Twice the memory: neither cache holds the database.
+        rocksdb_data_bytes: if quick { ROCKSDB_QUICK_DATA } else { 2 * memory },
         wbcache_options,
     }
 }
@@ -958,5 +993,31 @@ mod tests {
             let e = Plan::from_args(args(&[bad], &[])).err().unwrap_or_default();
             assert!(e.contains("advice/stream-dontneed"), "{bad}: {e}");
         }
+    }
+
+    /// fio and rocksdb run only by name or with `all`, never in the default
+    /// or quick suites; the rocksdb database is 2 × the memory, 16M with
+    /// --quick. `--fio` runs the job file alone, checked up front.
+    #[test]
+    fn program_workloads_selection() {
+        let workloads = |p: &Plan| p.groups.iter().map(|g| g.workload).collect::<Vec<_>>();
+        for quick in [false, true] {
+            let p = Plan::from_args(BenchArgs { quick, ..BenchArgs::default() }).unwrap();
+            assert!(!workloads(&p).iter().any(|w| *w == "fio" || *w == "rocksdb"), "quick {quick}");
+            assert_eq!(p.params.rocksdb_data_bytes, if quick { 16 * MIB } else { 512 * MIB });
+        }
+        let all = Plan::from_args(BenchArgs { workloads: vec!["all".into()], ..BenchArgs::default() }).unwrap();
+        assert_eq!(workloads(&all).iter().filter(|w| **w == "fio").count(), 8);
+        assert_eq!(workloads(&all).iter().filter(|w| **w == "rocksdb").count(), 5);
+        assert_eq!(workloads(&all).last(), Some(&"rocksdb"));
+        let file = std::env::temp_dir().join(format!("wbcache-cli-jobfile-{}.fio", std::process::id()));
+        std::fs::write(&file, "[j]\nrw=read\n").unwrap();
+        let p = Plan::from_args(BenchArgs { fio: Some(file.clone()), ..BenchArgs::default() }).unwrap();
+        assert_eq!((p.suite, workloads(&p)), ("fio-jobfile", vec!["fio-jobfile"]));
+        let runs: Vec<EngineKind> = p.engines.iter().copied().filter(|e| p.groups[0].runs_on(*e)).collect();
+        assert_eq!(runs, [EngineKind::KernelBuffered, EngineKind::KernelDirect, EngineKind::Wbcache]);
+        std::fs::remove_file(&file).unwrap();
+        let e = Plan::from_args(BenchArgs { fio: Some(file.clone()), ..BenchArgs::default() }).err().unwrap();
+        assert!(e.starts_with(&format!("--fio {}: ", file.display())), "{e}");
     }
 }

@@ -37,8 +37,9 @@ pub struct RunArgs {
 }
 
 /// Where the preload library is: `WBCACHE_PRELOAD` if set, else beside
-/// this binary.
-fn library() -> Result<PathBuf, String> {
+/// this binary (the bench's workers, which run programs under it, ask
+/// the same way).
+pub(crate) fn library() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("WBCACHE_PRELOAD") {
         return Ok(PathBuf::from(path));
     }
@@ -101,7 +102,7 @@ pub fn run(args: RunArgs) -> i32 {
 }
 
 /// `LD_PRELOAD` with the library first and any the caller set after it.
-fn preload_list(lib: &Path) -> OsString {
+pub(crate) fn preload_list(lib: &Path) -> OsString {
     let mut list = lib.as_os_str().to_os_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         list.push(":");

@@ -91,6 +91,22 @@ fn bad_custom_jobs_are_refused() {
 }
 
 #[test]
+fn bad_fio_job_files_are_refused() {
+    let dir = scratch("fio-jobfile-inputs");
+    let missing = dir.join("missing.fio");
+    assert_usage_error(&["--fio", &missing.to_string_lossy()], "--fio");
+    assert_usage_error(&["--fio", &dir.to_string_lossy()], "not a file");
+    let file = dir.join("jobs.fio");
+    std::fs::write(&file, "[j]\nrw=read\n").unwrap();
+    assert_usage_error(&["--fio", &file.to_string_lossy(), "-w", "seq-write"], "--fio");
+    assert_usage_error(&["--fio", &file.to_string_lossy(), "--custom"], "--fio");
+    assert_usage_error(&["--fio", &file.to_string_lossy(), "-e", "kernel-dontcache"], "runs on kernel-buffered");
+    assert_usage_error(&["-w", "fio/seq-write-1m/both"], "unknown workload 'fio/seq-write-1m/both'");
+    assert_usage_error(&["-w", "rocksdb", "-e", "wbcache-dontcache"], "rocksdb runs on kernel-buffered");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn bad_output_paths_are_refused_first() {
     let dir = scratch("outputs");
     let file = dir.join("a-file");

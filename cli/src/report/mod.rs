@@ -87,7 +87,8 @@ pub struct ResultRow {
     /// `sqlite`'s streaming rows: the streaming writer's bytes over the
     /// time it wrote, in MB/s.
     pub stream_mb_s: Option<f64>,
-    /// `sqlite`: the database file's size after the load, in bytes.
+    /// `sqlite`: the database file's size after the load, in bytes;
+    /// `rocksdb`: the database directory's after the run.
     pub db_bytes: Option<u64>,
     /// `sqlite`: the worker process's peak resident set size (`VmHWM`,
     /// the load included), in bytes. For wbcache it includes the cache's
@@ -112,6 +113,31 @@ pub struct ResultRow {
     /// bytes took, in seconds: the bench's own work, left out of the row's
     /// `runtime_s`, `total_s` and MB/s.
     pub cached_look_s: Option<f64>,
+    /// `fio`, `fio-jobfile` and `rocksdb`: the program that measured the
+    /// row, as it names its version (`fio-3.33`, `RocksDB 7.8.3`).
+    pub tool_version: Option<String>,
+    /// `fio` and `fio-jobfile`: fio's own figures of the row's reads, from
+    /// its JSON report: MB/s (`bw_bytes` ÷ 10^6), IOPS, and the completion
+    /// latency's (`clat_ns`) median and 99th percentile in µs; `null`
+    /// without reads. The row's `throughput_mb_s` is the reads' and
+    /// writes' MB/s together, `ops` their requests, `runtime_s` fio's.
+    pub read_mb_s: Option<f64>,
+    pub read_iops: Option<f64>,
+    pub read_clat_us_p50: Option<f64>,
+    pub read_clat_us_p99: Option<f64>,
+    /// `fio` and `fio-jobfile`: the same of the row's writes.
+    pub write_mb_s: Option<f64>,
+    pub write_iops: Option<f64>,
+    pub write_clat_us_p50: Option<f64>,
+    pub write_clat_us_p99: Option<f64>,
+    /// `rocksdb`: db_bench's operations per second for the row's
+    /// benchmark, and the median and 99th percentile of its microseconds
+    /// per operation (`--histogram`). The row's `lat_us` is its P50, P99,
+    /// P99.9 and Max, `throughput_mb_s` its MB/s, `ops` its operations,
+    /// `runtime_s` its seconds.
+    pub ops_per_s: Option<f64>,
+    pub op_us_p50: Option<f64>,
+    pub op_us_p99: Option<f64>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -180,6 +206,18 @@ impl ResultRow {
             advise_s: None,
             advise_calls: None,
             cached_look_s: None,
+            tool_version: None,
+            read_mb_s: None,
+            read_iops: None,
+            read_clat_us_p50: None,
+            read_clat_us_p99: None,
+            write_mb_s: None,
+            write_iops: None,
+            write_clat_us_p50: None,
+            write_clat_us_p99: None,
+            ops_per_s: None,
+            op_us_p50: None,
+            op_us_p99: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -371,10 +409,17 @@ pub(crate) mod test_support {
     pub const SQLITE_NULLS: &str = "\"tps\":null,\"commit_us_p50\":null,\"commit_us_p99\":null,\"commit_us_max\":null,\
          \"stream_mb_s\":null,\"db_bytes\":null,\"peak_rss_bytes\":null";
 
-    /// The fields `advice` added, closing every row (null on other workloads').
+    /// The fields `advice` added (null on other workloads' rows).
     pub const ADVICE_NULLS: &str =
         "\"peak_cached_bytes\":null,\"fsync_s\":null,\"advise_s\":null,\"advise_calls\":null,\
          \"cached_look_s\":null";
+
+    /// The fields of the workloads that run programs (`fio`, `rocksdb`),
+    /// closing every row (null on other workloads').
+    pub const PROGRAM_NULLS: &str =
+        "\"tool_version\":null,\"read_mb_s\":null,\"read_iops\":null,\"read_clat_us_p50\":null,\
+         \"read_clat_us_p99\":null,\"write_mb_s\":null,\"write_iops\":null,\"write_clat_us_p50\":null,\
+         \"write_clat_us_p99\":null,\"ops_per_s\":null,\"op_us_p50\":null,\"op_us_p99\":null";
 
     pub fn job(role: &str, bytes: u64, io_end_s: f64) -> JobResult {
         let mut lat = Histogram::default();

@@ -55,7 +55,16 @@ pub fn run_worker(
         return fail(msg);
     }
     let parsed = out.lines().rev().find(|l| !l.trim().is_empty()).and_then(|l| serde_json::from_str::<Outcome>(l).ok());
-    parsed.unwrap_or_else(|| fail(died(spec, status, oom_kills, &lines)))
+    match parsed {
+        // A program the job ran may have died of the cgroup's limit.
+        Some(mut o) if o.status != crate::bench_worker::Status::Ok && oom_kills > 0 => {
+            let killed = format!("the OOM killer of its {} memory cgroup struck", fmt_size(spec_memory(spec)));
+            o.error = Some(format!("{} ({killed})", o.error.unwrap_or_default()));
+            o
+        }
+        Some(o) => o,
+        None => fail(died(spec, status, oom_kills, &lines)),
+    }
 }
 
 /// Starts the worker, puts it into a memory cgroup for a kernel engine,

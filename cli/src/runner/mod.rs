@@ -324,11 +324,12 @@ impl<'a> Bench<'a> {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 break;
             }
-            let spec = build_spec(group, engine, &self.params, &self.site.place, true);
+            let mut spec = build_spec(group, engine, &self.params, &self.site.place, true);
             if self.can_drop {
                 let _ = sys::drop_caches();
             }
             let timeout = self.plan.args.timeout.unwrap_or_else(|| default_timeout_s(group, &spec));
+            spec.timeout_s = Some(timeout);
             let outcome = run_worker(
                 &spec,
                 self.cgroups.as_mut(),
@@ -337,8 +338,9 @@ impl<'a> Bench<'a> {
                 &mut self.worker_stderr,
             );
             if self.site.place.device.is_none() {
+                // A job that runs another program works in a directory of its own.
                 for t in spec.jobs.iter().flat_map(|j| j.targets()).filter(|t| t.create) {
-                    let _ = fs::remove_file(&t.path);
+                    let _ = if t.path.is_dir() { fs::remove_dir_all(&t.path) } else { fs::remove_file(&t.path) };
                 }
             }
             if self.io_backend.is_none() {

@@ -16,11 +16,14 @@
 pub mod advice;
 pub mod competing;
 pub mod custom;
+pub mod external;
+pub mod fio;
 pub mod fsync_under_load;
 pub mod hot_set;
 pub mod parallel_writeback;
 pub mod plain;
 pub mod rand_read;
+pub mod rocksdb;
 pub mod small_overwrite;
 mod spec;
 pub mod sqlite;
@@ -43,7 +46,7 @@ pub struct WorkloadInfo {
     /// What the workload stands for in an application, in plain words.
     pub models: &'static str,
     /// The public measurement it follows (a patch series by its subject
-    /// line, a libMicro case), if there is one.
+    /// line, a libMicro case, the tool it runs), if there is one.
     pub source: Option<&'static str>,
 }
 
@@ -62,6 +65,8 @@ pub static WORKLOADS: &[&dyn Workload] = &[
     &sqlite::SQLITE,
     &advice::ADVICE,
     &small_overwrite::SMALL_OVERWRITE,
+    &fio::FIO,
+    &rocksdb::ROCKSDB,
 ];
 
 /// The catalog entry named `name`.
@@ -70,10 +75,11 @@ pub fn info(name: &str) -> Option<&'static WorkloadInfo> {
     WORKLOADS.iter().map(|w| w.info()).find(|w| w.name == name)
 }
 
-/// The workload a worker's spec names: one of the catalog, or the
-/// `--custom` job.
+/// The workload a worker's spec names: one of the catalog, the
+/// `--custom` job or the `--fio` job file.
 pub fn by_name(name: &str) -> Option<&'static dyn Workload> {
-    WORKLOADS.iter().copied().chain([&custom::CUSTOM as &dyn Workload]).find(|w| w.name() == name)
+    let outside: [&'static dyn Workload; 2] = [&custom::CUSTOM, &fio::jobfile::FIO_JOBFILE];
+    WORKLOADS.iter().copied().chain(outside).find(|w| w.name() == name)
 }
 
 /// What the command line gives the expansion of workload names besides the
@@ -389,6 +395,7 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
         wbcache_options: group.owner.wbcache_options(group, p),
         pipelined,
         progress,
+        timeout_s: None,
     }
 }
 
@@ -405,6 +412,7 @@ pub fn test_params(runtime_s: f64) -> Params {
         iterations_10k: 10,
         warmup: 1,
         sqlite_data_bytes: 160 * MIB,
+        rocksdb_data_bytes: 256 * MIB,
         wbcache_options: "capacity=128M".into(),
     }
 }

@@ -32,6 +32,9 @@ pub struct Params {
     /// The accounts data `sqlite` loads: 1.25 × the memory (a few MiB
     /// with --quick).
     pub sqlite_data_bytes: u64,
+    /// The database `rocksdb` builds: 2 × the memory (a few MiB with
+    /// --quick).
+    pub rocksdb_data_bytes: u64,
     pub wbcache_options: String,
 }
 
@@ -245,4 +248,8 @@ pub struct Spec {
     pub pipelined: bool,
     /// Emit `@progress` lines on stderr.
     pub progress: bool,
+    /// When the bench kills the measurement, in seconds from its start
+    /// (`None` in tests): a job that runs another program ends it first.
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
 }

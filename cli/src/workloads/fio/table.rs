@@ -1,0 +1,124 @@
+//! The rows and the table of the workloads that run fio (`fio` and
+//! `bench --fio JOBFILE`): a row per fio job (or per merged measurement)
+//! and engine, with fio's own figures per direction, and the table of
+//! them side by side with the ratio to kernel-buffered.
+
+use std::fmt::Write as _;
+
+use super::{FioJobFigures, FioResult};
+use crate::bench_worker::{JobResult, Outcome, Status};
+use crate::engines::EngineKind;
+use crate::measure::round3;
+use crate::report::{fmt_num, push_table_head, status_cell, ResultRow};
+use crate::workloads::Group;
+
+/// The rows of one measurement: one per job fio reported (its name the
+/// variant) or, for a merged measurement, the group's one.
+pub fn fio_rows(group: &Group, engine: EngineKind, jobs: &[&JobResult], _o: &Outcome) -> Vec<ResultRow> {
+    let Some(result) = jobs.first().and_then(|j| j.own::<FioResult>()) else {
+        let error = "no report from fio".to_string();
+        return vec![crate::report::failed_row(group, engine, Status::Error, error)];
+    };
+    result.jobs.iter().map(|j| fio_row(group, engine, &result.version, j)).collect()
+}
+
+fn fio_row(group: &Group, engine: EngineKind, version: &str, j: &FioJobFigures) -> ResultRow {
+    let mut row = ResultRow::empty(group, engine, Some(j.name.clone()), Status::Ok, None);
+    let mb_s = |bw_bytes: f64| round3(bw_bytes / 1e6);
+    let us = |ns: Option<f64>| ns.map(|ns| round3(ns / 1e3));
+    let (r, w) = (&j.read, &j.write);
+    if r.total_ios > 0 {
+        (row.read_mb_s, row.read_iops) = (Some(mb_s(r.bw_bytes)), Some(round3(r.iops)));
+        (row.read_clat_us_p50, row.read_clat_us_p99) = (us(r.clat_ns_p50), us(r.clat_ns_p99));
+    }
+    if w.total_ios > 0 {
+        (row.write_mb_s, row.write_iops) = (Some(mb_s(w.bw_bytes)), Some(round3(w.iops)));
+        (row.write_clat_us_p50, row.write_clat_us_p99) = (us(w.clat_ns_p50), us(w.clat_ns_p99));
+    }
+    row.throughput_mb_s = Some(mb_s(r.bw_bytes + w.bw_bytes));
+    row.bytes = Some(j.io_bytes());
+    row.ops = Some(j.total_ios());
+    row.runtime_s = Some(round3(r.runtime_ms.max(w.runtime_ms) as f64 / 1e3));
+    row.tool_version = Some(version.to_string());
+    row
+}
+
+/// The progress display's line: the last row's MB/s and IOPS.
+pub fn fio_summary(rows: &[ResultRow]) -> String {
+    let Some(r) = rows.last() else { return "no result".into() };
+    let iops = r.read_iops.unwrap_or(0.0) + r.write_iops.unwrap_or(0.0);
+    format!(
+        "{:.1} MB/s, {} IOPS ({})",
+        r.throughput_mb_s.unwrap_or(0.0),
+        fmt_num(iops),
+        r.tool_version.as_deref().unwrap_or("fio")
+    )
+}
+
+/// What the fio tables' columns mean (printed above them).
+pub const FIO_COLUMNS: &str = "All figures are fio's own, from its JSON report: MB/s is its bw_bytes ÷ 10^6, IOPS \
+     its iops, p50 and p99 its completion latency's (clat) percentiles, per direction. vs kernel-buffered: read and \
+     write MB/s together ÷ kernel-buffered's in the same row group.";
+
+/// Where a row comes: its variant's first appearance, then the engines'
+/// order.
+fn ranked<'a>(rows: &[&'a ResultRow]) -> Vec<&'a ResultRow> {
+    let mut variants: Vec<Option<&str>> = Vec::new();
+    for r in rows {
+        if !variants.contains(&r.variant.as_deref()) {
+            variants.push(r.variant.as_deref());
+        }
+    }
+    let mut sorted = rows.to_vec();
+    sorted.sort_by_key(|r| {
+        let v = variants.iter().position(|v| *v == r.variant.as_deref());
+        (v, EngineKind::ALL.iter().position(|e| e.name() == r.engine))
+    });
+    sorted
+}
+
+/// The table: per job (or variant) and engine, fio's figures for the
+/// directions some row has, and the MB/s against kernel-buffered's.
+pub fn fio_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
+    let rows = ranked(rows);
+    let reads = rows.iter().any(|r| r.read_iops.is_some());
+    let writes = rows.iter().any(|r| r.write_iops.is_some());
+    let has_status = rows.iter().any(|r| !r.ok());
+    let mut head = vec!["variant", "engine"];
+    if reads {
+        head.extend(["read MB/s", "read IOPS", "read p50 µs", "read p99 µs"]);
+    }
+    if writes {
+        head.extend(["write MB/s", "write IOPS", "write p50 µs", "write p99 µs"]);
+    }
+    head.push("MB/s vs kernel-buffered");
+    if has_status {
+        head.push("status");
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "### {title}\n\n{about}\n\n{FIO_COLUMNS}\n");
+    push_table_head(&mut out, &head);
+    let cell = |v: Option<f64>| v.map(fmt_num).unwrap_or_else(|| "—".into());
+    for r in &rows {
+        let ok = r.ok();
+        let mut c = vec![r.variant.clone().unwrap_or_else(|| "—".into()), r.engine.clone()];
+        let figures = |v: [Option<f64>; 4]| v.map(|x| cell(x.filter(|_| ok)));
+        if reads {
+            c.extend(figures([r.read_mb_s, r.read_iops, r.read_clat_us_p50, r.read_clat_us_p99]));
+        }
+        if writes {
+            c.extend(figures([r.write_mb_s, r.write_iops, r.write_clat_us_p50, r.write_clat_us_p99]));
+        }
+        let base = rows.iter().find(|b| b.engine == "kernel-buffered" && b.variant == r.variant && b.ok());
+        let ratio = match (r.throughput_mb_s.filter(|_| ok), base.and_then(|b| b.throughput_mb_s)) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        c.push(ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(|| "—".into()));
+        if has_status {
+            c.push(status_cell(r));
+        }
+        let _ = writeln!(out, "| {} |", c.join(" | "));
+    }
+    out
+}
