@@ -176,16 +176,44 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
     )
 }
 
+/// `pread`: one buffer at an offset, the position untouched (no
+/// allocation, no position lock: the per-call path).
 fn pread_managed(d: &Desc, buf: *mut c_void, len: size_t, off: off_t) -> io::Result<usize> {
-    let iov = iovec { iov_base: buf, iov_len: len };
-    // SAFETY: the program lends `buf` for `len` bytes.
-    read_into(d, &mut unsafe { scatter(&iov, 1) }?, Some(offset(off)?), WriteFlags::NONE)
+    if d.flags() & libc::O_ACCMODE == libc::O_WRONLY {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    let off = offset(off)?;
+    if len == 0 {
+        return Ok(0);
+    }
+    if buf.is_null() || len > isize::MAX as usize {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    // SAFETY: the program lends `buf` for writes of `len` bytes for the
+    // call (it need not be initialized: the slice is of MaybeUninit).
+    let slice = unsafe { std::slice::from_raw_parts_mut(buf.cast::<std::mem::MaybeUninit<u8>>(), len) };
+    d.file.read_at_uninit(slice, off, WriteFlags::NONE)
 }
 
+/// `pwrite`: one buffer at an offset (at the end for `O_APPEND`, as
+/// Linux does).
 fn pwrite_managed(d: &Desc, buf: *const c_void, len: size_t, off: off_t) -> io::Result<usize> {
-    let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
-    // SAFETY: the program lends `buf` for `len` bytes.
-    write_from(d, &unsafe { gather(&iov, 1) }?, Some(offset(off)?), WriteFlags::NONE, false)
+    let status = d.flags();
+    let off = offset(off)?;
+    if status & (libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC) != 0 || status & libc::O_ACCMODE == libc::O_RDONLY {
+        let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
+        // SAFETY: the program lends `buf` for `len` bytes.
+        return write_from(d, &unsafe { gather(&iov, 1) }?, Some(off), WriteFlags::NONE, false);
+    }
+    if len == 0 {
+        return Ok(0);
+    }
+    if buf.is_null() || len > isize::MAX as usize {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    // SAFETY: the program lends `buf` for reads of `len` bytes.
+    let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+    d.file.write_at(data, off)
 }
 
 #[no_mangle]
