@@ -140,6 +140,15 @@ fn on_fd(fd: c_int, managed: impl FnOnce(&Desc) -> io::Result<usize>, kernel: im
     }
 }
 
+/// `preadv`/`pwritev`'s offset: never the position (-1 is `EINVAL`, as
+/// any negative offset).
+fn positioned(off: off_t) -> io::Result<off_t> {
+    if off < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(off)
+}
+
 fn offset(off: off_t) -> io::Result<u64> {
     u64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
@@ -271,25 +280,25 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, count: c_int) -> s
 #[no_mangle]
 pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| readv_managed(d, iov, count, off.max(0), 0), || unsafe { real::preadv(fd, iov, count, off) })
+    on_fd(fd, |d| readv_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::preadv(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| readv_managed(d, iov, count, off.max(0), 0), || unsafe { real::preadv64(fd, iov, count, off) })
+    on_fd(fd, |d| readv_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::preadv64(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, off.max(0), 0), || unsafe { real::pwritev(fd, iov, count, off) })
+    on_fd(fd, |d| writev_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::pwritev(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, off.max(0), 0), || unsafe { real::pwritev64(fd, iov, count, off) })
+    on_fd(fd, |d| writev_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::pwritev64(fd, iov, count, off) })
 }
 
 #[no_mangle]

@@ -116,16 +116,21 @@ pub fn write_back_and_close() {
     }
 }
 
-/// Before `fork`: every managed file's dirty data goes to the kernel, so
-/// the child, which reads the inherited descriptors through the kernel,
-/// sees it.
-extern "C" fn write_back_before_fork() {
-    let Some(_inside) = crate::guard::enter() else { return };
+/// Every open managed file's dirty data to the kernel (the files closed
+/// already were written back at their last close): before a `fork`,
+/// whose child reads the inherited descriptors through the kernel, and
+/// before an `exec` or a spawn, whose program reads through the kernel.
+pub fn write_back_open_files() {
     for desc in crate::table::all() {
         if let Err(e) = crate::open::write_back(&desc) {
-            complain(&format!("{}: writing back before fork failed: {e}", desc.path.display()));
+            complain(&format!("{}: writing back failed: {e}", desc.path.display()));
         }
     }
+}
+
+extern "C" fn write_back_before_fork() {
+    let Some(_inside) = crate::guard::enter() else { return };
+    write_back_open_files();
 }
 
 extern "C" fn forked_child() {
