@@ -89,6 +89,15 @@ pub fn fds_of(key: (u64, u64)) -> Vec<libc::c_int> {
         .collect()
 }
 
+/// A description of the file `key`, if a descriptor here has it open.
+pub fn any_of(key: (u64, u64)) -> Option<Arc<Desc>> {
+    if MANAGED.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    table.iter().flatten().find(|d| d.key == key).cloned()
+}
+
 /// Every managed description (each once per descriptor).
 pub fn all() -> Vec<Arc<Desc>> {
     let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
