@@ -135,6 +135,11 @@ extern "C" fn forked_child() {
 extern "C" fn write_back_at_exit() {
     // Not in a forked child (its parent's cache is not its own), nor
     // inside a call of this library.
+    let Some(inside) = crate::guard::enter() else { return };
+    // The streams' buffered bytes go through the cache before it closes
+    // (outside the guard: their writes are this library's calls).
+    drop(inside);
+    crate::stdio::flush_at_exit();
     let Some(_inside) = crate::guard::enter() else { return };
     write_back_and_close();
 }
