@@ -140,6 +140,11 @@ extern "C" fn forked_child() {
 extern "C" fn write_back_at_exit() {
     // Not in a forked child (its parent's cache is not its own), nor
     // inside a call of this library.
+    let Some(inside) = crate::guard::enter() else { return };
+    // The streams' buffered bytes go through the cache before it closes
+    // (outside the guard: their writes are this library's calls).
+    drop(inside);
+    crate::stdio::flush_at_exit();
     let Some(_inside) = crate::guard::enter() else { return };
     write_back_and_close();
 }
@@ -239,7 +244,11 @@ fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int, path: &Path) -> 
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = (ino & (i64::MAX as u64 - 1)) as i64;
+    // One byte per inode number: below i64::MAX, so that the byte's end
+    // is a valid offset (a mask clearing bit 0 would give inodes 2k and
+    // 2k+1 one byte, and refuse one of them while another process
+    // caches the other).
+    lock.l_start = (ino % (i64::MAX as u64)) as i64;
     lock.l_len = 1;
     // SAFETY: F_OFD_SETLK reads one live `flock`.
     let rc = unsafe { real::fcntl(registry, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
