@@ -298,7 +298,11 @@ pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, count: c_int, off
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::pwritev64(fd, iov, count, off) })
+    on_fd(
+        fd,
+        |d| writev_managed(d, iov, count, positioned(off)?, 0),
+        || unsafe { real::pwritev64(fd, iov, count, off) },
+    )
 }
 
 #[no_mangle]

@@ -104,8 +104,8 @@ fn build() -> Option<State> {
 }
 
 /// Writes back and syncs what the cache holds, then closes it: at normal
-/// exit (`exit`, a return from `main`) and before `_exit` or an `exec`
-/// replaces the process. Later calls find no cache and go to the kernel.
+/// exit (`exit`, a return from `main`) and before `_exit`. Later calls
+/// find no managed descriptor and go to the kernel.
 pub fn write_back_and_close() {
     let Some(state) = built() else { return };
     let cache = state.cache.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -113,6 +113,13 @@ pub fn write_back_and_close() {
         if let Err(e) = cache.close() {
             complain(&format!("writing back at exit failed: {e}"));
         }
+    }
+    // What the program does after this (later atexit handlers, destructors)
+    // goes to the kernel, which now holds every byte: the descriptors stop
+    // being managed, where their descriptions stood.
+    for (fd, desc) in crate::table::entries() {
+        crate::table::align_kernel_descriptor(fd, &desc);
+        crate::table::remove(fd);
     }
 }
 
@@ -128,9 +135,15 @@ pub fn write_back_open_files() {
     }
 }
 
+/// Before `fork`: the open files' dirty data to the kernel, and each
+/// managed descriptor's position and `O_APPEND` to its kernel descriptor,
+/// which the child inherits and uses.
 extern "C" fn write_back_before_fork() {
     let Some(_inside) = crate::guard::enter() else { return };
     write_back_open_files();
+    for (fd, desc) in crate::table::entries() {
+        crate::table::align_kernel_descriptor(fd, &desc);
+    }
 }
 
 extern "C" fn forked_child() {
