@@ -10,7 +10,8 @@
 //!   every later call see one file; any other mapping (read-only, or
 //!   private) is made after the file's dirty data is written back;
 //! - `ioctl`: refused with `EOPNOTSUPP` and one line on stderr naming the
-//!   file and the request.
+//!   file and the request, except `FIOCLEX` and `FIONCLEX`, which set the
+//!   kernel descriptor's close-on-exec flag.
 
 use std::io;
 
@@ -227,7 +228,8 @@ fn before_map(fd: c_int, prot: c_int, flags: c_int) -> io::Result<()> {
 fn hand_to_kernel(key: (u64, u64), path: &std::path::Path) -> io::Result<()> {
     let state = state::built().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
     for fd in table::fds_of(key) {
-        if table::remove(fd).is_some() {
+        if let Some(desc) = table::remove(fd) {
+            table::align_kernel_descriptor(fd, &desc);
             state.unlock_file(key);
         }
     }
@@ -274,7 +276,10 @@ pub unsafe extern "C" fn mmap64(
 
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    if let Some(_inside) = guard::enter() {
+    // FIOCLEX and FIONCLEX set the close-on-exec flag, the kernel
+    // descriptor's own (Python sets it so on the files it opens).
+    let descriptor_flag = request == libc::FIOCLEX as c_ulong || request == libc::FIONCLEX as c_ulong;
+    if let Some(_inside) = guard::enter().filter(|_| !descriptor_flag) {
         if let Some(desc) = table::get(fd) {
             state::complain(&format!(
                 "{}: ioctl {request:#x} on a cached file is not supported (EOPNOTSUPP)",

@@ -24,6 +24,11 @@ pub fn mark_forked_child() {
     FORKED_CHILD.store(true, Ordering::Release);
 }
 
+/// Whether this process is a forked child.
+pub fn is_forked_child() -> bool {
+    FORKED_CHILD.load(Ordering::Acquire)
+}
+
 thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
 }

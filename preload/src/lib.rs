@@ -11,13 +11,18 @@
 //!   cross-process locks, exit;
 //! - [`table`]: managed descriptors and their shared descriptions;
 //! - [`open`], [`rw`], [`control`], [`meta`], [`fdops`], [`lifetime`]:
-//!   the interposed calls, by kind.
+//!   the interposed calls, by kind;
+//! - [`stdio`]: streams on managed files (`fopen`, `fdopen`, `freopen`,
+//!   `fileno`), whose reads and writes come back through [`rw`].
 //!
 //! The engine's own I/O never comes through here: it makes its system
 //! calls directly. Not interposed, and so not cached (the README lists
-//! them): stdio's internal reads and writes, `io_uring` and Linux AIO
-//! submitted by the program, `fork` (a child must not use its parent's
-//! managed descriptors), and calls made with `syscall(2)`.
+//! them): the I/O of glibc's own standard streams when the program puts
+//! a managed descriptor under them with `dup2`, of streams opened with a
+//! character set (`,ccs=`), and of `dprintf`/`vdprintf` on a managed
+//! descriptor (the C library writes them itself); `io_uring` and Linux
+//! AIO submitted by the program; `fork` (a child must not use its
+//! parent's managed descriptors); calls made with `syscall(2)`.
 
 mod control;
 mod errno;
@@ -29,4 +34,5 @@ mod open;
 mod real;
 mod rw;
 mod state;
+mod stdio;
 mod table;

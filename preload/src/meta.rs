@@ -18,7 +18,7 @@ use crate::{errno, guard, open, real, state};
 
 /// The cache's size of the file `(dev, ino)`, if a descriptor here has it.
 fn cached_len(dev: u64, ino: u64) -> Option<u64> {
-    table::all().into_iter().find(|d| d.key == (dev, ino)).and_then(|d| d.file.len().ok())
+    table::any_of((dev, ino)).and_then(|d| d.file.len().ok())
 }
 
 /// Fixes the size in `st` after the kernel filled it (`rc` 0).

@@ -11,8 +11,10 @@
 //! does the truncation itself, so no cached byte outlives it.
 //!
 //! Closing the last managed descriptor of a file writes its dirty data
-//! back to the kernel before the file's cross-process lock is given up:
-//! another process that opens it next reads what this one wrote.
+//! back to the kernel and drops the cache's copy before the file's
+//! cross-process lock is given up: another process that opens it next
+//! reads what this one wrote, and this one, opening it again, reads what
+//! the other wrote.
 
 use std::ffi::CStr;
 use std::io;
@@ -22,7 +24,7 @@ use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
 use libc::{c_char, c_int, c_uint, mode_t};
-use wbcache::{OpenOptions, SyncRangeFlags};
+use wbcache::{Advice, OpenOptions, SyncRangeFlags};
 
 use crate::table::{self, Desc};
 use crate::{errno, guard, real, state};
@@ -198,11 +200,17 @@ pub fn write_back(desc: &Desc) -> io::Result<()> {
     desc.file.writeback_range(0..i64::MAX as u64, SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER)
 }
 
-/// Gives up a managed descriptor's claim on its file: the last one of the
-/// file writes its dirty data back to the kernel, then drops the lock.
+/// Gives up a managed descriptor's claim on its file. The last one of the
+/// file writes its dirty data back to the kernel and drops what the cache
+/// holds of it (all clean by then) before the lock goes: once another
+/// process may change the file, nothing of it may be read from this cache.
 pub fn release(desc: &Desc) -> io::Result<()> {
     let Some(state) = state::built() else { return Ok(()) };
-    let written = if state.is_last_descriptor(desc.key) { write_back(desc) } else { Ok(()) };
+    let written = if state.is_last_descriptor(desc.key) {
+        write_back(desc).and_then(|()| desc.file.advise(0..i64::MAX as u64, Advice::DontNeed))
+    } else {
+        Ok(())
+    };
     state.unlock_file(desc.key);
     written
 }

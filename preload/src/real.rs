@@ -136,10 +136,19 @@ real_fns! {
     mmap: fn(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void;
     mmap64: fn(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void;
     ioctl: fn(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> c_int;
+    fopen: fn(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+    fopen64: fn(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+    fdopen: fn(fd: c_int, mode: *const c_char) -> *mut libc::FILE;
+    freopen: fn(path: *const c_char, mode: *const c_char, stream: *mut libc::FILE) -> *mut libc::FILE;
+    freopen64: fn(path: *const c_char, mode: *const c_char, stream: *mut libc::FILE) -> *mut libc::FILE;
+    fileno: fn(stream: *mut libc::FILE) -> c_int;
+    fileno_unlocked: fn(stream: *mut libc::FILE) -> c_int;
     _exit: fn(status: c_int) -> ();
     _Exit: fn(status: c_int) -> ();
     execve: fn(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
     execv: fn(path: *const c_char, argv: *const *const c_char) -> c_int;
     execvp: fn(file: *const c_char, argv: *const *const c_char) -> c_int;
     execvpe: fn(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    posix_spawn: fn(pid: *mut libc::pid_t, path: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attrs: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    posix_spawnp: fn(pid: *mut libc::pid_t, file: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attrs: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
 }

@@ -140,6 +140,15 @@ fn on_fd(fd: c_int, managed: impl FnOnce(&Desc) -> io::Result<usize>, kernel: im
     }
 }
 
+/// `preadv`/`pwritev`'s offset: never the position (-1 is `EINVAL`, as
+/// any negative offset).
+fn positioned(off: off_t) -> io::Result<off_t> {
+    if off < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(off)
+}
+
 fn offset(off: off_t) -> io::Result<u64> {
     u64::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
@@ -176,16 +185,44 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
     )
 }
 
+/// `pread`: one buffer at an offset, the position untouched (no
+/// allocation, no position lock: the per-call path).
 fn pread_managed(d: &Desc, buf: *mut c_void, len: size_t, off: off_t) -> io::Result<usize> {
-    let iov = iovec { iov_base: buf, iov_len: len };
-    // SAFETY: the program lends `buf` for `len` bytes.
-    read_into(d, &mut unsafe { scatter(&iov, 1) }?, Some(offset(off)?), WriteFlags::NONE)
+    if d.flags() & libc::O_ACCMODE == libc::O_WRONLY {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    let off = offset(off)?;
+    if len == 0 {
+        return Ok(0);
+    }
+    if buf.is_null() || len > isize::MAX as usize {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    // SAFETY: the program lends `buf` for writes of `len` bytes for the
+    // call (it need not be initialized: the slice is of MaybeUninit).
+    let slice = unsafe { std::slice::from_raw_parts_mut(buf.cast::<std::mem::MaybeUninit<u8>>(), len) };
+    d.file.read_at_uninit(slice, off, WriteFlags::NONE)
 }
 
+/// `pwrite`: one buffer at an offset (at the end for `O_APPEND`, as
+/// Linux does).
 fn pwrite_managed(d: &Desc, buf: *const c_void, len: size_t, off: off_t) -> io::Result<usize> {
-    let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
-    // SAFETY: the program lends `buf` for `len` bytes.
-    write_from(d, &unsafe { gather(&iov, 1) }?, Some(offset(off)?), WriteFlags::NONE, false)
+    let status = d.flags();
+    let off = offset(off)?;
+    if status & (libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC) != 0 || status & libc::O_ACCMODE == libc::O_RDONLY {
+        let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
+        // SAFETY: the program lends `buf` for `len` bytes.
+        return write_from(d, &unsafe { gather(&iov, 1) }?, Some(off), WriteFlags::NONE, false);
+    }
+    if len == 0 {
+        return Ok(0);
+    }
+    if buf.is_null() || len > isize::MAX as usize {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    // SAFETY: the program lends `buf` for reads of `len` bytes.
+    let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+    d.file.write_at(data, off)
 }
 
 #[no_mangle]
@@ -243,25 +280,29 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, count: c_int) -> s
 #[no_mangle]
 pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| readv_managed(d, iov, count, off.max(0), 0), || unsafe { real::preadv(fd, iov, count, off) })
+    on_fd(fd, |d| readv_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::preadv(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| readv_managed(d, iov, count, off.max(0), 0), || unsafe { real::preadv64(fd, iov, count, off) })
+    on_fd(fd, |d| readv_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::preadv64(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, off.max(0), 0), || unsafe { real::pwritev(fd, iov, count, off) })
+    on_fd(fd, |d| writev_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::pwritev(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, off.max(0), 0), || unsafe { real::pwritev64(fd, iov, count, off) })
+    on_fd(
+        fd,
+        |d| writev_managed(d, iov, count, positioned(off)?, 0),
+        || unsafe { real::pwritev64(fd, iov, count, off) },
+    )
 }
 
 #[no_mangle]

@@ -104,8 +104,8 @@ fn build() -> Option<State> {
 }
 
 /// Writes back and syncs what the cache holds, then closes it: at normal
-/// exit (`exit`, a return from `main`) and before `_exit` or an `exec`
-/// replaces the process. Later calls find no cache and go to the kernel.
+/// exit (`exit`, a return from `main`) and before `_exit`. Later calls
+/// find no managed descriptor and go to the kernel.
 pub fn write_back_and_close() {
     let Some(state) = built() else { return };
     let cache = state.cache.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -114,17 +114,35 @@ pub fn write_back_and_close() {
             complain(&format!("writing back at exit failed: {e}"));
         }
     }
+    // What the program does after this (later atexit handlers, destructors)
+    // goes to the kernel, which now holds every byte: the descriptors stop
+    // being managed, where their descriptions stood.
+    for (fd, desc) in crate::table::entries() {
+        crate::table::align_kernel_descriptor(fd, &desc);
+        crate::table::remove(fd);
+    }
 }
 
-/// Before `fork`: every managed file's dirty data goes to the kernel, so
-/// the child, which reads the inherited descriptors through the kernel,
-/// sees it.
-extern "C" fn write_back_before_fork() {
-    let Some(_inside) = crate::guard::enter() else { return };
+/// Every open managed file's dirty data to the kernel (the files closed
+/// already were written back at their last close): before a `fork`,
+/// whose child reads the inherited descriptors through the kernel, and
+/// before an `exec` or a spawn, whose program reads through the kernel.
+pub fn write_back_open_files() {
     for desc in crate::table::all() {
         if let Err(e) = crate::open::write_back(&desc) {
-            complain(&format!("{}: writing back before fork failed: {e}", desc.path.display()));
+            complain(&format!("{}: writing back failed: {e}", desc.path.display()));
         }
+    }
+}
+
+/// Before `fork`: the open files' dirty data to the kernel, and each
+/// managed descriptor's position and `O_APPEND` to its kernel descriptor,
+/// which the child inherits and uses.
+extern "C" fn write_back_before_fork() {
+    let Some(_inside) = crate::guard::enter() else { return };
+    write_back_open_files();
+    for (fd, desc) in crate::table::entries() {
+        crate::table::align_kernel_descriptor(fd, &desc);
     }
 }
 
@@ -135,6 +153,11 @@ extern "C" fn forked_child() {
 extern "C" fn write_back_at_exit() {
     // Not in a forked child (its parent's cache is not its own), nor
     // inside a call of this library.
+    let Some(inside) = crate::guard::enter() else { return };
+    // The streams' buffered bytes go through the cache before it closes
+    // (outside the guard: their writes are this library's calls).
+    drop(inside);
+    crate::stdio::flush_at_exit();
     let Some(_inside) = crate::guard::enter() else { return };
     write_back_and_close();
 }
@@ -234,7 +257,11 @@ fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int, path: &Path) -> 
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = (ino & (i64::MAX as u64 - 1)) as i64;
+    // One byte per inode number: below i64::MAX, so that the byte's end
+    // is a valid offset (a mask clearing bit 0 would give inodes 2k and
+    // 2k+1 one byte, and refuse one of them while another process
+    // caches the other).
+    lock.l_start = (ino % (i64::MAX as u64)) as i64;
     lock.l_len = 1;
     // SAFETY: F_OFD_SETLK reads one live `flock`.
     let rc = unsafe { real::fcntl(registry, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };

@@ -89,6 +89,38 @@ pub fn fds_of(key: (u64, u64)) -> Vec<libc::c_int> {
         .collect()
 }
 
+/// A description of the file `key`, if a descriptor here has it open.
+pub fn any_of(key: (u64, u64)) -> Option<Arc<Desc>> {
+    if MANAGED.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    table.iter().flatten().find(|d| d.key == key).cloned()
+}
+
+/// Gives the kernel's descriptor `fd` the description's position and
+/// `O_APPEND`, so that calls made on it through the kernel (by a forked
+/// child, or after the descriptor stops being managed) continue where the
+/// cache's description stands.
+pub fn align_kernel_descriptor(fd: libc::c_int, desc: &Desc) {
+    let pos = *desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: plain calls on the program's own descriptor.
+    unsafe {
+        crate::real::lseek(fd, pos as libc::off_t, libc::SEEK_SET);
+        let kernel_flags = crate::real::fcntl(fd, libc::F_GETFL, 0);
+        if kernel_flags >= 0 {
+            let append = desc.flags() & libc::O_APPEND;
+            crate::real::fcntl(fd, libc::F_SETFL, ((kernel_flags & !libc::O_APPEND) | append) as libc::c_ulong);
+        }
+    }
+}
+
+/// Every managed descriptor with its description.
+pub fn entries() -> Vec<(libc::c_int, Arc<Desc>)> {
+    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    table.iter().enumerate().filter_map(|(fd, d)| d.as_ref().map(|d| (fd as libc::c_int, d.clone()))).collect()
+}
+
 /// Every managed description (each once per descriptor).
 pub fn all() -> Vec<Arc<Desc>> {
     let table = TABLE.read().unwrap_or_else(|e| e.into_inner());

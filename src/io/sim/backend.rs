@@ -26,7 +26,7 @@ const BUFFERED_LOGICAL_BLOCK_SIZE: u32 = 512;
 const SIM_DEVICE_ID: u64 = 1;
 
 /// The simulated backend. Cheap to share: wrap it in an `Arc` and hand it to
-/// [`open_backend`](crate::io::open_backend) while the test keeps a clone for
+/// `open_backend` while the test keeps a clone for
 /// fault injection and crashes.
 pub struct SimIo {
     /// Also read by the module's tests, which check what the disk state holds.

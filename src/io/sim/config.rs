@@ -2,7 +2,7 @@
 //! kinds of fault it can inject ([`Fault`]).
 //!
 //! Both are plain values. The backend keeps its `SimConfig` unchanged from
-//! [`SimIo::new`](super::SimIo::new) on, so a store reads it without the
+//! `SimIo::new` on, so a store reads it without the
 //! lock; the fault rules the disk state holds each carry a `Fault`, and
 //! only the attempt and sync paths decide whether one fires.
 
@@ -24,14 +24,14 @@ pub struct SimConfig {
     /// picks which) and transfers nothing.
     pub retryable_error_percent: u32,
     /// Enforce O_DIRECT alignment: offsets and iovec lengths must be
-    /// multiples of [`BLOCK_SIZE`](crate::io::BLOCK_SIZE), else `EINVAL`.
+    /// multiples of `BLOCK_SIZE`, else `EINVAL`.
     pub direct_io: bool,
     /// The file system's largest file size: a write reaching past it is
     /// shortened, one starting at or past it fails with `EFBIG`, as
     /// `pwrite(2)` does.
     pub max_file_len: u64,
     /// Chance that a whole
-    /// [`BackingStore::submit_once`](crate::io::BackingStore::submit_once)
+    /// `BackingStore::submit_once`
     /// call is refused, as an `io_uring_enter` interrupted or out of
     /// resources would be: every op it carries fails with `EINTR` or
     /// `EAGAIN` (one coin flip for all) and transfers nothing, so the driver
@@ -45,7 +45,7 @@ pub struct SimConfig {
     /// Length of one stall, in microseconds (see `latency_spike_percent`).
     pub latency_spike_us: u32,
     /// The store writes a file's partial last block through a buffered path
-    /// ([`BackingStore::write_tail`](crate::io::BackingStore::write_tail)), as
+    /// (`BackingStore::write_tail`), as
     /// a regular file's `FdStore` does: those writes need no alignment and
     /// never pad the file. Off, writeback writes the tail block whole and the
     /// sync cuts the padding.
@@ -70,7 +70,7 @@ impl Default for SimConfig {
 }
 
 /// An injected fault on one 4096-byte block of one path (see
-/// [`SimIo::inject`](super::SimIo::inject)). An attempt *touches* a block
+/// `SimIo::inject`). An attempt *touches* a block
 /// when the bytes it would transfer (for a read: clipped at end of file)
 /// overlap it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

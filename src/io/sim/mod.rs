@@ -28,10 +28,10 @@
 //!   shutting down neither slows nor perturbs the rebooted one.
 //! - An attempt transfers a leading part of what it was asked for, with the
 //!   correct data, or nothing. With `direct_io`, offsets and every iovec
-//!   length must be multiples of [`BLOCK_SIZE`](super::BLOCK_SIZE)
+//!   length must be multiples of `BLOCK_SIZE`
 //!   (`EINVAL` otherwise), and a short transfer is a whole number of blocks
 //!   unless it stops at end of file, so the remainder the driver resubmits
-//!   stays aligned. More than [`IOV_MAX`](super::IOV_MAX) buffers in one op
+//!   stays aligned. More than `IOV_MAX` buffers in one op
 //!   fail with `EINVAL`, as in the kernel.
 //! - Removing a name leaves the inode alive for the stores that have it open
 //!   (Unix semantics); it is freed when the last of them is dropped, or at a
@@ -43,7 +43,7 @@
 //! successful write attempts can be logged in order ([`SimIo::record_writes`]).
 //!
 //! Counters in [`SimStats`] count attempts (one per op per
-//! [`BackingStore::submit_once`](super::BackingStore::submit_once) call,
+//! `BackingStore::submit_once` call,
 //! whatever the outcome) and sync calls; the byte counters count bytes
 //! actually transferred. Errors the sim returned are also counted per path
 //! ([`SimIo::write_errors`], [`SimIo::read_errors`]), so a test can tell

@@ -4,13 +4,13 @@
 //!
 //! The disk state owns the counters, the log (while recording) and the errors
 //! per path, and updates them under its lock; a test gets copies
-//! ([`SimIo::stats`](super::SimIo::stats),
-//! [`SimIo::write_log`](super::SimIo::write_log)), never a live view.
+//! (`SimIo::stats`,
+//! `SimIo::write_log`), never a live view.
 
 use crate::io::IoPriority;
 use std::path::PathBuf;
 
-/// Counters since [`SimIo::new`](super::SimIo::new); see the [`sim`](super)
+/// Counters since `SimIo::new`; see the [`sim`](super)
 /// module doc for what they count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SimStats {
@@ -19,7 +19,7 @@ pub struct SimStats {
     /// Write attempts.
     pub writes: u64,
     /// Of those, the attempts of buffered writes
-    /// ([`BackingStore::write_tail`](crate::io::BackingStore::write_tail),
+    /// (`BackingStore::write_tail`,
     /// with `SimConfig::tail_writes`).
     pub buffered_writes: u64,
     pub read_bytes: u64,
@@ -30,18 +30,18 @@ pub struct SimStats {
     /// avoids (on Linux 6.13+ a `stat` makes the next write update the
     /// file's ctime).
     pub len_queries: u64,
-    /// Injected faults ([`SimIo::inject`](super::SimIo::inject)) that fired.
+    /// Injected faults (`SimIo::inject`) that fired.
     pub faults_fired: u64,
     /// Random `EINTR`/`EAGAIN` returned (`retryable_error_percent`).
     pub retryable_errors: u64,
     /// Random short transfers (`short_transfer_percent`).
     pub short_transfers: u64,
     /// Write attempts and syncs that failed with an injected fault or the
-    /// [`SimIo::set_write_error_all`](super::SimIo::set_write_error_all)
+    /// `SimIo::set_write_error_all`
     /// switch (not those of dead stores).
     pub write_errors: u64,
     /// Read attempts that failed with an injected
-    /// [`Fault::ReadEio`](super::Fault::ReadEio).
+    /// `Fault::ReadEio`.
     pub read_errors: u64,
     /// Whole `submit_once` calls refused (`submit_error_percent`).
     pub submit_errors: u64,
@@ -55,7 +55,7 @@ pub struct SimStats {
 }
 
 /// One successful write attempt, as
-/// [`SimIo::write_log`](super::SimIo::write_log) lists it.
+/// `SimIo::write_log` lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimWrite {
     /// The path its store was opened with.
