@@ -14,20 +14,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Mutex, MutexGuard};
 
 use common::wbcache;
-
-/// These tests run one at a time. Programs under the preload library lock
-/// their files by inode number in a registry every such process on the
-/// device shares, and db_bench keeps the lock of a file RocksDB closed
-/// with `fclose` (not interposed) after the file is gone: a new file of a
-/// test running beside it that gets the same inode number is refused.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A fresh directory for one test under Cargo's directory for test
 /// files (`target/tmp`), away from other programs' files in the system's
@@ -132,7 +120,6 @@ fn assert_fio_row(r: &serde_json::Value, reads: bool, writes: bool) {
 
 #[test]
 fn fio_runs_its_jobs_on_each_engine() {
-    let _one = one_at_a_time();
     if !have("fio") {
         return;
     }
@@ -178,7 +165,6 @@ fn fio_runs_its_jobs_on_each_engine() {
 
 #[test]
 fn rocksdb_runs_db_bench_on_each_engine() {
-    let _one = one_at_a_time();
     if !have("db_bench") {
         return;
     }
@@ -214,7 +200,6 @@ fn rocksdb_runs_db_bench_on_each_engine() {
 
 #[test]
 fn a_fio_job_file_runs_on_each_engine() {
-    let _one = one_at_a_time();
     if !have("fio") {
         return;
     }
@@ -240,7 +225,6 @@ fn a_fio_job_file_runs_on_each_engine() {
 /// itself succeeds.
 #[test]
 fn missing_programs_make_unsupported_rows() {
-    let _one = one_at_a_time();
     let dir = scratch("missing-programs");
     let args = ["-w", "fio/seq-write-1m/threads,rocksdb/fillseq", "--quick", "-e", "kernel-buffered"];
     let run = bench(&dir, &args, None, Some("/nonexistent"));

@@ -83,7 +83,14 @@ impl Workload for FioJobfile {
         }
         args.push(file.path.display().to_string());
         let preload_options = (!engine.is_kernel()).then(|| p.wbcache_options.clone());
-        let run = FioRun { dir, processes: vec![args], preload_options, uncached: false, merged_as: None };
+        let run = FioRun {
+            dir,
+            processes: vec![args],
+            preload_options,
+            uncached: false,
+            merged_as: None,
+            helper_jobs: Vec::new(),
+        };
         Jobs { jobs: vec![program_job(engine, run.dir.as_deref(), &run, 0)], deadline_s: p.runtime_s, pipelined: false }
     }
 

@@ -134,7 +134,9 @@ impl FioPattern {
             ),
             FioPattern::RandRead => format!(
                 "each job reads 4 KiB at random offsets of a {each} file fio laid out and read once first, so that \
-                 it starts cached, for {} s (--rw=randread --bs=4k --pre_read=1)",
+                 it starts cached, for {} s (--rw=randread --bs=4k --pre_read=1; a second job of the same process \
+                 keeps the file open meanwhile, reading one block a second, as the preload library keeps a file's \
+                 copy while the process has it open)",
                 p.runtime_s
             ),
             FioPattern::RandRw => format!(
@@ -144,6 +146,32 @@ impl FioPattern {
             ),
         }
     }
+}
+
+/// The job that keeps `rand-read-4k-cached`'s files open: under the
+/// preload library a file's cached copy lives while the process has it
+/// open, and fio's pre-read opens and closes the file before the job
+/// opens it again. It reads one block a second, in a group of its own,
+/// and ends with the measured job (`--exitall --exit_what=all`); its
+/// figures are not the row's.
+pub const HOLDER: &str = "hold-open";
+/// How long the measured job waits for the holder to open the files.
+pub const HOLDER_HEAD_START_MS: u64 = 200;
+
+/// The holder's options (global ones first), each job over a file of
+/// `file_bytes`.
+fn holder_job(p: &Params, file_bytes: u64) -> Vec<String> {
+    vec![
+        "--exitall".into(),
+        "--exit_what=all".into(),
+        format!("--name={HOLDER}"),
+        "--rw=read".into(),
+        "--bs=4k".into(),
+        "--rate_iops=1".into(),
+        format!("--size={file_bytes}"),
+        "--time_based".into(),
+        fio_time(p.runtime_s + 60.0),
+    ]
 }
 
 /// A time for fio's options, in milliseconds (`--runtime=1500ms`).
@@ -204,6 +232,9 @@ pub struct FioRun {
     pub uncached: bool,
     /// The row every job merges into; `None`: a row per job.
     pub merged_as: Option<String>,
+    /// Jobs that only help the measured ones (their figures are dropped).
+    #[serde(default)]
+    pub helper_jobs: Vec<String>,
 }
 
 /// What a job that ran fio reports: fio's version and its jobs' figures.
@@ -319,6 +350,7 @@ pub fn run_fio(ctx: &JobContext<'_>, run: &FioRun) -> io::Result<JobRaw> {
     if run.preload_options.is_some() {
         check_preloadable(&result.jobs)?;
     }
+    result.jobs.retain(|j| !run.helper_jobs.contains(&j.name));
     if let Some(name) = &run.merged_as {
         result.jobs = vec![FioJobFigures::merged(name, &result.jobs.iter().collect::<Vec<_>>())];
     }
@@ -376,19 +408,30 @@ impl Workload for Fio {
 
     fn jobs(&self, group: &Group, engine: EngineKind, p: &Params, place: &Place, name: &str) -> Jobs {
         let v = group.shape::<FioVariant>();
-        let mut common = vec![format!("--name={}", v.pattern.name())];
-        common.extend(engine_options(engine));
-        common.extend(v.pattern.options(p, engine));
-        let processes: Vec<Vec<String>> = match v.mode {
-            FioMode::Threads => {
-                let mut args = common;
-                args.extend([format!("--numjobs={FIO_JOBS}"), "--filename_format=job$jobnum.bin".into()]);
+        let files = |k: u64| match v.mode {
+            FioMode::Threads => vec![format!("--numjobs={FIO_JOBS}"), "--filename_format=job$jobnum.bin".into()],
+            FioMode::Processes => vec![format!("--filename=job{k}.bin")],
+        };
+        let process = |k: u64| {
+            let mut args = engine_options(engine);
+            if v.pattern == FioPattern::RandRead {
+                args.extend(holder_job(p, v.pattern.files_bytes(p) / FIO_JOBS));
+                args.extend(files(k));
+            }
+            args.push(format!("--name={}", v.pattern.name()));
+            if v.pattern == FioPattern::RandRead {
+                args.extend(["--new_group".into(), format!("--startdelay={HOLDER_HEAD_START_MS}ms")]);
+            }
+            args.extend(v.pattern.options(p, engine));
+            args.extend(files(k));
+            if v.mode == FioMode::Threads {
                 args.push("--group_reporting".into());
-                vec![args]
             }
-            FioMode::Processes => {
-                (0..FIO_JOBS).map(|k| [common.clone(), vec![format!("--filename=job{k}.bin")]].concat()).collect()
-            }
+            args
+        };
+        let processes: Vec<Vec<String>> = match v.mode {
+            FioMode::Threads => vec![process(0)],
+            FioMode::Processes => (0..FIO_JOBS).map(process).collect(),
         };
         let preload_options = (!engine.is_kernel()).then(|| match v.mode {
             FioMode::Threads => p.wbcache_options.clone(),
@@ -400,6 +443,7 @@ impl Workload for Fio {
             preload_options,
             uncached: engine.is_dontcache(),
             merged_as: group.variant.clone(),
+            helper_jobs: if v.pattern == FioPattern::RandRead { vec![HOLDER.into()] } else { Vec::new() },
         };
         let deadline_s = if v.pattern == FioPattern::SeqWrite { p.stream_cap_s } else { p.runtime_s };
         let job = program_job(engine, run.dir.as_deref(), &run, v.pattern.files_bytes(p));
@@ -500,10 +544,13 @@ mod tests {
         let args = run.processes[0].join(" ");
         assert_eq!(
             args,
-            "--name=rand-read-4k-cached --ioengine=psync --thread --output-format=json+ --rw=randread --bs=4k \
-             --pre_read=1 --size=33554432 --time_based --runtime=2000ms --numjobs=2 --filename_format=job$jobnum.bin \
-             --group_reporting"
+            "--ioengine=psync --thread --output-format=json+ --exitall --exit_what=all --name=hold-open --rw=read \
+             --bs=4k --rate_iops=1 --size=33554432 --time_based --runtime=62000ms --numjobs=2 \
+             --filename_format=job$jobnum.bin --name=rand-read-4k-cached --new_group --startdelay=200ms \
+             --rw=randread --bs=4k --pre_read=1 --size=33554432 --time_based --runtime=2000ms --numjobs=2 \
+             --filename_format=job$jobnum.bin --group_reporting"
         );
+        assert_eq!(run.helper_jobs, [HOLDER], "the holder's figures are not the row's");
         assert_eq!(run.preload_options.as_deref(), Some("capacity=128M"));
         assert_eq!((run.uncached, run.merged_as.as_deref()), (false, Some("rand-read-4k-cached/threads")));
         assert_eq!(spec.deadline_s, 2.0);
@@ -529,7 +576,8 @@ mod tests {
         assert_eq!(direct.preload_options, None);
         let (_, dontcache) = spec_and_run("rand-write-4k-fsync32/threads", EngineKind::WbcacheDontcache);
         assert!(dontcache.uncached);
-        assert_eq!(dontcache.processes[0][1..3], ["--ioengine=pvsync2", "--uncached=1"]);
+        assert_eq!(dontcache.processes[0][..2], ["--ioengine=pvsync2", "--uncached=1"]);
+        assert!(dontcache.helper_jobs.is_empty());
         assert!(dontcache.processes[0].contains(&"--fsync=32".to_string()));
     }
 
