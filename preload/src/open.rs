@@ -27,6 +27,7 @@ use libc::{c_char, c_int, c_uint, mode_t};
 use wbcache::{Advice, OpenOptions, SyncRangeFlags};
 
 use crate::table::{self, Desc};
+use crate::state::Fingerprint;
 use crate::{errno, guard, real, state};
 
 /// The flags the kernel's open of a managed file leaves to the cache.
@@ -56,7 +57,7 @@ pub fn resolve(dirfd: c_int, path: &CStr) -> Option<PathBuf> {
 /// The open of a managed file, after the kernel's open gave `fd`: the
 /// cache's handle, the truncation, the table entry. On failure `fd` is
 /// closed and the error returned.
-fn adopt(fd: c_int, path: &Path, flags: c_int, key: (u64, u64)) -> io::Result<()> {
+fn adopt(fd: c_int, path: &Path, flags: c_int, (key, now): ((u64, u64), Fingerprint)) -> io::Result<()> {
     let state = state::get().expect("a managed open has a state");
     let access = flags & libc::O_ACCMODE;
     let writable = access != libc::O_RDONLY;
@@ -68,6 +69,13 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, key: (u64, u64)) -> io::Result<()
         let file = state.with_cache(|cache| cache.open(path, &options)).inspect_err(|_| {
             state.unlock_file(key);
         })?;
+        // Kept from an earlier close here, but changed since (by another
+        // process): what the cache holds of it is stale.
+        if state.take_closed(key).is_some_and(|then| then != now) {
+            file.advise(0..i64::MAX as u64, Advice::DontNeed).inspect_err(|_| {
+                state.unlock_file(key);
+            })?;
+        }
         if writable && flags & libc::O_TRUNC != 0 {
             file.set_len(0).inspect_err(|_| {
                 state.unlock_file(key);
@@ -90,9 +98,9 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, key: (u64, u64)) -> io::Result<()
     }
 }
 
-/// The file's identity and whether the cache serves it (a regular file
-/// or a block device).
-fn identity(fd: c_int) -> Option<(u64, u64)> {
+/// The file's identity and how it looks now, if the cache serves it (a
+/// regular file or a block device).
+fn identity(fd: c_int) -> Option<((u64, u64), Fingerprint)> {
     // SAFETY: an all-zero `stat` is a valid value for fstat to fill.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is valid for writing one `stat`.
@@ -100,7 +108,7 @@ fn identity(fd: c_int) -> Option<(u64, u64)> {
         return None;
     }
     let kind = st.st_mode & libc::S_IFMT;
-    (kind == libc::S_IFREG || kind == libc::S_IFBLK).then_some((st.st_dev, st.st_ino))
+    (kind == libc::S_IFREG || kind == libc::S_IFBLK).then_some(((st.st_dev, st.st_ino), Fingerprint::of(&st)))
 }
 
 /// Every open of the family: `kernel_open(flags)` is the C library's call
@@ -201,18 +209,38 @@ pub fn write_back(desc: &Desc) -> io::Result<()> {
 }
 
 /// Gives up a managed descriptor's claim on its file. The last one of the
-/// file writes its dirty data back to the kernel and drops what the cache
-/// holds of it (all clean by then) before the lock goes: once another
-/// process may change the file, nothing of it may be read from this cache.
+/// file writes its dirty data back to the kernel before the lock goes, and
+/// remembers how the file looked then: the cache keeps its (clean) data,
+/// and the next open here uses it only if the file has not changed since
+/// (another process may change it once the lock is gone). When the file
+/// cannot be looked at, its data is dropped at once.
 pub fn release(desc: &Desc) -> io::Result<()> {
     let Some(state) = state::built() else { return Ok(()) };
     let written = if state.is_last_descriptor(desc.key) {
-        write_back(desc).and_then(|()| desc.file.advise(0..i64::MAX as u64, Advice::DontNeed))
+        write_back(desc).and_then(|()| match fingerprint_of(desc) {
+            Some(then) => {
+                state.remember_closed(desc.key, then);
+                Ok(())
+            }
+            None => desc.file.advise(0..i64::MAX as u64, Advice::DontNeed),
+        })
     } else {
         Ok(())
     };
     state.unlock_file(desc.key);
     written
+}
+
+/// How `desc`'s file looks now, if its path still names it.
+fn fingerprint_of(desc: &Desc) -> Option<Fingerprint> {
+    let c_path = std::ffi::CString::new(desc.path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero `stat` is a valid value for stat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a `stat` to fill.
+    if unsafe { real::stat(c_path.as_ptr(), &mut st) } != 0 || (st.st_dev, st.st_ino) != desc.key {
+        return None;
+    }
+    Some(Fingerprint::of(&st))
 }
 
 #[no_mangle]

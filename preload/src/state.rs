@@ -42,6 +42,28 @@ struct Files {
     /// Per device, the registry file's descriptor (kept for the process's
     /// life: its locks are released one by one).
     registries: HashMap<u64, libc::c_int>,
+    /// Files whose last descriptor closed here while the cache kept their
+    /// (clean) data: how the file looked then.
+    closed: HashMap<(u64, u64), Fingerprint>,
+}
+
+/// What tells a file changed by someone else: its size and its
+/// modification and change times (nanoseconds). A change time read once
+/// makes the next change of the file take a fine-grained, distinct one
+/// (Linux 6.13+ multigrain timestamps; whole ticks before, still distinct
+/// for a change made a tick or more later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub size: i64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl Fingerprint {
+    pub fn of(st: &libc::stat) -> Fingerprint {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Fingerprint { size: st.st_size, mtime_ns: ns(st.st_mtime, st.st_mtime_nsec), ctime_ns: ns(st.st_ctime, st.st_ctime_nsec) }
+    }
 }
 
 /// A managed file's cross-process lock, held while descriptors of it are
@@ -210,6 +232,20 @@ impl State {
         if let Some(lock) = files.locks.get_mut(&key) {
             lock.descriptors += 1;
         }
+    }
+
+    /// Remembers how the file `key` looked when its last descriptor here
+    /// closed, its data still cached.
+    pub fn remember_closed(&self, key: (u64, u64), fingerprint: Fingerprint) {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files.closed.insert(key, fingerprint);
+    }
+
+    /// How the file `key` looked when it last closed here, if the cache
+    /// kept its data then (forgotten by the asking: the caller decides).
+    pub fn take_closed(&self, key: (u64, u64)) -> Option<Fingerprint> {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files.closed.remove(&key)
     }
 
     /// Whether one managed descriptor of `key` is left open here.
