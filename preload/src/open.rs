@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex};
 use libc::{c_char, c_int, c_uint, mode_t};
 use wbcache::{Advice, OpenOptions, SyncRangeFlags};
 
-use crate::table::{self, Desc};
 use crate::state::Fingerprint;
+use crate::table::{self, Desc};
 use crate::{errno, guard, real, state};
 
 /// The flags the kernel's open of a managed file leaves to the cache.

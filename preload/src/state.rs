@@ -62,7 +62,11 @@ pub struct Fingerprint {
 impl Fingerprint {
     pub fn of(st: &libc::stat) -> Fingerprint {
         let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
-        Fingerprint { size: st.st_size, mtime_ns: ns(st.st_mtime, st.st_mtime_nsec), ctime_ns: ns(st.st_ctime, st.st_ctime_nsec) }
+        Fingerprint {
+            size: st.st_size,
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
+        }
     }
 }
 
