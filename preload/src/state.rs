@@ -234,7 +234,9 @@ fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int, path: &Path) -> 
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = (ino & (i64::MAX as u64 - 1)) as i64;
+    // Every bit of the inode number but the top one (a lock's offset is an
+    // off_t): two files never share a byte.
+    lock.l_start = (ino & i64::MAX as u64) as i64;
     lock.l_len = 1;
     // SAFETY: F_OFD_SETLK reads one live `flock`.
     let rc = unsafe { real::fcntl(registry, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
