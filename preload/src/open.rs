@@ -58,16 +58,15 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, key: (u64, u64)) -> io::Result<()
     let state = state::get().expect("a managed open has a state");
     let access = flags & libc::O_ACCMODE;
     let writable = access != libc::O_RDONLY;
-    let adopted = state.lock_file(key, path, writable).and_then(|()| {
-        let options = OpenOptions::new()
-            .read(access != libc::O_WRONLY)
-            .write(writable)
-            .append(writable && flags & libc::O_APPEND != 0);
+    let truncates = flags & libc::O_TRUNC != 0;
+    let adopted = state.lock_file(key, path, writable || truncates).and_then(|()| {
+        // Not `append`: `O_APPEND` is the description's, per write (rw.rs).
+        let options = OpenOptions::new().read(access != libc::O_WRONLY).write(writable);
         let file = state.with_cache(|cache| cache.open(path, &options)).inspect_err(|_| {
             state.unlock_file(key);
         })?;
-        if writable && flags & libc::O_TRUNC != 0 {
-            file.set_len(0).inspect_err(|_| {
+        if truncates {
+            empty(state, &file, path, writable).inspect_err(|_| {
                 state.unlock_file(key);
             })?;
         }
@@ -86,6 +85,17 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, key: (u64, u64)) -> io::Result<()
             Err(e)
         }
     }
+}
+
+/// `O_TRUNC`: the file emptied through `file` (`writable`), or, when
+/// that is read-only, through a writable handle of its own: Linux truncates on a
+/// read-only open too (given write permission, which that handle's open
+/// checks).
+fn empty(state: &state::State, file: &wbcache::File, path: &Path, writable: bool) -> io::Result<()> {
+    if writable {
+        return file.set_len(0);
+    }
+    state.with_cache(|cache| cache.open(path, &OpenOptions::new().write(true))?.set_len(0))
 }
 
 /// The file's identity and whether the cache serves it (a regular file
