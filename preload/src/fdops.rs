@@ -27,6 +27,11 @@ fn share(old: c_int, new: c_int) -> c_int {
         return new;
     }
     let Some(_inside) = guard::enter() else { return new };
+    if new == old {
+        // dup2(fd, fd): nothing changed.
+        return new;
+    }
+    open::fresh(new);
     if let Some(desc) = table::get(old) {
         if let Some(state) = state::built() {
             state.add_descriptor(desc.key);

@@ -111,18 +111,38 @@ fn identity(fd: c_int) -> Option<(u64, u64)> {
     (kind == libc::S_IFREG || kind == libc::S_IFBLK).then_some((st.st_dev, st.st_ino))
 }
 
+/// The resolved path when the open of `path` with `flags` is one the
+/// cache may serve (a path under a managed directory, neither `O_PATH`
+/// nor `O_DIRECTORY`).
+fn managed_path(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<PathBuf> {
+    if path.is_null() || flags & (libc::O_PATH | libc::O_DIRECTORY) != 0 {
+        return None;
+    }
+    let state = state::get()?;
+    // SAFETY: the program passes a NUL-terminated path (checked non-NULL).
+    let c_path = unsafe { CStr::from_ptr(path) };
+    resolve(dirfd, c_path).filter(|p| state.manages(p))
+}
+
+/// A descriptor number the kernel just gave out: an entry the table still
+/// has under it is stale, its descriptor closed by a call this library
+/// does not see (stdio's `fclose` of an `fdopen`ed managed descriptor,
+/// `close_range`), and it goes as that `close` would have made it go
+/// (written back, its lock given up). Without this, the new descriptor's
+/// reads and writes would be served from the old file's cache.
+pub fn fresh(fd: c_int) -> c_int {
+    if let Some(stale) = table::remove(fd) {
+        let _ = release(&stale);
+    }
+    fd
+}
+
 /// Every open of the family: `kernel_open(flags)` is the C library's call
 /// with the program's other arguments.
 fn open_managed(dirfd: c_int, path: *const c_char, flags: c_int, kernel_open: impl Fn(c_int) -> c_int) -> c_int {
     let Some(_inside) = guard::enter() else { return kernel_open(flags) };
-    if path.is_null() || flags & (libc::O_PATH | libc::O_DIRECTORY) != 0 {
-        return kernel_open(flags);
-    }
-    let Some(state) = state::get() else { return kernel_open(flags) };
-    // SAFETY: the program passes a NUL-terminated path (checked non-NULL).
-    let c_path = unsafe { CStr::from_ptr(path) };
-    let Some(resolved) = resolve(dirfd, c_path).filter(|p| state.manages(p)) else { return kernel_open(flags) };
-    let fd = kernel_open(flags & !CACHE_FLAGS);
+    let Some(resolved) = managed_path(dirfd, path, flags) else { return fresh(kernel_open(flags)) };
+    let fd = fresh(kernel_open(flags & !CACHE_FLAGS));
     if fd < 0 {
         return fd;
     }
@@ -133,7 +153,7 @@ fn open_managed(dirfd: c_int, path: *const c_char, flags: c_int, kernel_open: im
         // Not a file the cache serves: the kernel opens it as asked.
         // SAFETY: our descriptor from just above, closed once.
         unsafe { real::close(fd) };
-        return kernel_open(flags);
+        return fresh(kernel_open(flags));
     };
     match adopt(fd, &resolved, flags, key) {
         Ok(()) => fd,
