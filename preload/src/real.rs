@@ -144,4 +144,6 @@ real_fns! {
     execv: fn(path: *const c_char, argv: *const *const c_char) -> c_int;
     execvp: fn(file: *const c_char, argv: *const *const c_char) -> c_int;
     execvpe: fn(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    posix_spawn: fn(pid: *mut libc::pid_t, path: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    posix_spawnp: fn(pid: *mut libc::pid_t, file: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
 }

@@ -121,9 +121,16 @@ pub fn write_back_and_close() {
 /// sees it.
 extern "C" fn write_back_before_fork() {
     let Some(_inside) = crate::guard::enter() else { return };
+    write_back_all("fork");
+}
+
+/// Writes every managed file's dirty data back to the kernel (keeping it
+/// cached), before `what` starts a process that reads the files through
+/// the kernel. Failures are complained about, not returned.
+pub fn write_back_all(what: &str) {
     for desc in crate::table::all() {
         if let Err(e) = crate::open::write_back(&desc) {
-            complain(&format!("{}: writing back before fork failed: {e}", desc.path.display()));
+            complain(&format!("{}: writing back before {what} failed: {e}", desc.path.display()));
         }
     }
 }
