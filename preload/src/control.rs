@@ -175,8 +175,14 @@ pub unsafe extern "C" fn readahead(fd: c_int, off: off_t, len: size_t) -> ssize_
     on_fd(fd, willneed, || unsafe { real::readahead(fd, off, len as size_t) } as c_int) as ssize_t
 }
 
+/// `sync_file_range` as Linux checks it: the flags, then the range, whose
+/// end may not pass the largest offset.
 fn write_range(d: &Desc, off: off_t, len: off_t, flags: c_uint) -> io::Result<()> {
-    d.file.writeback_range(range(off, len)?, SyncRangeFlags::from_bits(flags)?)
+    let how = SyncRangeFlags::from_bits(flags)?;
+    if off.checked_add(len).is_none() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    d.file.writeback_range(range(off, len)?, how)
 }
 
 #[no_mangle]

@@ -90,14 +90,29 @@ fn read_into(desc: &Desc, bufs: &mut [IoSliceMut<'_>], at: Option<u64>, flags: W
     if desc.flags() & libc::O_ACCMODE == libc::O_WRONLY {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
+    let total = bufs.iter().map(|b| b.len() as u64).sum();
     match at {
-        Some(off) => desc.file.read_vectored_at_with(bufs, off, flags),
+        Some(off) => {
+            within_range(off, total)?;
+            desc.file.read_vectored_at_with(bufs, off, flags)
+        }
         None => {
             let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+            within_range(*pos, total)?;
             let n = desc.file.read_vectored_at_with(bufs, *pos, flags)?;
             *pos += n as u64;
             Ok(n)
         }
+    }
+}
+
+/// `EINVAL` when `[off, off + len)` passes the largest offset, as Linux
+/// checks every read and write before it starts (`rw_verify_area`), at
+/// the offset given or the position, even for an append.
+fn within_range(off: u64, len: u64) -> io::Result<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= i64::MAX as u64 => Ok(()),
+        _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
     }
 }
 
@@ -124,6 +139,7 @@ fn write_from(desc: &Desc, bufs: &[IoSlice<'_>], at: Option<u64>, flags: WriteFl
     let sync = rwf & (libc::RWF_SYNC | libc::RWF_DSYNC) != 0;
     let appending = append.then(|| appends_of(desc.key));
     let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+    within_range(at.unwrap_or(*pos), bufs.iter().map(|b| b.len() as u64).sum())?;
     let off = match at {
         _ if append => desc.file.len()?,
         Some(off) => off,
