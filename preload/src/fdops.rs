@@ -346,11 +346,23 @@ fn before_map(fd: c_int, prot: c_int, flags: c_int) -> io::Result<()> {
 }
 
 /// Stops managing the file `key` (every descriptor of it here): written
-/// back already, its lock given up, forgotten by the cache.
+/// back already, its lock given up, forgotten by the cache. Each kernel
+/// descriptor takes its description's position and the status flags its
+/// open left to the cache (`O_APPEND`, `O_DIRECT`), so the program's next
+/// call, now the kernel's, goes on where the last one ended.
 fn hand_to_kernel(key: (u64, u64), path: &std::path::Path) -> io::Result<()> {
     let state = state::built().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
     for fd in table::fds_of(key) {
-        if table::remove(fd).is_some() {
+        if let Some(desc) = table::remove(fd) {
+            let pos = *desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the program's descriptor of the file; a position and
+            // status flags, as the program could set them itself.
+            unsafe {
+                real::lseek(fd, pos as off_t, libc::SEEK_SET);
+                let kernel = real::fcntl(fd, libc::F_GETFL, 0);
+                let moved = libc::O_APPEND | libc::O_DIRECT | libc::O_NONBLOCK;
+                real::fcntl(fd, libc::F_SETFL, ((kernel & !moved) | (desc.flags() & moved)) as c_ulong);
+            }
             state.unlock_file(key);
         }
     }
