@@ -135,8 +135,18 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) ->
     on_fd_posix(fd, |d| allocate(d, 0, off, len), || unsafe { real::posix_fallocate64(fd, off, len) })
 }
 
+/// `posix_fadvise` as Linux answers it: `EINVAL` for a negative length
+/// or an unknown advice; a negative offset names no page, and advises
+/// nothing.
 fn advise(d: &Desc, off: off_t, len: off_t, advice: c_int) -> io::Result<()> {
-    d.file.advise(range(off, len)?, Advice::from_raw(advice)?)
+    if len < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let advice = Advice::from_raw(advice)?;
+    if off < 0 {
+        return Ok(());
+    }
+    d.file.advise(range(off, len)?, advice)
 }
 
 #[no_mangle]
@@ -154,13 +164,25 @@ pub unsafe extern "C" fn posix_fadvise64(fd: c_int, off: off_t, len: off_t, advi
 #[no_mangle]
 pub unsafe extern "C" fn readahead(fd: c_int, off: off_t, len: size_t) -> ssize_t {
     let len = len.min(i64::MAX as usize) as off_t;
-    let willneed = |d: &Desc| advise(d, off, len.max(1), libc::POSIX_FADV_WILLNEED);
+    let willneed = |d: &Desc| {
+        // readahead(2) reads: a descriptor that may not is EBADF.
+        if d.flags() & libc::O_ACCMODE == libc::O_WRONLY {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        advise(d, off, len.max(1), libc::POSIX_FADV_WILLNEED)
+    };
     // SAFETY: passed on.
     on_fd(fd, willneed, || unsafe { real::readahead(fd, off, len as size_t) } as c_int) as ssize_t
 }
 
+/// `sync_file_range` as Linux checks it: the flags, then the range, whose
+/// end may not pass the largest offset.
 fn write_range(d: &Desc, off: off_t, len: off_t, flags: c_uint) -> io::Result<()> {
-    d.file.writeback_range(range(off, len)?, SyncRangeFlags::from_bits(flags)?)
+    let how = SyncRangeFlags::from_bits(flags)?;
+    if off.checked_add(len).is_none() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    d.file.writeback_range(range(off, len)?, how)
 }
 
 #[no_mangle]

@@ -2,8 +2,9 @@
 //! `dup3`, `fcntl(F_DUPFD…)`, sharing the description as the kernel
 //! does), status flags (`fcntl(F_GETFL/F_SETFL)`; every other `fcntl`,
 //! record locks included, goes to the real file), copies between
-//! descriptors (`copy_file_range`, `sendfile`, served by reading and
-//! writing through the cache), and what the cache cannot serve:
+//! descriptors (`copy_file_range`, `sendfile`, checked as the kernel
+//! checks them, then served by reading and writing through the cache),
+//! and what the cache cannot serve:
 //! - `mmap`: a shared writable mapping hands the descriptor to the kernel
 //!   (its dirty data written back, the cache's copy forgotten, the
 //!   descriptor no longer managed) and then maps it, so the mapping and
@@ -27,6 +28,11 @@ fn share(old: c_int, new: c_int) -> c_int {
         return new;
     }
     let Some(_inside) = guard::enter() else { return new };
+    if new == old {
+        // dup2(fd, fd): nothing changed.
+        return new;
+    }
+    open::fresh(new);
     if let Some(desc) = table::get(old) {
         if let Some(state) = state::built() {
             state.add_descriptor(desc.key);
@@ -161,23 +167,136 @@ fn transfer(fd: c_int, off: *mut off_t, buf: *mut c_void, len: usize, write: boo
     Ok(n as usize)
 }
 
-fn copy_any(
+/// Which copy call: they check their arguments differently.
+#[derive(Clone, Copy, PartialEq)]
+enum CopyCall {
+    /// `copy_file_range` with its flags.
+    Range(libc::c_uint),
+    Sendfile,
+}
+
+/// A descriptor's status flags and `stat`, as the program would see them
+/// (the cache's size for a managed file).
+fn status(fd: c_int) -> io::Result<(c_int, libc::stat)> {
+    // SAFETY: the interposed calls; `st` is valid for one `stat`.
+    let flags = unsafe { fcntl(fd, libc::F_GETFL, 0) };
+    // SAFETY: an all-zero `stat` is a valid value for fstat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { crate::meta::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((flags, st))
+}
+
+/// `*off`, or `fd`'s position when `off` is NULL.
+fn start(fd: c_int, off: *mut off_t) -> io::Result<off_t> {
+    if !off.is_null() {
+        // SAFETY: the program's offset variable.
+        return Ok(unsafe { *off });
+    }
+    // SAFETY: the interposed call.
+    match unsafe { crate::rw::lseek(fd, 0, libc::SEEK_CUR) } {
+        -1 => Err(io::Error::last_os_error()),
+        pos => Ok(pos),
+    }
+}
+
+/// What the kernel checks before a copy moves a byte, in its order, so a
+/// managed copy fails as the kernel's would (even of 0 bytes): the
+/// access modes, `O_APPEND` on the target, the file types and offsets,
+/// and (`copy_file_range`) a copy within one file onto itself. Linux
+/// 5.3's checks (`generic_copy_file_checks`, `do_sendfile`). Returns the
+/// bytes to copy: `copy_file_range` stops at the end the source had when
+/// it started (a copy within one file does not read what it wrote).
+fn check_copy(
+    call: CopyCall,
     from: c_int,
     from_off: *mut off_t,
     to: c_int,
     to_off: *mut off_t,
     len: usize,
+) -> io::Result<usize> {
+    let fail = |code| Err(io::Error::from_raw_os_error(code));
+    let ((in_flags, in_st), (out_flags, out_st)) = (status(from)?, status(to)?);
+    let readable = in_flags & libc::O_ACCMODE != libc::O_WRONLY;
+    let writable = out_flags & libc::O_ACCMODE != libc::O_RDONLY;
+    let appends = out_flags & libc::O_APPEND != 0;
+    let kind = |st: &libc::stat| st.st_mode & libc::S_IFMT;
+    let CopyCall::Range(flags) = call else {
+        // SAFETY: the program's offset variable, when it gives one.
+        let negative = !from_off.is_null() && unsafe { *from_off } < 0;
+        return match () {
+            _ if !readable => fail(libc::EBADF),
+            _ if negative => fail(libc::EINVAL),
+            _ if !writable => fail(libc::EBADF),
+            _ if appends && kind(&out_st) != libc::S_IFIFO => fail(libc::EINVAL),
+            _ => Ok(len),
+        };
+    };
+    if flags != 0 {
+        return fail(libc::EINVAL);
+    }
+    if kind(&in_st) == libc::S_IFDIR || kind(&out_st) == libc::S_IFDIR {
+        return fail(libc::EISDIR);
+    }
+    if kind(&in_st) != libc::S_IFREG || kind(&out_st) != libc::S_IFREG {
+        return fail(libc::EINVAL);
+    }
+    if !readable || !writable || appends {
+        return fail(libc::EBADF);
+    }
+    let (pos_in, pos_out) = (start(from, from_off)?, start(to, to_off)?);
+    // The kernel's order: offsets that wrap (as unsigned), a copy onto
+    // itself (the count cut at the end of the source), then a negative
+    // offset.
+    if (pos_in as u64).checked_add(len as u64).is_none() || (pos_out as u64).checked_add(len as u64).is_none() {
+        return fail(libc::EOVERFLOW);
+    }
+    let count = if pos_in >= in_st.st_size { 0 } else { (len as i128).min((in_st.st_size - pos_in) as i128) };
+    let same = (in_st.st_dev, in_st.st_ino) == (out_st.st_dev, out_st.st_ino);
+    let (pos_in, pos_out) = (pos_in as i128, pos_out as i128);
+    if same && pos_out + count > pos_in && pos_out < pos_in + count {
+        return fail(libc::EINVAL);
+    }
+    if pos_in < 0 || pos_out < 0 {
+        return fail(libc::EINVAL);
+    }
+    Ok(count as usize)
+}
+
+/// `copy_file_range` and `sendfile` with either end managed: checked as
+/// the kernel checks them, then copied through this library's calls.
+fn copy_any(
+    call: CopyCall,
+    (from, from_off): (c_int, *mut off_t),
+    (to, to_off): (c_int, *mut off_t),
+    len: usize,
     kernel: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
-    let managed = {
+    let shared = {
         let Some(_inside) = guard::enter() else { return kernel() };
-        table::get(from).is_some() || table::get(to).is_some()
+        match (table::get(from), table::get(to)) {
+            (None, None) => return kernel(),
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(&a, &b),
+            _ => false,
+        }
     };
-    if !managed {
-        return kernel();
-    }
-    // Outside the guard: `copy` goes through the interposed calls.
-    match copy(from, from_off, to, to_off, len) {
+    // Outside the guard: the checks and `copy` go through the interposed
+    // calls.
+    let copied = check_copy(call, from, from_off, to, to_off, len).and_then(|len| {
+        if !shared || !from_off.is_null() || !to_off.is_null() {
+            return copy(from, from_off, to, to_off, len);
+        }
+        // One description at both ends: the kernel reads and writes from
+        // the one position as it was, then leaves it after the write.
+        let (mut at_in, mut at_out) = (start(from, from_off)?, start(to, to_off)?);
+        let n = copy(from, &mut at_in, to, &mut at_out, len)?;
+        // SAFETY: the interposed call.
+        unsafe { crate::rw::lseek(to, at_out, libc::SEEK_SET) };
+        Ok(n)
+    });
+    match copied {
         Ok(n) => n as ssize_t,
         Err(e) => errno::fail::<i64>(&e) as ssize_t,
     }
@@ -193,7 +312,7 @@ pub unsafe extern "C" fn copy_file_range(
     flags: libc::c_uint,
 ) -> ssize_t {
     // SAFETY: passed on.
-    copy_any(from, from_off, to, to_off, len, || unsafe {
+    copy_any(CopyCall::Range(flags), (from, from_off), (to, to_off), len, || unsafe {
         real::copy_file_range(from, from_off, to, to_off, len, flags)
     })
 }
@@ -201,13 +320,17 @@ pub unsafe extern "C" fn copy_file_range(
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(to: c_int, from: c_int, off: *mut off_t, len: size_t) -> ssize_t {
     // SAFETY: passed on.
-    copy_any(from, off, to, std::ptr::null_mut(), len, || unsafe { real::sendfile(to, from, off, len) })
+    copy_any(CopyCall::Sendfile, (from, off), (to, std::ptr::null_mut()), len, || unsafe {
+        real::sendfile(to, from, off, len)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile64(to: c_int, from: c_int, off: *mut off_t, len: size_t) -> ssize_t {
     // SAFETY: passed on.
-    copy_any(from, off, to, std::ptr::null_mut(), len, || unsafe { real::sendfile64(to, from, off, len) })
+    copy_any(CopyCall::Sendfile, (from, off), (to, std::ptr::null_mut()), len, || unsafe {
+        real::sendfile64(to, from, off, len)
+    })
 }
 
 /// Before the kernel maps managed descriptor `fd`: see the module's doc.
@@ -224,7 +347,10 @@ fn before_map(fd: c_int, prot: c_int, flags: c_int) -> io::Result<()> {
 }
 
 /// Stops managing the file `key` (every descriptor of it here): written
-/// back already, its lock given up, forgotten by the cache.
+/// back already, its lock given up, forgotten by the cache. Each kernel
+/// descriptor takes its description's position and the status flags its
+/// open left to the cache (`O_APPEND`, `O_DIRECT`), so the program's next
+/// call, now the kernel's, goes on where the last one ended.
 fn hand_to_kernel(key: (u64, u64), path: &std::path::Path) -> io::Result<()> {
     let state = state::built().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
     for fd in table::fds_of(key) {

@@ -61,11 +61,10 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, (key, now): ((u64, u64), Fingerpr
     let state = state::get().expect("a managed open has a state");
     let access = flags & libc::O_ACCMODE;
     let writable = access != libc::O_RDONLY;
-    let adopted = state.lock_file(key, path, writable).and_then(|()| {
-        let options = OpenOptions::new()
-            .read(access != libc::O_WRONLY)
-            .write(writable)
-            .append(writable && flags & libc::O_APPEND != 0);
+    let truncates = flags & libc::O_TRUNC != 0;
+    let adopted = state.lock_file(key, path, writable || truncates).and_then(|()| {
+        // Not `append`: `O_APPEND` is the description's, per write (rw.rs).
+        let options = OpenOptions::new().read(access != libc::O_WRONLY).write(writable);
         let file = state.with_cache(|cache| cache.open(path, &options)).inspect_err(|_| {
             state.unlock_file(key);
         })?;
@@ -76,8 +75,8 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, (key, now): ((u64, u64), Fingerpr
                 state.unlock_file(key);
             })?;
         }
-        if writable && flags & libc::O_TRUNC != 0 {
-            file.set_len(0).inspect_err(|_| {
+        if truncates {
+            empty(state, &file, path, writable).inspect_err(|_| {
                 state.unlock_file(key);
             })?;
         }
@@ -98,6 +97,17 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, (key, now): ((u64, u64), Fingerpr
     }
 }
 
+/// `O_TRUNC`: the file emptied through `file` (`writable`), or, when
+/// that is read-only, through a writable handle of its own: Linux truncates on a
+/// read-only open too (given write permission, which that handle's open
+/// checks).
+fn empty(state: &state::State, file: &wbcache::File, path: &Path, writable: bool) -> io::Result<()> {
+    if writable {
+        return file.set_len(0);
+    }
+    state.with_cache(|cache| cache.open(path, &OpenOptions::new().write(true))?.set_len(0))
+}
+
 /// The file's identity and how it looks now, if the cache serves it (a
 /// regular file or a block device).
 fn identity(fd: c_int) -> Option<((u64, u64), Fingerprint)> {
@@ -111,18 +121,38 @@ fn identity(fd: c_int) -> Option<((u64, u64), Fingerprint)> {
     (kind == libc::S_IFREG || kind == libc::S_IFBLK).then_some(((st.st_dev, st.st_ino), Fingerprint::of(&st)))
 }
 
+/// The resolved path when the open of `path` with `flags` is one the
+/// cache may serve (a path under a managed directory, neither `O_PATH`
+/// nor `O_DIRECTORY`).
+fn managed_path(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<PathBuf> {
+    if path.is_null() || flags & (libc::O_PATH | libc::O_DIRECTORY) != 0 {
+        return None;
+    }
+    let state = state::get()?;
+    // SAFETY: the program passes a NUL-terminated path (checked non-NULL).
+    let c_path = unsafe { CStr::from_ptr(path) };
+    resolve(dirfd, c_path).filter(|p| state.manages(p))
+}
+
+/// A descriptor number the kernel just gave out: an entry the table still
+/// has under it is stale, its descriptor closed by a call this library
+/// does not see (stdio's `fclose` of an `fdopen`ed managed descriptor,
+/// `close_range`), and it goes as that `close` would have made it go
+/// (written back, its lock given up). Without this, the new descriptor's
+/// reads and writes would be served from the old file's cache.
+pub fn fresh(fd: c_int) -> c_int {
+    if let Some(stale) = table::remove(fd) {
+        let _ = release(&stale);
+    }
+    fd
+}
+
 /// Every open of the family: `kernel_open(flags)` is the C library's call
 /// with the program's other arguments.
 fn open_managed(dirfd: c_int, path: *const c_char, flags: c_int, kernel_open: impl Fn(c_int) -> c_int) -> c_int {
     let Some(_inside) = guard::enter() else { return kernel_open(flags) };
-    if path.is_null() || flags & (libc::O_PATH | libc::O_DIRECTORY) != 0 {
-        return kernel_open(flags);
-    }
-    let Some(state) = state::get() else { return kernel_open(flags) };
-    // SAFETY: the program passes a NUL-terminated path (checked non-NULL).
-    let c_path = unsafe { CStr::from_ptr(path) };
-    let Some(resolved) = resolve(dirfd, c_path).filter(|p| state.manages(p)) else { return kernel_open(flags) };
-    let fd = kernel_open(flags & !CACHE_FLAGS);
+    let Some(resolved) = managed_path(dirfd, path, flags) else { return fresh(kernel_open(flags)) };
+    let fd = fresh(kernel_open(flags & !CACHE_FLAGS));
     if fd < 0 {
         return fd;
     }
@@ -133,7 +163,7 @@ fn open_managed(dirfd: c_int, path: *const c_char, flags: c_int, kernel_open: im
         // Not a file the cache serves: the kernel opens it as asked.
         // SAFETY: our descriptor from just above, closed once.
         unsafe { real::close(fd) };
-        return kernel_open(flags);
+        return fresh(kernel_open(flags));
     };
     match adopt(fd, &resolved, flags, key) {
         Ok(()) => fd,

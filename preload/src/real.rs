@@ -93,6 +93,8 @@ real_fns! {
     pwritev64: fn(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t;
     preadv2: fn(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t;
     pwritev2: fn(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t;
+    preadv64v2: fn(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t;
+    pwritev64v2: fn(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t;
     lseek: fn(fd: c_int, off: off_t, whence: c_int) -> off_t;
     lseek64: fn(fd: c_int, off: off_t, whence: c_int) -> off_t;
     fsync: fn(fd: c_int) -> c_int;

@@ -1,6 +1,8 @@
 //! Reads, writes and the file position on managed descriptors: `read`,
 //! `write`, `pread`/`pwrite` (and their `64` names), `readv`/`writev`,
-//! `preadv`/`pwritev`, `preadv2`/`pwritev2` and `lseek`.
+//! `preadv`/`pwritev`, `preadv2`/`pwritev2` (and `preadv64v2`/
+//! `pwritev64v2`, which programs built with `_FILE_OFFSET_BITS=64` call,
+//! Python's `os.preadv`/`os.pwritev` and fio among them) and `lseek`.
 //!
 //! The position lives in the description (shared by `dup`s), locked
 //! across a call that uses it, as the kernel serializes a description's
@@ -13,6 +15,7 @@
 //! keeps no holes): data at any offset before the end, the one hole at it.
 
 use std::io::{self, IoSlice, IoSliceMut};
+use std::sync::{Mutex, MutexGuard};
 
 use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
 use wbcache::WriteFlags;
@@ -87,10 +90,15 @@ fn read_into(desc: &Desc, bufs: &mut [IoSliceMut<'_>], at: Option<u64>, flags: W
     if desc.flags() & libc::O_ACCMODE == libc::O_WRONLY {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
+    let total = bufs.iter().map(|b| b.len() as u64).sum();
     match at {
-        Some(off) => desc.file.read_vectored_at_with(bufs, off, flags),
+        Some(off) => {
+            within_range(off, total)?;
+            desc.file.read_vectored_at_with(bufs, off, flags)
+        }
         None => {
             let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+            within_range(*pos, total)?;
             let n = desc.file.read_vectored_at_with(bufs, *pos, flags)?;
             *pos += n as u64;
             Ok(n)
@@ -98,25 +106,52 @@ fn read_into(desc: &Desc, bufs: &mut [IoSliceMut<'_>], at: Option<u64>, flags: W
     }
 }
 
+/// `EINVAL` when `[off, off + len)` passes the largest offset, as Linux
+/// checks every read and write before it starts (`rw_verify_area`), at
+/// the offset given or the position, even for an append.
+fn within_range(off: u64, len: u64) -> io::Result<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= i64::MAX as u64 => Ok(()),
+        _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    }
+}
+
+/// Appends to one file one at a time, as the kernel's inode lock makes
+/// them: each finds the end and writes there with no other append of the
+/// file in between. The cache's handles are never opened in append mode
+/// (whether a write appends is the description's `O_APPEND` at the time
+/// of the write, which `F_SETFL` changes, or the call's `RWF_APPEND`), so
+/// the lock is here: one of a few, by inode number.
+fn appends_of(key: (u64, u64)) -> MutexGuard<'static, ()> {
+    static APPENDS: [Mutex<()>; 16] = [const { Mutex::new(()) }; 16];
+    APPENDS[(key.1 % 16) as usize].lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Writes at `at` (the position when `None`, which follows the write),
-/// at the end for `O_APPEND`, synced for `O_SYNC`/`O_DSYNC` or `sync`.
-fn write_from(desc: &Desc, bufs: &[IoSlice<'_>], at: Option<u64>, flags: WriteFlags, sync: bool) -> io::Result<usize> {
+/// at the end for `O_APPEND` or `RWF_APPEND`, synced for `O_SYNC`/
+/// `O_DSYNC`, `RWF_SYNC` or `RWF_DSYNC` (`rwf`: `pwritev2`'s flags).
+fn write_from(desc: &Desc, bufs: &[IoSlice<'_>], at: Option<u64>, flags: WriteFlags, rwf: c_int) -> io::Result<usize> {
     let status = desc.flags();
     if status & libc::O_ACCMODE == libc::O_RDONLY {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
-    let append = status & libc::O_APPEND != 0;
+    let append = status & libc::O_APPEND != 0 || rwf & libc::RWF_APPEND != 0;
+    let sync = rwf & (libc::RWF_SYNC | libc::RWF_DSYNC) != 0;
+    let appending = append.then(|| appends_of(desc.key));
     let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+    within_range(at.unwrap_or(*pos), bufs.iter().map(|b| b.len() as u64).sum())?;
     let off = match at {
-        _ if append && !desc.file.is_append() => desc.file.len()?,
+        _ if append => desc.file.len()?,
         Some(off) => off,
         None => *pos,
     };
     let n = desc.file.write_vectored_at_with(bufs, off, flags)?;
-    if at.is_none() {
-        *pos = if append { desc.file.len()? } else { off + n as u64 };
+    // An empty write leaves the position, even an append's (Linux checks
+    // the count before it finds the end).
+    if at.is_none() && n > 0 {
+        *pos = off + n as u64;
     }
-    drop(pos);
+    drop((pos, appending));
     if sync || status & (libc::O_SYNC | libc::O_DSYNC) != 0 {
         desc.file.sync_data()?;
     }
@@ -138,15 +173,6 @@ fn on_fd(fd: c_int, managed: impl FnOnce(&Desc) -> io::Result<usize>, kernel: im
         Some(desc) => answer(managed(&desc)),
         None => kernel(),
     }
-}
-
-/// `preadv`/`pwritev`'s offset: never the position (-1 is `EINVAL`, as
-/// any negative offset).
-fn positioned(off: off_t) -> io::Result<off_t> {
-    if off < 0 {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    Ok(off)
 }
 
 fn offset(off: off_t) -> io::Result<u64> {
@@ -180,7 +206,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
     // SAFETY: the program lends `buf` for `len` bytes.
     on_fd(
         fd,
-        |d| write_from(d, &unsafe { gather(&iov, 1) }?, None, WriteFlags::NONE, false),
+        |d| write_from(d, &unsafe { gather(&iov, 1) }?, None, WriteFlags::NONE, 0),
         || unsafe { real::write(fd, buf, len) },
     )
 }
@@ -212,7 +238,7 @@ fn pwrite_managed(d: &Desc, buf: *const c_void, len: size_t, off: off_t) -> io::
     if status & (libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC) != 0 || status & libc::O_ACCMODE == libc::O_RDONLY {
         let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
         // SAFETY: the program lends `buf` for `len` bytes.
-        return write_from(d, &unsafe { gather(&iov, 1) }?, Some(off), WriteFlags::NONE, false);
+        return write_from(d, &unsafe { gather(&iov, 1) }?, Some(off), WriteFlags::NONE, 0);
     }
     if len == 0 {
         return Ok(0);
@@ -249,6 +275,12 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, of
     on_fd(fd, |d| pwrite_managed(d, buf, len, off), || unsafe { real::pwrite64(fd, buf, len, off) })
 }
 
+/// `preadv`'s and `pwritev`'s offset: never the position (-1 is as
+/// invalid as any negative offset there; only the `2` calls take it).
+fn explicit(off: off_t) -> io::Result<off_t> {
+    offset(off).map(|_| off)
+}
+
 /// `preadv2` and its relatives: `off` -1 means the position.
 fn readv_managed(d: &Desc, iov: *const iovec, count: c_int, off: off_t, rwf: c_int) -> io::Result<usize> {
     let at = if off == -1 { None } else { Some(offset(off)?) };
@@ -259,10 +291,9 @@ fn readv_managed(d: &Desc, iov: *const iovec, count: c_int, off: off_t, rwf: c_i
 /// `pwritev2` and its relatives: `off` -1 means the position.
 fn writev_managed(d: &Desc, iov: *const iovec, count: c_int, off: off_t, rwf: c_int) -> io::Result<usize> {
     let flags = io_flags(rwf)?;
-    let at = if off == -1 || rwf & libc::RWF_APPEND != 0 { None } else { Some(offset(off)?) };
-    let sync = rwf & (libc::RWF_SYNC | libc::RWF_DSYNC) != 0;
+    let at = if off == -1 { None } else { Some(offset(off)?) };
     // SAFETY: the program lends the iovecs' memory for the call.
-    write_from(d, &unsafe { gather(iov, count) }?, at, flags, sync)
+    write_from(d, &unsafe { gather(iov, count) }?, at, flags, rwf)
 }
 
 #[no_mangle]
@@ -280,29 +311,25 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, count: c_int) -> s
 #[no_mangle]
 pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| readv_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::preadv(fd, iov, count, off) })
+    on_fd(fd, |d| readv_managed(d, iov, count, explicit(off)?, 0), || unsafe { real::preadv(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| readv_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::preadv64(fd, iov, count, off) })
+    on_fd(fd, |d| readv_managed(d, iov, count, explicit(off)?, 0), || unsafe { real::preadv64(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, positioned(off)?, 0), || unsafe { real::pwritev(fd, iov, count, off) })
+    on_fd(fd, |d| writev_managed(d, iov, count, explicit(off)?, 0), || unsafe { real::pwritev(fd, iov, count, off) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(
-        fd,
-        |d| writev_managed(d, iov, count, positioned(off)?, 0),
-        || unsafe { real::pwritev64(fd, iov, count, off) },
-    )
+    on_fd(fd, |d| writev_managed(d, iov, count, explicit(off)?, 0), || unsafe { real::pwritev64(fd, iov, count, off) })
 }
 
 #[no_mangle]
@@ -317,6 +344,22 @@ pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const iovec, count: c_int, of
     on_fd(fd, |d| writev_managed(d, iov, count, off, flags), || unsafe { real::pwritev2(fd, iov, count, off, flags) })
 }
 
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(fd, |d| readv_managed(d, iov, count, off, flags), || unsafe { real::preadv64v2(fd, iov, count, off, flags) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t {
+    // SAFETY: passed on.
+    on_fd(
+        fd,
+        |d| writev_managed(d, iov, count, off, flags),
+        || unsafe { real::pwritev64v2(fd, iov, count, off, flags) },
+    )
+}
+
 /// `lseek` on a managed description.
 fn seek(desc: &Desc, off: off_t, whence: c_int) -> io::Result<u64> {
     let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
@@ -327,7 +370,8 @@ fn seek(desc: &Desc, off: off_t, whence: c_int) -> io::Result<u64> {
         libc::SEEK_CUR => *pos as i64,
         libc::SEEK_END => len as i64,
         libc::SEEK_DATA | libc::SEEK_HOLE => {
-            let at = offset(off)?;
+            // A negative offset is past the end as the kernel compares.
+            let at = off as u64;
             if at >= len {
                 return Err(io::Error::from_raw_os_error(libc::ENXIO));
             }

@@ -1,0 +1,338 @@
+//! What the preload tests share: where the built library (and the
+//! `wbcache` binary) are, scratch directories, the programs the tests run
+//! (found on `PATH`; a missing one skips its test with a printed reason,
+//! except under `CI=true`, where it fails), and running a program with
+//! the library preloaded: in its own process group, with a timeout after
+//! which the whole group is killed, its output captured.
+
+// Each test binary compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const MIB: usize = 1 << 20;
+
+/// The cache most tests run with: small enough that a few MiB of data
+/// are written back and evicted while a program runs, not only at exit.
+pub const OPTIONS: &str = "capacity=12M,dirty_limit=4M";
+
+/// How long a program a test runs may take (the machine may be busy).
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Where the test executables are: `target/debug/deps` (each is
+/// `deps/NAME-HASH`).
+pub fn deps_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let deps = exe.parent().expect("the test executable's directory");
+    assert!(deps.ends_with("deps"), "the test executable is not in a deps directory: {}", exe.display());
+    deps.to_path_buf()
+}
+
+/// The profile's directory (`target/debug`), where binaries are.
+pub fn target_dir() -> PathBuf {
+    deps_dir().parent().expect("the profile directory").to_path_buf()
+}
+
+/// `libwbcache_preload.so` as `cargo test` built it for these tests: in
+/// `deps` beside them (the package's library, a dependency of its
+/// integration tests, is built with every crate type, the cdylib too).
+/// `target/debug/libwbcache_preload.so`, which `cargo build` puts there,
+/// may be older; it is the fallback.
+pub fn library() -> PathBuf {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY
+        .get_or_init(|| {
+            let candidates = [deps_dir().join("libwbcache_preload.so"), target_dir().join("libwbcache_preload.so")];
+            let found = candidates.iter().find(|p| p.is_file()).cloned();
+            found.unwrap_or_else(|| {
+                panic!(
+                    "libwbcache_preload.so is in neither {} nor {}: `cargo test -p wbcache-preload` builds it \
+                     (the package's cdylib, beside the tests); was it deleted?",
+                    candidates[0].display(),
+                    candidates[1].display()
+                )
+            })
+        })
+        .clone()
+}
+
+/// The `wbcache` binary beside the tests, if the workspace's `cargo test`
+/// (or a build of wbcache-cli) made it.
+pub fn wbcache_binary() -> Option<PathBuf> {
+    let bin = target_dir().join("wbcache");
+    bin.is_file().then_some(bin)
+}
+
+/// Whether missing tools fail the tests instead of skipping them.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Skips (prints why and returns `None`) or, under `CI=true`, fails.
+pub fn missing<T>(what: &str) -> Option<T> {
+    assert!(!in_ci(), "{what} (CI=true: missing tools fail the tests)");
+    println!("skipped: {what}");
+    None
+}
+
+/// `name`'s path on `PATH`, or a skip (a failure under `CI=true`).
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file());
+    found.or_else(|| missing(&format!("{name} is not installed")))
+}
+
+/// The Python interpreter itself (not a `pyenv` shim script, which would
+/// run a shell and more programs under the preload first).
+pub fn python() -> Option<PathBuf> {
+    static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let mut cmd = plain(tool("python3")?);
+            cmd.args(["-c", "import sys; print(sys.executable)"]);
+            let out = run(cmd, TIMEOUT);
+            let exe = PathBuf::from(out.stdout.trim());
+            Some(exe).filter(|p| out.status.success() && p.is_file())
+        })
+        .clone()
+        .or_else(|| missing("python3 does not run"))
+}
+
+/// A fresh directory for one test, removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("wbcache-preload-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(std::fs::canonicalize(&dir).unwrap())
+    }
+
+    /// A subdirectory, created.
+    pub fn dir(&self, name: &str) -> PathBuf {
+        let dir = self.0.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// Writes `text` to `name` here (a script for a program to run).
+    pub fn script(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `program` with the library preloaded, managing `managed` (joined as
+/// `WBCACHE_PATHS`) with `options` (`WBCACHE_OPTIONS`).
+pub fn preloaded(program: impl AsRef<std::ffi::OsStr>, managed: &[&Path], options: &str) -> Command {
+    let mut cmd = plain(program);
+    let paths = std::env::join_paths(managed).expect("managed directories without ':'");
+    cmd.env("LD_PRELOAD", library()).env("WBCACHE_PATHS", paths).env("WBCACHE_OPTIONS", options);
+    cmd
+}
+
+/// `program` without the library (and without settings it could inherit
+/// from the test's environment).
+pub fn plain(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_remove("LD_PRELOAD").env_remove("WBCACHE_PATHS").env_remove("WBCACHE_OPTIONS");
+    cmd
+}
+
+/// What a finished program printed, and how it ended.
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// The command, for messages.
+    pub what: String,
+}
+
+impl Output {
+    /// Fails the test, with both outputs, unless the program exited 0.
+    pub fn ok(self) -> Output {
+        assert!(self.status.success(), "{} failed ({}):\n{}", self.what, self.status, self.details());
+        self
+    }
+
+    pub fn details(&self) -> String {
+        format!("--- stdout:\n{}\n--- stderr:\n{}", self.stdout, self.stderr)
+    }
+
+    /// Fails the test if the library complained about anything but what a
+    /// line containing one of `expected` says (a refused `ioctl`, ...), or
+    /// if the dynamic linker could not preload it.
+    pub fn no_complaints(self, expected: &[&str]) -> Output {
+        for line in self.stderr.lines() {
+            let ours = line.starts_with("wbcache:") || line.contains("wbcache preload");
+            let unexpected = ours && !expected.iter().any(|e| line.contains(e));
+            assert!(!unexpected, "{}: the library complained:\n{line}\n{}", self.what, self.details());
+            assert!(!line.contains("cannot be preloaded"), "{}: not preloaded:\n{}", self.what, self.details());
+        }
+        self
+    }
+}
+
+/// A child in its own process group, whose group is killed when this is
+/// dropped (a test that fails midway leaves nothing running).
+pub struct Group {
+    pub child: Child,
+    pub what: String,
+}
+
+impl Group {
+    /// Starts `cmd` as the leader of a new process group, its stdin null
+    /// and its outputs piped.
+    pub fn spawn(cmd: Command) -> Group {
+        Group::spawn_to(cmd, Stdio::piped())
+    }
+
+    /// As `spawn`, with standard output going to `stdout` (a file).
+    pub fn spawn_to(mut cmd: Command, stdout: impl Into<Stdio>) -> Group {
+        let what = format!("{cmd:?}");
+        cmd.process_group(0).stdin(Stdio::null()).stdout(stdout).stderr(Stdio::piped());
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        Group { child, what }
+    }
+
+    /// The program's standard output, line by line, from a thread of its
+    /// own (`wait` then collects no stdout).
+    pub fn lines(&mut self) -> std::sync::mpsc::Receiver<String> {
+        let stdout = self.child.stdout.take().expect("stdout piped and not taken yet");
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        receive
+    }
+
+    /// SIGKILL to every process of the group.
+    pub fn kill(&self) {
+        // SAFETY: a signal to the process group this `Group` leads.
+        unsafe { libc::killpg(self.child.id() as libc::pid_t, libc::SIGKILL) };
+    }
+
+    /// Waits for the program (at most `timeout`, then kills the group and
+    /// fails the test) and collects what it printed.
+    pub fn wait(mut self, timeout: Duration) -> Output {
+        let stdout = drain(self.child.stdout.take());
+        let stderr = drain(self.child.stderr.take());
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for the child") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                let _ = self.child.wait();
+                let out = format!("--- stdout:\n{}\n--- stderr:\n{}", join(stdout), join(stderr));
+                panic!("{} did not finish within {timeout:?}; killed\n{out}", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The group's other processes (a program's own children) go too.
+        self.kill();
+        Output { status, stdout: join(stdout), stderr: join(stderr), what: self.what.clone() }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut text);
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    })
+}
+
+fn join(reader: std::thread::JoinHandle<String>) -> String {
+    reader.join().unwrap_or_default()
+}
+
+/// Runs `cmd` in its own process group, at most `timeout`.
+pub fn run(cmd: Command, timeout: Duration) -> Output {
+    Group::spawn(cmd).wait(timeout)
+}
+
+/// `len` bytes of a pattern that never repeats within a file (the offset
+/// of each 8-byte word mixed with `seed`): a byte out of place shows.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    let mut i = 0u64;
+    while out.len() < len {
+        let mut x = (i ^ seed.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        x ^= x >> 29;
+        out.extend_from_slice(&x.to_le_bytes());
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// Asserts that `path` (read by this process, not preloaded) holds
+/// exactly `expected`, naming the first differing byte.
+pub fn assert_file(path: &Path, expected: &[u8]) {
+    let got = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if got != expected {
+        let at = got.iter().zip(expected).position(|(a, b)| a != b).unwrap_or(got.len().min(expected.len()));
+        panic!("{}: {} bytes, expected {}; first difference at byte {at}", path.display(), got.len(), expected.len());
+    }
+}
+
+/// A preloaded Python process holding `file` (under `managed`) open with
+/// `flags` (a Python expression: `os.O_RDWR`...) until dropped; while it
+/// writes it, another preloaded process that opens it is refused. Returns
+/// once it holds it.
+pub fn hold(python: &Path, file: &Path, managed: &Path, flags: &str) -> Group {
+    let code = format!(
+        "import os, sys, time\n\
+         fd = os.open(sys.argv[1], {flags})\n\
+         print('held', flush=True)\n\
+         time.sleep(600)\n"
+    );
+    let mut cmd = preloaded(python, &[managed], OPTIONS);
+    cmd.arg("-c").arg(code).arg(file);
+    let mut holder = Group::spawn(cmd);
+    let lines = holder.lines();
+    match lines.recv_timeout(TIMEOUT) {
+        Ok(line) if line == "held" => holder,
+        other => panic!("the holder of {} did not start: {other:?}", file.display()),
+    }
+}
+
+/// The line the library prints when it refuses a file another process
+/// caches.
+pub fn refusal(file: &Path) -> String {
+    format!("wbcache: {}: cached by another process; refused (EBUSY)", file.display())
+}
