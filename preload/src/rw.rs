@@ -214,10 +214,12 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
 /// `pread`: one buffer at an offset, the position untouched (no
 /// allocation, no position lock: the per-call path).
 fn pread_managed(d: &Desc, buf: *mut c_void, len: size_t, off: off_t) -> io::Result<usize> {
+    // Linux checks the offset before the descriptor's access mode.
+    let off = offset(off)?;
     if d.flags() & libc::O_ACCMODE == libc::O_WRONLY {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
-    let off = offset(off)?;
+    within_range(off, len as u64)?;
     if len == 0 {
         return Ok(0);
     }
@@ -240,6 +242,7 @@ fn pwrite_managed(d: &Desc, buf: *const c_void, len: size_t, off: off_t) -> io::
         // SAFETY: the program lends `buf` for `len` bytes.
         return write_from(d, &unsafe { gather(&iov, 1) }?, Some(off), WriteFlags::NONE, 0);
     }
+    within_range(off, len as u64)?;
     if len == 0 {
         return Ok(0);
     }
