@@ -1,6 +1,7 @@
 //! Opening and closing: the `open` family (`open`, `open64`, `openat`,
 //! `openat64`, `creat`, `creat64` and glibc's fortified `__open_2`
-//! variants) and `close`.
+//! variants), `close`, and `close_range` and `closefrom`, which close
+//! many at once.
 //!
 //! A path is managed when it names, or will name (`O_CREAT`), a regular
 //! file or a block device under a managed directory, and the call asks
@@ -291,4 +292,38 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         Err(e) if rc == 0 => errno::fail(&e),
         _ => rc,
     }
+}
+
+/// Before the kernel closes every descriptor in `[first, last]`: the
+/// managed ones are released as `close` releases them (written back,
+/// their locks given up) while their numbers are still taken; a failure
+/// is complained about, as the calls that close many descriptors report
+/// none.
+fn release_range(first: c_uint, last: c_uint) {
+    let Some(_inside) = guard::enter() else { return };
+    for fd in table::fds_in(first, last) {
+        if let Some(desc) = table::remove(fd) {
+            if let Err(e) = release(&desc) {
+                state::complain(&format!("{}: writing back at close failed: {e}", desc.path.display()));
+            }
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let known = (libc::CLOSE_RANGE_UNSHARE | libc::CLOSE_RANGE_CLOEXEC) as c_int;
+    // What the kernel refuses closes nothing; CLOEXEC only marks them.
+    if first <= last && flags & !known == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        release_range(first, last);
+    }
+    // SAFETY: passed on.
+    unsafe { real::close_range(first, last, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    release_range(first.max(0) as c_uint, c_uint::MAX);
+    // SAFETY: passed on.
+    unsafe { real::closefrom(first) }
 }

@@ -79,6 +79,8 @@ real_fns! {
     openat: fn(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
     openat64: fn(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
     close: fn(fd: c_int) -> c_int;
+    close_range: fn(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+    closefrom: fn(first: c_int) -> ();
     read: fn(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t;
     write: fn(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t;
     pread: fn(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t;

@@ -121,6 +121,21 @@ pub fn entries() -> Vec<(libc::c_int, Arc<Desc>)> {
     table.iter().enumerate().filter_map(|(fd, d)| d.as_ref().map(|d| (fd as libc::c_int, d.clone()))).collect()
 }
 
+/// The managed descriptor numbers in `[first, last]`.
+pub fn fds_in(first: libc::c_uint, last: libc::c_uint) -> Vec<libc::c_int> {
+    if MANAGED.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
+    let (first, last) = (first as usize, last as usize);
+    table
+        .iter()
+        .enumerate()
+        .filter(|(fd, d)| (first..=last).contains(fd) && d.is_some())
+        .map(|(fd, _)| fd as libc::c_int)
+        .collect()
+}
+
 /// Every managed description (each once per descriptor).
 pub fn all() -> Vec<Arc<Desc>> {
     let table = TABLE.read().unwrap_or_else(|e| e.into_inner());

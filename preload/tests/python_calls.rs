@@ -6,9 +6,10 @@
 //! `mmap`, `rename`, `truncate`, `unlink`). The script (`py/calls.py`)
 //! asserts what the program itself sees; the test then reads every file
 //! it left from disk, unpreloaded, and checks them byte for byte against
-//! expectations computed here. Also: a managed descriptor closed behind
-//! the library's back (stdio's `fclose`) does not leave its number
-//! haunted by the old file.
+//! expectations computed here. Also: threads appending through
+//! descriptors of their own lose no record; a managed descriptor closed
+//! behind the library's back (stdio's `fclose`) or by `os.closerange`
+//! (`close_range`) does not leave its number haunted by the old file.
 
 mod common;
 
@@ -113,4 +114,33 @@ fn threads_appending_to_one_file_lose_nothing() {
         (0..4).flat_map(|k| (0..3000).map(move |i| format!("{k}:{i:05}:{}\n", ".".repeat(91)).into_bytes())).collect();
     expected.sort();
     assert!(records.iter().zip(&expected).all(|(a, b)| a == b), "a record is torn, lost or doubled");
+}
+
+/// `os.closerange` (the C library's `close_range`) closes managed
+/// descriptors as `close` does: their data written back, their locks
+/// given up (another preloaded process may cache the file), and their
+/// numbers, reused by a socket, the socket's.
+#[test]
+fn descriptors_closed_by_closerange_are_released() {
+    let Some(python) = python() else { return };
+    let scratch = Scratch::new("python-closerange");
+    let managed = scratch.dir("managed");
+    let file = managed.join("file");
+    let code = "import os, socket, subprocess, sys\n\
+                fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n\
+                os.write(fd, b'closed by closerange')\n\
+                os.closerange(fd, fd + 1)\n\
+                a, b = socket.socketpair()\n\
+                b.settimeout(10)\n\
+                assert a.fileno() == fd, (fd, a.fileno())\n\
+                os.write(a.fileno(), b'over the socket')\n\
+                print(b.recv(100).decode())\n\
+                probe = 'import os, sys; os.open(sys.argv[1], os.O_RDWR); print(42)'\n\
+                r = subprocess.run([sys.executable, '-c', probe, sys.argv[1]], capture_output=True, text=True)\n\
+                print(r.stdout.strip() or r.stderr.strip())\n";
+    let mut cmd = preloaded(&python, &[&managed], OPTIONS);
+    cmd.arg("-c").arg(code).arg(&file);
+    let out = run(cmd, TIMEOUT).ok().no_complaints(&[]);
+    assert_eq!(out.stdout.trim(), "over the socket\n42", "{}", out.details());
+    assert_file(&file, b"closed by closerange");
 }
