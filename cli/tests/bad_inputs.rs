@@ -200,3 +200,45 @@ fn a_closed_output_stops_the_run_and_cleans_up() {
     assert!(entries(&dir).is_empty(), "left behind: {:?}", entries(&dir));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `wbcache run` checks everything before the program starts: a missing
+/// directory, a file given as a directory, an unknown or bad option and a
+/// missing program are each one line and exit 2, the program never run
+/// (it would create a file); a program that cannot be started is 127.
+#[test]
+fn run_refuses_bad_input_before_the_program_starts() {
+    let dir = scratch("run-bad");
+    let marker = dir.join("ran");
+    let touch = ["--", "touch", marker.to_str().unwrap()];
+    let file = dir.join("plain");
+    std::fs::write(&file, b"x").unwrap();
+    let cases: [(Vec<&str>, &str); 4] = [
+        (vec!["--paths", "/nonexistent-wbcache-dir"], "nonexistent-wbcache-dir"),
+        (vec!["--paths", file.to_str().unwrap()], "not a directory"),
+        (vec!["--set", "bogus=1"], "unknown option 'bogus'"),
+        (vec!["--set", "capacity=abc"], "capacity"),
+    ];
+    for (args, needle) in cases {
+        let mut all = vec!["run"];
+        all.extend(&args);
+        all.extend(touch);
+        // The library is found (its path given), so the other checks answer.
+        let out = wbcache().args(&all).env("WBCACHE_PRELOAD", "/dev/null").stdin(Stdio::null()).output();
+        let out = out.expect("run wbcache");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{all:?}: {stderr}");
+        assert!(stderr.contains(needle), "{all:?}: {stderr:?} does not mention {needle:?}");
+        assert!(!marker.exists(), "{all:?}: the program ran");
+    }
+    let out = wbcache().args(["run", "--paths", dir.to_str().unwrap()]).env("WBCACHE_PRELOAD", "/dev/null").output();
+    let out = out.expect("run wbcache");
+    assert_eq!(out.status.code(), Some(2), "no program: {}", String::from_utf8_lossy(&out.stderr));
+    let out = wbcache()
+        .args(["run", "--paths", dir.to_str().unwrap(), "--", "/nonexistent-wbcache-program"])
+        .env("WBCACHE_PRELOAD", "/dev/null")
+        .output()
+        .expect("run wbcache");
+    assert_eq!(out.status.code(), Some(127), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
