@@ -432,6 +432,10 @@ impl Plan {
         }
         let mut notes = Vec::new();
         leave_out_groups(&mut groups, &engines, &mut notes)?;
+        if !engines_given {
+            // By default, the engines the selection runs on at all.
+            engines.retain(|e| groups.iter().any(|g| g.runs_on(*e)));
+        }
         let (memory, size) = memory_and_size(&args)?;
         if let Some(t) = args.timeout {
             // Checked before anything runs: a negative, NaN or huge value
@@ -674,7 +678,7 @@ mod tests {
         assert_eq!(p.suite, "default");
         assert_eq!(p.params.memory, 256 * MIB);
         assert_eq!(p.params.size, 512 * MIB);
-        assert_eq!(p.engines.len(), 5);
+        assert_eq!(p.engines.len(), 6, "every engine: small-overwrite runs wbcache-preload too");
         assert_eq!(p.groups.iter().filter(|g| g.workload == "small-overwrite").count(), DEFAULT_OVERWRITES.len());
         let workloads: Vec<&str> = p.groups.iter().map(|g| g.workload).collect();
         let at = |w: &str| workloads.iter().position(|x| *x == w).unwrap();
@@ -895,7 +899,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(hot(&one), ["read-stream", "alone"]);
-        assert_eq!(one.engines.len(), 5, "every engine");
+        assert_eq!(one.engines, EngineKind::WITHOUT_PRELOAD, "every engine hot-set runs on");
         let e = Plan::from_args(BenchArgs { workloads: vec!["hot-set/both".into()], ..BenchArgs::default() }).err();
         assert!(e.is_some_and(|e| e.contains("hot-set/write-stream")));
     }

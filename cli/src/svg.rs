@@ -32,6 +32,7 @@ pub fn engine_color(engine: &str) -> &'static str {
         "kernel-direct" => "#7f7f7f",
         "wbcache" => "#2ca02c",
         "wbcache-dontcache" => "#9467bd",
+        "wbcache-preload" => "#8c564b",
         _ => "#d62728",
     }
 }

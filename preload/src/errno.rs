@@ -15,6 +15,10 @@ impl MinusOne for i64 {
     const MINUS_ONE: i64 = -1;
 }
 
+impl MinusOne for isize {
+    const MINUS_ONE: isize = -1;
+}
+
 /// The errno `e` stands for (the library's mapping, `EIO` at worst).
 pub fn code(e: &io::Error) -> i32 {
     wbcache::errno_of(e)

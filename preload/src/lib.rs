@@ -12,6 +12,8 @@
 //! - [`table`]: managed descriptors and their shared descriptions;
 //! - [`open`], [`rw`], [`control`], [`meta`], [`fdops`], [`lifetime`]:
 //!   the interposed calls, by kind;
+//! - [`stats`]: the cache's statistics for a program that asks
+//!   (`wbcache_preload_stats_json`, the one call added, not interposed);
 //! - [`stdio`]: streams on managed files (`fopen`, `fdopen`, `freopen`,
 //!   `fileno`), whose reads and writes come back through [`rw`].
 //!
@@ -34,5 +36,6 @@ mod open;
 mod real;
 mod rw;
 mod state;
+mod stats;
 mod stdio;
 mod table;

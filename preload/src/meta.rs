@@ -10,6 +10,7 @@
 
 use std::ffi::CStr;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 
 use libc::{c_char, c_int, c_uint, off_t};
 
@@ -133,11 +134,22 @@ fn on_path(
     }
 }
 
+/// `truncate` of a managed path: through a description of its own, so
+/// the file's cross-process lock is held and its data written back as a
+/// descriptor's would be; the kernel's call for what the cache does not
+/// serve.
 fn truncate_cached(path: &std::path::Path, len: off_t) -> io::Result<()> {
     let len = u64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let state = state::get().expect("a managed path has a state");
-    let options = wbcache::OpenOptions::new().write(true);
-    state.with_cache(|cache| cache.open(path, &options)?.set_len(len))
+    if crate::open::with_writable(path, |desc| desc.file.set_len(len))? {
+        return Ok(());
+    }
+    let c_path =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated path.
+    match unsafe { real::truncate(c_path.as_ptr(), len as off_t) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 #[no_mangle]

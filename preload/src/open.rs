@@ -148,6 +148,38 @@ pub fn fresh(fd: c_int) -> c_int {
     fd
 }
 
+/// Runs `f` on a description of the managed file at `path` (resolved)
+/// opened for writing just for it, as a path call that changes the file
+/// (`truncate`) acts: under the file's cross-process lock, through the
+/// cache, the file written back and its lock given up afterwards unless a
+/// descriptor here still has it open. `Ok(false)` when `path` names no
+/// file the cache serves (a directory, a FIFO): the kernel's call then
+/// answers.
+pub fn with_writable(path: &Path, f: impl FnOnce(&Desc) -> io::Result<()>) -> io::Result<bool> {
+    let c_path =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let flags = libc::O_WRONLY | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { real::open(c_path.as_ptr(), flags, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = fresh(fd);
+    let Some(key) = identity(fd) else {
+        // SAFETY: our descriptor from just above, closed once.
+        unsafe { real::close(fd) };
+        return Ok(false);
+    };
+    adopt(fd, path, flags, key)?;
+    let desc = table::remove(fd).expect("adopted just now");
+    let done = f(&desc);
+    let released = release(&desc);
+    drop(desc);
+    // SAFETY: our descriptor, closed once.
+    unsafe { real::close(fd) };
+    done.and(released).map(|()| true)
+}
+
 /// Every open of the family: `kernel_open(flags)` is the C library's call
 /// with the program's other arguments.
 fn open_managed(dirfd: c_int, path: *const c_char, flags: c_int, kernel_open: impl Fn(c_int) -> c_int) -> c_int {

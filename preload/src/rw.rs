@@ -61,6 +61,22 @@ unsafe fn gather<'a>(iov: *const iovec, count: c_int) -> io::Result<Vec<IoSlice<
         .collect())
 }
 
+/// One buffer as a slice, without the allocation of [`gather`] (the
+/// per-call path of `write`); a NULL buffer of some length is `EFAULT`.
+///
+/// # Safety
+/// `buf` is valid for reads of `len` bytes for `'a` (or NULL).
+unsafe fn one<'a>(buf: *const c_void, len: size_t) -> io::Result<[IoSlice<'a>; 1]> {
+    if len == 0 {
+        return Ok([IoSlice::new(&[])]);
+    }
+    if buf.is_null() || len > isize::MAX as usize {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    // SAFETY: the caller's contract.
+    Ok([IoSlice::new(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })])
+}
+
 /// The iovecs as mutable slices.
 ///
 /// # Safety
@@ -145,7 +161,10 @@ fn write_from(desc: &Desc, bufs: &[IoSlice<'_>], at: Option<u64>, flags: WriteFl
         Some(off) => off,
         None => *pos,
     };
-    let n = desc.file.write_vectored_at_with(bufs, off, flags)?;
+    let n = match bufs {
+        [buf] => desc.file.write_at_with(buf, off, flags)?,
+        _ => desc.file.write_vectored_at_with(bufs, off, flags)?,
+    };
     // An empty write leaves the position, even an append's (Linux checks
     // the count before it finds the end).
     if at.is_none() && n > 0 {
@@ -202,11 +221,10 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, bu
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
     // SAFETY: the program lends `buf` for `len` bytes.
     on_fd(
         fd,
-        |d| write_from(d, &unsafe { gather(&iov, 1) }?, None, WriteFlags::NONE, 0),
+        |d| write_from(d, &unsafe { one(buf, len) }?, None, WriteFlags::NONE, 0),
         || unsafe { real::write(fd, buf, len) },
     )
 }
@@ -238,9 +256,8 @@ fn pwrite_managed(d: &Desc, buf: *const c_void, len: size_t, off: off_t) -> io::
     let status = d.flags();
     let off = offset(off)?;
     if status & (libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC) != 0 || status & libc::O_ACCMODE == libc::O_RDONLY {
-        let iov = iovec { iov_base: buf as *mut c_void, iov_len: len };
         // SAFETY: the program lends `buf` for `len` bytes.
-        return write_from(d, &unsafe { gather(&iov, 1) }?, Some(off), WriteFlags::NONE, 0);
+        return write_from(d, &unsafe { one(buf, len) }?, Some(off), WriteFlags::NONE, 0);
     }
     within_range(off, len as u64)?;
     if len == 0 {
@@ -363,8 +380,12 @@ pub unsafe extern "C" fn pwritev64v2(fd: c_int, iov: *const iovec, count: c_int,
     )
 }
 
-/// `lseek` on a managed description.
-fn seek(desc: &Desc, off: off_t, whence: c_int) -> io::Result<u64> {
+/// Positions past this are asked of the kernel too: the file system's
+/// largest file size (ext4's 16 TiB, others more) bounds them there.
+const FAR_POSITION: i64 = 1 << 40;
+
+/// `lseek` on a managed description (`fd` one of its descriptors).
+fn seek(fd: c_int, desc: &Desc, off: off_t, whence: c_int) -> io::Result<u64> {
     let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
     let len = desc.file.len()?;
     let einval = || io::Error::from_raw_os_error(libc::EINVAL);
@@ -384,6 +405,11 @@ fn seek(desc: &Desc, off: off_t, whence: c_int) -> io::Result<u64> {
         _ => return Err(einval()),
     };
     let target = base.checked_add(off).filter(|t| *t >= 0).ok_or_else(einval)?;
+    // SAFETY: a plain call on the program's own descriptor, whose kernel
+    // position is realigned whenever the kernel is handed it.
+    if target > FAR_POSITION && unsafe { real::lseek(fd, target, libc::SEEK_SET) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
     *pos = target as u64;
     Ok(*pos)
 }
@@ -391,7 +417,7 @@ fn seek(desc: &Desc, off: off_t, whence: c_int) -> io::Result<u64> {
 fn lseek_any(fd: c_int, off: off_t, whence: c_int, kernel: impl FnOnce() -> off_t) -> off_t {
     let Some(_inside) = guard::enter() else { return kernel() };
     match table::get(fd) {
-        Some(desc) => match seek(&desc, off, whence) {
+        Some(desc) => match seek(fd, &desc, off, whence) {
             Ok(pos) => pos as off_t,
             Err(e) => errno::fail(&e),
         },

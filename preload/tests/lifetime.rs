@@ -187,3 +187,32 @@ fn readers_share_a_file_a_writer_is_refused() {
     assert!(stderr.contains(&refusal(&setup.file)), "no line naming the file:\n{stderr}");
     drop(reader);
 }
+
+/// `truncate(2)` of a path goes through the file's lock as an open for
+/// writing does: refused (EBUSY) while another process caches the file,
+/// and, once it is free, applied and on disk when the call returns (the
+/// kernel sees the new length at once, as after the kernel's own call).
+#[test]
+fn truncating_a_path_takes_the_files_lock() {
+    let Some(python) = python() else { return };
+    let setup = setup("lifetime-truncate");
+    std::fs::write(&setup.file, b"0123456789").unwrap();
+    let code = "import os, sys\n\
+                try:\n    os.truncate(sys.argv[1], 4)\n    print('truncated')\n\
+                except OSError as e:\n    print('errno', e.errno)\n";
+    let truncate = || {
+        let mut cmd = preloaded(&python, &[&setup.managed], OPTIONS);
+        cmd.arg("-c").arg(code).arg(&setup.file);
+        let out = run(cmd, TIMEOUT).ok();
+        (out.stdout.trim().to_string(), out.stderr)
+    };
+    let holder = hold(&python, &setup.file, &setup.managed, "os.O_RDONLY");
+    let (printed, stderr) = truncate();
+    assert_eq!(printed, format!("errno {}", libc::EBUSY), "truncate of a file another process caches\n{stderr}");
+    assert!(stderr.contains(&refusal(&setup.file)), "no line naming the file:\n{stderr}");
+    assert_file(&setup.file, b"0123456789");
+    drop(holder);
+    let (printed, stderr) = truncate();
+    assert_eq!(printed, "truncated", "truncate once the file is free\n{stderr}");
+    assert_file(&setup.file, b"0123");
+}

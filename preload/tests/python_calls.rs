@@ -144,3 +144,47 @@ fn descriptors_closed_by_closerange_are_released() {
     assert_eq!(out.stdout.trim(), "over the socket\n42", "{}", out.details());
     assert_file(&file, b"closed by closerange");
 }
+
+/// `wbcache_preload_stats_json`, the one call the library adds: the
+/// cache's statistics (Python names paths at startup: the cache is built
+/// before the script runs), whose dirty
+/// bytes count what was written and not yet synced; a short buffer gets
+/// a NUL-terminated prefix and the full length, as `snprintf` gives.
+#[test]
+fn the_preloaded_cache_answers_its_statistics() {
+    let Some(python) = python() else { return };
+    let scratch = Scratch::new("python-stats");
+    let managed = scratch.dir("managed");
+    let script = scratch.script(
+        "stats.py",
+        r#"
+import ctypes, json, os, sys
+lib = ctypes.CDLL(None, use_errno=True)
+stats = lib.wbcache_preload_stats_json
+stats.restype = ctypes.c_ssize_t
+stats.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+buf = ctypes.create_string_buffer(1 << 16)
+fd = os.open(os.path.join(sys.argv[1], "f"), os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(fd, b"x" * 8192, 0)
+n = stats(buf, len(buf))
+assert 0 < n < len(buf), n
+s = json.loads(buf.value[:n])
+assert s["dirty_bytes"] == 8192, s["dirty_bytes"]
+assert s["capacity_bytes"] == 64 << 20, s["capacity_bytes"]
+small = ctypes.create_string_buffer(8)
+assert stats(small, 8) == n and small.raw == buf.raw[:7] + b"\0", small.raw
+assert stats(None, 0) == n
+os.fsync(fd)
+n = stats(buf, len(buf))
+s = json.loads(buf.value[:n])
+assert s["dirty_bytes"] == 0 and s["fsyncs"] >= 1, s
+os.close(fd)
+print("ok")
+"#,
+    );
+    let mut cmd = preloaded(python, &[&managed], "capacity=64M");
+    cmd.arg(script).arg(&managed);
+    let out = run(cmd, TIMEOUT).ok().no_complaints(&[]);
+    assert_eq!(out.stdout.trim(), "ok", "{}", out.details());
+    assert_file(&managed.join("f"), &[b'x'; 8192]);
+}

@@ -13,15 +13,22 @@
 //! - `wbcache` and `wbcache-dontcache`: a [`wbcache::File`] of a shared
 //!   [`wbcache::Cache`], the latter with [`WriteFlags::DONTCACHE`] on every
 //!   read and write. The libMicro call shapes: `write` and `pwrite` are
-//!   one `write_at` at the offset, `writev` is one `write_vectored_at`.
+//!   one `write_at` at the offset, `writev` is one `write_vectored_at`;
+//! - `wbcache-preload`: kernel-buffered's C library calls, made by a worker
+//!   that runs under `libwbcache_preload.so` (as `wbcache run` runs a
+//!   program), so the cache serves them: what an unmodified program pays.
+//!   Only the workloads that opt in run it (their calls are ones the
+//!   library serves; `mincore` residency questions are not).
 //!
 //! This module holds the interface ([`EngineFile`], [`Pipelined`]) and the
 //! [`System`] a measurement opens its files in; each engine's file is in
 //! its own module: `kernel` (buffered and RWF_DONTCACHE), `direct`
-//! (O_DIRECT through io_uring), `wbcache_file`.
+//! (O_DIRECT through io_uring), `wbcache_file`; `preload` reads the
+//! preloaded cache's statistics.
 
 mod direct;
 mod kernel;
+mod preload;
 mod wbcache_file;
 
 use std::io;
@@ -73,10 +80,22 @@ pub enum EngineKind {
     KernelDirect,
     Wbcache,
     WbcacheDontcache,
+    WbcachePreload,
 }
 
 impl EngineKind {
-    pub const ALL: [EngineKind; 5] = [
+    pub const ALL: [EngineKind; 6] = [
+        EngineKind::KernelBuffered,
+        EngineKind::KernelDontcache,
+        EngineKind::KernelDirect,
+        EngineKind::Wbcache,
+        EngineKind::WbcacheDontcache,
+        EngineKind::WbcachePreload,
+    ];
+
+    /// Every engine but `wbcache-preload`: what a workload runs on unless
+    /// it opts in to the preload.
+    pub const WITHOUT_PRELOAD: [EngineKind; 5] = [
         EngineKind::KernelBuffered,
         EngineKind::KernelDontcache,
         EngineKind::KernelDirect,
@@ -91,6 +110,7 @@ impl EngineKind {
             EngineKind::KernelDirect => "kernel-direct",
             EngineKind::Wbcache => "wbcache",
             EngineKind::WbcacheDontcache => "wbcache-dontcache",
+            EngineKind::WbcachePreload => "wbcache-preload",
         }
     }
 
@@ -105,10 +125,10 @@ impl EngineKind {
     /// The plain buffered engine of the same system (the competing peer, and
     /// what fills a file that must start out cached).
     pub fn buffered_peer(self) -> EngineKind {
-        if self.is_kernel() {
-            EngineKind::KernelBuffered
-        } else {
-            EngineKind::Wbcache
+        match self {
+            EngineKind::WbcachePreload => EngineKind::WbcachePreload,
+            e if e.is_kernel() => EngineKind::KernelBuffered,
+            _ => EngineKind::Wbcache,
         }
     }
 
@@ -125,6 +145,10 @@ impl EngineKind {
             }
             EngineKind::Wbcache => "wbcache::Cache, write_at/read_at (write_vectored_at for writev)",
             EngineKind::WbcacheDontcache => "wbcache::Cache with WriteFlags::DONTCACHE",
+            EngineKind::WbcachePreload => {
+                "kernel-buffered's calls (pwrite, lseek + write/writev, fsync) under libwbcache_preload.so, as \
+                 `wbcache run` runs a program: what an unmodified program pays (small-overwrite only)"
+            }
         }
     }
 }
@@ -236,12 +260,19 @@ pub trait Pipelined {
 pub enum System {
     Kernel,
     Wbcache(Arc<Cache>),
+    /// This process runs under the preload library, whose cache serves
+    /// the kernel engine's calls.
+    Preload,
 }
 
 impl System {
     pub fn new(engine: EngineKind, wbcache_options: &str) -> io::Result<System> {
         if engine.is_kernel() {
             return Ok(System::Kernel);
+        }
+        if engine == EngineKind::WbcachePreload {
+            preload::check_loaded()?;
+            return Ok(System::Preload);
         }
         let config = Config::from_options(wbcache_options)?;
         Ok(System::Wbcache(Arc::new(Cache::new(config)?)))
@@ -252,6 +283,7 @@ impl System {
             (System::Kernel, EngineKind::KernelBuffered) => Ok(Box::new(KernelFile::open(target, Mode::Buffered)?)),
             (System::Kernel, EngineKind::KernelDontcache) => Ok(Box::new(KernelFile::open(target, Mode::Dontcache)?)),
             (System::Kernel, EngineKind::KernelDirect) => Ok(Box::new(DirectFile::open(target)?)),
+            (System::Preload, EngineKind::WbcachePreload) => Ok(Box::new(KernelFile::open(target, Mode::Buffered)?)),
             (System::Wbcache(cache), EngineKind::Wbcache | EngineKind::WbcacheDontcache) => {
                 let options = if target.create {
                     OpenOptions::read_write_create().truncate(true)
@@ -271,7 +303,7 @@ impl System {
     /// the kernel): `sqlite` registers its VFS over it.
     pub fn cache(&self) -> Option<&Arc<Cache>> {
         match self {
-            System::Kernel => None,
+            System::Kernel | System::Preload => None,
             System::Wbcache(c) => Some(c),
         }
     }
@@ -285,6 +317,7 @@ impl System {
                 let s = c.stats();
                 s.dirty_bytes + s.writeback_bytes
             }
+            System::Preload => preload::stat("dirty_bytes") + preload::stat("writeback_bytes"),
         }
     }
 
@@ -294,6 +327,7 @@ impl System {
         match self {
             System::Kernel => None,
             System::Wbcache(c) => Some(c.stats().peak_dirty_writeback_bytes),
+            System::Preload => preload::stats().map(|_| preload::stat("peak_dirty_writeback_bytes")),
         }
     }
 
@@ -301,6 +335,7 @@ impl System {
         match self {
             System::Kernel => None,
             System::Wbcache(c) => Some(c.stats().to_json()),
+            System::Preload => preload::stats().map(|v| v.to_string()),
         }
     }
 
@@ -308,6 +343,7 @@ impl System {
         match self {
             System::Kernel => None,
             System::Wbcache(c) => Some(c.stats().io_backend.to_string()),
+            System::Preload => preload::stats().and_then(|v| v["io_backend"].as_str().map(str::to_string)),
         }
     }
 
@@ -316,7 +352,7 @@ impl System {
     /// the process's life) is left to the process's exit instead.
     pub fn close(self) -> io::Result<()> {
         match self {
-            System::Kernel => Ok(()),
+            System::Kernel | System::Preload => Ok(()),
             System::Wbcache(c) => match Arc::try_unwrap(c) {
                 Ok(cache) => cache.close(),
                 Err(shared) => {

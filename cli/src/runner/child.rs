@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::INTERRUPTED;
 use crate::bench_worker::Outcome;
 use crate::cgroup::{CgroupHandle, MemCgroups};
+use crate::engines::EngineKind;
 use crate::progress::Progress;
 use crate::sys::fmt_size;
 use crate::workloads::Spec;
@@ -32,6 +33,9 @@ pub fn run_worker(
 ) -> Outcome {
     let (mut child, cgroup) = match start_worker(spec, cgroups) {
         Ok(started) => started,
+        Err(msg) if spec.engine == EngineKind::WbcachePreload => {
+            return Outcome::failed(&crate::engines::unsupported(msg))
+        }
         Err(msg) => return fail(msg),
     };
     let mut stdout = child.stdout.take().expect("piped stdout");
@@ -71,13 +75,12 @@ pub fn run_worker(
 /// then sends it the spec (it reads the spec only once in the cgroup).
 fn start_worker(spec: &Spec, cgroups: Option<&mut MemCgroups>) -> Result<(Child, Option<CgroupHandle>), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the wbcache binary: {e}"))?;
-    let mut child = Command::new(exe)
-        .arg("bench-worker")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start a worker: {e}"))?;
+    let mut command = Command::new(exe);
+    command.arg("bench-worker").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if spec.engine == EngineKind::WbcachePreload {
+        preload_environment(&mut command, spec)?;
+    }
+    let mut child = command.spawn().map_err(|e| format!("cannot start a worker: {e}"))?;
     let mut cgroup = None;
     if spec.engine.is_kernel() {
         if let Some(cg) = cgroups {
@@ -97,6 +100,22 @@ fn start_worker(spec: &Spec, cgroups: Option<&mut MemCgroups>) -> Result<(Child,
         let _ = stdin.write_all(spec_json.as_bytes());
     }
     Ok((child, cgroup))
+}
+
+/// The `wbcache-preload` worker runs under the preload library, as
+/// `wbcache run` runs a program: its jobs' directories managed, the cache
+/// built from the measurement's options.
+fn preload_environment(command: &mut Command, spec: &Spec) -> Result<(), String> {
+    let lib = crate::run::library()?;
+    let mut dirs: Vec<&std::path::Path> = spec.jobs.iter().filter_map(|j| j.target.path.parent()).collect();
+    dirs.sort();
+    dirs.dedup();
+    let paths = std::env::join_paths(dirs).map_err(|e| format!("the jobs' directories as WBCACHE_PATHS: {e}"))?;
+    command
+        .env("LD_PRELOAD", crate::run::preload_list(&lib))
+        .env("WBCACHE_PATHS", paths)
+        .env("WBCACHE_OPTIONS", &spec.wbcache_options);
+    Ok(())
 }
 
 /// The last lines the worker wrote on stderr that are not progress.

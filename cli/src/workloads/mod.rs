@@ -148,9 +148,11 @@ pub trait Workload: Sync {
     }
 
     /// The engines it runs on, when not every one (said in the note or
-    /// error about groups left out).
+    /// error about groups left out): by default all but `wbcache-preload`,
+    /// which a workload runs only when every call it makes is one the
+    /// preload library serves.
     fn only_on(&self) -> Option<&'static [EngineKind]> {
-        None
+        Some(&EngineKind::WITHOUT_PRELOAD)
     }
 
     /// Whether `group` runs on `engine`.

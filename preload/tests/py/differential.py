@@ -247,9 +247,9 @@ class Driver:
 
     def do_lseek(self, slot):
         whence = self.rng.choice(list(SEEK_NAMES))
-        # Not near the largest offset for SEEK_SET: the preload does not know
-        # the file system's largest file size, which Linux seeks no further than.
-        off = self.offset(huge=whence != os.SEEK_SET) if whence != os.SEEK_CUR else self.rng.randrange(-9000, 9000)
+        # Near the largest offset too: Linux seeks no further than the file
+        # system's largest file size (ext4: 16 TiB), which the preload asks.
+        off = self.offset() if whence != os.SEEK_CUR else self.rng.randrange(-9000, 9000)
         if whence == os.SEEK_END:
             off = self.rng.randrange(-9000, 9000)
         if whence in (os.SEEK_DATA, os.SEEK_HOLE):
