@@ -353,7 +353,7 @@ fn before_map(fd: c_int, prot: c_int, flags: c_int) -> io::Result<()> {
 /// call, now the kernel's, goes on where the last one ended.
 fn hand_to_kernel(key: (u64, u64), path: &std::path::Path) -> io::Result<()> {
     let state = state::built().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
-    for fd in table::fds_of(key) {
+    for (fd, _) in table::entries_where(|_, d| d.key == key) {
         if let Some(desc) = table::remove(fd) {
             table::align_kernel_descriptor(fd, &desc);
             state.unlock_file(key);

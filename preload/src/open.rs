@@ -333,7 +333,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// none.
 fn release_range(first: c_uint, last: c_uint) {
     let Some(_inside) = guard::enter() else { return };
-    for fd in table::fds_in(first, last) {
+    let in_range = |fd: c_int, _: &Desc| (first as u64..=last as u64).contains(&(fd as u64));
+    for (fd, _) in table::entries_where(in_range) {
         if let Some(desc) = table::remove(fd) {
             if let Err(e) = release(&desc) {
                 state::complain(&format!("{}: writing back at close failed: {e}", desc.path.display()));

@@ -154,7 +154,7 @@ pub fn write_back_and_close() {
 /// whose child reads the inherited descriptors through the kernel, and
 /// before an `exec` or a spawn, whose program reads through the kernel.
 pub fn write_back_open_files() {
-    for desc in crate::table::all() {
+    for (_, desc) in crate::table::entries() {
         if let Err(e) = crate::open::write_back(&desc) {
             complain(&format!("{}: writing back failed: {e}", desc.path.display()));
         }

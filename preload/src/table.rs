@@ -78,17 +78,6 @@ pub fn remove(fd: libc::c_int) -> Option<Arc<Desc>> {
     taken
 }
 
-/// The managed descriptor numbers of the file `key`.
-pub fn fds_of(key: (u64, u64)) -> Vec<libc::c_int> {
-    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
-    table
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| d.as_ref().is_some_and(|d| d.key == key))
-        .map(|(fd, _)| fd as libc::c_int)
-        .collect()
-}
-
 /// A description of the file `key`, if a descriptor here has it open.
 pub fn any_of(key: (u64, u64)) -> Option<Arc<Desc>> {
     if MANAGED.load(Ordering::Acquire) == 0 {
@@ -115,29 +104,23 @@ pub fn align_kernel_descriptor(fd: libc::c_int, desc: &Desc) {
     }
 }
 
-/// Every managed descriptor with its description.
-pub fn entries() -> Vec<(libc::c_int, Arc<Desc>)> {
-    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
-    table.iter().enumerate().filter_map(|(fd, d)| d.as_ref().map(|d| (fd as libc::c_int, d.clone()))).collect()
-}
-
-/// The managed descriptor numbers in `[first, last]`.
-pub fn fds_in(first: libc::c_uint, last: libc::c_uint) -> Vec<libc::c_int> {
+/// The managed descriptors that `keep` selects, with their descriptions,
+/// in descriptor order (a snapshot: the table may change after).
+pub fn entries_where(keep: impl Fn(libc::c_int, &Desc) -> bool) -> Vec<(libc::c_int, Arc<Desc>)> {
     if MANAGED.load(Ordering::Acquire) == 0 {
         return Vec::new();
     }
     let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
-    let (first, last) = (first as usize, last as usize);
     table
         .iter()
         .enumerate()
-        .filter(|(fd, d)| (first..=last).contains(fd) && d.is_some())
-        .map(|(fd, _)| fd as libc::c_int)
+        .filter_map(|(fd, d)| Some((fd as libc::c_int, d.as_ref()?)))
+        .filter(|(fd, d)| keep(*fd, d))
+        .map(|(fd, d)| (fd, d.clone()))
         .collect()
 }
 
-/// Every managed description (each once per descriptor).
-pub fn all() -> Vec<Arc<Desc>> {
-    let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
-    table.iter().flatten().cloned().collect()
+/// Every managed descriptor with its description.
+pub fn entries() -> Vec<(libc::c_int, Arc<Desc>)> {
+    entries_where(|_, _| true)
 }

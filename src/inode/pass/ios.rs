@@ -182,8 +182,9 @@ impl Inode {
     }
 
     /// Makes a sync's small append go through the kernel's cache: when
-    /// the chunks past the store's known length (blocks the file system
-    /// has yet to allocate) are all at the end and add up to at most
+    /// the chunks from the block holding the store's known length on
+    /// (blocks the file system has yet to allocate, and the partial one
+    /// before them) are all at the end and add up to at most
     /// [`SYNC_APPEND_BUFFERED_MAX`], each is written buffered, the last
     /// only up to the file's size. An O_DIRECT write that allocates cannot
     /// complete without blocking, so io_uring hands it to a kernel worker
@@ -198,7 +199,11 @@ impl Inode {
             return;
         }
         let size = self.size();
-        let allocated_end = self.store_len_min.load(Ordering::Acquire).next_multiple_of(BLOCK);
+        // From the block holding the store's length: that block's page
+        // is still in the kernel's cache after the last tail write (see
+        // `FdStore::drop_buffered_pages`), and an O_DIRECT write onto a
+        // cached page cannot complete without blocking.
+        let allocated_end = self.store_len_min.load(Ordering::Acquire) / BLOCK * BLOCK;
         let first = chunks.partition_point(|c| c.offset() < allocated_end);
         let appended = &mut chunks[first..];
         let bytes: usize = appended.iter().map(|c| c.len_bytes()).sum();
