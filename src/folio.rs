@@ -172,6 +172,10 @@ pub struct FolioState {
     pub dontcache_dirty: usize,
     /// The folio is being filled from the backing store; wait on `filled`.
     pub read_in_flight: bool,
+    /// Threads waiting on `filled` now ([`Folio::lock_filled`]): the fill
+    /// wakes them only when there are some, as a `notify_all` is a system
+    /// call even with no one to wake (one per read miss otherwise).
+    pub fill_waiters: u32,
     /// Removed from its mapping (evicted or truncated): callers that looked it
     /// up must look again.
     pub removed: bool,
@@ -252,6 +256,7 @@ impl Folio {
                 nr_writeback: 0,
                 dontcache_dirty: 0,
                 read_in_flight,
+                fill_waiters: 0,
                 removed: false,
             }),
             filled: Condvar::new(),
@@ -287,7 +292,10 @@ impl Folio {
     pub fn lock_filled(&self) -> Option<FolioGuard<'_>> {
         let mut st = self.lock();
         while st.read_in_flight {
+            st.fill_waiters += 1;
             st = st.with_guard(|g| locks::wait(&self.filled, g));
+            debug_assert!(st.fill_waiters > 0, "a waiter is counted until it wakes");
+            st.fill_waiters -= 1;
         }
         if st.removed {
             None

@@ -1,8 +1,8 @@
-//! `wbcache run [--paths DIR[:DIR...]] [--set KEY=VALUE...] -- PROGRAM
-//! ARGS...`: runs an unmodified program with `libwbcache_preload.so`
+//! `wbcache run [--paths DIR[:DIR...]] [--set KEY=VALUE...] [--stats
+//! FILE] -- PROGRAM ARGS...`: runs an unmodified program with `libwbcache_preload.so`
 //! preloaded, so its regular files and block devices under the given
 //! directories go through one process-wide wbcache. The settings travel
-//! as `WBCACHE_PATHS` and `WBCACHE_OPTIONS`, which people who set
+//! as `WBCACHE_PATHS`, `WBCACHE_OPTIONS` and `WBCACHE_STATS`, which people who set
 //! `LD_PRELOAD` themselves set the same way.
 //!
 //! Everything is checked before the program starts (the library exists,
@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// --set dirty_limit=256M.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Append the cache's statistics (JSON, one line per process that
+    /// cached anything) to FILE when the program exits.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
     /// The program and its arguments, after `--`.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub program: Vec<OsString>,
@@ -73,6 +77,18 @@ fn directories(paths: Option<&OsString>) -> Result<OsString, String> {
     std::env::join_paths(checked).map_err(|e| format!("--paths: {e}"))
 }
 
+/// `--stats FILE`: its directory must exist (the file is appended to at
+/// the program's exit, too late to say so).
+fn stats_file(file: Option<&Path>) -> Result<(), String> {
+    let Some(file) = file else { return Ok(()) };
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if dir.is_dir() {
+        Ok(())
+    } else {
+        Err(format!("--stats {}: no directory {}", file.display(), dir.display()))
+    }
+}
+
 /// The options as one string, checked by the library's own parser.
 fn options(set: &[String]) -> Result<String, String> {
     let joined = set.join(",");
@@ -83,7 +99,10 @@ fn options(set: &[String]) -> Result<String, String> {
 /// Runs the program; returns its exit status (2 for bad input, 127 when
 /// it cannot be started).
 pub fn run(args: RunArgs) -> i32 {
-    let checked = library().and_then(|lib| Ok((lib, directories(args.paths.as_ref())?, options(&args.set)?)));
+    let checked = library().and_then(|lib| {
+        stats_file(args.stats.as_deref())?;
+        Ok((lib, directories(args.paths.as_ref())?, options(&args.set)?))
+    });
     let (lib, dirs, opts) = match checked {
         Ok(all) => all,
         Err(message) => {
@@ -95,6 +114,9 @@ pub fn run(args: RunArgs) -> i32 {
     let mut command = std::process::Command::new(program);
     command.args(rest).env("WBCACHE_PATHS", &dirs).env("WBCACHE_OPTIONS", &opts);
     command.env("LD_PRELOAD", preload_list(&lib));
+    if let Some(stats) = &args.stats {
+        command.env("WBCACHE_STATS", stats);
+    }
     // exec: the program takes this process's place (its pid, its signals).
     let error = command.exec();
     eprintln!("wbcache run: {}: {error}", Path::new(program).display());

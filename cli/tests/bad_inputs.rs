@@ -202,7 +202,7 @@ fn a_closed_output_stops_the_run_and_cleans_up() {
 }
 
 /// `wbcache run` checks everything before the program starts: a missing
-/// directory, a file given as a directory, an unknown or bad option and a
+/// directory (of `--paths` or of the `--stats` file), a file given as a directory, an unknown or bad option and a
 /// missing program are each one line and exit 2, the program never run
 /// (it would create a file); a program that cannot be started is 127.
 #[test]
@@ -212,8 +212,9 @@ fn run_refuses_bad_input_before_the_program_starts() {
     let touch = ["--", "touch", marker.to_str().unwrap()];
     let file = dir.join("plain");
     std::fs::write(&file, b"x").unwrap();
-    let cases: [(Vec<&str>, &str); 4] = [
+    let cases: [(Vec<&str>, &str); 5] = [
         (vec!["--paths", "/nonexistent-wbcache-dir"], "nonexistent-wbcache-dir"),
+        (vec!["--stats", "/nonexistent-wbcache-dir/stats.json"], "no directory /nonexistent-wbcache-dir"),
         (vec!["--paths", file.to_str().unwrap()], "not a directory"),
         (vec!["--set", "bogus=1"], "unknown option 'bogus'"),
         (vec!["--set", "capacity=abc"], "capacity"),

@@ -136,6 +136,11 @@ pub fn write_back_and_close() {
     let Some(state) = built() else { return };
     let cache = state.cache.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(cache) = cache {
+        // A process that opened no managed file (a shell, a helper the
+        // program ran) has no statistics to leave.
+        if state.opened_any() {
+            crate::stats::record_at_exit(&cache);
+        }
         if let Err(e) = cache.close() {
             complain(&format!("writing back at exit failed: {e}"));
         }
@@ -228,6 +233,12 @@ impl State {
         set_lock(registry, key.1, if writable { libc::F_WRLCK } else { libc::F_RDLCK }, path)?;
         files.locks.insert(key, FileLock { exclusive: writable, descriptors: 1 });
         Ok(())
+    }
+
+    /// Whether this process ever opened a managed file (each took a lock
+    /// in its device's registry, kept for the process's life).
+    pub fn opened_any(&self) -> bool {
+        !self.files.lock().unwrap_or_else(|e| e.into_inner()).registries.is_empty()
     }
 
     /// Counts one more managed descriptor of `key` (a duplicate).

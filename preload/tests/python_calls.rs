@@ -188,3 +188,30 @@ print("ok")
     assert_eq!(out.stdout.trim(), "ok", "{}", out.details());
     assert_file(&managed.join("f"), &[b'x'; 8192]);
 }
+
+/// `WBCACHE_STATS=FILE`: at exit, after the last write-back, the cache's
+/// statistics appended to FILE as one JSON line per process; a file under
+/// a managed directory is written by the kernel, never cached.
+#[test]
+fn statistics_are_appended_at_exit() {
+    let Some(python) = python() else { return };
+    let scratch = Scratch::new("python-stats-exit");
+    let managed = scratch.dir("managed");
+    let stats = managed.join("stats.jsonl");
+    let code = "import os, sys\n\
+                fd = os.open(os.path.join(sys.argv[1], 'f'), os.O_RDWR | os.O_CREAT, 0o644)\n\
+                os.pwrite(fd, b'y' * 5000, 0)\n";
+    for round in 1..=2 {
+        let mut cmd = preloaded(&python, &[&managed], OPTIONS);
+        cmd.env("WBCACHE_STATS", &stats).arg("-c").arg(code).arg(&managed);
+        run(cmd, TIMEOUT).ok().no_complaints(&[]);
+        let text = std::fs::read_to_string(&stats).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), round, "one line per process:\n{text}");
+        let last = lines[round - 1];
+        assert!(last.starts_with('{') && last.ends_with('}'), "{last}");
+        assert!(last.contains("\"dirty_bytes\":0,"), "written back before the statistics: {last}");
+        assert!(last.contains("\"open_inodes\":"), "{last}");
+    }
+    assert_file(&managed.join("f"), &[b'y'; 5000]);
+}

@@ -20,13 +20,13 @@ use crate::userbuf::ReadTarget;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
-/// The longest part of a read copied under the mapping's read lock (see
-/// [`Inode::copy_cached_part`]): a few microseconds of copying at most.
-const HIT_COPY_UNDER_INDEX_MAX: usize = 64 << 10;
-
 /// The sync-waiter id of a reader waiting for a fill (no inode's id:
 /// those count up from 1).
 const READER_SYNC_WAITER_ID: u64 = u64::MAX;
+
+/// The longest part of a read copied under the mapping's read lock (see
+/// [`Inode::copy_cached_part`]): a few microseconds of copying at most.
+const HIT_COPY_UNDER_INDEX_MAX: usize = 64 << 10;
 
 impl Inode {
     /// Makes blocks `[start, end)` of a locked folio uptodate: blocks at or
@@ -250,10 +250,15 @@ impl Inode {
             }
             st.check(f.nr_blocks());
             debug_assert!(result.is_err() || st.all_uptodate, "a filled folio is uptodate");
+            // Counted under the lock the waiters register under: none can
+            // be missed, and no wake is sent to nobody.
+            let waiters = st.fill_waiters > 0;
             drop(st);
             // Wake waiters before taking the mapping lock: a truncate holding
             // it may be one of them.
-            f.filled.notify_all();
+            if waiters {
+                f.filled.notify_all();
+            }
             if let Err(e) = result {
                 self.try_remove_clean(f);
                 first_err.get_or_insert(e);
