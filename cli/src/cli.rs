@@ -8,7 +8,7 @@ use wbcache::parse_size;
 use wbcache::Config;
 
 use crate::engines::EngineKind;
-use crate::sys::fmt_size;
+use crate::sys::{exact_size, fmt_size};
 use crate::workloads::custom::{FioJob, FioRw};
 use crate::workloads::parallel_writeback::{PW_DEFAULT_WORKERS, PW_MAX_WORKERS};
 use crate::workloads::{custom, expand, Group, Params, Selection, WORKLOADS};
@@ -233,16 +233,6 @@ pub struct Plan {
     pub args: BenchArgs,
 }
 
-/// A size in the option syntax, exact: `256M`, `1G`, or plain bytes.
-pub fn exact_size(bytes: u64) -> String {
-    for (unit, n) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
-        if bytes >= n && bytes % n == 0 {
-            return format!("{}{unit}", bytes / n);
-        }
-    }
-    bytes.to_string()
-}
-
 /// The wbcache options of the run: `capacity` from `--memory`, then each
 /// `--set`, which may override `capacity` (the kernel engines keep
 /// `--memory` as their limit) but may not name a key twice.
@@ -316,8 +306,8 @@ fn fio_job(args: &BenchArgs, size: u64) -> Result<FioJob, String> {
     if size / nrfiles < bs {
         return Err(format!(
             "--size {} split over --nrfiles {nrfiles} leaves less than one --bs {} per file",
-            fmt_size(size),
-            fmt_size(bs)
+            exact_size(size),
+            exact_size(bs)
         ));
     }
     Ok(job)
@@ -432,10 +422,6 @@ impl Plan {
         }
         let mut notes = Vec::new();
         leave_out_groups(&mut groups, &engines, &mut notes)?;
-        if !engines_given {
-            // By default, the engines the selection runs on at all.
-            engines.retain(|e| groups.iter().any(|g| g.runs_on(*e)));
-        }
         let (memory, size) = memory_and_size(&args)?;
         if let Some(t) = args.timeout {
             // Checked before anything runs: a negative, NaN or huge value
@@ -461,6 +447,10 @@ impl Plan {
             true => Some(add_custom_job(&args, size, engines_given, &mut engines, &mut groups, &mut notes)?),
             false => None,
         };
+        if !engines_given {
+            // By default, the engines the selection (`--custom`'s job too) runs on at all.
+            engines.retain(|e| groups.iter().any(|g| g.runs_on(*e)));
+        }
         let params = run_params(suite == "quick", memory, size, runtime_s, options);
         if let (Some(dev), false) = (&args.device, args.yes_destroy) {
             return Err(format!(
@@ -637,11 +627,11 @@ fn add_custom_job(
         if engines_given {
             return Err(format!(
                 "--bs {}: kernel-direct (O_DIRECT) needs requests in multiples of 4k; drop it from --engines",
-                job.bs
+                exact_size(job.bs)
             ));
         }
         engines.retain(|e| *e != EngineKind::KernelDirect);
-        notes.push(format!("kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is {}", job.bs));
+        notes.push(format!("kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is {}", exact_size(job.bs)));
     }
     groups.push(custom::group(job.clone()));
     Ok(job)
@@ -782,6 +772,39 @@ mod tests {
         assert!(Plan::from_args(ok).is_ok());
         assert!(svg.is_dir(), "--svg is created up front");
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// `--custom` takes any request size: one that is not a multiple of
+    /// 512 runs (kernel-direct left out, said so) and is labelled exactly.
+    #[test]
+    fn custom_jobs_take_any_request_size() {
+        let p = Plan::from_args(BenchArgs {
+            custom: true,
+            bs: Some("3000".into()),
+            size: Some("32M".into()),
+            ..BenchArgs::default()
+        })
+        .unwrap();
+        assert_eq!(p.groups[0].variant.as_deref(), Some("read-3000-j1-f1"));
+        let without_direct: Vec<EngineKind> =
+            EngineKind::WITHOUT_PRELOAD.into_iter().filter(|e| *e != EngineKind::KernelDirect).collect();
+        assert_eq!(p.engines, without_direct, "without -e, every engine the job runs on but kernel-direct");
+        let aligned = Plan::from_args(BenchArgs { custom: true, ..BenchArgs::default() }).unwrap();
+        assert_eq!(aligned.engines, EngineKind::WITHOUT_PRELOAD);
+        assert_eq!(p.notes, ["kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is 3000"]);
+        let about = p.groups[0].owner.describe(&p.groups[0], &p.params);
+        assert!(about.contains("bs=3000, 1 thread(s), each over 1 file(s) of 33552000, 32M of I/O"), "{about}");
+    }
+
+    /// A memory file system as `--dir` is refused, with the reason.
+    #[test]
+    fn a_memory_file_system_is_refused_as_dir() {
+        let shm = Path::new("/dev/shm");
+        if crate::sys::memory_fs(shm).is_none() {
+            return;
+        }
+        let e = Plan::from_args(BenchArgs { dir: Some(shm.into()), ..BenchArgs::default() }).err().unwrap();
+        assert!(e.starts_with("--dir /dev/shm: a memory file system (tmpfs)"), "{e}");
     }
 
     /// `--set` overrides `--memory`'s capacity instead of repeating it, and

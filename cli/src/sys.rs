@@ -293,6 +293,17 @@ pub fn drop_caches() -> io::Result<()> {
     fs::write("/proc/sys/vm/drop_caches", "3\n")
 }
 
+/// A size in the option syntax, exact: `256M`, `1G`, or plain bytes
+/// (`3000`, not `2.9K`) when no unit divides it.
+pub fn exact_size(bytes: u64) -> String {
+    for (unit, n) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if bytes >= n && bytes % n == 0 {
+            return format!("{}{unit}", bytes / n);
+        }
+    }
+    bytes.to_string()
+}
+
 /// Human size: `512M`, `1G`, `4K`, `1.5G`.
 pub fn fmt_size(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];

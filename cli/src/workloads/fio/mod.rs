@@ -266,7 +266,7 @@ pub fn engine_options(engine: EngineKind) -> Vec<String> {
 /// own; together they have what the kernel engines have).
 pub fn per_process_options(options: &str, processes: u64) -> String {
     let capacity = capacity_of(options);
-    let share = crate::cli::exact_size((capacity / processes.max(1) / MIB).max(1) * MIB);
+    let share = crate::sys::exact_size((capacity / processes.max(1) / MIB).max(1) * MIB);
     let rest = options.split(',').map(str::trim).filter(|kv| !kv.is_empty() && !kv.starts_with("capacity="));
     std::iter::once(format!("capacity={share}")).chain(rest.map(String::from)).collect::<Vec<_>>().join(",")
 }
