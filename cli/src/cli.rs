@@ -1,7 +1,7 @@
 //! Command line: `wbcache bench [options]`, and the resolution of options
 //! and suites into a [`Plan`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 use wbcache::parse_size;
@@ -369,33 +369,58 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
     Ok(v * mult)
 }
 
+/// The directory `path` goes into, which must exist: its parent (the
+/// current directory for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// One rule for every path the run writes: what it names (the `--json`
+/// file, the `--svg` directory, the run's fresh directory in `--dir`) may
+/// be new, but the directory it goes into must exist; a missing one is
+/// refused, named, and nothing is created for it.
+fn check_parent(flag: &str, path: &Path, parent: &Path) -> Result<(), String> {
+    let shown = path.display();
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{flag} {shown}: {} is not a directory", parent.display())),
+        Err(_) => Err(format!("{flag} {shown}: directory {} does not exist (create it first)", parent.display())),
+    }
+}
+
 /// Checks the paths the run writes to or under, before anything is
 /// measured: the `--json` file's directory exists (and the path is not a
-/// directory), `--svg` is a directory or is created now, and `--dir`
-/// exists.
+/// directory), `--svg`'s parent exists (the directory itself is made now
+/// if it is new), and `--dir` is a directory on a disk, not in memory.
 fn check_outputs(args: &BenchArgs) -> Result<(), String> {
     if let Some(path) = &args.json {
         if path.is_dir() {
             return Err(format!("--json {}: is a directory, not a file", path.display()));
         }
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => std::path::Path::new("."),
-        };
-        if !parent.is_dir() {
-            return Err(format!("--json {}: directory {} does not exist", path.display(), parent.display()));
-        }
+        check_parent("--json", path, parent_of(path))?;
     }
     if let Some(dir) = &args.svg {
         if dir.exists() && !dir.is_dir() {
             return Err(format!("--svg {}: exists and is not a directory", dir.display()));
         }
-        std::fs::create_dir_all(dir).map_err(|e| format!("--svg {}: {e}", dir.display()))?;
+        check_parent("--svg", dir, parent_of(dir))?;
     }
     if let Some(dir) = &args.dir {
-        if !dir.is_dir() {
-            return Err(format!("--dir {}: no such directory (create it first)", dir.display()));
+        check_parent("--dir", dir, dir)?;
+        if let Some(fs) = crate::sys::memory_fs(dir) {
+            return Err(format!(
+                "--dir {}: a memory file system ({fs}): its files are memory, counted against the kernel engines' \
+                 memory limit, with no disk to write back to; give a directory on a disk",
+                dir.display()
+            ));
         }
+    }
+    // Made only once everything else passed: a refused run creates nothing.
+    if let Some(dir) = args.svg.as_ref().filter(|d| !d.is_dir()) {
+        std::fs::create_dir(dir).map_err(|e| format!("--svg {}: {e}", dir.display()))?;
     }
     Ok(())
 }
@@ -432,7 +457,6 @@ impl Plan {
                 ));
             }
         }
-        check_outputs(&args)?;
         // The same default for every selection, as for the memory.
         let default_runtime_s = if args.quick { 1.0 } else { 5.0 };
         let runtime_s = match &args.runtime {
@@ -458,6 +482,7 @@ impl Plan {
                 dev.display()
             ));
         }
+        check_outputs(&args)?;
         Ok(Plan {
             suite,
             groups,
@@ -741,28 +766,43 @@ mod tests {
         assert_eq!(parse_duration("10080m").unwrap(), SECONDS_MAX);
     }
 
-    /// Output paths are checked before the run: a missing `--json`
-    /// directory, a `--json` that is a directory, an `--svg` that is a
-    /// file and a missing `--dir` are refused; a missing `--svg` directory
-    /// is created.
+    /// Output paths are checked before the run, with one rule: a missing
+    /// `--json` or `--svg` parent directory and a missing `--dir` are
+    /// refused, named; a `--json` that is a directory, an `--svg` or `--dir`
+    /// that is a file are refused; a new `--svg` directory in an existing
+    /// one is created, and only when the plan is accepted.
     #[test]
     fn output_paths_are_checked_first() {
-        let tmp = std::env::temp_dir().join(format!("wbcache-cli-outputs-{}", std::process::id()));
+        // On a disk: a memory file system is refused as --dir.
+        let base = [PathBuf::from("/var/tmp"), std::env::temp_dir()]
+            .into_iter()
+            .find(|d| d.is_dir() && !crate::sys::is_memory_fs(d))
+            .expect("a directory on a disk");
+        let tmp = base.join(format!("wbcache-cli-outputs-{}", std::process::id()));
         std::fs::create_dir_all(&tmp).unwrap();
         let file = tmp.join("existing-file");
         std::fs::write(&file, b"x").unwrap();
+        let missing = tmp.join("missing");
+        let shown = missing.display().to_string();
         let refused = [
-            BenchArgs { json: Some(tmp.join("missing/out.json")), ..BenchArgs::default() },
-            BenchArgs { json: Some(tmp.clone()), ..BenchArgs::default() },
-            BenchArgs { svg: Some(file.clone()), ..BenchArgs::default() },
-            BenchArgs { dir: Some(tmp.join("missing")), ..BenchArgs::default() },
+            (BenchArgs { json: Some(missing.join("out.json")), ..BenchArgs::default() }, shown.clone()),
+            (BenchArgs { json: Some(tmp.clone()), ..BenchArgs::default() }, "is a directory".into()),
+            (BenchArgs { svg: Some(file.clone()), ..BenchArgs::default() }, "not a directory".into()),
+            (BenchArgs { svg: Some(missing.join("charts")), ..BenchArgs::default() }, shown.clone()),
+            (BenchArgs { dir: Some(missing.clone()), ..BenchArgs::default() }, shown.clone()),
+            (BenchArgs { dir: Some(file.clone()), ..BenchArgs::default() }, "is not a directory".into()),
+            (
+                BenchArgs { svg: Some(tmp.join("charts")), memory: Some("1M".into()), ..BenchArgs::default() },
+                "--memory".into(),
+            ),
         ];
-        for args in refused {
+        for (args, needle) in refused {
             let what = format!("{:?} {:?} {:?}", args.json, args.svg, args.dir);
-            assert!(Plan::from_args(args).is_err(), "{what}");
+            let e = Plan::from_args(args).err().unwrap_or_default();
+            assert!(e.contains(&needle), "{what}: {e:?} lacks {needle:?}");
         }
-        assert!(!tmp.join("missing").exists(), "nothing refused was created");
-        let svg = tmp.join("charts/new");
+        assert!(!missing.exists() && !tmp.join("charts").exists(), "nothing refused was created");
+        let svg = tmp.join("charts");
         let ok = BenchArgs {
             json: Some(tmp.join("out.json")),
             svg: Some(svg.clone()),

@@ -112,13 +112,35 @@ fn bad_output_paths_are_refused_first() {
     let file = dir.join("a-file");
     std::fs::write(&file, b"x").unwrap();
     let missing = dir.join("missing");
-    assert_usage_error(&["--json", &missing.join("out.json").to_string_lossy()], "does not exist");
+    let gone = format!("directory {} does not exist", missing.display());
+    // One rule for the three: the directory a path goes into must exist.
+    assert_usage_error(&["--json", &missing.join("out.json").to_string_lossy()], &gone);
+    assert_usage_error(&["--svg", &missing.join("charts").to_string_lossy()], &gone);
+    assert_usage_error(&["--dir", &missing.to_string_lossy()], &gone);
     assert_usage_error(&["--json", &dir.to_string_lossy()], "directory");
     assert_usage_error(&["--svg", &file.to_string_lossy()], "not a directory");
-    assert_usage_error(&["--dir", &missing.to_string_lossy()], "no such directory");
-    assert!(!missing.exists(), "nothing was created for a refused path");
+    assert_usage_error(&["--dir", &file.to_string_lossy()], &format!("{} is not a directory", file.display()));
+    assert_usage_error(&["--dir", "/etc/passwd"], "--dir /etc/passwd: /etc/passwd is not a directory");
+    // A refused run creates no --svg directory, even a valid one.
+    let charts = dir.join("charts");
+    assert_usage_error(&["--svg", &charts.to_string_lossy(), "--dir", &missing.to_string_lossy()], &gone);
+    assert!(!missing.exists() && !charts.exists(), "nothing was created for a refused path");
     assert_eq!(entries(&dir), vec!["a-file".to_string()]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A memory file system as `--dir` is refused up front, with the reason:
+/// its files would be memory, counted against the kernel engines' limit.
+#[test]
+fn a_memory_file_system_is_refused_as_dir() {
+    let shm = Path::new("/dev/shm");
+    let on_tmpfs = std::process::Command::new("stat").args(["-f", "-c", "%T", "/dev/shm"]).output();
+    if !shm.is_dir() || !on_tmpfs.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "tmpfs") {
+        eprintln!("skipped: /dev/shm is not a tmpfs here");
+        return;
+    }
+    assert_usage_error(&["--dir", "/dev/shm"], "--dir /dev/shm: a memory file system (tmpfs)");
+    assert_usage_error(&["--dir", "/dev/shm", "-w", "seq-write"], "no disk to write back to");
 }
 
 /// Starts a run that would take a minute, waits until its scratch

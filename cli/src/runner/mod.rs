@@ -8,6 +8,7 @@
 //! writes its table.
 
 mod child;
+mod leftovers;
 mod site;
 
 use std::fs;
@@ -26,7 +27,7 @@ use crate::report::{failed_row, rows_from, targets, to_json, Reference, ResultRo
 use crate::sys::{self, fmt_size, Machine};
 use crate::workloads::{build_spec, data_len, Group, Params, ReferenceContext, Spec};
 use child::run_worker;
-use site::{lay_out, lay_out_file, prepare_site, Site};
+use site::{lay_out, lay_out_file, parents, prepare_site, Site};
 
 pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// The signal that interrupted the run (its exit status is 128 + it).
@@ -87,6 +88,7 @@ pub fn run(args: BenchArgs) -> i32 {
     };
     install_signal_handlers();
     let mut notes: Vec<String> = std::mem::take(&mut plan.notes);
+    notes.extend(leftovers::remove_stale(&parents(&plan)));
     let mut site = match prepare_site(&mut plan, &mut notes) {
         Ok(s) => s,
         Err(e) => {

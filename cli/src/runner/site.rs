@@ -15,16 +15,20 @@ use crate::progress::say;
 use crate::sys::{self, fmt_size, IoBuffer, ALIGN};
 use crate::workloads::Place;
 
-/// The fresh directory a run works in. Dropping it removes it, so every
-/// way out of the run (an error, a signal, a panic while unwinding) leaves
-/// nothing behind.
-pub struct ScratchDir(PathBuf);
+/// The fresh directory a run works in, locked while the run lives (what a
+/// run killed outright leaves, the next one removes: [`super::leftovers`]).
+/// Dropping it removes it, so every other way out of the run (an error, a
+/// signal, a panic while unwinding) leaves nothing behind.
+pub struct ScratchDir {
+    path: PathBuf,
+    _lock: Option<fs::File>,
+}
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.0) {
+        if let Err(e) = fs::remove_dir_all(&self.path) {
             if e.kind() != io::ErrorKind::NotFound {
-                say(&format!("note: could not remove {}: {e}", self.0.display()));
+                say(&format!("note: could not remove {}: {e}", self.path.display()));
             }
         }
     }
@@ -39,12 +43,18 @@ pub struct Site {
     pub device: String,
 }
 
-fn pick_default_parent() -> Result<PathBuf, String> {
-    let cwd = std::env::current_dir().ok();
-    let mut candidates = vec![PathBuf::from("/var/tmp")];
-    candidates.extend(cwd);
+/// Where a run makes its fresh directory: `--dir`, or the first of
+/// /var/tmp, the current directory and /tmp on a disk where it can.
+pub fn parents(plan: &Plan) -> Vec<PathBuf> {
+    let mut candidates: Vec<PathBuf> = plan.args.dir.iter().cloned().collect();
+    candidates.push(PathBuf::from("/var/tmp"));
+    candidates.extend(std::env::current_dir().ok());
     candidates.push(PathBuf::from("/tmp"));
-    for c in candidates {
+    candidates
+}
+
+fn pick_default_parent(plan: &Plan) -> Result<PathBuf, String> {
+    for c in parents(plan) {
         if c.is_dir() && !sys::is_memory_fs(&c) {
             let probe = c.join(format!(".wbcache-bench-probe-{}", std::process::id()));
             if fs::create_dir(&probe).is_ok() {
@@ -64,17 +74,14 @@ pub fn prepare_site(plan: &mut Plan, notes: &mut Vec<String>) -> Result<Site, St
         return device_site(plan, &dev, notes);
     }
     let parent = match &plan.args.dir {
-        // Checked when the plan was made: it exists.
+        // Checked when the plan was made: a directory, on a disk.
         Some(d) => d.clone(),
-        None => pick_default_parent()?,
+        None => pick_default_parent(plan)?,
     };
     let dir = parent.join(format!("wbcache-bench-{}", std::process::id()));
     fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let dir = fs::canonicalize(&dir).unwrap_or(dir);
-    let scratch = ScratchDir(dir.clone());
-    if sys::is_memory_fs(&dir) {
-        notes.push(format!("{} is a memory file system: O_DIRECT engines will fail there", dir.display()));
-    }
+    let scratch = ScratchDir { _lock: super::leftovers::lock(&dir), path: dir.clone() };
     let (fs_type, source) = sys::mount_of(&dir).map(|(t, s, _)| (t, s)).unwrap_or(("unknown".into(), "unknown".into()));
     let free = sys::free_bytes(&dir).unwrap_or(u64::MAX);
     let need = match &plan.custom {
