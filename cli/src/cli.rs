@@ -124,6 +124,11 @@ pub struct BenchArgs {
     /// Do not drop the kernel's caches between runs.
     #[arg(long)]
     pub no_drop_caches: bool,
+    /// Compare the kernel engines with wbcache even when they run without
+    /// their memory cgroup (not as root, or --no-cgroup): verdicts against
+    /// them are withheld otherwise.
+    #[arg(long)]
+    pub allow_unfair: bool,
     /// Print wbcache's stats after each wbcache run (stderr).
     #[arg(short, long)]
     pub verbose: bool,

@@ -294,6 +294,12 @@ pub fn device_in_use(dev: &Path) -> Option<String> {
     None
 }
 
+/// Whether this process may drop the kernel's caches (as root, with a
+/// writable `/proc/sys`), found without dropping them.
+pub fn can_drop_caches() -> io::Result<()> {
+    fs::OpenOptions::new().write(true).open("/proc/sys/vm/drop_caches").map(drop)
+}
+
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`.
 pub fn drop_caches() -> io::Result<()> {
     // SAFETY: sync(2) takes no arguments and cannot fail.

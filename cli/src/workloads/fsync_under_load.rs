@@ -740,6 +740,6 @@ mod tests {
         let alone: Vec<ResultRow> = good.into_iter().filter(|r| r.engine == "wbcache").collect();
         assert_eq!(verdicts(&alone, "fsync-under-load").len(), 3);
         // No fsync-under-load rows, no lines about it.
-        assert!(targets(&[], 1 << 30, &[]).is_none());
+        assert!(targets(&[], 1 << 30, &[], true).is_none());
     }
 }

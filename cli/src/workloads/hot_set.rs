@@ -478,7 +478,9 @@ mod tests {
     fn hot_set_groups_and_selections() {
         let groups = groups_for("hot-set", None).unwrap();
         assert_eq!(variants_of(&groups), ["alone", "write-stream", "read-stream"]);
-        assert!(groups.iter().all(|g| g.workload == "hot-set" && EngineKind::WITHOUT_PRELOAD.iter().all(|e| g.runs_on(*e))));
+        assert!(groups
+            .iter()
+            .all(|g| g.workload == "hot-set" && EngineKind::WITHOUT_PRELOAD.iter().all(|e| g.runs_on(*e))));
         assert!(groups.iter().all(|g| !g.runs_on(EngineKind::WbcachePreload)));
         assert_eq!(groups.iter().map(Group::needs_data).collect::<Vec<_>>(), [false, false, true]);
         assert_eq!(groups[1].slug(), "hot-set-write-stream");
@@ -650,7 +652,7 @@ mod tests {
         );
         // write-stream: 99.5% and 0.96×; read-stream: 98% and 0.80×.
         assert_eq!(v.iter().map(|(_, met)| *met).collect::<Vec<_>>(), [true, true, false, false]);
-        let table = targets(&rows, 1 << 30, &[]).unwrap();
+        let table = targets(&rows, 1 << 30, &[], true).unwrap();
         assert!(table.contains("| 99.5% (kernel-buffered 25.0%) | met |"), "{table}");
         assert!(table.contains("| 24,000 vs 25,000 MB/s alone (0.96×); kernel-buffered 0.40× | met |"), "{table}");
         assert!(table.contains("| 98.0% (kernel-buffered 50.0%) | NOT met |"), "{table}");

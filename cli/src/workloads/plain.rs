@@ -408,10 +408,10 @@ mod tests {
         let mut row = ResultRow::empty(&group, EngineKind::Wbcache, None, Status::Ok, None);
         row.throughput_mb_s = Some(1900.0);
         let reference = Reference::direct_read(&group, 256 << 20, 1 << 20, 16, 2000.0);
-        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference), true).unwrap();
         assert!(table.contains("as much fresh memory | 1900 vs 2000 MB/s (0.95×) | met"), "{table}");
         row.throughput_mb_s = Some(1700.0);
-        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference), true).unwrap();
         assert!(table.contains("1700 vs 2000 MB/s (0.85×) | NOT met"), "{table}");
         let sentence = reference.sentence();
         assert!(sentence.contains("256M of fresh memory") && sentence.contains("2000 MB/s"), "{sentence}");

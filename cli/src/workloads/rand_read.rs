@@ -319,22 +319,22 @@ mod tests {
         let mut row = ResultRow::empty(&group, EngineKind::Wbcache, group.variant.clone(), Status::Ok, None);
         row.us_per_call = Some(0.5);
         let reference = Reference::memcpy(&group, 64 << 20, 0.4);
-        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference), true).unwrap();
         assert!(
             table.contains("wbcache ≤ the bare memcpy + 0.05 µs | 0.500 µs (bare memcpy 0.400 µs) | NOT met"),
             "{table}"
         );
         row.us_per_call = Some(0.449);
-        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference), true).unwrap();
         assert!(table.contains("0.449 µs (bare memcpy 0.400 µs) | met"), "{table}");
-        assert!(targets(std::slice::from_ref(&row), 1 << 30, &[]).is_none(), "no reference, no bound");
+        assert!(targets(std::slice::from_ref(&row), 1 << 30, &[], true).is_none(), "no reference, no bound");
         let offset0 = groups.iter().find(|g| g.variant.as_deref() == Some("cached-4k-offset0")).unwrap();
         let mut at0 = ResultRow::empty(offset0, EngineKind::Wbcache, offset0.variant.clone(), Status::Ok, None);
         at0.us_per_call = Some(0.085);
-        let table = targets(std::slice::from_ref(&at0), 1 << 30, &[]).unwrap();
+        let table = targets(std::slice::from_ref(&at0), 1 << 30, &[], true).unwrap();
         assert!(table.contains("same 4 KiB): wbcache ≤ 0.10 µs | 0.085 µs | met"), "{table}");
         at0.us_per_call = Some(0.12);
-        let table = targets(std::slice::from_ref(&at0), 1 << 30, &[]).unwrap();
+        let table = targets(std::slice::from_ref(&at0), 1 << 30, &[], true).unwrap();
         assert!(table.contains("| 0.120 µs | NOT met"), "{table}");
         assert!(reference.sentence().contains("64M buffer"), "{}", reference.sentence());
         let machine = Machine { kernel: "k".into(), cpus: 2, mem_bytes: 1, fs: "ext4".into(), device: "vda".into() };
