@@ -30,7 +30,7 @@ pub struct Cli {
 pub enum Command {
     /// Measure Linux writeback workloads on the kernel's buffered,
     /// RWF_DONTCACHE and O_DIRECT paths and on wbcache, side by side.
-    #[command(after_long_help = long_help())]
+    #[command(after_help = crate::help::short())]
     Bench(Box<BenchArgs>),
     /// Run a program with its file I/O under the given directories through
     /// wbcache (libwbcache_preload.so preloaded): wbcache run --paths /data
@@ -41,169 +41,100 @@ pub enum Command {
     BenchWorker,
 }
 
+/// `bench`'s options. Each one's help is one line; what needs more is in
+/// `--list` ([`crate::help`]).
 #[derive(Args, Debug, Default)]
 pub struct BenchArgs {
-    /// Workloads to run, comma separated: names from --list, small-overwrite
-    /// variants (e.g. pwrite-1k-2m-file), parallel-writeback variants
-    /// (parallel-writeback/files, parallel-writeback/shared/region-4),
-    /// hot-set variants (hot-set/write-stream), sqlite variants
-    /// (sqlite/wal-streaming), advice variants (advice/stream-sync-range),
-    /// fio variants (fio/rand-read-4k-cached, fio/seq-write-1m/processes),
-    /// rocksdb variants (rocksdb/readrandom), `all`, or `default`. Without
-    /// it, the default suite runs (about 8-9 minutes; fio and rocksdb, which
-    /// run the installed fio and db_bench, only by name or with `all`).
+    /// Workloads to run, comma separated: see --list (default: the default suite)
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
-    /// Engines to run, comma separated (default: all five).
+    /// Engines to run, comma separated (default: all)
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub engines: Vec<String>,
-    /// Memory for both sides: wbcache's capacity and the kernel engines'
-    /// memory cgroup limit. Default 256M (128M with --quick).
+    /// wbcache's memory and the kernel engines' limit (default 256M)
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
-    /// File size of the streaming and random workloads (default 2 × --memory).
+    /// File size of the streaming workloads (default 2 × --memory)
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
-    /// Duration of the time-based workloads, e.g. 10, 5s, 500ms (default 5 s;
-    /// 1 s with --quick). Size-based workloads stop
-    /// at 6 × this; per-call workloads at a quarter of it (0.25-2 s).
+    /// Duration of the time-based workloads: 10, 5s, 500ms (default 5 s)
     #[arg(long, value_name = "TIME")]
     pub runtime: Option<String>,
-    /// A wbcache option (same keys as the C ABI), repeatable:
-    /// --set dirty_limit=64M --set io=threads.
+    /// A wbcache option, repeatable: --set dirty_limit=64M
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Directory for the test files; a fresh subdirectory is made in it and
-    /// removed afterwards (default: under /var/tmp or the current directory,
-    /// never a tmpfs). It must exist: a missing one is refused, not created.
+    /// Existing directory on a disk to run in (default /var/tmp)
     #[arg(long, value_name = "DIR", conflicts_with = "device")]
     pub dir: Option<PathBuf>,
-    /// Run on a raw block device instead of files. DESTROYS ITS CONTENTS;
-    /// refused without --yes-destroy.
+    /// Run on a raw block device instead of files: DESTROYS ITS DATA
     #[arg(long, value_name = "DEV")]
     pub device: Option<PathBuf>,
-    /// Confirms that --device may be overwritten.
+    /// Confirms that --device may be overwritten
     #[arg(long)]
     pub yes_destroy: bool,
-    /// Write all results as JSON (schema version 1) to FILE; `references` lists figures measured without an
-    /// engine that put the results in context: a bare memcpy of the cached-4k pattern (`us_per_call`), and a bare
-    /// O_DIRECT read of seq-read's file into as much fresh memory as --memory (`mb_s`).
+    /// Write every result as JSON (schema version 1) to FILE
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write SVG charts (throughput per second, latency percentiles, dirty
-    /// bytes over time; for fsync-under-load, each fsync's latency over
-    /// time) and an index.html into DIR.
+    /// Write SVG charts and an index.html into DIR (made if new)
     #[arg(long, value_name = "DIR")]
     pub svg: Option<PathBuf>,
-    /// A smoke subset with tiny sizes, one to two minutes (what CI runs).
+    /// A smoke subset with small sizes, one to two minutes
     #[arg(long)]
     pub quick: bool,
-    /// List the workloads and engines, then exit.
-    #[arg(long)]
+    /// Describe the workloads, engines, suites and options in full, then exit
+    #[arg(long, alias = "help-workloads")]
     pub list: bool,
-    /// Kill a measurement that runs longer than this many seconds (default:
-    /// twice its time cap plus 60 s).
+    /// Kill a measurement after SECS seconds (default: 2 × its cap + 60 s)
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
-    /// Run every measurement N times and report the run with the median
-    /// throughput (µs/call for per-call rows, fsync total for
-    /// fsync-under-load's foreground, writeback MB/s for
-    /// parallel-writeback, the hot reader's MB/s for hot-set, transactions
-    /// per second for sqlite): on a shared, noisy machine one run can
-    /// mislead.
+    /// Report each measurement's median of N runs; 3 or more judge targets
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub repeat: u32,
-    /// parallel-writeback: the writeback worker counts its wbcache rows try,
-    /// comma separated, each with writeback_routing=rotor and =region
-    /// (default 1,2,4; single-1 always runs as the baseline).
+    /// parallel-writeback's writeback worker counts (default 1,2,4)
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub writeback_workers: Vec<String>,
-    /// Do not put kernel engines into a memory cgroup.
+    /// Run the kernel engines without their memory cgroup (not comparable)
     #[arg(long)]
     pub no_cgroup: bool,
-    /// Do not drop the kernel's caches between runs.
+    /// Do not drop the kernel's caches before each measurement
     #[arg(long)]
     pub no_drop_caches: bool,
-    /// Compare the kernel engines with wbcache even when they run without
-    /// their memory cgroup (not as root, or --no-cgroup): verdicts against
-    /// them are withheld otherwise.
+    /// Judge the kernel engines' rows even without their memory cgroup
     #[arg(long)]
     pub allow_unfair: bool,
-    /// Print wbcache's stats after each wbcache run (stderr).
+    /// Print wbcache's stats after each wbcache run (stderr)
     #[arg(short, long)]
     pub verbose: bool,
-    /// Run one job described with fio's options (below) on every engine,
-    /// instead of the built-in workloads: same tables, JSON and charts.
-    /// `--size` is each thread's I/O (default 2 × --memory) and `--runtime`,
-    /// when given, caps it. Example: --custom --rw=randrw --rwmixread=70
-    /// --bs=4k --numjobs=4 --fsync=32.
+    /// Run one job described with the options below, instead of the workloads
     #[arg(long, conflicts_with_all = ["workloads", "quick"], help_heading = "fio-style job")]
     pub custom: bool,
-    /// fio's --rw: read, write, randread, randwrite or randrw (default read).
+    /// read, write, randread, randwrite or randrw (default read)
     #[arg(long, requires = "custom", value_name = "MODE", help_heading = "fio-style job")]
     pub rw: Option<String>,
-    /// fio's --bs: the size of each request (default 4k).
+    /// The size of each request (default 4k)
     #[arg(long, requires = "custom", value_name = "SIZE", help_heading = "fio-style job")]
     pub bs: Option<String>,
-    /// fio's --numjobs: threads, each with its own files (default 1, at most 64).
+    /// Threads, each over files of its own (default 1, at most 64)
     #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
     pub numjobs: Option<u64>,
-    /// fio's --nrfiles: files per thread, used round robin; --size is split
-    /// between them (default 1, at most 1024).
+    /// Files per thread, used round robin (default 1, at most 1024)
     #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
     pub nrfiles: Option<u64>,
-    /// fio's --rwmixread: percentage of reads with --rw=randrw (default 50).
+    /// Percentage of reads with --rw=randrw (default 50)
     #[arg(long, requires = "custom", value_name = "PERCENT", help_heading = "fio-style job")]
     pub rwmixread: Option<u64>,
-    /// fio's --fsync: fsync a file after every N writes to it (default 0: never).
+    /// fsync a file after every N writes to it (default 0: never)
     #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
     pub fsync: Option<u64>,
-    /// fio's --end_fsync: fsync every file when the thread finishes.
+    /// fsync every file when the thread finishes
     #[arg(long, alias = "end_fsync", requires = "custom", help_heading = "fio-style job")]
     pub end_fsync: bool,
-    /// Uncached I/O (RWF_DONTCACHE, fio's --uncached): runs kernel-dontcache and
-    /// wbcache-dontcache, with kernel-buffered as the ratio's baseline, unless
-    /// --engines says otherwise.
+    /// Uncached I/O (RWF_DONTCACHE) on the dontcache engines
     #[arg(long, requires = "custom", help_heading = "fio-style job")]
     pub dontcache: bool,
-    /// Run your own fio job file (fio must be installed) on kernel-buffered, kernel-direct (--direct=1 added) and
-    /// wbcache (fio under libwbcache_preload.so, as wbcache run runs it), instead of the built-in workloads, and
-    /// print fio's own figures side by side: per job, read and write MB/s, IOPS, p50 and p99. Each engine's fio
-    /// runs in a fresh directory (--directory: the file's relative file names land there, and only files there
-    /// go through the cache), every job as a thread of one fio process (--thread). A run is killed after
-    /// --timeout seconds (default: twice --runtime plus 11 minutes).
+    /// Run your fio job file on kernel-buffered, kernel-direct and wbcache
     #[arg(long, value_name = "JOBFILE", conflicts_with_all = ["workloads", "quick", "custom"])]
     pub fio: Option<PathBuf>,
-}
-
-fn long_help() -> String {
-    let mut s = String::from("Workloads (what each models, and the public measurement it follows):\n");
-    for w in WORKLOADS.iter().map(|w| w.info()) {
-        s.push_str(&format!("  {:<19} {}\n  {:<19} models: {}\n", w.name, w.about, "", w.models));
-        if let Some(source) = w.source {
-            s.push_str(&format!("  {:<19} follows: {source}\n", ""));
-        }
-    }
-    s.push_str("\nEngines:\n");
-    for e in EngineKind::ALL {
-        s.push_str(&format!("  {:<19} {}\n", e.name(), e.describe()));
-    }
-    s.push_str(
-        "  (small-overwrite call shapes: kernel-buffered/-dontcache use lseek (untimed) + write(2) or writev(2), or \
-         pwrite(2)/pwritev2; kernel-direct uses positioned io_uring writes for all three; wbcache engines map write \
-         and pwrite to one write_at and writev to one write_vectored_at)\n",
-    );
-    s.push_str(&format!(
-        "\nDefault suite (no --workloads): every workload but fio and rocksdb (by name or with `all`), \
-         small-overwrite variants {}.\n\
-         --quick: the same with small-overwrite {}, --memory 128M, --runtime 1s, a 4M sqlite database (and a 16M \
-         rocksdb one).\n\
-         Without --quick, any selection runs with --memory 256M, --size 2 × memory, --runtime 5s unless given, \
-         so a workload alone measures what it measures in the default suite.\n",
-        DEFAULT_OVERWRITES.join(", "),
-        QUICK_OVERWRITES.join(", ")
-    ));
-    s
 }
 
 pub const DEFAULT_OVERWRITES: &[&str] =
@@ -213,14 +144,6 @@ pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"
 pub const SQLITE_QUICK_DATA: u64 = 4 * MIB;
 /// The database `rocksdb` builds with --quick.
 pub const ROCKSDB_QUICK_DATA: u64 = 16 * MIB;
-
-pub fn list_text() -> String {
-    let mut s = long_help();
-    for listed in WORKLOADS.iter().filter_map(|w| w.listed_variants()) {
-        s.push_str(&format!("\n{listed}\n"));
-    }
-    s
-}
 
 /// Everything `bench` will do.
 pub struct Plan {

@@ -201,6 +201,90 @@ fn list_and_help_succeed() {
     }
 }
 
+/// `bench --help` is short: the options and one line per workload and
+/// engine; what each workload does and models is behind `--list` (also
+/// `--help-workloads`), with the options' details.
+#[test]
+fn help_is_short_and_list_has_the_rest() {
+    let out = run(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.lines().count() <= 80, "{} lines:\n{help}", help.lines().count());
+    for name in ["seq-write", "fsync-under-load", "small-overwrite", "rocksdb", "kernel-direct", "wbcache-preload"] {
+        assert_eq!(help.lines().filter(|l| l.starts_with(&format!("  {name} "))).count(), 1, "{name}:\n{help}");
+    }
+    assert!(!help.contains("models:") && help.contains("--list"), "{help}");
+    assert!(help.contains("--allow-unfair"), "{help}");
+    let list = run(&["--list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("Options in detail:") && text.contains("drop_caches"), "{text}");
+    let alias = run(&["--help-workloads"]);
+    assert_eq!(alias.status.code(), Some(0));
+    assert_eq!(alias.stdout, list.stdout, "--help-workloads is --list");
+}
+
+/// Every option scripts use is still accepted (each set checked with
+/// --list, which then prints the catalog and exits 0).
+#[test]
+fn every_option_is_still_accepted() {
+    let catalog = [
+        "-w",
+        "seq-write",
+        "-e",
+        "wbcache",
+        "--memory",
+        "64M",
+        "--size",
+        "64M",
+        "--runtime",
+        "1",
+        "--set",
+        "io=threads",
+        "--dir",
+        "/var/tmp",
+        "--json",
+        "/nonexistent/x.json",
+        "--svg",
+        "/nonexistent/x",
+        "--quick",
+        "--timeout",
+        "5",
+        "--repeat",
+        "3",
+        "--writeback-workers",
+        "1",
+        "--no-cgroup",
+        "--no-drop-caches",
+        "--allow-unfair",
+        "-v",
+    ];
+    let custom = [
+        "--custom",
+        "--rw",
+        "randrw",
+        "--bs",
+        "4k",
+        "--numjobs",
+        "2",
+        "--nrfiles",
+        "2",
+        "--rwmixread",
+        "70",
+        "--fsync",
+        "8",
+        "--end_fsync",
+        "--dontcache",
+    ];
+    let others: [&[&str]; 3] =
+        [&["--device", "/dev/null", "--yes-destroy"], &["--fio", "/dev/null"], &["--end-fsync", "--custom"]];
+    for args in [&catalog[..], &custom[..]].into_iter().chain(others) {
+        let mut all = args.to_vec();
+        all.push("--list");
+        let out = run(&all);
+        assert_eq!(out.status.code(), Some(0), "{all:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 /// `bench | head`: once nobody reads the tables, the run stops as if
 /// interrupted (exit 141, SIGPIPE's status), and cleans up.
 #[test]

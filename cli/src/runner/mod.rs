@@ -20,8 +20,9 @@ use serde_json::json;
 
 use crate::bench_worker::Status;
 use crate::cgroup::MemCgroups;
-use crate::cli::{list_text, BenchArgs, Plan};
+use crate::cli::{BenchArgs, Plan};
 use crate::engines::{EngineKind, DIRECT_DEPTH};
+use crate::help::list_text;
 use crate::progress::{say, Progress};
 use crate::report::{failed_row, rows_from, targets, to_json, verdict_count, Reference, ResultRow};
 use crate::sys::{self, fmt_size, Machine};

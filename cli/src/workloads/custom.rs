@@ -24,7 +24,7 @@ pub struct Custom;
 pub static CUSTOM: Custom = Custom;
 
 /// Its name in the rows; it has no catalog entry to say more.
-static INFO: WorkloadInfo = WorkloadInfo { name: "custom", about: "", models: "", source: None };
+static INFO: WorkloadInfo = WorkloadInfo { name: "custom", summary: "", about: "", models: "", source: None };
 
 /// fio's `--rw` values that make sense for a synchronous API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -37,6 +37,7 @@ pub static HOT_SET: HotSetWorkload = HotSetWorkload;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "hot-set",
+    summary: "a hot file read over and over while a stream passes through the cache",
     about: "cache protection: a hot reader reads a hot file of a quarter of --memory over and over (256 KiB \
             sequential reads, wrapping; the file is written and read twice before the timed part, so it starts \
             out cached) while a streamer moves --size (twice the memory) through the engine. Variants alone (the \

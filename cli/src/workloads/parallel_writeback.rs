@@ -30,6 +30,7 @@ pub static PARALLEL_WRITEBACK: ParallelWriteback = ParallelWriteback;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "parallel-writeback",
+    summary: "12 writers dirtying twice the memory: writeback MB/s and CPU per GiB",
     about:
         "12 writers at once, 4 KiB random writes (every block once, random order), --size (twice the memory) in all, \
             stopped after --runtime, then fsync: the writeback's MB/s until everything is clean, and the machine's CPU \

@@ -28,6 +28,7 @@ pub static RAND_READ: RandRead = RandRead;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "rand-read",
+    summary: "4 KiB random reads, cold and cached (µs per call when cached)",
     about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M, past the L2 caches: the copy's memory traffic dominates; a bare memcpy of the same pattern is measured as the reference); cached-4k-offset0, the same cached 4 KiB at offset 0 (the read path's own cost); cached-4k-written, as cached-4k in a region written before in 4 KiB writes in random order (a database's hot pages: a cache of many 4 KiB folios, where finding the folio costs most)",
     models: "point lookups: cold over a table larger than memory, and hot inside a cached working set",
     source: Some("libMicro's pread_u4k case (the cached-4k-offset0 variant)"),

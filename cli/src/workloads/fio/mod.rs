@@ -44,6 +44,7 @@ pub static FIO: Fio = Fio;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "fio",
+    summary: "fio itself running its own jobs (installed fio; by name or with `all`)",
     about: "fio itself (it must be installed) running its own jobs on each engine, its figures from its JSON \
             report: MB/s, IOPS, and its completion latency's p50 and p99 per direction. kernel-buffered runs fio as \
             it is (--ioengine=psync), kernel-direct adds --direct=1, wbcache runs it under libwbcache_preload.so \
