@@ -307,6 +307,34 @@ fn a_closed_output_stops_the_run_and_cleans_up() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Output closed mid-measurement, after the header was read: the run
+/// notices without printing (a measurement can take minutes), stops with
+/// 141 and cleans up.
+#[test]
+fn an_output_closed_mid_measurement_stops_the_run() {
+    use std::io::{BufRead, BufReader};
+    let dir = scratch("closed-mid-run");
+    let mut child = wbcache()
+        .args(["bench", "-w", "files-32", "-e", "wbcache", "--memory", "32M", "--runtime", "60", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn wbcache");
+    let mut header = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut header).unwrap();
+    assert!(header.starts_with("## wbcache bench"), "{header:?}");
+    // The reader is dropped here, with the rest of the header unread.
+    std::thread::sleep(Duration::from_secs(1));
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?} to stop", started.elapsed());
+    assert_eq!(status.code(), Some(141));
+    assert!(entries(&dir).is_empty(), "left behind: {:?}", entries(&dir));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `wbcache run` checks everything before the program starts: a missing
 /// directory, a file given as a directory, an unknown or bad option and a
 /// missing program are each one line and exit 2, the program never run

@@ -55,8 +55,25 @@ fn print_stdout(progress: &mut Progress, text: &str) {
     let mut out = io::stdout().lock();
     let written = writeln!(out, "{text}").and_then(|()| out.flush());
     if written.is_err_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
-        INTERRUPTED_BY.store(libc::SIGPIPE, Ordering::SeqCst);
-        INTERRUPTED.store(true, Ordering::SeqCst);
+        stop_for_closed_output();
+    }
+}
+
+fn stop_for_closed_output() {
+    INTERRUPTED_BY.store(libc::SIGPIPE, Ordering::SeqCst);
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Stops the run as [`print_stdout`] does when stdout is a pipe nobody
+/// reads any more, found without writing: between two tables (a
+/// measurement can take minutes) the run notices too.
+pub(crate) fn stop_if_output_closed() {
+    let mut fd = libc::pollfd { fd: libc::STDOUT_FILENO, events: 0, revents: 0 };
+    // SAFETY: poll(2) of one descriptor, without waiting, on a pollfd this
+    // function owns; POLLERR is reported without being asked.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    if ready > 0 && fd.revents & libc::POLLERR != 0 {
+        stop_for_closed_output();
     }
 }
 
