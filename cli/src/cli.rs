@@ -1,14 +1,14 @@
 //! Command line: `wbcache bench [options]`, and the resolution of options
 //! and suites into a [`Plan`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 use wbcache::parse_size;
 use wbcache::Config;
 
 use crate::engines::EngineKind;
-use crate::sys::fmt_size;
+use crate::sys::{exact_size, fmt_size};
 use crate::workloads::custom::{FioJob, FioRw};
 use crate::workloads::parallel_writeback::{PW_DEFAULT_WORKERS, PW_MAX_WORKERS};
 use crate::workloads::{custom, expand, Group, Params, Selection, WORKLOADS};
@@ -30,7 +30,7 @@ pub struct Cli {
 pub enum Command {
     /// Measure Linux writeback workloads on the kernel's buffered,
     /// RWF_DONTCACHE and O_DIRECT paths and on wbcache, side by side.
-    #[command(after_long_help = long_help())]
+    #[command(after_help = crate::help::short())]
     Bench(Box<BenchArgs>),
     /// Run a program with its file I/O under the given directories through
     /// wbcache (libwbcache_preload.so preloaded): wbcache run --paths /data
@@ -41,164 +41,100 @@ pub enum Command {
     BenchWorker,
 }
 
+/// `bench`'s options. Each one's help is one line; what needs more is in
+/// `--list` ([`crate::help`]).
 #[derive(Args, Debug, Default)]
 pub struct BenchArgs {
-    /// Workloads to run, comma separated: names from --list, small-overwrite
-    /// variants (e.g. pwrite-1k-2m-file), parallel-writeback variants
-    /// (parallel-writeback/files, parallel-writeback/shared/region-4),
-    /// hot-set variants (hot-set/write-stream), sqlite variants
-    /// (sqlite/wal-streaming), advice variants (advice/stream-sync-range),
-    /// fio variants (fio/rand-read-4k-cached, fio/seq-write-1m/processes),
-    /// rocksdb variants (rocksdb/readrandom), `all`, or `default`. Without
-    /// it, the default suite runs (about 8-9 minutes; fio and rocksdb, which
-    /// run the installed fio and db_bench, only by name or with `all`).
+    /// Workloads to run, comma separated: see --list (default: the default suite)
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
-    /// Engines to run, comma separated (default: all five).
+    /// Engines to run, comma separated (default: all)
     #[arg(short, long, value_delimiter = ',', value_name = "LIST")]
     pub engines: Vec<String>,
-    /// Memory for both sides: wbcache's capacity and the kernel engines'
-    /// memory cgroup limit. Default 256M (128M with --quick).
+    /// wbcache's memory and the kernel engines' limit (default 256M)
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
-    /// File size of the streaming and random workloads (default 2 × --memory).
+    /// File size of the streaming workloads (default 2 × --memory)
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
-    /// Duration of the time-based workloads, e.g. 10, 5s, 500ms (default 5 s;
-    /// 1 s with --quick). Size-based workloads stop
-    /// at 6 × this; per-call workloads at a quarter of it (0.25-2 s).
+    /// Duration of the time-based workloads: 10, 5s, 500ms (default 5 s)
     #[arg(long, value_name = "TIME")]
     pub runtime: Option<String>,
-    /// A wbcache option (same keys as the C ABI), repeatable:
-    /// --set dirty_limit=64M --set io=threads.
+    /// A wbcache option, repeatable: --set dirty_limit=64M
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Directory for the test files; a fresh subdirectory is made in it and
-    /// removed afterwards (default: under /var/tmp or the current directory,
-    /// never a tmpfs). It must exist: a missing one is refused, not created.
+    /// Existing directory on a disk to run in (default /var/tmp)
     #[arg(long, value_name = "DIR", conflicts_with = "device")]
     pub dir: Option<PathBuf>,
-    /// Run on a raw block device instead of files. DESTROYS ITS CONTENTS;
-    /// refused without --yes-destroy.
+    /// Run on a raw block device instead of files: DESTROYS ITS DATA
     #[arg(long, value_name = "DEV")]
     pub device: Option<PathBuf>,
-    /// Confirms that --device may be overwritten.
+    /// Confirms that --device may be overwritten
     #[arg(long)]
     pub yes_destroy: bool,
-    /// Write all results as JSON (schema version 1) to FILE; `references` lists figures measured without an
-    /// engine that put the results in context: a bare memcpy of the cached-4k pattern (`us_per_call`), and a bare
-    /// O_DIRECT read of seq-read's file into as much fresh memory as --memory (`mb_s`).
+    /// Write every result as JSON (schema version 1) to FILE
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write SVG charts (throughput per second, latency percentiles, dirty
-    /// bytes over time; for fsync-under-load, each fsync's latency over
-    /// time) and an index.html into DIR.
+    /// Write SVG charts and an index.html into DIR (made if new)
     #[arg(long, value_name = "DIR")]
     pub svg: Option<PathBuf>,
-    /// A smoke subset with tiny sizes, one to two minutes (what CI runs).
+    /// A smoke subset with small sizes, one to two minutes
     #[arg(long)]
     pub quick: bool,
-    /// List the workloads and engines, then exit.
-    #[arg(long)]
+    /// Describe the workloads, engines, suites and options in full, then exit
+    #[arg(long, alias = "help-workloads")]
     pub list: bool,
-    /// Kill a measurement that runs longer than this many seconds (default:
-    /// twice its time cap plus 60 s).
+    /// Kill a measurement after SECS seconds (default: 2 × its cap + 60 s)
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
-    /// Run every measurement N times and report the run with the median
-    /// throughput (µs/call for per-call rows, fsync total for
-    /// fsync-under-load's foreground, writeback MB/s for
-    /// parallel-writeback, the hot reader's MB/s for hot-set, transactions
-    /// per second for sqlite): on a shared, noisy machine one run can
-    /// mislead.
+    /// Report each measurement's median of N runs; 3 or more judge targets
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub repeat: u32,
-    /// parallel-writeback: the writeback worker counts its wbcache rows try,
-    /// comma separated, each with writeback_routing=rotor and =region
-    /// (default 1,2,4; single-1 always runs as the baseline).
+    /// parallel-writeback's writeback worker counts (default 1,2,4)
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub writeback_workers: Vec<String>,
-    /// Do not put kernel engines into a memory cgroup.
+    /// Run the kernel engines without their memory cgroup (not comparable)
     #[arg(long)]
     pub no_cgroup: bool,
-    /// Do not drop the kernel's caches between runs.
+    /// Do not drop the kernel's caches before each measurement
     #[arg(long)]
     pub no_drop_caches: bool,
-    /// Print wbcache's stats after each wbcache run (stderr).
+    /// Judge the kernel engines' rows even without their memory cgroup
+    #[arg(long)]
+    pub allow_unfair: bool,
+    /// Print wbcache's stats after each wbcache run (stderr)
     #[arg(short, long)]
     pub verbose: bool,
-    /// Run one job described with fio's options (below) on every engine,
-    /// instead of the built-in workloads: same tables, JSON and charts.
-    /// `--size` is each thread's I/O (default 2 × --memory) and `--runtime`,
-    /// when given, caps it. Example: --custom --rw=randrw --rwmixread=70
-    /// --bs=4k --numjobs=4 --fsync=32.
+    /// Run one job described with the options below, instead of the workloads
     #[arg(long, conflicts_with_all = ["workloads", "quick"], help_heading = "fio-style job")]
     pub custom: bool,
-    /// fio's --rw: read, write, randread, randwrite or randrw (default read).
+    /// read, write, randread, randwrite or randrw (default read)
     #[arg(long, requires = "custom", value_name = "MODE", help_heading = "fio-style job")]
     pub rw: Option<String>,
-    /// fio's --bs: the size of each request (default 4k).
+    /// The size of each request (default 4k)
     #[arg(long, requires = "custom", value_name = "SIZE", help_heading = "fio-style job")]
     pub bs: Option<String>,
-    /// fio's --numjobs: threads, each with its own files (default 1, at most 64).
+    /// Threads, each over files of its own (default 1, at most 64)
     #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
     pub numjobs: Option<u64>,
-    /// fio's --nrfiles: files per thread, used round robin; --size is split
-    /// between them (default 1, at most 1024).
+    /// Files per thread, used round robin (default 1, at most 1024)
     #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
     pub nrfiles: Option<u64>,
-    /// fio's --rwmixread: percentage of reads with --rw=randrw (default 50).
+    /// Percentage of reads with --rw=randrw (default 50)
     #[arg(long, requires = "custom", value_name = "PERCENT", help_heading = "fio-style job")]
     pub rwmixread: Option<u64>,
-    /// fio's --fsync: fsync a file after every N writes to it (default 0: never).
+    /// fsync a file after every N writes to it (default 0: never)
     #[arg(long, requires = "custom", value_name = "N", help_heading = "fio-style job")]
     pub fsync: Option<u64>,
-    /// fio's --end_fsync: fsync every file when the thread finishes.
+    /// fsync every file when the thread finishes
     #[arg(long, alias = "end_fsync", requires = "custom", help_heading = "fio-style job")]
     pub end_fsync: bool,
-    /// Uncached I/O (RWF_DONTCACHE, fio's --uncached): runs kernel-dontcache and
-    /// wbcache-dontcache, with kernel-buffered as the ratio's baseline, unless
-    /// --engines says otherwise.
+    /// Uncached I/O (RWF_DONTCACHE) on the dontcache engines
     #[arg(long, requires = "custom", help_heading = "fio-style job")]
     pub dontcache: bool,
-    /// Run your own fio job file (fio must be installed) on kernel-buffered, kernel-direct (--direct=1 added) and
-    /// wbcache (fio under libwbcache_preload.so, as wbcache run runs it), instead of the built-in workloads, and
-    /// print fio's own figures side by side: per job, read and write MB/s, IOPS, p50 and p99. Each engine's fio
-    /// runs in a fresh directory (--directory: the file's relative file names land there, and only files there
-    /// go through the cache), every job as a thread of one fio process (--thread). A run is killed after
-    /// --timeout seconds (default: twice --runtime plus 11 minutes).
+    /// Run your fio job file on kernel-buffered, kernel-direct and wbcache
     #[arg(long, value_name = "JOBFILE", conflicts_with_all = ["workloads", "quick", "custom"])]
     pub fio: Option<PathBuf>,
-}
-
-fn long_help() -> String {
-    let mut s = String::from("Workloads (what each models, and the public measurement it follows):\n");
-    for w in WORKLOADS.iter().map(|w| w.info()) {
-        s.push_str(&format!("  {:<19} {}\n  {:<19} models: {}\n", w.name, w.about, "", w.models));
-        if let Some(source) = w.source {
-            s.push_str(&format!("  {:<19} follows: {source}\n", ""));
-        }
-    }
-    s.push_str("\nEngines:\n");
-    for e in EngineKind::ALL {
-        s.push_str(&format!("  {:<19} {}\n", e.name(), e.describe()));
-    }
-    s.push_str(
-        "  (small-overwrite call shapes: kernel-buffered/-dontcache use lseek (untimed) + write(2) or writev(2), or \
-         pwrite(2)/pwritev2; kernel-direct uses positioned io_uring writes for all three; wbcache engines map write \
-         and pwrite to one write_at and writev to one write_vectored_at)\n",
-    );
-    s.push_str(&format!(
-        "\nDefault suite (no --workloads): every workload but fio and rocksdb (by name or with `all`), \
-         small-overwrite variants {}.\n\
-         --quick: the same with small-overwrite {}, --memory 128M, --runtime 1s, a 4M sqlite database (and a 16M \
-         rocksdb one).\n\
-         Without --quick, any selection runs with --memory 256M, --size 2 × memory, --runtime 5s unless given, \
-         so a workload alone measures what it measures in the default suite.\n",
-        DEFAULT_OVERWRITES.join(", "),
-        QUICK_OVERWRITES.join(", ")
-    ));
-    s
 }
 
 pub const DEFAULT_OVERWRITES: &[&str] =
@@ -208,14 +144,6 @@ pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"
 pub const SQLITE_QUICK_DATA: u64 = 4 * MIB;
 /// The database `rocksdb` builds with --quick.
 pub const ROCKSDB_QUICK_DATA: u64 = 16 * MIB;
-
-pub fn list_text() -> String {
-    let mut s = long_help();
-    for listed in WORKLOADS.iter().filter_map(|w| w.listed_variants()) {
-        s.push_str(&format!("\n{listed}\n"));
-    }
-    s
-}
 
 /// Everything `bench` will do.
 pub struct Plan {
@@ -231,16 +159,6 @@ pub struct Plan {
     /// Adjustments the plan made that the report should mention.
     pub notes: Vec<String>,
     pub args: BenchArgs,
-}
-
-/// A size in the option syntax, exact: `256M`, `1G`, or plain bytes.
-pub fn exact_size(bytes: u64) -> String {
-    for (unit, n) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
-        if bytes >= n && bytes % n == 0 {
-            return format!("{}{unit}", bytes / n);
-        }
-    }
-    bytes.to_string()
 }
 
 /// The wbcache options of the run: `capacity` from `--memory`, then each
@@ -316,8 +234,8 @@ fn fio_job(args: &BenchArgs, size: u64) -> Result<FioJob, String> {
     if size / nrfiles < bs {
         return Err(format!(
             "--size {} split over --nrfiles {nrfiles} leaves less than one --bs {} per file",
-            fmt_size(size),
-            fmt_size(bs)
+            exact_size(size),
+            exact_size(bs)
         ));
     }
     Ok(job)
@@ -379,33 +297,58 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
     Ok(v * mult)
 }
 
+/// The directory `path` goes into, which must exist: its parent (the
+/// current directory for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// One rule for every path the run writes: what it names (the `--json`
+/// file, the `--svg` directory, the run's fresh directory in `--dir`) may
+/// be new, but the directory it goes into must exist; a missing one is
+/// refused, named, and nothing is created for it.
+fn check_parent(flag: &str, path: &Path, parent: &Path) -> Result<(), String> {
+    let shown = path.display();
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{flag} {shown}: {} is not a directory", parent.display())),
+        Err(_) => Err(format!("{flag} {shown}: directory {} does not exist (create it first)", parent.display())),
+    }
+}
+
 /// Checks the paths the run writes to or under, before anything is
 /// measured: the `--json` file's directory exists (and the path is not a
-/// directory), `--svg` is a directory or is created now, and `--dir`
-/// exists.
+/// directory), `--svg`'s parent exists (the directory itself is made now
+/// if it is new), and `--dir` is a directory on a disk, not in memory.
 fn check_outputs(args: &BenchArgs) -> Result<(), String> {
     if let Some(path) = &args.json {
         if path.is_dir() {
             return Err(format!("--json {}: is a directory, not a file", path.display()));
         }
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => std::path::Path::new("."),
-        };
-        if !parent.is_dir() {
-            return Err(format!("--json {}: directory {} does not exist", path.display(), parent.display()));
-        }
+        check_parent("--json", path, parent_of(path))?;
     }
     if let Some(dir) = &args.svg {
         if dir.exists() && !dir.is_dir() {
             return Err(format!("--svg {}: exists and is not a directory", dir.display()));
         }
-        std::fs::create_dir_all(dir).map_err(|e| format!("--svg {}: {e}", dir.display()))?;
+        check_parent("--svg", dir, parent_of(dir))?;
     }
     if let Some(dir) = &args.dir {
-        if !dir.is_dir() {
-            return Err(format!("--dir {}: no such directory (create it first)", dir.display()));
+        check_parent("--dir", dir, dir)?;
+        if let Some(fs) = crate::sys::memory_fs(dir) {
+            return Err(format!(
+                "--dir {}: a memory file system ({fs}): its files are memory, counted against the kernel engines' \
+                 memory limit, with no disk to write back to; give a directory on a disk",
+                dir.display()
+            ));
         }
+    }
+    // Made only once everything else passed: a refused run creates nothing.
+    if let Some(dir) = args.svg.as_ref().filter(|d| !d.is_dir()) {
+        std::fs::create_dir(dir).map_err(|e| format!("--svg {}: {e}", dir.display()))?;
     }
     Ok(())
 }
@@ -432,10 +375,6 @@ impl Plan {
         }
         let mut notes = Vec::new();
         leave_out_groups(&mut groups, &engines, &mut notes)?;
-        if !engines_given {
-            // By default, the engines the selection runs on at all.
-            engines.retain(|e| groups.iter().any(|g| g.runs_on(*e)));
-        }
         let (memory, size) = memory_and_size(&args)?;
         if let Some(t) = args.timeout {
             // Checked before anything runs: a negative, NaN or huge value
@@ -446,7 +385,6 @@ impl Plan {
                 ));
             }
         }
-        check_outputs(&args)?;
         // The same default for every selection, as for the memory.
         let default_runtime_s = if args.quick { 1.0 } else { 5.0 };
         let runtime_s = match &args.runtime {
@@ -461,6 +399,10 @@ impl Plan {
             true => Some(add_custom_job(&args, size, engines_given, &mut engines, &mut groups, &mut notes)?),
             false => None,
         };
+        if !engines_given {
+            // By default, the engines the selection (`--custom`'s job too) runs on at all.
+            engines.retain(|e| groups.iter().any(|g| g.runs_on(*e)));
+        }
         let params = run_params(suite == "quick", memory, size, runtime_s, options);
         if let (Some(dev), false) = (&args.device, args.yes_destroy) {
             return Err(format!(
@@ -468,6 +410,7 @@ impl Plan {
                 dev.display()
             ));
         }
+        check_outputs(&args)?;
         Ok(Plan {
             suite,
             groups,
@@ -637,11 +580,11 @@ fn add_custom_job(
         if engines_given {
             return Err(format!(
                 "--bs {}: kernel-direct (O_DIRECT) needs requests in multiples of 4k; drop it from --engines",
-                job.bs
+                exact_size(job.bs)
             ));
         }
         engines.retain(|e| *e != EngineKind::KernelDirect);
-        notes.push(format!("kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is {}", job.bs));
+        notes.push(format!("kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is {}", exact_size(job.bs)));
     }
     groups.push(custom::group(job.clone()));
     Ok(job)
@@ -751,28 +694,43 @@ mod tests {
         assert_eq!(parse_duration("10080m").unwrap(), SECONDS_MAX);
     }
 
-    /// Output paths are checked before the run: a missing `--json`
-    /// directory, a `--json` that is a directory, an `--svg` that is a
-    /// file and a missing `--dir` are refused; a missing `--svg` directory
-    /// is created.
+    /// Output paths are checked before the run, with one rule: a missing
+    /// `--json` or `--svg` parent directory and a missing `--dir` are
+    /// refused, named; a `--json` that is a directory, an `--svg` or `--dir`
+    /// that is a file are refused; a new `--svg` directory in an existing
+    /// one is created, and only when the plan is accepted.
     #[test]
     fn output_paths_are_checked_first() {
-        let tmp = std::env::temp_dir().join(format!("wbcache-cli-outputs-{}", std::process::id()));
+        // On a disk: a memory file system is refused as --dir.
+        let base = [PathBuf::from("/var/tmp"), std::env::temp_dir()]
+            .into_iter()
+            .find(|d| d.is_dir() && !crate::sys::is_memory_fs(d))
+            .expect("a directory on a disk");
+        let tmp = base.join(format!("wbcache-cli-outputs-{}", std::process::id()));
         std::fs::create_dir_all(&tmp).unwrap();
         let file = tmp.join("existing-file");
         std::fs::write(&file, b"x").unwrap();
+        let missing = tmp.join("missing");
+        let shown = missing.display().to_string();
         let refused = [
-            BenchArgs { json: Some(tmp.join("missing/out.json")), ..BenchArgs::default() },
-            BenchArgs { json: Some(tmp.clone()), ..BenchArgs::default() },
-            BenchArgs { svg: Some(file.clone()), ..BenchArgs::default() },
-            BenchArgs { dir: Some(tmp.join("missing")), ..BenchArgs::default() },
+            (BenchArgs { json: Some(missing.join("out.json")), ..BenchArgs::default() }, shown.clone()),
+            (BenchArgs { json: Some(tmp.clone()), ..BenchArgs::default() }, "is a directory".into()),
+            (BenchArgs { svg: Some(file.clone()), ..BenchArgs::default() }, "not a directory".into()),
+            (BenchArgs { svg: Some(missing.join("charts")), ..BenchArgs::default() }, shown.clone()),
+            (BenchArgs { dir: Some(missing.clone()), ..BenchArgs::default() }, shown.clone()),
+            (BenchArgs { dir: Some(file.clone()), ..BenchArgs::default() }, "is not a directory".into()),
+            (
+                BenchArgs { svg: Some(tmp.join("charts")), memory: Some("1M".into()), ..BenchArgs::default() },
+                "--memory".into(),
+            ),
         ];
-        for args in refused {
+        for (args, needle) in refused {
             let what = format!("{:?} {:?} {:?}", args.json, args.svg, args.dir);
-            assert!(Plan::from_args(args).is_err(), "{what}");
+            let e = Plan::from_args(args).err().unwrap_or_default();
+            assert!(e.contains(&needle), "{what}: {e:?} lacks {needle:?}");
         }
-        assert!(!tmp.join("missing").exists(), "nothing refused was created");
-        let svg = tmp.join("charts/new");
+        assert!(!missing.exists() && !tmp.join("charts").exists(), "nothing refused was created");
+        let svg = tmp.join("charts");
         let ok = BenchArgs {
             json: Some(tmp.join("out.json")),
             svg: Some(svg.clone()),
@@ -782,6 +740,39 @@ mod tests {
         assert!(Plan::from_args(ok).is_ok());
         assert!(svg.is_dir(), "--svg is created up front");
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// `--custom` takes any request size: one that is not a multiple of
+    /// 512 runs (kernel-direct left out, said so) and is labelled exactly.
+    #[test]
+    fn custom_jobs_take_any_request_size() {
+        let p = Plan::from_args(BenchArgs {
+            custom: true,
+            bs: Some("3000".into()),
+            size: Some("32M".into()),
+            ..BenchArgs::default()
+        })
+        .unwrap();
+        assert_eq!(p.groups[0].variant.as_deref(), Some("read-3000-j1-f1"));
+        let without_direct: Vec<EngineKind> =
+            EngineKind::WITHOUT_PRELOAD.into_iter().filter(|e| *e != EngineKind::KernelDirect).collect();
+        assert_eq!(p.engines, without_direct, "without -e, every engine the job runs on but kernel-direct");
+        let aligned = Plan::from_args(BenchArgs { custom: true, ..BenchArgs::default() }).unwrap();
+        assert_eq!(aligned.engines, EngineKind::WITHOUT_PRELOAD);
+        assert_eq!(p.notes, ["kernel-direct left out: O_DIRECT needs multiples of 4k, --bs is 3000"]);
+        let about = p.groups[0].owner.describe(&p.groups[0], &p.params);
+        assert!(about.contains("bs=3000, 1 thread(s), each over 1 file(s) of 33552000, 32M of I/O"), "{about}");
+    }
+
+    /// A memory file system as `--dir` is refused, with the reason.
+    #[test]
+    fn a_memory_file_system_is_refused_as_dir() {
+        let shm = Path::new("/dev/shm");
+        if crate::sys::memory_fs(shm).is_none() {
+            return;
+        }
+        let e = Plan::from_args(BenchArgs { dir: Some(shm.into()), ..BenchArgs::default() }).err().unwrap();
+        assert!(e.starts_with("--dir /dev/shm: a memory file system (tmpfs)"), "{e}");
     }
 
     /// `--set` overrides `--memory`'s capacity instead of repeating it, and

@@ -6,12 +6,13 @@
 //! and SVG charts). See `wbcache bench --help` and `wbcache bench --list`.
 //! `wbcache run -- PROGRAM` runs an unmodified program on wbcache ([`run`]).
 //!
-//! Layout: [`cli`] (options, suites), [`workloads`] (the `Workload`
-//! trait, the catalog, and one module per workload: its variants, job
-//! specs, worker code, rows, table and targets), [`engines`] (the five
-//! engines behind one trait), [`bench_worker`] (one measurement in a child
-//! process: its threads, the generic job runner), [`runner`] (the parent:
-//! places, cgroups, caches, workers), [`cgroup`], [`measure`] (histograms,
+//! Layout: [`cli`] (options, suites), [`help`] (the help and `--list`
+//! texts), [`workloads`] (the `Workload` trait, the catalog, and one module
+//! per workload: its variants, job specs, worker code, rows, table and
+//! targets), [`engines`] (the five engines behind one trait),
+//! [`bench_worker`] (one measurement in a child process: its threads, the
+//! generic job runner), [`runner`] (the parent: places, leftovers of killed
+//! runs, cgroups, caches, workers), [`cgroup`], [`measure`] (histograms,
 //! series), [`report`] (result rows, JSON, the shared parts of the tables,
 //! targets), [`svg`], [`progress`], [`sys`].
 
@@ -19,6 +20,7 @@ mod bench_worker;
 mod cgroup;
 mod cli;
 mod engines;
+mod help;
 mod measure;
 mod progress;
 mod report;

@@ -1,6 +1,7 @@
 //! Progress on stderr: a one-line bar redrawn in place when stderr is a
 //! terminal, plain lines (one per finished measurement) otherwise, as CI
-//! logs want.
+//! logs want; both with the time so far and, once a measurement finished,
+//! about how long the rest takes at the pace so far.
 
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
@@ -17,6 +18,17 @@ pub struct Progress {
 
 fn clock(secs: u64) -> String {
     format!("{}:{:02}", secs / 60, secs % 60)
+}
+
+/// The time so far, and the time left at the pace so far once `done` of
+/// `total` measurements finished: `1:40, about 3:20 left`.
+fn times(elapsed_s: f64, done: usize, total: usize) -> String {
+    let so_far = clock(elapsed_s as u64);
+    if done == 0 || done >= total {
+        return so_far;
+    }
+    let left = elapsed_s / done as f64 * (total - done) as f64;
+    format!("{so_far}, about {} left", clock(left.round() as u64))
 }
 
 impl Progress {
@@ -55,10 +67,10 @@ impl Progress {
         self.clear();
         if !self.tty {
             say(&format!(
-                "bench [{}/{}] {} {}: {summary}",
+                "bench [{}/{}] ({}) {}: {summary}",
                 self.done,
                 self.total,
-                clock(self.started.elapsed().as_secs()),
+                times(self.elapsed_s(), self.done, self.total),
                 self.label
             ));
         }
@@ -95,7 +107,7 @@ impl Progress {
             "\r\x1b[2K[{bar}] {}/{} {}  {}  {}",
             self.done + 1,
             self.total,
-            clock(self.started.elapsed().as_secs()),
+            times(self.elapsed_s(), self.done, self.total),
             self.label,
             self.detail
         );
@@ -109,4 +121,17 @@ impl Progress {
 pub fn say(line: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_time_left_follows_the_pace_so_far() {
+        assert_eq!(times(65.4, 0, 10), "1:05", "nothing finished: no pace yet");
+        assert_eq!(times(100.0, 1, 3), "1:40, about 3:20 left");
+        assert_eq!(times(30.0, 3, 4), "0:30, about 0:10 left");
+        assert_eq!(times(30.0, 4, 4), "0:30", "all done");
+    }
 }

@@ -219,22 +219,30 @@ fn unescape_mount(s: &str) -> String {
 /// True for memory-backed file systems, where O_DIRECT and writeback mean
 /// nothing.
 pub fn is_memory_fs(path: &Path) -> bool {
+    memory_fs(path).is_some()
+}
+
+/// The memory-backed file system `path` is on (`tmpfs`, `ramfs`), if it is.
+pub fn memory_fs(path: &Path) -> Option<&'static str> {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: `st` is a plain C struct filled by statfs; `c` is a valid C string.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return false;
+        return None;
     }
-    let t = st.f_type as i64;
-    t == TMPFS_MAGIC || t == RAMFS_MAGIC
+    match st.f_type as i64 {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
+    }
 }
 
 /// Bytes available to this process on the file system of `path`.
 pub fn free_bytes(path: &Path) -> Option<u64> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: as in `is_memory_fs`.
+    // SAFETY: as in `memory_fs`.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return None;
@@ -286,11 +294,28 @@ pub fn device_in_use(dev: &Path) -> Option<String> {
     None
 }
 
+/// Whether this process may drop the kernel's caches (as root, with a
+/// writable `/proc/sys`), found without dropping them.
+pub fn can_drop_caches() -> io::Result<()> {
+    fs::OpenOptions::new().write(true).open("/proc/sys/vm/drop_caches").map(drop)
+}
+
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`.
 pub fn drop_caches() -> io::Result<()> {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
     fs::write("/proc/sys/vm/drop_caches", "3\n")
+}
+
+/// A size in the option syntax, exact: `256M`, `1G`, or plain bytes
+/// (`3000`, not `2.9K`) when no unit divides it.
+pub fn exact_size(bytes: u64) -> String {
+    for (unit, n) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if bytes >= n && bytes % n == 0 {
+            return format!("{}{unit}", bytes / n);
+        }
+    }
+    bytes.to_string()
 }
 
 /// Human size: `512M`, `1G`, `4K`, `1.5G`.

@@ -112,13 +112,35 @@ fn bad_output_paths_are_refused_first() {
     let file = dir.join("a-file");
     std::fs::write(&file, b"x").unwrap();
     let missing = dir.join("missing");
-    assert_usage_error(&["--json", &missing.join("out.json").to_string_lossy()], "does not exist");
+    let gone = format!("directory {} does not exist", missing.display());
+    // One rule for the three: the directory a path goes into must exist.
+    assert_usage_error(&["--json", &missing.join("out.json").to_string_lossy()], &gone);
+    assert_usage_error(&["--svg", &missing.join("charts").to_string_lossy()], &gone);
+    assert_usage_error(&["--dir", &missing.to_string_lossy()], &gone);
     assert_usage_error(&["--json", &dir.to_string_lossy()], "directory");
     assert_usage_error(&["--svg", &file.to_string_lossy()], "not a directory");
-    assert_usage_error(&["--dir", &missing.to_string_lossy()], "no such directory");
-    assert!(!missing.exists(), "nothing was created for a refused path");
+    assert_usage_error(&["--dir", &file.to_string_lossy()], &format!("{} is not a directory", file.display()));
+    assert_usage_error(&["--dir", "/etc/passwd"], "--dir /etc/passwd: /etc/passwd is not a directory");
+    // A refused run creates no --svg directory, even a valid one.
+    let charts = dir.join("charts");
+    assert_usage_error(&["--svg", &charts.to_string_lossy(), "--dir", &missing.to_string_lossy()], &gone);
+    assert!(!missing.exists() && !charts.exists(), "nothing was created for a refused path");
     assert_eq!(entries(&dir), vec!["a-file".to_string()]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A memory file system as `--dir` is refused up front, with the reason:
+/// its files would be memory, counted against the kernel engines' limit.
+#[test]
+fn a_memory_file_system_is_refused_as_dir() {
+    let shm = Path::new("/dev/shm");
+    let on_tmpfs = std::process::Command::new("stat").args(["-f", "-c", "%T", "/dev/shm"]).output();
+    if !shm.is_dir() || !on_tmpfs.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "tmpfs") {
+        eprintln!("skipped: /dev/shm is not a tmpfs here");
+        return;
+    }
+    assert_usage_error(&["--dir", "/dev/shm"], "--dir /dev/shm: a memory file system (tmpfs)");
+    assert_usage_error(&["--dir", "/dev/shm", "-w", "seq-write"], "no disk to write back to");
 }
 
 /// Starts a run that would take a minute, waits until its scratch
@@ -179,6 +201,90 @@ fn list_and_help_succeed() {
     }
 }
 
+/// `bench --help` is short: the options and one line per workload and
+/// engine; what each workload does and models is behind `--list` (also
+/// `--help-workloads`), with the options' details.
+#[test]
+fn help_is_short_and_list_has_the_rest() {
+    let out = run(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.lines().count() <= 80, "{} lines:\n{help}", help.lines().count());
+    for name in ["seq-write", "fsync-under-load", "small-overwrite", "rocksdb", "kernel-direct", "wbcache-preload"] {
+        assert_eq!(help.lines().filter(|l| l.starts_with(&format!("  {name} "))).count(), 1, "{name}:\n{help}");
+    }
+    assert!(!help.contains("models:") && help.contains("--list"), "{help}");
+    assert!(help.contains("--allow-unfair"), "{help}");
+    let list = run(&["--list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("Options in detail:") && text.contains("drop_caches"), "{text}");
+    let alias = run(&["--help-workloads"]);
+    assert_eq!(alias.status.code(), Some(0));
+    assert_eq!(alias.stdout, list.stdout, "--help-workloads is --list");
+}
+
+/// Every option scripts use is still accepted (each set checked with
+/// --list, which then prints the catalog and exits 0).
+#[test]
+fn every_option_is_still_accepted() {
+    let catalog = [
+        "-w",
+        "seq-write",
+        "-e",
+        "wbcache",
+        "--memory",
+        "64M",
+        "--size",
+        "64M",
+        "--runtime",
+        "1",
+        "--set",
+        "io=threads",
+        "--dir",
+        "/var/tmp",
+        "--json",
+        "/nonexistent/x.json",
+        "--svg",
+        "/nonexistent/x",
+        "--quick",
+        "--timeout",
+        "5",
+        "--repeat",
+        "3",
+        "--writeback-workers",
+        "1",
+        "--no-cgroup",
+        "--no-drop-caches",
+        "--allow-unfair",
+        "-v",
+    ];
+    let custom = [
+        "--custom",
+        "--rw",
+        "randrw",
+        "--bs",
+        "4k",
+        "--numjobs",
+        "2",
+        "--nrfiles",
+        "2",
+        "--rwmixread",
+        "70",
+        "--fsync",
+        "8",
+        "--end_fsync",
+        "--dontcache",
+    ];
+    let others: [&[&str]; 3] =
+        [&["--device", "/dev/null", "--yes-destroy"], &["--fio", "/dev/null"], &["--end-fsync", "--custom"]];
+    for args in [&catalog[..], &custom[..]].into_iter().chain(others) {
+        let mut all = args.to_vec();
+        all.push("--list");
+        let out = run(&all);
+        assert_eq!(out.status.code(), Some(0), "{all:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 /// `bench | head`: once nobody reads the tables, the run stops as if
 /// interrupted (exit 141, SIGPIPE's status), and cleans up.
 #[test]
@@ -193,6 +299,34 @@ fn a_closed_output_stops_the_run_and_cleans_up() {
         .spawn()
         .expect("spawn wbcache");
     drop(child.stdout.take());
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?} to stop", started.elapsed());
+    assert_eq!(status.code(), Some(141));
+    assert!(entries(&dir).is_empty(), "left behind: {:?}", entries(&dir));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Output closed mid-measurement, after the header was read: the run
+/// notices without printing (a measurement can take minutes), stops with
+/// 141 and cleans up.
+#[test]
+fn an_output_closed_mid_measurement_stops_the_run() {
+    use std::io::{BufRead, BufReader};
+    let dir = scratch("closed-mid-run");
+    let mut child = wbcache()
+        .args(["bench", "-w", "files-32", "-e", "wbcache", "--memory", "32M", "--runtime", "60", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn wbcache");
+    let mut header = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut header).unwrap();
+    assert!(header.starts_with("## wbcache bench"), "{header:?}");
+    // The reader is dropped here, with the rest of the header unread.
+    std::thread::sleep(Duration::from_secs(1));
     let started = Instant::now();
     let status = child.wait().unwrap();
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?} to stop", started.elapsed());

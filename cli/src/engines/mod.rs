@@ -136,6 +136,15 @@ impl EngineKind {
         matches!(self, EngineKind::KernelDontcache | EngineKind::WbcacheDontcache)
     }
 
+    /// What it is, in one short line (`--help`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            EngineKind::KernelDirect => "O_DIRECT through io_uring, queue depth 16 (the device's limit)",
+            EngineKind::WbcachePreload => "kernel-buffered's calls under libwbcache_preload.so (small-overwrite only)",
+            e => e.describe(),
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             EngineKind::KernelBuffered => "pwrite/pread through the kernel page cache",

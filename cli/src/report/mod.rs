@@ -14,7 +14,7 @@ pub use table::{
     cell, figure_of, fmt_num, fmt_seconds, fmt_three_digits, markdown_table, mib, ms, push_table_head, ratio_of,
     status_cell,
 };
-pub use targets::{find_row, targets, TargetInputs, Verdict};
+pub use targets::{find_row, targets, verdict_count, TargetInputs, Verdict};
 
 use crate::bench_worker::{JobResult, Outcome, Status};
 use crate::engines::EngineKind;
@@ -454,7 +454,7 @@ pub(crate) mod test_support {
     /// `workload`'s target lines of `rows`: (target, met). Empty when the
     /// rows give no targets at all.
     pub fn verdicts(rows: &[ResultRow], workload: &str) -> Vec<(String, bool)> {
-        let Some(table) = targets(rows, 1 << 30, &[]) else { return Vec::new() };
+        let Some(table) = targets(rows, 1 << 30, &[], true) else { return Vec::new() };
         let prefix = format!("| {workload}");
         table
             .lines()

@@ -34,9 +34,14 @@ pub fn find_row<'a>(rows: &[&'a ResultRow], variant: Option<&str>, engine: &str)
     rows.iter().copied().find(|r| r.variant.as_deref() == variant && r.engine == engine && r.ok())
 }
 
+/// What the result column says of a goal not judged: the figures of one
+/// or two runs are shown, but judged only as a median of three or more.
+pub const NOT_JUDGED: &str = "run with --repeat 3 to judge";
+
 /// wbcache's goals against the kernel, checked on this run's rows (`None`
-/// when the rows give no goal to check).
-pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference]) -> Option<String> {
+/// when the rows give no goal to check); each met or not when `judged`,
+/// else its figures with [`NOT_JUDGED`].
+pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference], judged: bool) -> Option<String> {
     let mut workloads = WORKLOADS.to_vec();
     workloads.sort_by_key(|w| w.targets_rank());
     let mut lines: Vec<Verdict> = Vec::new();
@@ -52,7 +57,47 @@ pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference]) -
         "### targets (wbcache vs the kernel, this run)\n\n| target | measured | result |\n|---|---|---|\n",
     );
     for v in lines {
-        let _ = writeln!(out, "| {} | {} | {} |", v.target, v.measured, if v.met { "met" } else { "NOT met" });
+        let result = match (judged, v.met) {
+            (false, _) => NOT_JUDGED,
+            (true, true) => "met",
+            (true, false) => "NOT met",
+        };
+        let _ = writeln!(out, "| {} | {} | {result} |", v.target, v.measured);
     }
     Some(out)
+}
+
+/// How many goals a targets table (of [`targets`]) lists.
+pub fn verdict_count(table: Option<&str>) -> usize {
+    table.map_or(0, |t| t.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| target |")).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::ResultRow;
+
+    fn seq_write(engine: &str, mb_s: f64) -> ResultRow {
+        ResultRow {
+            workload: "seq-write".into(),
+            engine: engine.into(),
+            status: "ok".into(),
+            throughput_mb_s: Some(mb_s),
+            ..ResultRow::default()
+        }
+    }
+
+    /// Judged, a goal is met or not; not judged (fewer than 3 runs), the
+    /// same figures with the way to judge them instead.
+    #[test]
+    fn goals_are_judged_only_when_asked() {
+        let rows = [seq_write("wbcache", 900.0), seq_write("kernel-buffered", 1000.0)];
+        let judged = targets(&rows, 1 << 30, &[], true).unwrap();
+        assert!(judged.contains("| 900 vs 1000 MB/s | NOT met |"), "{judged}");
+        let shown = targets(&rows, 1 << 30, &[], false).unwrap();
+        assert!(shown.contains("| 900 vs 1000 MB/s | run with --repeat 3 to judge |"), "{shown}");
+        assert!(!shown.contains("met |"), "{shown}");
+        assert_eq!(verdict_count(Some(&shown)), 1);
+        assert_eq!(verdict_count(targets(&rows[..1], 1 << 30, &[], true).as_deref()), 0);
+    }
 }

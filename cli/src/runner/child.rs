@@ -167,6 +167,7 @@ fn watch(
                 break None;
             }
         }
+        super::stop_if_output_closed();
         if INTERRUPTED.load(Ordering::SeqCst) {
             let _ = child.kill();
             killed = Some("interrupted".into());

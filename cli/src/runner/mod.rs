@@ -8,6 +8,7 @@
 //! writes its table.
 
 mod child;
+mod leftovers;
 mod site;
 
 use std::fs;
@@ -19,14 +20,15 @@ use serde_json::json;
 
 use crate::bench_worker::Status;
 use crate::cgroup::MemCgroups;
-use crate::cli::{list_text, BenchArgs, Plan};
+use crate::cli::{BenchArgs, Plan};
 use crate::engines::{EngineKind, DIRECT_DEPTH};
+use crate::help::list_text;
 use crate::progress::{say, Progress};
-use crate::report::{failed_row, rows_from, targets, to_json, Reference, ResultRow};
+use crate::report::{failed_row, rows_from, targets, to_json, verdict_count, Reference, ResultRow};
 use crate::sys::{self, fmt_size, Machine};
 use crate::workloads::{build_spec, data_len, Group, Params, ReferenceContext, Spec};
 use child::run_worker;
-use site::{lay_out, lay_out_file, prepare_site, Site};
+use site::{lay_out, lay_out_file, parents, prepare_site, Site};
 
 pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// The signal that interrupted the run (its exit status is 128 + it).
@@ -53,8 +55,25 @@ fn print_stdout(progress: &mut Progress, text: &str) {
     let mut out = io::stdout().lock();
     let written = writeln!(out, "{text}").and_then(|()| out.flush());
     if written.is_err_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
-        INTERRUPTED_BY.store(libc::SIGPIPE, Ordering::SeqCst);
-        INTERRUPTED.store(true, Ordering::SeqCst);
+        stop_for_closed_output();
+    }
+}
+
+fn stop_for_closed_output() {
+    INTERRUPTED_BY.store(libc::SIGPIPE, Ordering::SeqCst);
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Stops the run as [`print_stdout`] does when stdout is a pipe nobody
+/// reads any more, found without writing: between two tables (a
+/// measurement can take minutes) the run notices too.
+pub(crate) fn stop_if_output_closed() {
+    let mut fd = libc::pollfd { fd: libc::STDOUT_FILENO, events: 0, revents: 0 };
+    // SAFETY: poll(2) of one descriptor, without waiting, on a pollfd this
+    // function owns; POLLERR is reported without being asked.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    if ready > 0 && fd.revents & libc::POLLERR != 0 {
+        stop_for_closed_output();
     }
 }
 
@@ -65,6 +84,9 @@ struct Bench<'a> {
     site: &'a Site,
     cgroups: Option<MemCgroups>,
     can_drop: bool,
+    /// Engines whose rows are marked not comparable, and no verdict
+    /// compares against: kernel engines without their memory limit.
+    not_comparable: Vec<EngineKind>,
     progress: Progress,
     rows: Vec<ResultRow>,
     references: Vec<Reference>,
@@ -87,6 +109,7 @@ pub fn run(args: BenchArgs) -> i32 {
     };
     install_signal_handlers();
     let mut notes: Vec<String> = std::mem::take(&mut plan.notes);
+    notes.extend(leftovers::remove_stale(&parents(&plan)));
     let mut site = match prepare_site(&mut plan, &mut notes) {
         Ok(s) => s,
         Err(e) => {
@@ -102,14 +125,8 @@ pub fn run(args: BenchArgs) -> i32 {
         device: site.device.clone(),
     };
     let cgroups = memory_cgroups(&plan, &mut notes);
-    let can_drop = !plan.args.no_drop_caches
-        && match sys::drop_caches() {
-            Ok(()) => true,
-            Err(e) => {
-                notes.push(format!("caches are not dropped between runs ({e})"));
-                false
-            }
-        };
+    let not_comparable = not_comparable(&plan, cgroups.as_ref());
+    let can_drop = can_drop_caches(&plan, &mut notes);
     notes.push(format!(
         "each timed call includes about {} ns of clock overhead; MB/s = 10^6 bytes/s, write throughput includes the final fsync",
         timer_overhead_ns()
@@ -118,10 +135,11 @@ pub fn run(args: BenchArgs) -> i32 {
         notes.push(format!("each measurement ran {} times; the median run is reported", plan.args.repeat));
     }
     let mut bench = Bench::new(&plan, &site, cgroups, can_drop);
+    bench.not_comparable = not_comparable;
     for n in &notes {
         bench.progress.note(&format!("note: {n}"));
     }
-    let header = header(&plan, &machine, &site, bench.cgroups.as_ref());
+    let header = header(&plan, &machine, &site, bench.cgroups.as_ref(), &bench.not_comparable);
     print_stdout(&mut bench.progress, &header);
     bench.measure_all();
     bench.print_closing();
@@ -141,42 +159,100 @@ pub fn run(args: BenchArgs) -> i32 {
 }
 
 /// The memory cgroups the kernel engines run in, when a kernel engine runs
-/// and they are not refused; what the run does about them, in `notes`.
+/// and they are not refused; what the run does about them, in `notes`
+/// (without them, one line that says what follows for the comparison).
 fn memory_cgroups(plan: &Plan, notes: &mut Vec<String>) -> Option<MemCgroups> {
     let memory = plan.params.memory;
     if !plan.engines.iter().any(|e| e.is_kernel()) {
         return None;
     }
-    if plan.args.no_cgroup {
-        notes.push("--no-cgroup: kernel engines run without a memory limit".into());
-        return None;
-    }
-    match MemCgroups::setup(memory) {
-        Ok(cg) => {
-            let mut n =
-                format!("kernel engines run in a memory cgroup limited to {} ({})", fmt_size(memory), cg.describe());
-            if cg.version() == "v1" {
-                n.push_str("; cgroup v1 has no per-cgroup dirty throttling, the kernel's global dirty limits apply");
+    let why = if plan.args.no_cgroup {
+        "--no-cgroup".to_string()
+    } else {
+        match MemCgroups::setup(memory) {
+            Ok(cg) => {
+                let mut n = format!(
+                    "kernel engines run in a memory cgroup limited to {} ({}), made and removed for each measurement",
+                    fmt_size(memory),
+                    cg.describe()
+                );
+                if cg.version() == "v1" {
+                    n.push_str(
+                        "; cgroup v1 has no per-cgroup dirty throttling, the kernel's global dirty limits apply",
+                    );
+                }
+                notes.push(n);
+                return Some(cg);
             }
-            notes.push(n);
-            Some(cg)
+            Err(why) => format!("memory cgroup unavailable: {why}"),
         }
-        Err(why) => {
-            notes.push(format!("memory cgroup unavailable ({why}): kernel engines run without a memory limit"));
-            None
+    };
+    let consequence = match (plan.args.allow_unfair, plan.args.no_cgroup) {
+        (true, _) => "compared with wbcache's all the same (--allow-unfair)",
+        (false, true) => {
+            "their rows are marked not comparable and no verdict compares against them (drop --no-cgroup, or pass \
+             --allow-unfair)"
+        }
+        (false, false) => {
+            "their rows are marked not comparable and no verdict compares against them (run as root for the \
+             memory cgroup, or pass --allow-unfair)"
+        }
+    };
+    notes.push(format!(
+        "{why}: the kernel engines run without a memory limit, their page cache free to use all of the machine's \
+         memory while wbcache has {}; {consequence}",
+        fmt_size(memory)
+    ));
+    None
+}
+
+/// The kernel engines that run without their memory limit, unless
+/// `--allow-unfair` compares them all the same.
+fn not_comparable(plan: &Plan, cgroups: Option<&MemCgroups>) -> Vec<EngineKind> {
+    if cgroups.is_some() || plan.args.allow_unfair {
+        return Vec::new();
+    }
+    plan.engines.iter().copied().filter(|e| e.is_kernel()).collect()
+}
+
+/// Whether the kernel's caches are dropped before each measurement (root
+/// only): said in `notes` either way, as it changes the whole machine.
+fn can_drop_caches(plan: &Plan, notes: &mut Vec<String>) -> bool {
+    if plan.args.no_drop_caches {
+        notes.push("--no-drop-caches: the kernel's caches are kept between measurements".into());
+        return false;
+    }
+    match sys::can_drop_caches() {
+        Ok(()) => {
+            notes.push(
+                "before each measurement, the whole machine's dirty data is written back and the kernel's caches \
+                 dropped (sync; echo 3 > /proc/sys/vm/drop_caches); --no-drop-caches keeps them"
+                    .into(),
+            );
+            true
+        }
+        Err(e) => {
+            notes.push(format!("caches are not dropped between measurements ({e})"));
+            false
         }
     }
 }
 
 /// The report's first lines: the suite, the machine, the place and the
 /// sizes, and how to read the tables.
-fn header(plan: &Plan, machine: &Machine, site: &Site, cgroups: Option<&MemCgroups>) -> String {
+fn header(
+    plan: &Plan,
+    machine: &Machine,
+    site: &Site,
+    cgroups: Option<&MemCgroups>,
+    not_comparable: &[EngineKind],
+) -> String {
     let p = &plan.params;
     let where_ = match &site.place.device {
         Some(d) => format!("raw device {}", d.display()),
         None => format!("{} ({} on {})", site.place.dir.as_ref().expect("dir").display(), site.fs, site.device),
     };
-    let header = format!(
+    let mut header = format!(
         "## wbcache bench ({} suite)\n\n- machine: Linux {}, {} CPUs, {} RAM; files in {}\n- memory {} (wbcache `{}`; kernel engines: {}), size {}, runtime {} s\n\
          - ratio column: MB/s ÷ kernel-buffered's MB/s; for per-call rows (µs/call), µs/call ÷ kernel-buffered's (lower is better)\n\
          - peak dirty+wb: the most bytes dirty or under writeback at once (the quantity `dirty_limit` bounds), sampled every 100 ms and, for wbcache, its own exact peak\n",
@@ -195,13 +271,46 @@ fn header(plan: &Plan, machine: &Machine, site: &Site, cgroups: Option<&MemCgrou
         p.runtime_s
     );
     if plan.args.repeat > 1 {
-        format!(
-            "{header}- each measurement ran {} times; the run with the median figure is reported\n",
-            plan.args.repeat
-        )
-    } else {
-        header
+        header +=
+            &format!("- each measurement ran {} times; the run with the median figure is reported\n", plan.args.repeat);
     }
+    if !not_comparable.is_empty() {
+        header += &format!("- {}\n", not_comparable_sentence(not_comparable));
+    }
+    header
+}
+
+/// Why the rows of `engines` are marked "not comparable".
+fn not_comparable_sentence(engines: &[EngineKind]) -> String {
+    format!(
+        "rows marked \"not comparable\" ({}) ran without the memory cgroup that gives the kernel's page cache \
+         wbcache's memory: no verdict compares against them (--allow-unfair to compare)",
+        engines.iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// `table` with the engine cell of each row of an engine of `engines`
+/// marked "not comparable", and why under it when it marked one.
+fn mark_not_comparable(table: &str, engines: &[EngineKind]) -> String {
+    let mut marked = false;
+    let mut out = String::with_capacity(table.len());
+    for line in table.split_inclusive('\n') {
+        let mut line = line.to_string();
+        if line.starts_with('|') {
+            for e in engines {
+                let cell = format!("| {} |", e.name());
+                if line.contains(&cell) {
+                    line = line.replacen(&cell, &format!("| {} (not comparable) |", e.name()), 1);
+                    marked = true;
+                }
+            }
+        }
+        out.push_str(&line);
+    }
+    if marked {
+        out.push_str(&format!("\nThe {}.\n", not_comparable_sentence(engines)));
+    }
+    out
 }
 
 /// The JSON file and the charts, as asked: the count of errored
@@ -248,6 +357,7 @@ impl<'a> Bench<'a> {
             site,
             cgroups,
             can_drop,
+            not_comparable: Vec::new(),
             progress: Progress::new(measurements(&plan.groups, &plan.engines)),
             rows: Vec::new(),
             references: Vec::new(),
@@ -290,7 +400,7 @@ impl<'a> Bench<'a> {
                 for r in self.references.iter().filter(|r| r.workload == group.workload) {
                     table.push_str(&format!("\n{}\n", r.sentence()));
                 }
-                print_stdout(&mut self.progress, &table);
+                print_stdout(&mut self.progress, &mark_not_comparable(&table, &self.not_comparable));
             }
         }
     }
@@ -373,21 +483,43 @@ impl<'a> Bench<'a> {
         self.references.extend(group.owner.references(group, &mut ctx));
     }
 
-    /// After the tables: the I/O backend wbcache ran on, and the targets.
+    /// After the tables: the I/O backend wbcache ran on, and the targets:
+    /// judged on the median of 3 runs or more, of the comparable rows.
     fn print_closing(&mut self) {
         self.progress.clear();
         if let Some(b) = &self.io_backend {
             print_stdout(&mut self.progress, &format!("wbcache ran on its `{b}` I/O backend.\n"));
         }
-        if let Some(t) = targets(&self.rows, self.plan.dirty_limit, &self.references) {
-            print_stdout(&mut self.progress, &t);
-            if t.contains("NOT met") {
-                print_stdout(
-                    &mut self.progress,
-                    "\n\"NOT met\" marks a goal wbcache did not reach in this run; it is a result, not an error.\n",
+        let (judged, limit, references) = (self.judged(), self.plan.dirty_limit, &self.references);
+        let comparable: Vec<ResultRow> =
+            self.rows.iter().filter(|r| !self.not_comparable.iter().any(|e| e.name() == r.engine)).cloned().collect();
+        let table = targets(&comparable, limit, references, judged);
+        let withheld = verdict_count(targets(&self.rows, limit, references, judged).as_deref())
+            .saturating_sub(verdict_count(table.as_deref()));
+        let mut after = Vec::new();
+        if let Some(t) = &table {
+            print_stdout(&mut self.progress, t);
+            if !judged {
+                after.push(NOT_JUDGED_WHY.to_string());
+            } else if t.contains("NOT met") {
+                after.push(
+                    "\"NOT met\" marks a goal wbcache did not reach in this run; it is a result, not an error.".into(),
                 );
             }
         }
+        if withheld > 0 {
+            let engines: Vec<&str> = self.not_comparable.iter().map(|e| e.name()).collect();
+            let verdicts = if withheld == 1 { "1 verdict".to_string() } else { format!("{withheld} verdicts") };
+            after.push(format!("{verdicts} against {} withheld: {WITHHELD_WHY}.", engines.join(", ")));
+        }
+        for line in after {
+            print_stdout(&mut self.progress, &format!("\n{line}\n"));
+        }
+    }
+
+    /// Whether this run's figures are medians enough to judge targets on.
+    fn judged(&self) -> bool {
+        self.plan.args.repeat >= JUDGED_REPEAT
     }
 
     /// The JSON's `config`: what the run was asked and what it used.
@@ -411,11 +543,26 @@ impl<'a> Bench<'a> {
             "dir": place.dir.as_ref().map(|d| d.display().to_string()),
             "device": place.device.as_ref().map(|d| d.display().to_string()),
             "memory_cgroup": self.cgroups.as_ref().map(|c| c.version()),
+            "not_comparable_engines": self.not_comparable.iter().map(|e| e.name()).collect::<Vec<_>>(),
+            "targets_judged": self.judged(),
             "drop_caches": self.can_drop,
             "notes": notes,
         })
     }
 }
+
+/// The fewest runs of each measurement (`--repeat`) whose median the
+/// targets are judged on: one run on a busy machine can mislead.
+const JUDGED_REPEAT: u32 = 3;
+
+/// Why targets were not judged, after their table.
+const NOT_JUDGED_WHY: &str = "Targets are judged on the median of at least 3 runs of each measurement: run with \
+     --repeat 3 to judge them (one run on a busy machine can mislead); this run's figures are shown as measured.";
+
+/// Why the verdicts against kernel engines without their memory limit are
+/// withheld.
+const WITHHELD_WHY: &str = "those engines ran without the memory cgroup that limits the kernel's page cache to \
+     wbcache's memory, so the comparison would not be fair (--allow-unfair judges it all the same)";
 
 /// How long a measurement may take before it is killed: twice its time cap
 /// plus a minute, plus what its workload allows for its setup.

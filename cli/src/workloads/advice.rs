@@ -38,6 +38,7 @@ pub static ADVICE: AdviceWorkload = AdviceWorkload;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "advice",
+    summary: "posix_fadvise and sync_file_range next to wbcache's controls",
     about: "the page-cache controls applications use, on the kernel's page cache (posix_fadvise(2), \
             sync_file_range(2) on the file descriptor) and on wbcache (File::advise, File::writeback_range), \
             side by side. It runs on kernel-buffered and wbcache; the other engines do not run it. Variants: \

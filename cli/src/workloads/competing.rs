@@ -22,6 +22,7 @@ pub static COMPETING: Competing = Competing;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "competing",
+    summary: "the engine's writer next to a buffered writer of the same system",
     about: "the engine's writer against one buffered writer of the same system (kernel or wbcache), separate files, 1 MiB sequential, for --runtime, then fsync: per-writer MB/s and p99.9 (rows: writer, buffered-peer, aggregate)",
     models: "an uncached stream (a backup) next to an ordinary buffered writer: does either starve the other",
     source: Some(DONTCACHE_KICK),

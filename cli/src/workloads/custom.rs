@@ -17,14 +17,14 @@ use super::{round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection,
 use crate::bench_worker::{eof_at, JobContext, JobFiles, JobRaw, Measured, OpGen};
 use crate::engines::{EngineFile, EngineKind, Target};
 use crate::measure::Histogram;
-use crate::sys::{fmt_size, IoBuffer, Rng};
+use crate::sys::{exact_size, IoBuffer, Rng};
 
 pub struct Custom;
 
 pub static CUSTOM: Custom = Custom;
 
 /// Its name in the rows; it has no catalog entry to say more.
-static INFO: WorkloadInfo = WorkloadInfo { name: "custom", about: "", models: "", source: None };
+static INFO: WorkloadInfo = WorkloadInfo { name: "custom", summary: "", about: "", models: "", source: None };
 
 /// fio's `--rw` values that make sense for a synchronous API.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,7 +105,8 @@ impl FioJob {
 
     /// The variant name: the job in fio's words, short.
     pub fn variant(&self) -> String {
-        let mut v = format!("{}-{}", self.rw.name(), fmt_size(self.bs).replace(' ', "").to_lowercase());
+        // Exact: a --bs of 3000 is `3000`, not a rounded `2.9k`.
+        let mut v = format!("{}-{}", self.rw.name(), exact_size(self.bs).to_lowercase());
         if self.rw == FioRw::RandRw {
             v += &format!("-mix{}", self.rwmixread);
         }
@@ -178,11 +179,11 @@ impl Workload for Custom {
         format!(
             "fio-style job: rw={}{mix}, bs={}, {} thread(s), each over {} file(s) of {}, {} of I/O per thread{stop}{fsync}",
             job.rw.name(),
-            fmt_size(job.bs),
+            exact_size(job.bs),
             job.numjobs,
             job.nrfiles,
-            fmt_size(job.file_len()),
-            fmt_size(job.size)
+            exact_size(job.file_len()),
+            exact_size(job.size)
         )
     }
 
@@ -271,4 +272,34 @@ fn fio_requests(ctx: &JobContext<'_>, files: &mut JobFiles, fio: &FioJob) -> io:
         m.fsync = Some(fsyncs);
     }
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(bs: u64) -> FioJob {
+        FioJob {
+            rw: FioRw::Read,
+            bs,
+            size: 32 << 20,
+            numjobs: 1,
+            nrfiles: 1,
+            rwmixread: 50,
+            fsync_every: 0,
+            end_fsync: false,
+            runtime_capped: false,
+        }
+    }
+
+    /// The label says the request size exactly: a size no unit divides in
+    /// bytes, not rounded.
+    #[test]
+    fn labels_say_the_size_exactly() {
+        assert_eq!(job(4096).variant(), "read-4k-j1-f1");
+        assert_eq!(job(1 << 20).variant(), "read-1m-j1-f1");
+        assert_eq!(job(3000).variant(), "read-3000-j1-f1");
+        assert_eq!(job(1536).variant(), "read-1536-j1-f1");
+        assert_eq!(job(3000).file_len(), 33_552_000, "whole requests, the file ending mid-block");
+    }
 }

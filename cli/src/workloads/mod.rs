@@ -42,6 +42,9 @@ use crate::report::{aggregate, markdown_table, Reference, ResultRow, TargetInput
 /// A workload's catalog entry (`--help`, `--list`, the tables' headings).
 pub struct WorkloadInfo {
     pub name: &'static str,
+    /// What it measures, in one short line (`--help`).
+    pub summary: &'static str,
+    /// What it does, in full (`--list`, the tables' headings).
     pub about: &'static str,
     /// What the workload stands for in an application, in plain words.
     pub models: &'static str,

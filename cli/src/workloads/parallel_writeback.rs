@@ -30,6 +30,7 @@ pub static PARALLEL_WRITEBACK: ParallelWriteback = ParallelWriteback;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "parallel-writeback",
+    summary: "12 writers dirtying twice the memory: writeback MB/s and CPU per GiB",
     about:
         "12 writers at once, 4 KiB random writes (every block once, random order), --size (twice the memory) in all, \
             stopped after --runtime, then fsync: the writeback's MB/s until everything is clean, and the machine's CPU \
@@ -860,13 +861,13 @@ mod tests {
         );
         // files: 460 ≥ 400 and ≥ 450; shared: 290 < 300 and < 540.
         assert_eq!(v.iter().map(|(_, met)| *met).collect::<Vec<_>>(), [true, true, false, false]);
-        let table = targets(&rows, 1 << 30, &[]).unwrap();
+        let table = targets(&rows, 1 << 30, &[], true).unwrap();
         assert!(table.contains("| 460 (region-4) vs 400 MB/s (1.15×) | met |"), "{table}");
         assert!(table.contains("| 290 (region-4) vs 600 MB/s (0.48×) | NOT met |"), "{table}");
         // A failed row is not the best; without wbcache rows, no lines.
         let mut failed = rows.clone();
         failed[4].status = "error".into();
-        assert!(targets(&failed, 1 << 30, &[]).unwrap().contains("| 420 (rotor-4) vs 400 MB/s (1.05×) | met |"));
+        assert!(targets(&failed, 1 << 30, &[], true).unwrap().contains("| 420 (rotor-4) vs 400 MB/s (1.05×) | met |"));
         let kernel_only: Vec<ResultRow> = rows.iter().filter(|r| r.engine != "wbcache").cloned().collect();
         assert!(verdicts(&kernel_only, "parallel-writeback").is_empty());
         // Only kernel-buffered ran: only its line.

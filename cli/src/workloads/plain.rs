@@ -43,6 +43,7 @@ pub static SEQ_WRITE: Plain = Plain {
     stream: Stream::SeqWrite,
     info: WorkloadInfo {
         name: "seq-write",
+        summary: "one writer, 1 MiB sequential writes to a new file, then fsync",
         about: "one writer, 1 MiB sequential writes to a new file of --size, then fsync",
         models: "a backup, a log or a bulk load streaming one large file: MB/s and the tail latency of each write",
         source: Some(DONTCACHE_KICK),
@@ -53,6 +54,7 @@ pub static RAND_WRITE: Plain = Plain {
     stream: Stream::RandWrite,
     info: WorkloadInfo {
         name: "rand-write",
+        summary: "one writer, 4 KiB random writes over an existing file, then fsync",
         about: "one writer, 4 KiB random writes (every block once, random order) over an existing file of --size, stopped after --runtime, then fsync",
         models: "a database updating pages of a table larger than memory",
         source: Some(DONTCACHE_KICK),
@@ -63,6 +65,7 @@ pub static MULTI_WRITER: Plain = Plain {
     stream: Stream::MultiWriter,
     info: WorkloadInfo {
         name: "multi-writer",
+        summary: "4 writers, 1 MiB sequential writes to a new file each, then fsync",
         about: "4 writers, 1 MiB sequential writes, one new file each (--size split between them), then fsync",
         models:
             "several streams written at once (parallel backups, compaction outputs): aggregate MB/s and tail latency",
@@ -74,6 +77,7 @@ pub static FILES_32: Plain = Plain {
     stream: Stream::Files32,
     info: WorkloadInfo {
         name: "files-32",
+        summary: "32 writers, 64 KiB sequential writes to a new file each, then fsync",
         about: "32 writers, 64 KiB sequential writes, one new file each, for --runtime, then fsync",
         models: "many files written at once (a build, an unpacking archive, a sharded log): MB/s, tail latency and how much dirty data piles up",
         source: Some(DONTCACHE_KICK),
@@ -84,6 +88,7 @@ pub static SEQ_READ: Plain = Plain {
     stream: Stream::SeqRead,
     info: WorkloadInfo {
         name: "seq-read",
+        summary: "a cold file read sequentially in 1 MiB reads",
         about: "read a cold file of --size (twice the memory) sequentially, 1 MiB reads",
         models: "a scan, a backup or a restore reading a file larger than memory for the first time",
         source: Some("the read table of the LKML series \"block: enable RWF_DONTCACHE for block devices\" (v6)"),
@@ -408,10 +413,10 @@ mod tests {
         let mut row = ResultRow::empty(&group, EngineKind::Wbcache, None, Status::Ok, None);
         row.throughput_mb_s = Some(1900.0);
         let reference = Reference::direct_read(&group, 256 << 20, 1 << 20, 16, 2000.0);
-        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference), true).unwrap();
         assert!(table.contains("as much fresh memory | 1900 vs 2000 MB/s (0.95×) | met"), "{table}");
         row.throughput_mb_s = Some(1700.0);
-        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference), true).unwrap();
         assert!(table.contains("1700 vs 2000 MB/s (0.85×) | NOT met"), "{table}");
         let sentence = reference.sentence();
         assert!(sentence.contains("256M of fresh memory") && sentence.contains("2000 MB/s"), "{sentence}");

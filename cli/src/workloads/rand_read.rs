@@ -28,6 +28,7 @@ pub static RAND_READ: RandRead = RandRead;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "rand-read",
+    summary: "4 KiB random reads, cold and cached (µs per call when cached)",
     about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M, past the L2 caches: the copy's memory traffic dominates; a bare memcpy of the same pattern is measured as the reference); cached-4k-offset0, the same cached 4 KiB at offset 0 (the read path's own cost); cached-4k-written, as cached-4k in a region written before in 4 KiB writes in random order (a database's hot pages: a cache of many 4 KiB folios, where finding the folio costs most)",
     models: "point lookups: cold over a table larger than memory, and hot inside a cached working set",
     source: Some("libMicro's pread_u4k case (the cached-4k-offset0 variant)"),
@@ -319,22 +320,22 @@ mod tests {
         let mut row = ResultRow::empty(&group, EngineKind::Wbcache, group.variant.clone(), Status::Ok, None);
         row.us_per_call = Some(0.5);
         let reference = Reference::memcpy(&group, 64 << 20, 0.4);
-        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference), true).unwrap();
         assert!(
             table.contains("wbcache ≤ the bare memcpy + 0.05 µs | 0.500 µs (bare memcpy 0.400 µs) | NOT met"),
             "{table}"
         );
         row.us_per_call = Some(0.449);
-        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference)).unwrap();
+        let table = targets(std::slice::from_ref(&row), 1 << 30, std::slice::from_ref(&reference), true).unwrap();
         assert!(table.contains("0.449 µs (bare memcpy 0.400 µs) | met"), "{table}");
-        assert!(targets(std::slice::from_ref(&row), 1 << 30, &[]).is_none(), "no reference, no bound");
+        assert!(targets(std::slice::from_ref(&row), 1 << 30, &[], true).is_none(), "no reference, no bound");
         let offset0 = groups.iter().find(|g| g.variant.as_deref() == Some("cached-4k-offset0")).unwrap();
         let mut at0 = ResultRow::empty(offset0, EngineKind::Wbcache, offset0.variant.clone(), Status::Ok, None);
         at0.us_per_call = Some(0.085);
-        let table = targets(std::slice::from_ref(&at0), 1 << 30, &[]).unwrap();
+        let table = targets(std::slice::from_ref(&at0), 1 << 30, &[], true).unwrap();
         assert!(table.contains("same 4 KiB): wbcache ≤ 0.10 µs | 0.085 µs | met"), "{table}");
         at0.us_per_call = Some(0.12);
-        let table = targets(std::slice::from_ref(&at0), 1 << 30, &[]).unwrap();
+        let table = targets(std::slice::from_ref(&at0), 1 << 30, &[], true).unwrap();
         assert!(table.contains("| 0.120 µs | NOT met"), "{table}");
         assert!(reference.sentence().contains("64M buffer"), "{}", reference.sentence());
         let machine = Machine { kernel: "k".into(), cpus: 2, mem_bytes: 1, fs: "ext4".into(), device: "vda".into() };

@@ -23,6 +23,7 @@ pub static SMALL_OVERWRITE: SmallOverwrite = SmallOverwrite;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "small-overwrite",
+    summary: "overwrites at the start of a cached file: the cost of one call",
     about: "overwrite offset 0 of an already cached file (written once and fsynced), per-call cost in µs; variants {write,pwrite,writev}-{1k,10k}-{4k,1m,2m}-file (writev: 10 iovecs of the size)",
     models: "small in-place updates of a cached file (a database header, a counter, a WAL tail): the cost of one write call",
     source: Some("libMicro's write_u1k/u10k, pwrite_u1k/u10k and writev_u1k/u10k cases, as run in the LKML series \"ext4: avoid tail walks for cached large-folio writes\" (v3)"),

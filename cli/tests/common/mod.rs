@@ -17,9 +17,11 @@ pub fn wbcache() -> Command {
 }
 
 /// A fresh, empty directory for one test (the bench's `--dir`, or where
-/// its outputs go).
+/// its outputs go), under /var/tmp where there is one: the bench refuses a
+/// memory file system (a tmpfs /tmp) as `--dir`.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wbcache-cli-test-{name}-{}", std::process::id()));
+    let base = Some(PathBuf::from("/var/tmp")).filter(|d| d.is_dir()).unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("wbcache-cli-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

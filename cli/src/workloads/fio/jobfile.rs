@@ -25,7 +25,8 @@ pub struct FioJobfile;
 pub static FIO_JOBFILE: FioJobfile = FioJobfile;
 
 /// Its name in the rows; it has no catalog entry to say more.
-static INFO: WorkloadInfo = WorkloadInfo { name: "fio-jobfile", about: "", models: "", source: Some(FIO_SOURCE) };
+static INFO: WorkloadInfo =
+    WorkloadInfo { name: "fio-jobfile", summary: "", about: "", models: "", source: Some(FIO_SOURCE) };
 
 /// The engines a job file runs on.
 pub const JOBFILE_ENGINES: [EngineKind; 3] =

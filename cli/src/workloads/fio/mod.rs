@@ -44,6 +44,7 @@ pub static FIO: Fio = Fio;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "fio",
+    summary: "fio itself running its own jobs (installed fio; by name or with `all`)",
     about: "fio itself (it must be installed) running its own jobs on each engine, its figures from its JSON \
             report: MB/s, IOPS, and its completion latency's p50 and p99 per direction. kernel-buffered runs fio as \
             it is (--ioengine=psync), kernel-direct adds --direct=1, wbcache runs it under libwbcache_preload.so \
@@ -266,7 +267,7 @@ pub fn engine_options(engine: EngineKind) -> Vec<String> {
 /// own; together they have what the kernel engines have).
 pub fn per_process_options(options: &str, processes: u64) -> String {
     let capacity = capacity_of(options);
-    let share = crate::cli::exact_size((capacity / processes.max(1) / MIB).max(1) * MIB);
+    let share = crate::sys::exact_size((capacity / processes.max(1) / MIB).max(1) * MIB);
     let rest = options.split(',').map(str::trim).filter(|kv| !kv.is_empty() && !kv.starts_with("capacity="));
     std::iter::once(format!("capacity={share}")).chain(rest.map(String::from)).collect::<Vec<_>>().join(",")
 }

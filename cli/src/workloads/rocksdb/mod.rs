@@ -37,6 +37,7 @@ pub static ROCKSDB: Rocksdb = Rocksdb;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "rocksdb",
+    summary: "RocksDB's db_bench (installed db_bench; by name or with `all`)",
     about: "RocksDB's db_bench (it must be installed) on a database of about 2 × --memory (16M with --quick): \
             16-byte keys, 400-byte values, no compression, a 1 MiB block cache (so reads come from the page \
             cache), one thread. Variants, one db_bench benchmark each: fillseq and fillrandom (a new database, \

@@ -37,6 +37,7 @@ pub static SQLITE: Sqlite = Sqlite;
 
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "sqlite",
+    summary: "SQLite running pgbench's TPC-B-like transactions, idle and next to a stream",
     about: "SQLite (one connection, synchronous=FULL, 4 KiB pages) running pgbench's TPC-B-like transaction \
             for --runtime: BEGIN; UPDATE an account's balance; SELECT it; UPDATE a teller's; UPDATE a branch's; \
             INSERT a history row; COMMIT (account, teller, branch and delta at random). The database is \
