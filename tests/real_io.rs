@@ -103,7 +103,7 @@ fn reopen_after_close_reads_durable_data() {
         cache.close().unwrap(); // ... closing the cache does
     }
     let cache = Cache::new(Config::from_options("capacity=64M").unwrap()).unwrap();
-    let f = cache.open(&path, &OpenOptions::new()).unwrap();
+    let f = cache.open(&path, &OpenOptions::new().read(true)).unwrap();
     let mut back = vec![0u8; data.len()];
     assert_eq!(f.read_at(&mut back, 12_345).unwrap(), data.len());
     assert!(back == data);
@@ -130,7 +130,7 @@ fn raw_loop_device() {
         ("uring", "writeback_routing=region,writeback_workers=4,region_size=2M"),
     ] {
         let cache = Cache::new(Config::from_options(&format!("capacity=32M,io={io},{routing}")).unwrap()).unwrap();
-        let f = cache.open(&dev.device, &OpenOptions::new().write(true)).unwrap();
+        let f = cache.open(&dev.device, &OpenOptions::new().read(true).write(true)).unwrap();
         assert!(f.is_block_device());
         let size = f.len().unwrap();
         assert_eq!(size, 64 << 20);
@@ -148,7 +148,7 @@ fn raw_loop_device() {
         assert_eq!(read_device(&dev.device, size - 10, 10), vec![7u8; 10]);
         drop(f);
         // O_TRUNC on a device is ignored, as open(2) does: nothing is lost.
-        let again = cache.open(&dev.device, &OpenOptions::new().write(true).truncate(true)).unwrap();
+        let again = cache.open(&dev.device, &OpenOptions::new().read(true).write(true).truncate(true)).unwrap();
         assert_eq!(again.len().unwrap(), size, "{io}: O_TRUNC on a device");
         drop(again);
         assert!(read_device(&dev.device, 777, data.len()) == data, "{io}: device content after O_TRUNC");
@@ -340,7 +340,7 @@ fn foreign_appends_survive_sync_and_close() {
     let path = dir.join("log");
     std::fs::write(&path, pattern(5000, 1)).unwrap();
     let cache = Cache::new(Config::from_options("capacity=16M").unwrap()).unwrap();
-    let reader = cache.open(&path, &OpenOptions::new()).unwrap();
+    let reader = cache.open(&path, &OpenOptions::new().read(true)).unwrap();
     let mut head = vec![0u8; 100];
     reader.read_at(&mut head, 0).unwrap();
     let appended = pattern(10_000, 2);
@@ -350,7 +350,7 @@ fn foreign_appends_survive_sync_and_close() {
 
     // A writer of the same inode rewrites its first bytes and syncs: only
     // what it wrote changes, the foreign tail stays.
-    let writer = cache.open(&path, &OpenOptions::new().write(true)).unwrap();
+    let writer = cache.open(&path, &OpenOptions::new().read(true).write(true)).unwrap();
     writer.write_at(b"rewritten", 0).unwrap();
     writer.sync_all().unwrap();
     drop(reader);
@@ -371,7 +371,7 @@ fn foreign_appends_survive_sync_and_close() {
     f.sync_all().unwrap();
     assert_eq!(std::fs::metadata(&own).unwrap().len(), 5000);
 
-    let exe = cache.open(std::env::current_exe().unwrap(), &OpenOptions::new()).unwrap();
+    let exe = cache.open(std::env::current_exe().unwrap(), &OpenOptions::new().read(true)).unwrap();
     let mut magic = [0u8; 4];
     exe.read_at(&mut magic, 0).unwrap();
     assert_eq!(&magic, b"\x7fELF");

@@ -1041,8 +1041,8 @@ impl Worker {
         }
         let options = match (readable, writable) {
             (true, true) if v.store.device_len.is_none() => OpenOptions::read_write_create(),
-            (true, true) => OpenOptions::new().write(true),
-            (true, false) => OpenOptions::new(),
+            (true, true) => OpenOptions::new().read(true).write(true),
+            (true, false) => OpenOptions::new().read(true),
             _ => OpenOptions::new().read(false).write(true),
         };
         let path = v.store.path.clone();

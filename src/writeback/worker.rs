@@ -59,8 +59,9 @@ pub fn start_domain(
         // The first keeps the name it always had (`top`, `perf` users).
         let name = if n == 0 { format!("wbc-flush-{device_id:x}") } else { format!("wbc-flush-{device_id:x}-{n}") };
         // No thread to be had (RLIMIT_NPROC, memory): the open that
-        // needed this domain fails with the spawn's error (EAGAIN).
-        let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || run(for_thread, n, for_stats));
+        // needed this domain fails with the spawn's error, the OS's EAGAIN
+        // as it is.
+        let spawned = std::thread::Builder::new().name(name).spawn(move || run(for_thread, n, for_stats));
         match spawned {
             Ok(handle) => {
                 domain.add_worker(handle);
@@ -68,8 +69,7 @@ pub fn start_domain(
             }
             Err(e) => {
                 domain.stop();
-                // The kind carries the errno (EAGAIN) to the C ABI.
-                return Err(std::io::Error::new(e.kind(), format!("cannot start the flusher thread {name}: {e}")));
+                return Err(e);
             }
         }
     }
