@@ -1462,6 +1462,9 @@ impl<'p> Model<'p> {
         self.verbose("final");
         assert_eq!(st.dirty_bytes, 0, "dirty after a full sync {}", self.ctx());
         assert_eq!(st.writeback_bytes, 0, "writeback after a full sync {}", self.ctx());
+        if let Some(why) = common::written_bytes_disagree(&st) {
+            panic!("after a full sync: {why} {}", self.ctx());
+        }
         assert_eq!(self.sim.stats().overlapping_writes, 0, "two writes of one block in flight at once {}", self.ctx());
         let workers = self.config.writeback_workers as usize;
         assert_eq!(st.writeback_workers.len(), workers, "one counter set per worker {}", self.ctx());

@@ -64,6 +64,8 @@ fn roundtrip(io: &str, routing: &str) {
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 50_000);
     let stats = cache.stats();
     assert!(stats.written_bytes(Reason::Fsync) > 0);
+    assert_eq!((stats.dirty_bytes, stats.writeback_bytes), (0, 0), "{options}: synced");
+    assert_eq!(common::written_bytes_disagree(&stats), None, "{options}");
     assert!(stats.direct_io, "{io}: ext4 temp dir supports O_DIRECT");
     assert_eq!(stats.writeback_workers.len(), workers.writeback_workers as usize, "{options}");
     drop(f);
@@ -88,6 +90,30 @@ fn roundtrip_with_several_writeback_workers() {
     roundtrip("uring", "writeback_routing=region,writeback_workers=4,region_size=2M");
     roundtrip("threads", "writeback_routing=region,writeback_workers=3,region_size=2M");
     roundtrip("uring", "writeback_routing=rotor,writeback_workers=2");
+}
+
+/// The quick start's run: a cached write at 4096, an uncached one at 0
+/// (written back by the flusher), an fdatasync. Two blocks were written
+/// (the last one, five bytes of the file, counts whole), and each
+/// breakdown adds up to that total, whoever wrote which block.
+#[test]
+fn written_bytes_add_up_after_a_quickstart_run() {
+    let dir = temp_dir("written-sums");
+    let cache = Cache::new(Config::from_options("capacity=256M,dirty_limit=64M").unwrap()).unwrap();
+    let f = cache.open(dir.join("data.db"), &OpenOptions::read_write_create()).unwrap();
+    f.write_at(b"hello", 4096).unwrap();
+    f.write_at_with(b"log", 0, wbcache::WriteFlags::DONTCACHE).unwrap();
+    f.sync_data().unwrap();
+    cache.sync_all().unwrap();
+    let st = cache.stats();
+    assert_eq!((st.dirty_bytes, st.writeback_bytes), (0, 0));
+    assert_eq!(common::written_bytes_disagree(&st), None);
+    assert_eq!(st.written_bytes_total, 8192, "two blocks: {}", st.to_json());
+    let json = st.to_json();
+    assert!(json.contains("\"written_bytes_total\":8192,"), "{json}");
+    drop(f);
+    cache.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

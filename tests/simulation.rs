@@ -2053,6 +2053,13 @@ impl Seed {
                         let what = format!("after a successful Cache::sync_all with nothing running: {st:?}");
                         self.workers[0].fail(ep, what);
                     }
+                    // Nothing dirty or under writeback, and nothing to
+                    // retry: no writeback completes while the snapshot is
+                    // read, and every byte written is counted.
+                    let quiet = !any_during && st.dirty_bytes == 0 && st.writeback_bytes == 0;
+                    if let Some(why) = common::written_bytes_disagree(&st).filter(|_| quiet) {
+                        self.workers[0].fail(ep, format!("after a successful Cache::sync_all: {why}"));
+                    }
                 }
             }
             Err(e) => {

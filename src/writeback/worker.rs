@@ -138,7 +138,7 @@ fn sample_cpu(stats: &WorkerCounters) {
 
 /// Bytes written back by the whole cache so far (successfully).
 fn written_bytes_total(domain: &Domain) -> u64 {
-    domain.dirty.cache.counters.written_bytes_by_reason.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    domain.dirty.cache.counters.written_bytes_total.load(Ordering::Relaxed)
 }
 
 /// Sleeps `duration`, in slices, so that closing the cache is not held up
