@@ -478,7 +478,9 @@ mod tests {
     fn hot_set_groups_and_selections() {
         let groups = groups_for("hot-set", None).unwrap();
         assert_eq!(variants_of(&groups), ["alone", "write-stream", "read-stream"]);
-        assert!(groups.iter().all(|g| g.workload == "hot-set" && EngineKind::WITHOUT_PRELOAD.iter().all(|e| g.runs_on(*e))));
+        assert!(groups
+            .iter()
+            .all(|g| g.workload == "hot-set" && EngineKind::WITHOUT_PRELOAD.iter().all(|e| g.runs_on(*e))));
         assert!(groups.iter().all(|g| !g.runs_on(EngineKind::WbcachePreload)));
         assert_eq!(groups.iter().map(Group::needs_data).collect::<Vec<_>>(), [false, false, true]);
         assert_eq!(groups[1].slug(), "hot-set-write-stream");
