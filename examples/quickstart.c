@@ -3,9 +3,10 @@
  * cache, read back, sync, print the cache's statistics.
  *
  * Build it from the repository root, after `cargo build --release`:
- *   cc -o quickstart examples/quickstart.c -Iinclude target/release/libwbcache.a -lpthread -ldl -lm
- * Run it as `./quickstart [path]`; without a path it uses a new file in /tmp
- * and removes it at the end.
+ *   cc -o target/quickstart examples/quickstart.c -Iinclude target/release/libwbcache.a -lpthread -ldl -lm
+ * (target/ keeps the program out of the source tree). Run it as
+ * `target/quickstart [path]`; without a path it uses a new file in /tmp and
+ * removes it at the end.
  */
 #include <fcntl.h>
 #include <stdint.h>

@@ -29,7 +29,11 @@ fn run() -> io::Result<()> {
     };
 
     let cache = Cache::new(Config::from_options("capacity=256M,dirty_limit=64M")?)?;
-    let file = cache.open(&path, &OpenOptions::read_write_create())?;
+    // As with std::fs, the error is the OS's (`raw_os_error()` is its
+    // errno) and does not name the path: say which file it was.
+    let file = cache
+        .open(&path, &OpenOptions::read_write_create())
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     file.write_at(b"hello", 4096)?; // into the cache, dirty
     file.write_at_with(b"log", 0, WriteFlags::DONTCACHE)?; // uncached: flushed off-path, dropped when clean
     let mut buf = [0u8; 5];

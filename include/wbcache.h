@@ -343,6 +343,7 @@ int wbc_fallocate(wbc_file *f, int mode, int64_t off, int64_t len);
 /**
  * The cache's statistics as one JSON object, e.g.
  * {"capacity_bytes":...,"cached_bytes":...,"dirty_bytes":...,
+ *  "written_bytes_total":...,"written_bytes_by_class":{...},
  *  "written_bytes_by_reason":{...},"io_backend":"uring","direct_io":true,
  *  "config":{"capacity":268435456,...,"io":"uring",...}}.
  * "config" holds every option key with the value in use (sizes in bytes),

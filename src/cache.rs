@@ -6,10 +6,8 @@
 //! [`crate::memory`]); dirty memory under `dirty_limit` (see
 //! [`crate::throttle`]).
 
-use std::error::Error;
-use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -21,6 +19,31 @@ use crate::stats::{Reason, Stats};
 
 /// A userspace page cache. Open files with [`Cache::open`]; close with
 /// [`Cache::close`] (or drop) to write back and sync everything.
+///
+/// Errors follow `std::fs`: one the OS returned is that error itself, its
+/// errno in `raw_os_error()` (and no path in its message: add it where
+/// you report it, as with std).
+///
+/// ```
+/// use wbcache::{Cache, Config, OpenOptions};
+/// # fn main() -> std::io::Result<()> {
+/// let cache = Cache::new(Config::from_options("capacity=16M")?)?;
+/// let path = std::env::temp_dir().join(format!("wbcache-doc-cache-{}", std::process::id()));
+///
+/// let file = cache.open(&path, &OpenOptions::read_write_create())?;
+/// file.write_at(b"kept in the cache, written back later", 0)?;
+/// cache.sync_all()?; // as syncfs: every file's data durable
+/// assert_eq!(cache.stats().dirty_bytes, 0);
+///
+/// let missing = cache.open("/nonexistent/x", &OpenOptions::new().read(true)).err().expect("no such file");
+/// assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+/// assert_eq!(missing.raw_os_error(), Some(2)); // ENOENT
+///
+/// drop(file);
+/// cache.remove_file(&path)?;
+/// cache.close()?; // writes back and syncs what is left, stops the threads
+/// # Ok(()) }
+/// ```
 pub struct Cache {
     shared: Arc<Shared>,
 }
@@ -54,20 +77,24 @@ impl Cache {
         Ok(Cache { shared: Shared::new(config, io)? })
     }
 
+    /// The configuration the cache runs with (validated).
     pub fn config(&self) -> &Config {
         &self.shared.config
     }
 
-    /// Opens (or creates) the file or block device at `path`.
+    /// Opens (or creates) the file or block device at `path`, as
+    /// `options` say (see [`OpenOptions`] for what it refuses).
     ///
-    /// An error names `path` and has the kind of the failure, e.g.
-    /// `NotFound`. Its `raw_os_error()` is `None`, because an `io::Error`
-    /// cannot hold an errno and a message together: the failure itself, with
-    /// its errno, is the error's [`source()`](std::error::Error::source), and
-    /// [`crate::errno_of`] reads it from there.
+    /// Errors are `open(2)`'s as `std::fs::OpenOptions::open` returns
+    /// them: the OS's error itself, with its errno in `raw_os_error()`
+    /// (`NotFound` for a missing file is `ENOENT`, a directory `EISDIR`),
+    /// and without the path. Besides: `InvalidInput` (`EINVAL`) for
+    /// options std refuses, a file that is neither a regular file nor a
+    /// block device, or a block device whose size is not a multiple of
+    /// 4096; `EBADF` once the cache is closed. [`crate::errno_of`] gives
+    /// every error's errno.
     pub fn open(&self, path: impl AsRef<Path>, options: &OpenOptions) -> io::Result<File> {
-        let path = path.as_ref();
-        self.open_path(path, options).map_err(|source| PathError::wrap(path, source))
+        self.open_path(path.as_ref(), options)
     }
 
     /// Removes the name `path`, as `unlink(2)` does, and with it the file's
@@ -78,10 +105,9 @@ impl Cache {
     /// created later under the name (or with the same inode number). With
     /// other hard links left, or for a block device node, the data stays
     /// cached. Errors are `unlink(2)`'s (`NotFound`, `IsADirectory`, ...),
-    /// naming `path` as [`Cache::open`]'s do.
+    /// with their errno, as `std::fs::remove_file` returns them.
     pub fn remove_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let path = path.as_ref();
-        self.shared.remove_file(path).map_err(|source| PathError::wrap(path, source))
+        self.shared.remove_file(path.as_ref())
     }
 
     /// Renames `from` to `to` as `rename(2)` does, replacing `to`. The
@@ -89,10 +115,10 @@ impl Cache {
     /// back to the file under its new name); handles open on it keep
     /// working. A replaced `to` whose last name that was loses its cached
     /// data, dirty blocks unwritten, as [`Cache::remove_file`] drops it.
-    /// Errors are `rename(2)`'s, naming `from`.
+    /// Errors are `rename(2)`'s, with their errno, as `std::fs::rename`
+    /// returns them.
     pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
-        let (from, to) = (from.as_ref(), to.as_ref());
-        self.shared.rename(from, to).map_err(|source| PathError::wrap(from, source))
+        self.shared.rename(from.as_ref(), to.as_ref())
     }
 
     /// Makes the cache forget the file `path` names, if it is cached and no
@@ -105,8 +131,7 @@ impl Cache {
     /// open. A failed writeback or sync is returned and the file stays
     /// cached, its data dirty.
     pub fn forget(&self, path: impl AsRef<Path>) -> io::Result<bool> {
-        let path = path.as_ref();
-        self.shared.forget(path).map_err(|source| PathError::wrap(path, source))
+        self.shared.forget(path.as_ref())
     }
 
     fn open_path(&self, path: &Path, options: &OpenOptions) -> io::Result<File> {
@@ -118,7 +143,7 @@ impl Cache {
         // first writable handle of the inode upgrades its store.
         let how = OpenHow {
             read: true,
-            write: options.write,
+            write: options.writable(),
             create: options.create,
             create_new: options.create_new,
             truncate: false, // through the cache, so cached data goes too
@@ -134,7 +159,7 @@ impl Cache {
             }
             result => result?,
         };
-        let store_writable = options.write;
+        let store_writable = options.writable();
         let info = store.info().clone();
         if info.is_block_device && info.len_at_open % crate::io::BLOCK_SIZE as u64 != 0 {
             return Err(io::Error::new(
@@ -181,32 +206,6 @@ impl Cache {
     }
 }
 
-/// A failed call on a path ([`Cache::open`], [`Cache::remove_file`]):
-/// the path, and the failure with its errno.
-#[derive(Debug)]
-struct PathError {
-    path: PathBuf,
-    source: io::Error,
-}
-
-impl PathError {
-    fn wrap(path: &Path, source: io::Error) -> io::Error {
-        io::Error::new(source.kind(), PathError { path: path.to_path_buf(), source })
-    }
-}
-
-impl fmt::Display for PathError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.source)
-    }
-}
-
-impl Error for PathError {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
 impl Drop for Cache {
     fn drop(&mut self) {
         let _ = self.shared.shutdown();
@@ -231,33 +230,72 @@ mod tests {
         (cache, shared)
     }
 
-    /// Open errors name the path, keep the failure's kind, and keep its
-    /// errno for the C ABI, which returns the exact errno.
+    /// Open errors are the OS's own, with their errno, as std's are; the
+    /// C ABI returns that errno.
     #[test]
-    fn open_errors_name_the_path_and_keep_the_errno() {
+    fn open_errors_carry_the_os_errno() {
         use crate::errno_of;
-        use std::error::Error as _;
 
         let cache = Cache::new(Config::from_options("capacity=16M,io=threads").unwrap()).unwrap();
         let missing = std::env::temp_dir().join(format!("wbcache-missing-{}/x", std::process::id()));
-        let err = cache.open(&missing, &OpenOptions::new()).err().expect("no such file");
+        let read = OpenOptions::new().read(true);
+        let err = cache.open(&missing, &read).err().expect("no such file");
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
-        assert!(err.to_string().starts_with(&format!("{}: ", missing.display())), "{err}");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+        assert_eq!(err.to_string(), io::Error::from_raw_os_error(libc::ENOENT).to_string(), "std's message");
         assert_eq!(errno_of(&err), libc::ENOENT);
-        let os = err.source().and_then(|s| s.downcast_ref::<io::Error>()).expect("the OS error is the source");
-        assert_eq!(os.raw_os_error(), Some(libc::ENOENT));
 
-        // EISDIR's kind maps to no errno (EIO by kind): it comes from the source.
         let dir = std::env::temp_dir();
-        let err = cache.open(&dir, &OpenOptions::new()).err().expect("a directory");
-        assert!(err.to_string().contains(&dir.display().to_string()), "{err}");
+        let err = cache.open(&dir, &read).err().expect("a directory");
+        assert_eq!(err.raw_os_error(), Some(libc::EISDIR), "{err}");
         assert_eq!(errno_of(&err), libc::EISDIR, "{err}");
+        // As std::fs::remove_file's and std::fs::rename's.
+        let err = cache.remove_file(&missing).expect_err("no such file");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+        let err = cache.rename(&missing, dir.join("x")).expect_err("no such file");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
 
         let (closed, shared) = sim_cache("capacity=8M");
         shared.shutdown().unwrap();
         let err = closed.open("/late", &OpenOptions::read_write_create()).err().expect("closed");
-        assert!(err.to_string().starts_with("/late: "), "{err}");
-        assert_eq!(errno_of(&err), libc::EBADF, "{err}");
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF), "{err}");
+        cache.close().unwrap();
+    }
+
+    /// The builder refuses what std's refuses, with std's words, and
+    /// `append` implies write access.
+    #[test]
+    fn open_options_follow_std() {
+        let (cache, _shared) = sim_cache("capacity=8M");
+        let refused = |options: OpenOptions| {
+            let err = cache.open("/o", &options).map(drop).expect_err("refused");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{options:?}");
+            assert_eq!(crate::errno_of(&err), libc::EINVAL, "{options:?}");
+            err.to_string()
+        };
+        assert_eq!(refused(OpenOptions::new()), "must specify at least one of read, write, or append access");
+        for options in [
+            OpenOptions::new().create(true),
+            OpenOptions::new().read(true).create(true),
+            OpenOptions::new().read(true).create_new(true),
+            OpenOptions::new().read(true).truncate(true),
+        ] {
+            assert_eq!(refused(options), "creating or truncating a file requires write or append access");
+        }
+        assert!(refused(OpenOptions::new().write(true).append(true).truncate(true)).contains("append"));
+
+        let log = cache.open("/o", &OpenOptions::new().append(true).create(true)).unwrap();
+        assert!(log.is_append());
+        assert_eq!(log.write_at(b"abc", 100).unwrap(), 3);
+        assert_eq!(log.write_at(b"de", 0).unwrap(), 2);
+        assert_eq!(log.len().unwrap(), 5, "appended whatever the offsets");
+        let mut buf = [0u8; 5];
+        assert_eq!(log.read_at(&mut buf, 0).unwrap_err().raw_os_error(), Some(libc::EBADF), "not readable");
+        let both = cache.open("/o", &OpenOptions::new().read(true).append(true)).unwrap();
+        assert_eq!(both.read_at(&mut buf, 0).unwrap(), 5);
+        assert_eq!(&buf, b"abcde");
+        // A new file may be created "truncated" with append, as in std.
+        cache.open("/n", &OpenOptions::new().append(true).create_new(true).truncate(true)).unwrap();
         cache.close().unwrap();
     }
 

@@ -390,7 +390,7 @@ impl Config {
             "io_max" => self.io_max_bytes = parse_size(key, value)?,
             "io_depth" => {
                 let depth = parse_number(key, value)?;
-                self.io_depth = u32::try_from(depth).map_err(|_| invalid(format!("io_depth {depth} is too large")))?;
+                self.io_depth = u32::try_from(depth).map_err(|_| invalid(format!("io_depth={depth} is too large")))?;
             }
             "readahead_max" => self.readahead_max_bytes = parse_size(key, value)?,
             "throttle_pause_ms_max" => self.throttle_pause_ms_max = parse_number(key, value)?,
@@ -398,13 +398,13 @@ impl Config {
             "async_depth_while_sync" => {
                 let depth = parse_number(key, value)?;
                 self.async_depth_while_sync = u32::try_from(depth)
-                    .map_err(|_| invalid(format!("async_depth_while_sync {depth} is too large")))?;
+                    .map_err(|_| invalid(format!("async_depth_while_sync={depth} is too large")))?;
             }
             "sync_latency_target_us" => self.sync_latency_target_us = parse_number(key, value)?,
             "writeback_workers" => {
                 let n = parse_number(key, value)?;
                 self.writeback_workers =
-                    u32::try_from(n).map_err(|_| invalid(format!("writeback_workers {n} is too large")))?;
+                    u32::try_from(n).map_err(|_| invalid(format!("writeback_workers={n} is too large")))?;
             }
             "writeback_routing" => {
                 self.writeback_routing = match value {
@@ -442,35 +442,38 @@ impl Config {
         let block = BLOCK_SIZE as u64;
         let pow2 = |name: &str, v: u64| {
             if v < block || v > GIB || !v.is_power_of_two() {
-                Err(invalid(format!("{name} must be a power of two between 4K and 1G, not {v}")))
+                Err(invalid(format!("{name}={} must be a power of two from 4K to 1G", format_size(v))))
             } else {
                 Ok(())
             }
         };
         pow2("folio_max", self.folio_max_bytes)?;
         pow2("io_max", self.io_max_bytes)?;
+        let (capacity, folio_max) = (format_size(self.capacity_bytes), format_size(self.folio_max_bytes));
+        let (dirty_limit, dirty_background) =
+            (format_size(self.dirty_limit_bytes), format_size(self.dirty_background_bytes));
         if self.capacity_bytes < 4 * self.folio_max_bytes {
             return Err(invalid(format!(
-                "capacity ({}) must hold at least four folio_max folios ({})",
-                self.capacity_bytes, self.folio_max_bytes
+                "capacity={capacity} must hold at least four folios of folio_max={folio_max}: at least {}",
+                format_size(4 * self.folio_max_bytes)
             )));
         }
         if self.dirty_limit_bytes == 0 || self.dirty_limit_bytes > self.capacity_bytes {
             return Err(invalid(format!(
-                "dirty_limit ({}) must be positive and at most capacity ({}); Config::with_capacity derives it",
-                self.dirty_limit_bytes, self.capacity_bytes
+                "dirty_limit={dirty_limit} must be positive and at most capacity={capacity} \
+                 (without dirty_limit it is half of capacity)"
             )));
         }
         if self.dirty_limit_bytes < 2 * self.folio_max_bytes {
             return Err(invalid(format!(
-                "dirty_limit ({}) must hold at least two folio_max folios ({})",
-                self.dirty_limit_bytes, self.folio_max_bytes
+                "dirty_limit={dirty_limit} must hold at least two folios of folio_max={folio_max}: at least {}",
+                format_size(2 * self.folio_max_bytes)
             )));
         }
         if self.dirty_background_bytes >= self.dirty_limit_bytes {
             return Err(invalid(format!(
-                "dirty_background ({}) must be below dirty_limit ({})",
-                self.dirty_background_bytes, self.dirty_limit_bytes
+                "dirty_background={dirty_background} must be below dirty_limit={dirty_limit} (without \
+                 dirty_background it is a quarter of capacity, or half of dirty_limit when only that is given)"
             )));
         }
         self.validate_timing_and_depths()?;
@@ -481,26 +484,30 @@ impl Config {
     /// latency target.
     fn validate_timing_and_depths(&self) -> io::Result<()> {
         if self.expire_ms == 0 {
-            return Err(invalid("expire_ms must be positive".into()));
+            return Err(invalid("expire_ms=0: expire_ms must be positive (milliseconds)".into()));
         }
         if self.io_depth == 0 || self.io_depth > 4096 {
-            return Err(invalid(format!("io_depth must be 1..=4096, not {}", self.io_depth)));
+            return Err(invalid(format!("io_depth={}: io_depth must be 1 to 4096", self.io_depth)));
         }
         if self.readahead_max_bytes < BLOCK_SIZE as u64 {
-            return Err(invalid("readahead_max must be at least 4K".into()));
+            let value = format_size(self.readahead_max_bytes);
+            return Err(invalid(format!("readahead_max={value}: readahead_max must be at least 4K")));
         }
         if self.throttle_pause_ms_max == 0 {
-            return Err(invalid("throttle_pause_ms_max must be positive".into()));
+            return Err(invalid(
+                "throttle_pause_ms_max=0: throttle_pause_ms_max must be positive (milliseconds)".into(),
+            ));
         }
         if self.async_depth_while_sync == 0 || self.async_depth_while_sync > 4096 {
             return Err(invalid(format!(
-                "async_depth_while_sync must be 1..=4096 (I/Os), not {}",
+                "async_depth_while_sync={}: async_depth_while_sync must be 1 to 4096 (I/Os)",
                 self.async_depth_while_sync
             )));
         }
         if self.sync_latency_target_us > SYNC_LATENCY_TARGET_US_MAX {
             return Err(invalid(format!(
-                "sync_latency_target_us must be 0 (off) to {SYNC_LATENCY_TARGET_US_MAX} (10 s), not {}",
+                "sync_latency_target_us={}: sync_latency_target_us must be 0 (off) to {SYNC_LATENCY_TARGET_US_MAX} \
+                 (10 s)",
                 self.sync_latency_target_us
             )));
         }
@@ -512,7 +519,7 @@ impl Config {
     fn validate_writeback_layout(&self) -> io::Result<()> {
         if self.writeback_workers == 0 || self.writeback_workers > MAX_WRITEBACK_WORKERS {
             return Err(invalid(format!(
-                "writeback_workers must be 1..={MAX_WRITEBACK_WORKERS}, not {}",
+                "writeback_workers={}: writeback_workers must be 1 to {MAX_WRITEBACK_WORKERS}",
                 self.writeback_workers
             )));
         }
@@ -527,14 +534,16 @@ impl Config {
             || self.region_size_bytes > 1 << 40
         {
             return Err(invalid(format!(
-                "region_size must be a power of two from folio_max ({}) to 1T, not {}",
-                self.folio_max_bytes, self.region_size_bytes
+                "region_size={}: region_size must be a power of two from folio_max={} to 1T",
+                format_size(self.region_size_bytes),
+                format_size(self.folio_max_bytes)
             )));
         }
         if self.bridge_gap_bytes % BLOCK_SIZE as u64 != 0 || self.bridge_gap_bytes > self.io_max_bytes / 2 {
             return Err(invalid(format!(
-                "bridge_gap must be whole 4K blocks and at most half of io_max ({}), not {}",
-                self.io_max_bytes, self.bridge_gap_bytes
+                "bridge_gap={}: bridge_gap must be whole 4K blocks and at most half of io_max={}",
+                format_size(self.bridge_gap_bytes),
+                format_size(self.io_max_bytes)
             )));
         }
         Ok(())
@@ -681,6 +690,36 @@ mod tests {
         }
     }
 
+    /// Errors say what is wrong in the option string's own words: each
+    /// key as typed, with its value (sizes with their suffix), never the
+    /// Rust API's names.
+    #[test]
+    fn errors_speak_in_options() {
+        for (opts, words) in [
+            ("capacity=1G,dirty_limit=2G", "dirty_limit=2G must be positive and at most capacity=1G"),
+            ("capacity=4M", "capacity=4M must hold at least four folios of folio_max=2M: at least 8M"),
+            (
+                "capacity=64M,dirty_limit=2M",
+                "dirty_limit=2M must hold at least two folios of folio_max=2M: at least 4M",
+            ),
+            ("capacity=64M,dirty_limit=16M,dirty_background=16M", "dirty_background=16M must be below dirty_limit=16M"),
+            ("folio_max=3000", "folio_max=3000 must be a power of two from 4K to 1G"),
+            ("io_max=2G", "io_max=2G must be a power of two"),
+            ("io_depth=5000", "io_depth=5000: io_depth must be 1 to 4096"),
+            ("readahead_max=100", "readahead_max=100: readahead_max must be at least 4K"),
+            ("region_size=1M", "region_size=1M: region_size must be a power of two from folio_max=2M to 1T"),
+            (
+                "io_max=16K,bridge_gap=12K",
+                "bridge_gap=12K: bridge_gap must be whole 4K blocks and at most half of io_max=16K",
+            ),
+            ("io_depth=99999999999", "io_depth=99999999999 is too large"),
+        ] {
+            let message = Config::from_options(opts).unwrap_err().to_string();
+            assert!(message.contains(words), "{opts}: {message}");
+            assert!(!message.contains("Config") && !message.contains("_bytes"), "{opts}: {message}");
+        }
+    }
+
     #[test]
     fn sizes_take_suffixes() {
         assert_eq!(parse_size("x", "4k").unwrap(), 4096);
@@ -757,8 +796,8 @@ mod tests {
         assert_eq!((c.writeback_routing, c.writeback_workers), (Routing::Single, 1));
         for (opts, words) in [
             ("writeback_routing=single,writeback_workers=2", "needs writeback_routing=rotor or region"),
-            ("writeback_routing=rotor,writeback_workers=0", "writeback_workers must be 1..=64"),
-            ("writeback_routing=rotor,writeback_workers=65", "writeback_workers must be 1..=64"),
+            ("writeback_routing=rotor,writeback_workers=0", "writeback_workers must be 1 to 64"),
+            ("writeback_routing=rotor,writeback_workers=65", "writeback_workers must be 1 to 64"),
             ("writeback_routing=shards", "writeback_routing must be 'single', 'rotor' or 'region'"),
             ("scan_dropbehind=yes", "scan_dropbehind must be 'on' or 'off'"),
             ("stream_dropbehind=1", "stream_dropbehind must be 'on' or 'off'"),

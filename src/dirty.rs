@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crate::background_budget::BackgroundBudget;
 use crate::io::BLOCK_SIZE;
 use crate::locks;
-use crate::stats::{Counters, Reason};
+use crate::stats::Counters;
 
 /// Work bits, checked by the flusher in this order. Uncached writes wrote
 /// dirty data the flusher writes back for them (as many bytes as the
@@ -544,18 +544,14 @@ impl DomainDirty {
         }
     }
 
-    /// Writeback of `done_bytes` ended, `written_bytes` of them successfully.
-    pub fn account_writeback_done(&self, done_bytes: u64, written_bytes: u64, reason: Reason) {
-        debug_assert!(written_bytes <= done_bytes);
-        debug_assert!(
-            done_bytes % BLOCK_SIZE as u64 == 0 && written_bytes % BLOCK_SIZE as u64 == 0,
-            "writeback ends in whole blocks ({written_bytes} of {done_bytes} bytes)"
-        );
+    /// Writeback of `done_bytes` ended (what of it succeeded is counted
+    /// with the pass: `Counters::count_written`).
+    pub fn account_writeback_done(&self, done_bytes: u64) {
+        debug_assert!(done_bytes % BLOCK_SIZE as u64 == 0, "writeback ends in whole blocks, not {done_bytes} bytes");
         let c = &self.cache.counters;
         let before = self.nr_writeback_bytes.fetch_sub(done_bytes, Ordering::AcqRel);
         debug_assert!(before >= done_bytes, "domain writeback underflow");
         Counters::sub(&c.writeback_bytes, done_bytes);
-        Counters::add(&c.written_bytes_by_reason[reason as usize], written_bytes);
         // After any failed bytes were made dirty again (and counted there).
         let before = self.cache.unclean_bytes.fetch_sub(done_bytes, Ordering::AcqRel);
         debug_assert!(before >= done_bytes, "unclean underflow");
@@ -700,9 +696,8 @@ mod tests {
         assert_eq!(d.nr_dirty_bytes.load(Ordering::Relaxed), 4 << 10);
         assert_eq!(c.writeback_bytes.load(Ordering::Relaxed), 8 << 10);
         assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 12 << 10, "writeback still counts");
-        d.account_writeback_done(8 << 10, 8 << 10, Reason::Background);
+        d.account_writeback_done(8 << 10);
         assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 4 << 10);
-        assert_eq!(c.written_bytes_by_reason[Reason::Background as usize].load(Ordering::Relaxed), 8 << 10);
         d.account_discarded(4 << 10, 0);
         assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 0);
         assert_eq!(c.dirty_bytes.load(Ordering::Relaxed), 0);
@@ -721,7 +716,7 @@ mod tests {
         d.account_dirty_bytes(8 << 10, 0, &mut d.no_room());
         assert_eq!(c.peak_dirty_bytes.load(Ordering::Relaxed), 12 << 10, "dirty alone never exceeded 12K");
         assert_eq!(c.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 20 << 10);
-        d.account_writeback_done(8 << 10, 8 << 10, Reason::Background);
+        d.account_writeback_done(8 << 10);
         d.account_discarded(12 << 10, 0);
         assert_eq!(c.peak_dirty_writeback_bytes.load(Ordering::Relaxed), 20 << 10, "a peak stays");
     }
@@ -735,7 +730,7 @@ mod tests {
         d.account_dirty_bytes(16 << 10, 0, &mut d.no_room());
         d.account_writeback_started(16 << 10, 0);
         d.account_writeback_failed(12 << 10);
-        d.account_writeback_done(4 << 10, 0, Reason::Background);
+        d.account_writeback_done(4 << 10);
         assert_eq!(d.cache.unclean_bytes.load(Ordering::Relaxed), 12 << 10);
         assert_eq!(c.dirty_bytes.load(Ordering::Relaxed), 12 << 10);
         assert_eq!(c.writeback_bytes.load(Ordering::Relaxed), 0);

@@ -196,10 +196,8 @@ impl Workers {
                 };
                 fill_window(&job, batch_bytes);
             });
-            // The kind carries the errno (EAGAIN) to the C ABI.
-            let worker = worker.map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot start the readahead thread wbc-readahead-{n}: {e}"))
-            })?;
+            // The spawn's error is the OS's (EAGAIN), its errno kept.
+            let worker = worker?;
             locks::lock(&workers.threads).push(worker);
         }
         Ok(workers)

@@ -167,6 +167,10 @@ pub struct Counters {
     pub misses: AtomicU64,
     pub evictions: AtomicU64,
     pub readahead_bytes: AtomicU64,
+    /// Bytes written back successfully (see [`Stats::written_bytes_total`]),
+    /// and the same bytes by [`Reason`] and by [`IoClass`]: all three move
+    /// together, in [`Counters::count_written`].
+    pub written_bytes_total: AtomicU64,
     pub written_bytes_by_reason: [AtomicU64; Reason::COUNT],
     /// Times a writeback worker was woken: a kick that found its work bit
     /// clear (a kick finding it set coalesces into the wakeup pending).
@@ -197,8 +201,8 @@ pub struct Counters {
     /// waited for its inode: I/O it held when the fsync came (promoted),
     /// and passes of that inode it collected while the fsync waited.
     pub promoted_bytes: AtomicU64,
-    /// Bytes of writeback I/O completed successfully, per [`IoClass`]
-    /// (bridged clean bytes included).
+    /// Bytes written back successfully, per [`IoClass`] (see
+    /// `written_bytes_total`).
     pub written_bytes_by_class: [AtomicU64; IoClass::COUNT],
     /// Microseconds fsync / fdatasync calls spent waiting for writeback
     /// that the flusher had started (async I/O they needed).
@@ -228,8 +232,10 @@ pub struct WorkerCounters {
     /// The domain (backing device) it writes for, and its number there.
     pub device_id: u64,
     pub worker: u32,
-    /// Bytes its I/Os wrote (bridged clean bytes included) and I/Os
-    /// completed (successfully or not).
+    /// Bytes its I/Os wrote successfully, counted as
+    /// [`Stats::written_bytes_total`] counts them (its share of that
+    /// total: callers' own syncs write the rest), and I/Os completed
+    /// (successfully or not).
     pub written_bytes: AtomicU64,
     pub ios: AtomicU64,
     /// Passes it started (inode sweeps that found dirty data).
@@ -276,6 +282,21 @@ impl Counters {
         let before = counter.fetch_sub(n, Relaxed);
         debug_assert!(before >= n, "gauge underflow: {before} - {n}");
     }
+
+    /// Counts bytes written back successfully for `reason`, given by the
+    /// class they were written in: the total and both its breakdowns, so
+    /// that each breakdown adds up to the total.
+    pub fn count_written(&self, reason: Reason, by_class: [u64; IoClass::COUNT]) {
+        let total: u64 = by_class.iter().sum();
+        if total == 0 {
+            return;
+        }
+        for (counter, n) in self.written_bytes_by_class.iter().zip(by_class) {
+            Counters::add(counter, n);
+        }
+        Counters::add(&self.written_bytes_by_reason[reason as usize], total);
+        Counters::add(&self.written_bytes_total, total);
+    }
 }
 
 /// A point-in-time copy of the counters.
@@ -301,7 +322,19 @@ pub struct Stats {
     pub misses: u64,
     pub evictions: u64,
     pub readahead_bytes: u64,
-    /// Bytes written back, indexed by [`Reason`] (see `Reason::ALL`).
+    /// Bytes written back to the backing stores successfully: the dirty
+    /// blocks written, and the clean ones bridged between them
+    /// (`bridged_bytes`), each block counted whole (4 KiB, the unit the
+    /// cache tracks; the file's partial last block too, though only its
+    /// bytes within the file's size reach the store). A write that failed
+    /// counts nothing (its blocks stay dirty and count when a retry
+    /// succeeds). [`Stats::written_bytes_by_reason`] and
+    /// [`Stats::written_bytes_by_class`] break it down: each adds up to
+    /// it (exactly in a snapshot taken while no writeback completes, e.g.
+    /// after a sync).
+    pub written_bytes_total: u64,
+    /// [`Stats::written_bytes_total`] by [`Reason`] (indexed as
+    /// `Reason::ALL`): why each pass wrote.
     pub written_bytes_by_reason: [u64; Reason::COUNT],
     /// Times a writeback worker was woken by a kick (coalesced kicks are
     /// not counted).
@@ -331,7 +364,8 @@ pub struct Stats {
     /// Collected background writeback an fsync needed, submitted ahead of
     /// the rest (not written twice).
     pub promoted_bytes: u64,
-    /// Writeback bytes by class, indexed by [`IoClass`] (`IoClass::ALL`).
+    /// [`Stats::written_bytes_total`] by [`IoClass`] (indexed as
+    /// `IoClass::ALL`): whether an fsync waited for each I/O.
     pub written_bytes_by_class: [u64; IoClass::COUNT],
     /// Time fsync / fdatasync calls waited for writeback the flusher had
     /// started, in microseconds.
@@ -376,6 +410,7 @@ impl Stats {
             *slot = counter.load(Relaxed);
         }
         Stats {
+            written_bytes_total: c.written_bytes_total.load(Relaxed),
             cached_bytes,
             metadata_bytes: c.metadata_bytes.load(Relaxed),
             dirty_bytes: c.dirty_bytes.load(Relaxed),
@@ -440,6 +475,7 @@ impl Stats {
         num("misses", self.misses);
         num("evictions", self.evictions);
         num("readahead_bytes", self.readahead_bytes);
+        num("written_bytes_total", self.written_bytes_total);
         num("flusher_wakeups", self.flusher_wakeups);
         num("dontcache_kicks", self.dontcache_kicks);
         num("dropbehind_freed_bytes", self.dropbehind_freed_bytes);
@@ -529,6 +565,7 @@ mod tests {
             "hits",
             "misses",
             "evictions",
+            "written_bytes_total",
             "written_bytes_by_reason",
             "flusher_wakeups",
             "dontcache_kicks",
@@ -575,6 +612,27 @@ mod tests {
         assert!(json.contains("\"direct_io\":true"));
         assert!(json.starts_with('{') && json.ends_with('}'));
         assert!(!json.contains("\"config\""), "no configuration, no config object: {json}");
+    }
+
+    /// Bytes written are counted once, in the total and in each breakdown,
+    /// so that the breakdowns add up to the total in the snapshot and its
+    /// JSON.
+    #[test]
+    fn written_bytes_breakdowns_add_up() {
+        let c = Counters::default();
+        c.count_written(Reason::Fsync, [8192, 4096]);
+        c.count_written(Reason::Dontcache, [0, 4096]);
+        c.count_written(Reason::Background, [0, 0]);
+        let st = Stats::from_counters(&c, 0);
+        assert_eq!(st.written_bytes_total, 16384);
+        assert_eq!(st.written_bytes_by_class, [8192, 8192]);
+        assert_eq!(st.written_bytes(Reason::Fsync), 12288);
+        assert_eq!(st.written_bytes(Reason::Dontcache), 4096);
+        assert_eq!(st.written_bytes_by_reason.iter().sum::<u64>(), st.written_bytes_total);
+        let json = st.to_json();
+        assert!(json.contains("\"written_bytes_total\":16384,"), "{json}");
+        assert!(json.contains("\"written_bytes_by_class\":{\"sync\":8192,\"async\":8192}"), "{json}");
+        assert!(json.contains("\"dontcache\":4096,\"fsync\":12288,"), "{json}");
     }
 
     /// Percentiles land in the bucket of the value (within its ~19% width),

@@ -66,7 +66,7 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
 ];
 
 /// The SQLite VFS's layers, top first.
-const SQLITE_LAYERS: &[&[&str]] = &[&["vfs"], &["file"], &["state"], &["lock"], &["shm", "api"]];
+const SQLITE_LAYERS: &[&[&str]] = &[&["vfs"], &["file"], &["state"], &["lock", "function"], &["shm", "api"]];
 
 /// A crate's source tree and its layer table.
 struct Tree {

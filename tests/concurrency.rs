@@ -86,7 +86,7 @@ struct WriterResult {
 }
 
 fn writer(t: usize, cache: &Cache, sim: &SimIo, path: &Path, mut region: Vec<u8>) -> WriterResult {
-    let f = cache.open(path, &OpenOptions::new().write(true)).unwrap();
+    let f = cache.open(path, &OpenOptions::new().read(true).write(true)).unwrap();
     let mut rng = Rng::new(100 + t as u64);
     let base = SHARED_BYTES + t * REGION;
     let mut last_tags = vec![None; UNITS];
@@ -129,7 +129,7 @@ fn writer(t: usize, cache: &Cache, sim: &SimIo, path: &Path, mut region: Vec<u8>
 }
 
 fn reader(r: usize, cache: &Cache, path: &Path, done: &AtomicBool, checked: &AtomicU64) {
-    let f = cache.open(path, &OpenOptions::new()).unwrap();
+    let f = cache.open(path, &OpenOptions::new().read(true)).unwrap();
     let mut rng = Rng::new(200 + r as u64);
     let mut round = 0u64;
     while !done.load(Ordering::Acquire) || round < 50 {
@@ -220,7 +220,7 @@ fn writers_and_readers_share_a_file() {
 
         // The expected file: each unit holds the last tag one of the writers
         // wrote there (which one depends on the interleaving).
-        let f = cache.open(path, &OpenOptions::new()).unwrap();
+        let f = cache.open(path, &OpenOptions::new().read(true)).unwrap();
         let mut expected = vec![0u8; FILE_BYTES];
         f.read_at_with(&mut expected[..SHARED_BYTES], 0, WriteFlags::DONTCACHE).unwrap();
         for unit in 0..UNITS {
@@ -281,7 +281,8 @@ fn concurrent_readers_of_a_missing_folio_share_one_read() {
         let mut rounds_with_overlap = 0;
         for (round, data) in contents.iter().enumerate() {
             let path = format!("/one-read/{round}");
-            let handles: Vec<File> = (0..READERS).map(|_| cache.open(&path, &OpenOptions::new()).unwrap()).collect();
+            let handles: Vec<File> =
+                (0..READERS).map(|_| cache.open(&path, &OpenOptions::new().read(true)).unwrap()).collect();
             let reads_before = sim.stats().reads;
             let barrier = Barrier::new(READERS);
             let durations: Vec<Duration> = std::thread::scope(|s| {
@@ -395,8 +396,8 @@ fn read_of_tail_block_races_with_extending_writeback() {
         let mut failures = Vec::new();
         for round in 0..ROUNDS {
             let path = format!("/tail/{round}");
-            let reader = cache.open(&path, &OpenOptions::new()).unwrap();
-            let writer = cache.open(&path, &OpenOptions::new().write(true)).unwrap();
+            let reader = cache.open(&path, &OpenOptions::new().read(true)).unwrap();
+            let writer = cache.open(&path, &OpenOptions::new().read(true).write(true)).unwrap();
             let barrier = Barrier::new(2);
             let result = std::thread::scope(|s| {
                 s.spawn(|| {

@@ -170,7 +170,7 @@ fn fallocate_errors_change_nothing() {
     let f = open_rw(&c, &path);
     let data = pattern(64 * KIB as usize, 6);
     f.write_at(&data, 0).unwrap();
-    let ro = c.open(&path, &OpenOptions::new()).unwrap();
+    let ro = c.open(&path, &OpenOptions::new().read(true)).unwrap();
     assert_eq!(errno_of(&ro.punch_hole(0..4096).unwrap_err()), libc::EBADF);
     assert_eq!(errno_of(&f.punch_hole(10..10).unwrap_err()), libc::EINVAL);
     assert_eq!(errno_of(&f.allocate(1..u64::MAX, false).unwrap_err()), libc::EFBIG);
@@ -235,7 +235,7 @@ fn willneed_reads_ahead_in_the_background() {
     let want = pattern(6 * MIB as usize, 9);
     std::fs::write(&path, &want).unwrap();
     let c = cache(NO_WRITEBACK);
-    let f = c.open(&path, &OpenOptions::new()).unwrap();
+    let f = c.open(&path, &OpenOptions::new().read(true)).unwrap();
     assert_eq!(cached_bytes(&f), 0);
     f.advise(MIB..5 * MIB, Advice::WillNeed).unwrap();
     assert!(
@@ -265,7 +265,7 @@ fn random_advice_turns_readahead_off_and_normal_back_on() {
     let path = path_in(&dir, "f");
     std::fs::write(&path, pattern(8 * MIB as usize, 10)).unwrap();
     let c = cache(NO_WRITEBACK);
-    let f = c.open(&path, &OpenOptions::new()).unwrap();
+    let f = c.open(&path, &OpenOptions::new().read(true)).unwrap();
     f.advise(0..0, Advice::Random).unwrap();
     let mut buf = vec![0u8; 4096];
     for i in 0..16 {
@@ -274,7 +274,7 @@ fn random_advice_turns_readahead_off_and_normal_back_on() {
     assert_eq!(cached_bytes(&f), 16 * 4096, "only what was read");
     drop(f);
     assert!(c.forget(&path).unwrap(), "forgotten, to start cold");
-    let f = c.open(&path, &OpenOptions::new()).unwrap();
+    let f = c.open(&path, &OpenOptions::new().read(true)).unwrap();
     f.advise(0..0, Advice::Random).unwrap();
     f.advise(0..0, Advice::Normal).unwrap();
     for i in 0..16 {
@@ -348,7 +348,7 @@ fn writeback_range_writes_the_range_only() {
     let reversed = 10..5;
     assert_eq!(errno_of(&f.writeback_range(reversed, SyncRangeFlags::WRITE).unwrap_err()), libc::EINVAL);
     // Read-only handles may ask too.
-    let ro = c.open(&path, &OpenOptions::new()).unwrap();
+    let ro = c.open(&path, &OpenOptions::new().read(true)).unwrap();
     f.write_at(b"x", 0).unwrap();
     ro.writeback_range(0..4096, SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER).unwrap();
     assert_eq!(std::fs::read(&path).unwrap()[0], b'x');

@@ -708,7 +708,7 @@ fn resize_race(store: Store, seed: u64, run: Duration) {
     let base = layout.len();
     let cache = store.cache();
     let f = cache.open(&store.path, &rw_create()).unwrap();
-    let ro = cache.open(&store.path, &OpenOptions::new()).unwrap();
+    let ro = cache.open(&store.path, &OpenOptions::new().read(true)).unwrap();
     f.set_len(base).unwrap();
     let deadline = Instant::now() + run;
     let calls = AtomicU64::new(0);
@@ -1054,7 +1054,7 @@ fn dontneed_race(store: Store, seed: u64, run: Duration) {
         let readers: Vec<_> = (0..2u64)
             .map(|r| {
                 s.spawn(move || {
-                    let handle = cache.open(&store.path, &OpenOptions::new()).unwrap();
+                    let handle = cache.open(&store.path, &OpenOptions::new().read(true)).unwrap();
                     handle.advise(0..0, Advice::Random).unwrap();
                     let mut rng = Rng::new(seed ^ (0x4EAD + r));
                     let mut seen = vec![0u64; DN_BLOCKS as usize];
@@ -1205,7 +1205,7 @@ fn willneed_race(store: Store, seed: u64, run: Duration) {
         let advisors: Vec<_> = (0..2u64)
             .map(|t| {
                 s.spawn(move || {
-                    let handle = cache.open(&store.path, &OpenOptions::new()).unwrap();
+                    let handle = cache.open(&store.path, &OpenOptions::new().read(true)).unwrap();
                     let mut rng = Rng::new(seed ^ (0x7111 + t));
                     let mut buf = vec![0u8; 256 * KIB as usize];
                     while !stop.load(Ordering::Relaxed) {
@@ -1425,7 +1425,7 @@ fn block_device_punch_zero_and_allocate_through_a_loop_device() {
         assert_eq!(device_size(&device), DEV, "the device's size");
 
         let fresh = Cache::new(Config::from_options(QUIET_WRITEBACK).unwrap()).unwrap();
-        let f = fresh.open(&device, &OpenOptions::new()).unwrap();
+        let f = fresh.open(&device, &OpenOptions::new().read(true)).unwrap();
         assert_same(&read_all(&f), &want, "the device through a fresh cache");
         drop(f);
         fresh.close().unwrap();

@@ -103,7 +103,7 @@ fn error_is_reported_once_to_every_open_handle() {
     h2.sync_all().expect("reported once to h2");
     h1.sync_all().expect("reported once to h1");
     h1.sync_data().unwrap();
-    let h3 = cache.open("/e", &OpenOptions::new()).unwrap();
+    let h3 = cache.open("/e", &OpenOptions::new().read(true)).unwrap();
     h3.sync_all().expect("a handle opened after the error was seen starts clean");
 }
 
@@ -170,7 +170,7 @@ fn read_only_and_write_only_handles_reject_the_other_direction() {
     let data = pattern(10 * KIB, 6);
     rw.write_at(&data, 0).unwrap();
 
-    let ro = cache.open("/ro", &OpenOptions::new()).unwrap();
+    let ro = cache.open("/ro", &OpenOptions::new().read(true)).unwrap();
     assert_eq!(errno(&ro.write_at(b"x", 0).unwrap_err()), Some(libc::EBADF));
     assert_eq!(errno(&ro.write_at_with(b"x", 5, WriteFlags::DONTCACHE).unwrap_err()), Some(libc::EBADF));
     assert_eq!(errno(&ro.set_len(0).unwrap_err()), Some(libc::EBADF));
@@ -196,7 +196,7 @@ fn block_device_bounds() {
     let dev_len = 64 * KIB;
     sim.create_block_device(Path::new("/dev/sim0"), dev_len as u64);
     let cache = new_cache(&sim, QUIET);
-    let dev = cache.open("/dev/sim0", &OpenOptions::new().write(true)).unwrap();
+    let dev = cache.open("/dev/sim0", &OpenOptions::new().read(true).write(true)).unwrap();
     assert!(dev.is_block_device());
     assert_eq!(dev.len().unwrap(), dev_len as u64);
     let end = dev_len as u64;
@@ -237,7 +237,7 @@ fn block_device_bounds() {
 
     // A device whose size is not a whole number of blocks is refused.
     sim.create_block_device(Path::new("/dev/odd"), 5000);
-    let e = cache.open("/dev/odd", &OpenOptions::new().write(true)).err().expect("odd-sized device");
+    let e = cache.open("/dev/odd", &OpenOptions::new().read(true).write(true)).err().expect("odd-sized device");
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
 }
 
@@ -313,18 +313,18 @@ fn use_after_cache_close_is_ebadf() {
 fn open_flag_errors() {
     let sim = sim();
     let cache = new_cache(&sim, QUIET);
-    let e = cache.open("/missing", &OpenOptions::new()).err().unwrap();
+    let e = cache.open("/missing", &OpenOptions::new().read(true)).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::NotFound);
-    let e = cache.open("/missing", &OpenOptions::new().write(true)).err().unwrap();
+    let e = cache.open("/missing", &OpenOptions::new().read(true).write(true)).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::NotFound);
-    let f = cache.open("/exists", &OpenOptions::new().write(true).create_new(true)).unwrap();
+    let f = cache.open("/exists", &OpenOptions::new().read(true).write(true).create_new(true)).unwrap();
     f.write_at(b"keep me", 0).unwrap();
-    let e = cache.open("/exists", &OpenOptions::new().write(true).create_new(true)).err().unwrap();
+    let e = cache.open("/exists", &OpenOptions::new().read(true).write(true).create_new(true)).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::AlreadyExists);
     for bad in [
-        OpenOptions::new().write(false).create(true),
-        OpenOptions::new().write(false).create_new(true),
-        OpenOptions::new().write(false).truncate(true),
+        OpenOptions::new().read(true).write(false).create(true),
+        OpenOptions::new().read(true).write(false).create_new(true),
+        OpenOptions::new().read(true).write(false).truncate(true),
         OpenOptions::new().read(false).write(false),
     ] {
         let e = cache.open("/exists", &bad).err().unwrap();
@@ -332,7 +332,7 @@ fn open_flag_errors() {
     }
     assert_same(&read_all(&f, 100), b"keep me", "failed opens changed nothing");
     // Truncating through the cache drops cached (dirty) data too.
-    let t = cache.open("/exists", &OpenOptions::new().write(true).truncate(true)).unwrap();
+    let t = cache.open("/exists", &OpenOptions::new().read(true).write(true).truncate(true)).unwrap();
     assert_eq!(t.len().unwrap(), 0);
     assert_eq!(f.len().unwrap(), 0);
     t.sync_all().unwrap();
@@ -411,7 +411,7 @@ fn closing_a_file_does_not_write_back_but_closing_the_cache_does() {
     assert!(durable(&sim, "/lazy").is_empty());
     assert!(cache.stats().dirty_bytes >= data.len() as u64);
     // The dirty data is still the file's content for a new handle.
-    let g = cache.open("/lazy", &OpenOptions::new()).unwrap();
+    let g = cache.open("/lazy", &OpenOptions::new().read(true)).unwrap();
     assert_same(&read_all(&g, data.len() + 1), &data, "content");
     drop(g);
     cache.close().unwrap();
@@ -663,7 +663,7 @@ fn vectored_calls_clip_and_fail_as_plain_ones() {
     assert_same(&[&x[..], &y[..8499]].concat(), &joined[..8500], "device tail");
 
     // The handle's mode before the list, then the list's own checks.
-    let ro = cache.open("/v", &OpenOptions::new()).unwrap();
+    let ro = cache.open("/v", &OpenOptions::new().read(true)).unwrap();
     let too_many = vec![IoSlice::new(b"x"); 1025];
     assert_eq!(errno(&ro.write_vectored_at(&too_many, 0).unwrap_err()), Some(libc::EBADF));
     let e = f.write_vectored_at(&too_many, 0).unwrap_err();

@@ -22,8 +22,8 @@ fn one_pass_scan_does_not_evict_a_hot_set() {
     let (cache, _sim) = cache("capacity=16M,folio_max=64K,expire_ms=100000");
     fill_file(&cache, "/hot", 4 << 20);
     fill_file(&cache, "/scan", 64 << 20);
-    let hot = cache.open("/hot", &OpenOptions::new()).unwrap();
-    let scan = cache.open("/scan", &OpenOptions::new()).unwrap();
+    let hot = cache.open("/hot", &OpenOptions::new().read(true)).unwrap();
+    let scan = cache.open("/scan", &OpenOptions::new().read(true)).unwrap();
     let mut buf = vec![0u8; 64 << 10];
     let read_hot = |buf: &mut [u8]| {
         for off in (0..4u64 << 20).step_by(64 << 10) {
@@ -102,7 +102,7 @@ fn uncached_reads_read_ahead_and_drop_behind() {
     // A fresh cache so nothing of the file is cached.
     drop(cache);
     let cache = Cache::with_sim(Config::from_options("capacity=64M,folio_max=256K").unwrap(), sim.clone()).unwrap();
-    let f = cache.open("/u", &OpenOptions::new()).unwrap();
+    let f = cache.open("/u", &OpenOptions::new().read(true)).unwrap();
     let mut buf = vec![0u8; 128 << 10];
     let mut peak_cached = 0;
     for (i, off) in (0..data.len() as u64).step_by(buf.len()).enumerate() {

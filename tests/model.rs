@@ -462,10 +462,10 @@ impl<'p> Model<'p> {
             if self.rng.chance(50) {
                 OpenOptions::read_write_create()
             } else {
-                OpenOptions::new().write(true)
+                OpenOptions::new().read(true).write(true)
             }
         } else {
-            OpenOptions::new()
+            OpenOptions::new().read(true)
         };
         // Some handles are uncached as a whole (the quiet mode's flusher
         // must not be kicked).
@@ -1122,7 +1122,7 @@ impl<'p> Model<'p> {
         let options = if self.rng.chance(50) {
             OpenOptions::read_write_create()
         } else {
-            OpenOptions::new().write(true).create_new(true)
+            OpenOptions::new().read(true).write(true).create_new(true)
         };
         let file = self
             .cache()
@@ -1181,7 +1181,7 @@ impl<'p> Model<'p> {
         if self.rng.chance(10) {
             let e = self.cache().remove_file(&path).expect_err("removed already");
             assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e} {}", self.ctx());
-            let e = self.cache().open(&path, &OpenOptions::new()).map(|_| ()).expect_err("removed");
+            let e = self.cache().open(&path, &OpenOptions::new().read(true)).map(|_| ()).expect_err("removed");
             assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e} {}", self.ctx());
         }
         let old = self.create_file_at(fi, path);
@@ -1238,7 +1238,7 @@ impl<'p> Model<'p> {
                 let to = self.fresh_path();
                 self.progress.begin(op, format!("rename f{fi} {} to {}", from.display(), to.display()));
                 self.cache().rename(&from, &to).unwrap_or_else(|e| panic!("rename: {e} {}", self.ctx()));
-                let e = self.cache().open(&from, &OpenOptions::new()).map(|_| ()).expect_err("renamed away");
+                let e = self.cache().open(&from, &OpenOptions::new().read(true)).map(|_| ()).expect_err("renamed away");
                 assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e} {}", self.ctx());
                 self.renamed(fi, to);
             }
@@ -1462,6 +1462,9 @@ impl<'p> Model<'p> {
         self.verbose("final");
         assert_eq!(st.dirty_bytes, 0, "dirty after a full sync {}", self.ctx());
         assert_eq!(st.writeback_bytes, 0, "writeback after a full sync {}", self.ctx());
+        if let Some(why) = common::written_bytes_disagree(&st) {
+            panic!("after a full sync: {why} {}", self.ctx());
+        }
         assert_eq!(self.sim.stats().overlapping_writes, 0, "two writes of one block in flight at once {}", self.ctx());
         let workers = self.config.writeback_workers as usize;
         assert_eq!(st.writeback_workers.len(), workers, "one counter set per worker {}", self.ctx());
@@ -1709,7 +1712,7 @@ fn appender(
 ) -> Vec<usize> {
     let mut rng = Rng::new(seed.wrapping_mul(0x1_0000).wrapping_add(u64::from(t)));
     let open = |rng: &mut Rng| {
-        let options = OpenOptions::new().write(true).append(true).dontcache(rng.chance(15));
+        let options = OpenOptions::new().read(true).write(true).append(true).dontcache(rng.chance(15));
         let options = if rng.chance(50) { options.create(true) } else { options };
         cache.open(path, &options).unwrap_or_else(|e| panic!("t{t} open: {e} {}", progress.ctx()))
     };

@@ -335,7 +335,7 @@ fn enospc_on_a_full_file_system(io: &str) {
     assert_eq!(g.read_at(&mut back, 0).unwrap(), accepted);
     assert_same(&back, &data[..accepted], &format!("{what}: read back from the cache while the disk is full"));
     // Reads of other files go on (misses, read from the full disk).
-    let o = cache.open(mnt.join("other"), &OpenOptions::new()).unwrap();
+    let o = cache.open(mnt.join("other"), &OpenOptions::new().read(true)).unwrap();
     let mut back = vec![0u8; other.len()];
     assert_eq!(o.read_at(&mut back, 0).unwrap(), other.len());
     assert_same(&back, &other, &format!("{what}: another file read while the disk is full"));

@@ -64,6 +64,8 @@ fn roundtrip(io: &str, routing: &str) {
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 50_000);
     let stats = cache.stats();
     assert!(stats.written_bytes(Reason::Fsync) > 0);
+    assert_eq!((stats.dirty_bytes, stats.writeback_bytes), (0, 0), "{options}: synced");
+    assert_eq!(common::written_bytes_disagree(&stats), None, "{options}");
     assert!(stats.direct_io, "{io}: ext4 temp dir supports O_DIRECT");
     assert_eq!(stats.writeback_workers.len(), workers.writeback_workers as usize, "{options}");
     drop(f);
@@ -90,6 +92,30 @@ fn roundtrip_with_several_writeback_workers() {
     roundtrip("uring", "writeback_routing=rotor,writeback_workers=2");
 }
 
+/// The quick start's run: a cached write at 4096, an uncached one at 0
+/// (written back by the flusher), an fdatasync. Two blocks were written
+/// (the last one, five bytes of the file, counts whole), and each
+/// breakdown adds up to that total, whoever wrote which block.
+#[test]
+fn written_bytes_add_up_after_a_quickstart_run() {
+    let dir = temp_dir("written-sums");
+    let cache = Cache::new(Config::from_options("capacity=256M,dirty_limit=64M").unwrap()).unwrap();
+    let f = cache.open(dir.join("data.db"), &OpenOptions::read_write_create()).unwrap();
+    f.write_at(b"hello", 4096).unwrap();
+    f.write_at_with(b"log", 0, wbcache::WriteFlags::DONTCACHE).unwrap();
+    f.sync_data().unwrap();
+    cache.sync_all().unwrap();
+    let st = cache.stats();
+    assert_eq!((st.dirty_bytes, st.writeback_bytes), (0, 0));
+    assert_eq!(common::written_bytes_disagree(&st), None);
+    assert_eq!(st.written_bytes_total, 8192, "two blocks: {}", st.to_json());
+    let json = st.to_json();
+    assert!(json.contains("\"written_bytes_total\":8192,"), "{json}");
+    drop(f);
+    cache.close().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn reopen_after_close_reads_durable_data() {
     let dir = temp_dir("reopen");
@@ -103,7 +129,7 @@ fn reopen_after_close_reads_durable_data() {
         cache.close().unwrap(); // ... closing the cache does
     }
     let cache = Cache::new(Config::from_options("capacity=64M").unwrap()).unwrap();
-    let f = cache.open(&path, &OpenOptions::new()).unwrap();
+    let f = cache.open(&path, &OpenOptions::new().read(true)).unwrap();
     let mut back = vec![0u8; data.len()];
     assert_eq!(f.read_at(&mut back, 12_345).unwrap(), data.len());
     assert!(back == data);
@@ -130,7 +156,7 @@ fn raw_loop_device() {
         ("uring", "writeback_routing=region,writeback_workers=4,region_size=2M"),
     ] {
         let cache = Cache::new(Config::from_options(&format!("capacity=32M,io={io},{routing}")).unwrap()).unwrap();
-        let f = cache.open(&dev.device, &OpenOptions::new().write(true)).unwrap();
+        let f = cache.open(&dev.device, &OpenOptions::new().read(true).write(true)).unwrap();
         assert!(f.is_block_device());
         let size = f.len().unwrap();
         assert_eq!(size, 64 << 20);
@@ -148,7 +174,7 @@ fn raw_loop_device() {
         assert_eq!(read_device(&dev.device, size - 10, 10), vec![7u8; 10]);
         drop(f);
         // O_TRUNC on a device is ignored, as open(2) does: nothing is lost.
-        let again = cache.open(&dev.device, &OpenOptions::new().write(true).truncate(true)).unwrap();
+        let again = cache.open(&dev.device, &OpenOptions::new().read(true).write(true).truncate(true)).unwrap();
         assert_eq!(again.len().unwrap(), size, "{io}: O_TRUNC on a device");
         drop(again);
         assert!(read_device(&dev.device, 777, data.len()) == data, "{io}: device content after O_TRUNC");
@@ -340,7 +366,7 @@ fn foreign_appends_survive_sync_and_close() {
     let path = dir.join("log");
     std::fs::write(&path, pattern(5000, 1)).unwrap();
     let cache = Cache::new(Config::from_options("capacity=16M").unwrap()).unwrap();
-    let reader = cache.open(&path, &OpenOptions::new()).unwrap();
+    let reader = cache.open(&path, &OpenOptions::new().read(true)).unwrap();
     let mut head = vec![0u8; 100];
     reader.read_at(&mut head, 0).unwrap();
     let appended = pattern(10_000, 2);
@@ -350,7 +376,7 @@ fn foreign_appends_survive_sync_and_close() {
 
     // A writer of the same inode rewrites its first bytes and syncs: only
     // what it wrote changes, the foreign tail stays.
-    let writer = cache.open(&path, &OpenOptions::new().write(true)).unwrap();
+    let writer = cache.open(&path, &OpenOptions::new().read(true).write(true)).unwrap();
     writer.write_at(b"rewritten", 0).unwrap();
     writer.sync_all().unwrap();
     drop(reader);
@@ -371,7 +397,7 @@ fn foreign_appends_survive_sync_and_close() {
     f.sync_all().unwrap();
     assert_eq!(std::fs::metadata(&own).unwrap().len(), 5000);
 
-    let exe = cache.open(std::env::current_exe().unwrap(), &OpenOptions::new()).unwrap();
+    let exe = cache.open(std::env::current_exe().unwrap(), &OpenOptions::new().read(true)).unwrap();
     let mut magic = [0u8; 4];
     exe.read_at(&mut magic, 0).unwrap();
     assert_eq!(&magic, b"\x7fELF");

@@ -118,7 +118,7 @@ fn a_read_larger_than_the_cache_completes_promptly() {
             cache.close().unwrap();
         }
         let cache = Cache::with_sim(c, sim).unwrap();
-        let f = cache.open("/a", &OpenOptions::new()).unwrap();
+        let f = cache.open("/a", &OpenOptions::new().read(true)).unwrap();
         let mut out = vec![0u8; 2048 * K as usize];
         assert_eq!(f.read_at(&mut out, 0).unwrap(), out.len());
         assert!(out.iter().all(|&b| b == 5));

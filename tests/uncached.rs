@@ -124,7 +124,7 @@ fn a_handle_opened_uncached_drops_behind_everything_it_brings_in() {
     let path = dir.0.join("data");
     std::fs::write(&path, pattern(8 * MIB, 2)).unwrap();
     let cache = Cache::new(Config::from_options("capacity=64M").unwrap()).unwrap();
-    let cached = cache.open(&path, &OpenOptions::new()).unwrap();
+    let cached = cache.open(&path, &OpenOptions::new().read(true)).unwrap();
     let uncached = cache.open(&path, &OpenOptions::new().read(true).write(true).dontcache(true)).unwrap();
     assert!(uncached.is_dontcache() && !cached.is_dontcache());
     // The second half is read through the cached handle, in one read

@@ -5,17 +5,19 @@
 //! by the cache (built from `WBCACHE_OPTIONS`), every other call goes to
 //! the C library unchanged.
 //!
-//! - [`real`]: the C library's functions behind the interposed ones;
-//! - [`guard`]: re-entry (this library's own calls go to the C library);
-//! - [`state`]: the cache, the managed directories, per-file
+//! Its modules (private: `cargo doc --document-private-items` shows them):
+//!
+//! - `real`: the C library's functions behind the interposed ones;
+//! - `guard`: re-entry (this library's own calls go to the C library);
+//! - `state`: the cache, the managed directories, per-file
 //!   cross-process locks, exit;
-//! - [`table`]: managed descriptors and their shared descriptions;
-//! - [`open`], [`rw`], [`control`], [`meta`], [`fdops`], [`lifetime`]:
+//! - `table`: managed descriptors and their shared descriptions;
+//! - `open`, `rw`, `control`, `meta`, `fdops`, `lifetime`:
 //!   the interposed calls, by kind;
-//! - [`stats`]: the cache's statistics for a program that asks
+//! - `stats`: the cache's statistics for a program that asks
 //!   (`wbcache_preload_stats_json`, the one call added, not interposed);
-//! - [`stdio`]: streams on managed files (`fopen`, `fdopen`, `freopen`,
-//!   `fileno`), whose reads and writes come back through [`rw`].
+//! - `stdio`: streams on managed files (`fopen`, `fdopen`, `freopen`,
+//!   `fileno`), whose reads and writes come back through `rw`.
 //!
 //! The engine's own I/O never comes through here: it makes its system
 //! calls directly. Not interposed, and so not cached (the README lists

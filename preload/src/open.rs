@@ -106,7 +106,7 @@ fn empty(state: &state::State, file: &wbcache::File, path: &Path, writable: bool
     if writable {
         return file.set_len(0);
     }
-    state.with_cache(|cache| cache.open(path, &OpenOptions::new().write(true))?.set_len(0))
+    state.with_cache(|cache| cache.open(path, &OpenOptions::new().read(true).write(true))?.set_len(0))
 }
 
 /// The file's identity and how it looks now, if the cache serves it (a

@@ -2,7 +2,8 @@
 //! the reference machine; a different SQLite from the bundled one the other
 //! tests link): `.load` registers the VFS, a script runs on it through
 //! `vfs=wbcache`, and the shell's own unix VFS reads the result back. Bad
-//! settings make the load fail with a message that names them.
+//! settings make the load fail with a message that names them, and
+//! `wbcache_stats()` reports the extension's cache.
 //!
 //! The extension is the shared library this test's build produced
 //! (`target/<profile>/deps/libwbcache_sqlite.so`). Without a `sqlite3`
@@ -131,6 +132,37 @@ fn the_extension_can_become_the_default_vfs() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `wbcache_stats()` gives the extension's cache's statistics as JSON: in
+/// the connection that loaded it, and in one `.open` made afterwards,
+/// where they follow the database's commits.
+#[test]
+fn the_stats_function_reports_the_extensions_cache() {
+    if !shell_or_skip() {
+        return;
+    }
+    let dir = scratch("stats");
+    let db = dir.join("s.db");
+    let script = format!(
+        "{load}SELECT wbcache_stats();\n.open file:{db}?vfs=wbcache\nPRAGMA synchronous=FULL;\n\
+         CREATE TABLE t(x);\nINSERT INTO t VALUES (1);\nSELECT wbcache_stats();\n",
+        load = load_line(),
+        db = db.display(),
+    );
+    let out = shell(&script, &[("WBCACHE_OPTIONS", "capacity=32M,io=threads")]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "shell failed: {stdout}{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "two results: {stdout}{}", text(&out.stderr));
+    for json in &lines {
+        assert!(json.starts_with('{') && json.ends_with('}'), "{json}");
+        assert!(json.contains("\"io_backend\":\"threads\""), "{json}");
+        assert!(json.contains(&format!("\"capacity\":{}", 32 << 20)), "WBCACHE_OPTIONS's cache: {json}");
+    }
+    assert!(lines[0].contains("\"fsyncs\":0,"), "nothing synced yet: {}", lines[0]);
+    assert!(!lines[1].contains("\"fsyncs\":0,"), "the commits synced: {}", lines[1]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn bad_settings_fail_the_load_and_name_the_setting() {
     if !shell_or_skip() {
@@ -140,11 +172,18 @@ fn bad_settings_fail_the_load_and_name_the_setting() {
     for (key, value, named) in [
         ("WBCACHE_OPTIONS", "capacity=lots", "capacity"),
         ("WBCACHE_OPTIONS", "capacity=64M,no_such_key=1", "no_such_key"),
+        (
+            "WBCACHE_OPTIONS",
+            "capacity=64M,dirty_limit=128M",
+            "dirty_limit=128M must be positive and at most capacity=64M",
+        ),
         ("WBCACHE_SQLITE_DEFAULT", "yes", "WBCACHE_SQLITE_DEFAULT"),
     ] {
         let out = shell(&script, &[(key, value)]);
         let stderr = text(&out.stderr);
         assert!(stderr.contains("Error"), "{key}={value}: the load fails: {stderr}");
         assert!(stderr.contains(named), "{key}={value}: the error names '{named}': {stderr}");
+        // In the option string's words, not the Rust API's.
+        assert!(!stderr.contains("Config::") && !stderr.contains("_bytes"), "{key}={value}: {stderr}");
     }
 }

@@ -114,3 +114,38 @@ fn chunk_size_preallocates_whole_chunks() {
     assert_eq!(ok, "ok");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `wbcache_stats()` on a connection of a program that links SQLite: the
+/// cache's statistics as JSON, which follow what the connection does (its
+/// commits' fsyncs), until the connection closes and gives back its
+/// reference to the cache.
+#[test]
+fn the_stats_function_returns_the_caches_json() {
+    let dir = std::env::temp_dir().join(format!("wbcache-sqlite-stats-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = Arc::new(Cache::new(Config::from_options("capacity=16M,io=threads").unwrap()).unwrap());
+    wbcache_sqlite::register(cache.clone(), "wbcache-stats", false).unwrap();
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+    let conn = Connection::open_with_flags_and_vfs(dir.join("s.db"), flags, "wbcache-stats").unwrap();
+    let missing = conn.query_row("SELECT wbcache_stats()", [], |r| r.get::<_, String>(0));
+    assert!(missing.is_err(), "not there before it is registered");
+    // SAFETY: a live connection of the linked SQLite.
+    unsafe { wbcache_sqlite::register_stats_function(conn.handle(), cache.clone()) }.unwrap();
+    let stats = |conn: &Connection| conn.query_row("SELECT wbcache_stats()", [], |r| r.get::<_, String>(0)).unwrap();
+    let fsyncs = |json: &str| -> u64 {
+        let at = json.find("\"fsyncs\":").expect("fsyncs") + "\"fsyncs\":".len();
+        json[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let before = stats(&conn);
+    assert!(before.starts_with('{') && before.ends_with('}'), "{before}");
+    assert!(before.contains("\"io_backend\":\"threads\""), "{before}");
+    assert!(before.contains(&format!("\"capacity\":{}", 16 << 20)), "the cache's own: {before}");
+    conn.execute_batch("PRAGMA synchronous=FULL; CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
+    let after = stats(&conn);
+    assert!(fsyncs(&after) > fsyncs(&before), "the commits' fsyncs show: {before} then {after}");
+    let references = Arc::strong_count(&cache);
+    drop(conn);
+    assert_eq!(Arc::strong_count(&cache), references - 1, "the closed connection let its reference go");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

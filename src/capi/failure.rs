@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::ffi::c_int;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 
 thread_local! {
     /// Message of the last failed call on this thread, for
@@ -27,6 +28,14 @@ pub(super) struct Failure {
 impl From<io::Error> for Failure {
     fn from(e: io::Error) -> Failure {
         Failure { errno: errno_of(&e), message: e.to_string() }
+    }
+}
+
+impl Failure {
+    /// A failed call on `path`: the error's errno, and a message that
+    /// names the path (the Rust API's errors leave it out, as std's do).
+    pub(super) fn on_path(path: &Path, e: io::Error) -> Failure {
+        Failure { errno: errno_of(&e), message: format!("{}: {e}", path.display()) }
     }
 }
 

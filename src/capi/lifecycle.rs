@@ -120,7 +120,9 @@ pub unsafe extern "C" fn wbc_cache_sync(c: *mut wbc_cache) -> c_int {
 }
 
 /// The [`OpenOptions`] for open(2) `oflags` and `mode`, or `EINVAL` for
-/// unknown flag bits or an invalid access mode.
+/// unknown flag bits, an invalid access mode or `O_APPEND` without write
+/// access (which `OpenOptions::append` would give). `O_TRUNC` with
+/// `O_APPEND` leaves `truncate` off: [`wbc_open`] empties the file itself.
 pub(super) fn open_options(oflags: c_int, mode: c_uint) -> Result<OpenOptions, Failure> {
     if oflags & !ACCEPTED_OFLAGS != 0 {
         return Err(einval(&format!("unsupported open flags {:#x}", oflags & !ACCEPTED_OFLAGS)));
@@ -132,14 +134,18 @@ pub(super) fn open_options(oflags: c_int, mode: c_uint) -> Result<OpenOptions, F
         _ => return Err(einval("invalid access mode")),
     };
     let create = oflags & libc::O_CREAT != 0;
+    let append = oflags & libc::O_APPEND != 0;
+    if append && !write {
+        return Err(einval("O_APPEND needs write access (O_WRONLY or O_RDWR)"));
+    }
     Ok(OpenOptions::new()
         .read(read)
         .write(write)
         .create(create)
         .create_new(create && oflags & libc::O_EXCL != 0)
-        .truncate(oflags & libc::O_TRUNC != 0)
+        .truncate(oflags & libc::O_TRUNC != 0 && !append)
         .dontcache(oflags & WBC_O_DONTCACHE != 0)
-        .append(oflags & libc::O_APPEND != 0)
+        .append(append)
         .mode(mode & 0o7777))
 }
 
@@ -177,8 +183,13 @@ pub unsafe extern "C" fn wbc_open(
         // SAFETY: the caller guarantees `path` is NULL or NUL-terminated.
         let path = unsafe { c_path(path) }?;
         let options = open_options(oflags, mode)?;
-        // The error names the path already.
-        let file = cache.open(path, &options)?;
+        let file = cache.open(path, &options).map_err(|e| Failure::on_path(path, e))?;
+        // O_TRUNC with O_APPEND: open(2) takes the pair, which OpenOptions
+        // refuses as std's does; the file is emptied here instead (a block
+        // device is not, as open(2) ignores O_TRUNC on one).
+        if oflags & libc::O_APPEND != 0 && oflags & libc::O_TRUNC != 0 && !file.is_block_device() {
+            file.set_len(0).map_err(|e| Failure::on_path(path, e))?;
+        }
         // SAFETY: as above.
         unsafe { out.write(Box::into_raw(Box::new(wbc_file { file }))) };
         Ok(())

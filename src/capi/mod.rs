@@ -324,10 +324,12 @@ mod tests {
     #[test]
     fn open_flags_are_validated_and_mapped() {
         assert!(open_options(libc::O_APPEND | libc::O_RDWR, 0).unwrap().append);
-        assert_eq!(
-            open_options(libc::O_APPEND | libc::O_RDONLY, 0).unwrap().validate().unwrap_err().kind(),
-            io::ErrorKind::InvalidInput
-        );
+        // OpenOptions::append implies write access; open(2)'s O_APPEND does
+        // not, and the C ABI refuses it on a read-only handle as before.
+        assert_eq!(open_options(libc::O_APPEND | libc::O_RDONLY, 0).unwrap_err().errno, libc::EINVAL);
+        // O_TRUNC with O_APPEND: wbc_open empties the file itself.
+        let o = open_options(libc::O_APPEND | libc::O_TRUNC | libc::O_WRONLY, 0).unwrap();
+        assert!(o.append && !o.truncate && o.validate().is_ok());
         assert_eq!(open_options(libc::O_NONBLOCK, 0).unwrap_err().errno, libc::EINVAL);
         assert_eq!(open_options(libc::O_ACCMODE, 0).unwrap_err().errno, libc::EINVAL);
         assert_eq!(open_options(libc::O_SYNC, 0).unwrap_err().errno, libc::EINVAL);
@@ -513,6 +515,14 @@ mod tests {
         unsafe {
             assert_eq!(wbc_size(t), 0);
             assert_eq!(wbc_size(f), 0, "both handles share the inode");
+            assert_eq!(wbc_pwrite(t, b"abc".as_ptr().cast(), 3, 0, 0), 3);
+            // open(2) takes O_TRUNC with O_APPEND; so does wbc_open.
+            let a = open_file(c, &path, libc::O_WRONLY | libc::O_APPEND | libc::O_TRUNC).unwrap();
+            assert_eq!(wbc_size(a), 0, "emptied");
+            assert_eq!(wbc_pwrite(a, b"de".as_ptr().cast(), 2, 100, 0), 2);
+            assert_eq!(wbc_size(f), 2, "appended at the end");
+            assert_eq!(wbc_close(a), 0);
+            assert_eq!(wbc_truncate(t, 0), 0);
             assert_eq!(wbc_close(t), 0);
             assert_eq!(wbc_close(f), 0);
             assert_eq!(wbc_cache_close(c), 0);

@@ -4,7 +4,7 @@
 //! writes back a file no handle has open and drops its cached state, so the
 //! next open reads it afresh.
 
-use super::failure::guard_int;
+use super::failure::{guard_int, Failure};
 use super::handles::{c_path, cache_ref, wbc_cache};
 use std::ffi::{c_char, c_int};
 
@@ -27,7 +27,7 @@ pub unsafe extern "C" fn wbc_unlink(c: *mut wbc_cache, path: *const c_char) -> c
         let cache = unsafe { cache_ref(c) }?;
         // SAFETY: the caller guarantees `path` is NULL or NUL-terminated.
         let path = unsafe { c_path(path) }?;
-        Ok(cache.remove_file(path)?)
+        cache.remove_file(path).map_err(|e| Failure::on_path(path, e))
     })
 }
 
@@ -48,7 +48,7 @@ pub unsafe extern "C" fn wbc_forget(c: *mut wbc_cache, path: *const c_char) -> c
         let cache = unsafe { cache_ref(c) }?;
         // SAFETY: the caller guarantees `path` is NULL or NUL-terminated.
         let path = unsafe { c_path(path) }?;
-        forgotten = cache.forget(path)?;
+        forgotten = cache.forget(path).map_err(|e| Failure::on_path(path, e))?;
         Ok(())
     });
     if rc == 0 {
@@ -76,6 +76,6 @@ pub unsafe extern "C" fn wbc_rename(c: *mut wbc_cache, from: *const c_char, to: 
         let cache = unsafe { cache_ref(c) }?;
         // SAFETY: the caller guarantees both are NULL or NUL-terminated.
         let (from, to) = unsafe { (c_path(from)?, c_path(to)?) };
-        Ok(cache.rename(from, to)?)
+        cache.rename(from, to).map_err(|e| Failure::on_path(from, e))
     })
 }

@@ -18,6 +18,7 @@ impl<'a> FileCursor<'a> {
         FileCursor { file, pos: 0 }
     }
 
+    /// The offset the next read or write starts at.
     pub fn position(&self) -> u64 {
         self.pos
     }

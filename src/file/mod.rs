@@ -38,6 +38,40 @@ const ACCESS_RANDOM: u8 = 2;
 
 /// An open file or block device in a [`Cache`](crate::Cache). `Send + Sync`:
 /// share it between threads with an `Arc` or references.
+///
+/// Its calls are positional, as `std::os::unix::fs::FileExt`'s
+/// (`read_at`, `write_at`), with std's names where std has the call
+/// (`sync_all`, `sync_data`, `set_len`); [`File::cursor`] gives a
+/// `Read + Write + Seek` view. Dropping it does not write back (as
+/// `close(2)`): the flusher or a sync does.
+///
+/// ```
+/// use std::io::{Read, Seek, SeekFrom, Write};
+/// use wbcache::{Cache, Config, OpenOptions, WriteFlags};
+/// # fn main() -> std::io::Result<()> {
+/// let cache = Cache::new(Config::from_options("capacity=16M")?)?;
+/// let path = std::env::temp_dir().join(format!("wbcache-doc-file-{}", std::process::id()));
+/// let file = cache.open(&path, &OpenOptions::read_write_create())?;
+///
+/// file.write_at(b"hello", 4096)?; // into the cache, dirty
+/// file.write_at_with(b"log", 0, WriteFlags::DONTCACHE)?; // uncached: dropped once written back
+/// let mut buf = [0u8; 5];
+/// assert_eq!(file.read_at(&mut buf, 4096)?, 5); // from the cache
+/// assert_eq!(&buf, b"hello");
+/// file.sync_data()?; // durable on return
+/// assert_eq!(file.len()?, 4101);
+///
+/// let mut cursor = file.cursor(); // std::io's traits, from offset 0
+/// cursor.seek(SeekFrom::End(0))?;
+/// cursor.write_all(b"!")?;
+/// cursor.seek(SeekFrom::Start(4096))?;
+/// let mut text = String::new();
+/// cursor.read_to_string(&mut text)?;
+/// assert_eq!(text, "hello!");
+///
+/// cache.remove_file(&path)?;
+/// # Ok(()) }
+/// ```
 pub struct File {
     inode: Arc<Inode>,
     shared: Arc<Shared>,
@@ -96,7 +130,7 @@ impl File {
             write_stream_bytes: AtomicU64::new(0),
             shared,
             readable: options.read,
-            writable: options.write,
+            writable: options.writable(),
             default_flags: if options.dontcache { WriteFlags::DONTCACHE } else { WriteFlags::NONE },
             append: options.append,
             noreuse: AtomicBool::new(false),
@@ -482,6 +516,7 @@ impl File {
         Ok(self.inode.size())
     }
 
+    /// Whether the size is 0.
     pub fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
     }

@@ -41,17 +41,17 @@ pub use crate::buf::BLOCK_SIZE;
 /// 2048).
 pub const IOV_MAX: usize = 1024;
 
-/// The positive errno for `e`, as the C ABI answers it: its raw OS error if it has one, or that of
-/// the `io::Error` it wraps as its source (as [`crate::Cache::open`]'s errors wrap
-/// the failure to name the path), else by kind (`InvalidInput`→`EINVAL`,
+/// The positive errno for `e`, as the C ABI answers it: its raw OS error if it has one (every
+/// error the OS returned has, as with std), or that of an `io::Error` it wraps as its source
+/// (a caller's error that adds context), else by kind (`InvalidInput`→`EINVAL`,
 /// `NotFound`→`ENOENT`, `AlreadyExists`→`EEXIST`, `PermissionDenied`→`EACCES`,
 /// `OutOfMemory`→`ENOMEM`, `WouldBlock`→`EAGAIN`, `StorageFull`→`ENOSPC`,
 /// `FileTooLarge`→`EFBIG`, `IsADirectory`→`EISDIR`,
 /// `NotADirectory`→`ENOTDIR`, `ReadOnlyFilesystem`→`EROFS`,
 /// `ResourceBusy`→`EBUSY`, `Interrupted`→`EINTR`, `TimedOut`→`ETIMEDOUT`,
 /// `WriteZero`→`EIO`, `Unsupported`→`EOPNOTSUPP`, anything else `EIO`):
-/// an error that carries a message and a kind but no errno (a thread that
-/// could not be started, `WouldBlock`, say) keeps the errno its kind means
+/// an error that carries a message and a kind but no errno (an invalid
+/// argument the cache finds itself, say) keeps the errno its kind means
 /// instead of becoming `EIO`.
 pub fn errno_of(e: &io::Error) -> i32 {
     let mut inner = Some(e);

@@ -337,8 +337,11 @@ impl InFlight {
         if done.is_empty() {
             return;
         }
-        let counters = self.domain.dirty.cache.counters.clone();
+        // What the store accepted (the domain's bandwidth sample), and what
+        // of the cache's blocks this worker wrote (its share of
+        // `written_bytes_total`).
         let mut completed_bytes = 0u64;
+        let mut written_bytes = 0u64;
         Counters::add(&self.stats.ios, done.len() as u64);
         for c in done {
             let id = c.tag >> TAG_SHIFT;
@@ -353,7 +356,7 @@ impl InFlight {
             }
             if let Ok(n) = &c.result {
                 completed_bytes += *n as u64;
-                Counters::add(&counters.written_bytes_by_class[class as usize], *n as u64);
+                written_bytes += p.pass.io_bytes(index);
             }
             p.results[index] = Some(c.result);
             p.remaining -= 1;
@@ -361,9 +364,10 @@ impl InFlight {
             if p.remaining > 0 {
                 continue;
             }
-            let Pending { inode, mut pass, results, .. } = self.passes.remove(&id).expect("just found");
+            let Pending { inode, mut pass, results, classes, .. } = self.passes.remove(&id).expect("just found");
             self.bytes_queued -= pass.bytes();
-            pass.set_results(results.into_iter().map(|r| r.expect("every I/O completed")).collect());
+            let results = results.into_iter().zip(classes);
+            pass.set_results(results.map(|(r, c)| (r.expect("every I/O completed"), c.expect("queued").0)).collect());
             inode.note_store_written(&pass);
             inode.end_async_io();
             let left = self.passes_per_inode.get_mut(&inode.id()).expect("counted at start");
@@ -385,7 +389,7 @@ impl InFlight {
             self.ios_queued,
             "every collected I/O is held or in the queue"
         );
-        Counters::add(&self.stats.written_bytes, completed_bytes);
+        Counters::add(&self.stats.written_bytes, written_bytes);
         // The domain samples its bandwidth over every worker's completions;
         // this worker's busy time is what it spent with passes in flight.
         let idle = self.passes.is_empty();

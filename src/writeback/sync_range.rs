@@ -58,16 +58,14 @@ impl RangeWriter {
         let writer = RangeWriter { tx: Mutex::new(Some(tx)), threads: Mutex::new(Vec::new()) };
         for n in 0..RANGE_WRITERS {
             let rx = rx.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("wbc-range-writer-{n}"))
-                .spawn(move || loop {
-                    // The receiver's lock is held only while waiting for a
-                    // job, never while writing one.
-                    let job = locks::lock(&rx).recv();
-                    let Ok(Job { inode, pass }) = job else { break };
-                    inode.write_gated_pass(pass, IoPriority::Async, SizeFix::Try);
-                })
-                .map_err(|e| io::Error::new(e.kind(), format!("cannot start the thread wbc-range-writer-{n}: {e}")));
+            let thread = std::thread::Builder::new().name(format!("wbc-range-writer-{n}")).spawn(move || loop {
+                // The receiver's lock is held only while waiting for a
+                // job, never while writing one.
+                let job = locks::lock(&rx).recv();
+                let Ok(Job { inode, pass }) = job else { break };
+                inode.write_gated_pass(pass, IoPriority::Async, SizeFix::Try);
+            });
+            // The spawn's error is the OS's (EAGAIN), its errno kept.
             match thread {
                 Ok(t) => locks::lock(&writer.threads).push(t),
                 Err(e) => {

@@ -59,8 +59,9 @@ pub fn start_domain(
         // The first keeps the name it always had (`top`, `perf` users).
         let name = if n == 0 { format!("wbc-flush-{device_id:x}") } else { format!("wbc-flush-{device_id:x}-{n}") };
         // No thread to be had (RLIMIT_NPROC, memory): the open that
-        // needed this domain fails with the spawn's error (EAGAIN).
-        let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || run(for_thread, n, for_stats));
+        // needed this domain fails with the spawn's error, the OS's EAGAIN
+        // as it is.
+        let spawned = std::thread::Builder::new().name(name).spawn(move || run(for_thread, n, for_stats));
         match spawned {
             Ok(handle) => {
                 domain.add_worker(handle);
@@ -68,8 +69,7 @@ pub fn start_domain(
             }
             Err(e) => {
                 domain.stop();
-                // The kind carries the errno (EAGAIN) to the C ABI.
-                return Err(std::io::Error::new(e.kind(), format!("cannot start the flusher thread {name}: {e}")));
+                return Err(e);
             }
         }
     }
@@ -138,7 +138,7 @@ fn sample_cpu(stats: &WorkerCounters) {
 
 /// Bytes written back by the whole cache so far (successfully).
 fn written_bytes_total(domain: &Domain) -> u64 {
-    domain.dirty.cache.counters.written_bytes_by_reason.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    domain.dirty.cache.counters.written_bytes_total.load(Ordering::Relaxed)
 }
 
 /// Sleeps `duration`, in slices, so that closing the cache is not held up

@@ -113,3 +113,23 @@ pub fn read_all(file: &wbcache::File) -> Vec<u8> {
     buf.truncate(n);
     buf
 }
+
+/// Where `st`'s figures of bytes written back disagree, if they do: each
+/// breakdown of `written_bytes_total` (by class, by reason) must add up to
+/// it, the writeback workers' shares must not exceed it, and it counts
+/// whole 4 KiB blocks. Take `st` while no writeback completes (after a
+/// sync, with nothing left dirty or under writeback).
+pub fn written_bytes_disagree(st: &wbcache::Stats) -> Option<String> {
+    let total = st.written_bytes_total;
+    let by_class: u64 = st.written_bytes_by_class.iter().sum();
+    let by_reason: u64 = st.written_bytes_by_reason.iter().sum();
+    let by_workers: u64 = st.writeback_workers.iter().map(|w| w.written_bytes).sum();
+    if by_class == total && by_reason == total && by_workers <= total && total % 4096 == 0 {
+        return None;
+    }
+    Some(format!(
+        "written_bytes_total {total}, by class {:?} (sum {by_class}), by reason {:?} (sum {by_reason}), \
+         by the writeback workers {by_workers}",
+        st.written_bytes_by_class, st.written_bytes_by_reason
+    ))
+}

@@ -16,17 +16,16 @@ use crate::folio::{DirtyMark, Folio, FolioGuard, FolioState};
 use crate::inode::Inode;
 use crate::io::BLOCK_SIZE;
 use crate::locks::{self, Rank};
-use crate::stats::{Counters, Reason};
+use crate::stats::Counters;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
 /// What a pass's completion adds up, chunk by chunk, and settles at its
-/// end. Dirty data only in `done_bytes` and `written_bytes`: bridges were
-/// never counted as dirty or under writeback, only their room was held.
+/// end. Dirty data only in `done_bytes`: bridges were never counted as
+/// dirty or under writeback, only their room was held.
 #[derive(Default)]
 struct CompletionTally {
     done_bytes: u64,
-    written_bytes: u64,
     bridge_bytes: u64,
     bridge_redirtied_bytes: u64,
     redirtied_bytes: u64,
@@ -102,8 +101,13 @@ impl Inode {
             "a pass holds its ticket until it completes"
         );
         let mut outcome = WritebackOutcome::default();
-        self.complete_chunks(pass.chunks, pass.reason, &mut outcome);
+        // Counted before the blocks leave writeback, so that a snapshot
+        // with nothing under writeback has every byte written counted.
+        let written_by_class = pass.written_by_class();
+        self.counters.count_written(pass.reason, written_by_class);
+        self.complete_chunks(pass.chunks, &mut outcome);
         debug_assert_eq!(outcome.written_bytes + outcome.failed_bytes, pass.bytes, "every byte completes once");
+        debug_assert_eq!(written_by_class.iter().sum::<u64>(), outcome.written_bytes, "written bytes counted once");
         if outcome.written_bytes > 0 {
             self.written_since_sync.store(true, Ordering::Release);
         }
@@ -129,7 +133,7 @@ impl Inode {
         outcome.first_error.get_or_insert(errno);
     }
 
-    fn complete_chunks(self: &Arc<Self>, chunks: Vec<WbChunk>, reason: Reason, outcome: &mut WritebackOutcome) {
+    fn complete_chunks(self: &Arc<Self>, chunks: Vec<WbChunk>, outcome: &mut WritebackOutcome) {
         debug_assert!(chunks.iter().all(|c| c.result.is_some()), "every chunk has its result");
         let mut tally = CompletionTally::default();
         let mut drop_candidates: Vec<Arc<Folio>> = Vec::new();
@@ -146,12 +150,7 @@ impl Inode {
             assert_eq!(cleared, c.end - c.start, "blocks under writeback complete once");
             st.nr_writeback -= cleared;
             match c.result.take().expect("every chunk has a result") {
-                Ok(()) => {
-                    outcome.written_bytes += bytes;
-                    if !c.bridge {
-                        tally.written_bytes += bytes;
-                    }
-                }
+                Ok(()) => outcome.written_bytes += bytes,
                 Err(e) => {
                     outcome.failed_bytes += bytes;
                     self.record_error(&e, outcome);
@@ -177,7 +176,7 @@ impl Inode {
         if tally.bridge_bytes > 0 {
             self.dirty.end_bridges(tally.bridge_bytes, tally.bridge_redirtied_bytes);
         }
-        self.dirty.account_writeback_done(tally.done_bytes, tally.written_bytes, reason);
+        self.dirty.account_writeback_done(tally.done_bytes);
         if tally.redirtied_bytes > 0 || dontcache_unblocked {
             let workers = self.queue_on_dirty_list(None);
             if dontcache_unblocked {

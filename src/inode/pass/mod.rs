@@ -36,7 +36,7 @@ use crate::folio::{DirtyMark, Folio};
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::mapping::DirtyIndex;
-use crate::stats::{Counters, IoClass, Reason};
+use crate::stats::{IoClass, Reason};
 use crate::writeback::route::Route;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -99,6 +99,8 @@ pub struct WbPass {
     chunks: Vec<WbChunk>,
     /// I/O `g` writes `chunks[groups[g].0..groups[g].1]`.
     groups: Vec<(usize, usize)>,
+    /// The class each I/O was written in, from [`WbPass::set_results`].
+    classes: Vec<IoClass>,
     bytes: u64,
 }
 
@@ -113,11 +115,21 @@ impl WbPass {
         self.chunks.iter().filter(|c| !c.bridge).map(|c| c.len_bytes() as u64).sum()
     }
 
-    /// Records the result of every I/O (in group order) on its chunks.
-    pub fn set_results(&mut self, results: Vec<io::Result<usize>>) {
+    /// Bytes I/O `io` writes: its chunks' whole blocks, bridged ones
+    /// included (the file's partial last block counts whole, as the cache
+    /// tracks it, though only its bytes within the size reach the store).
+    pub fn io_bytes(&self, io: usize) -> u64 {
+        let (i, j) = self.groups[io];
+        self.chunks[i..j].iter().map(|c| c.len_bytes() as u64).sum()
+    }
+
+    /// Records the result of every I/O (in group order) on its chunks, and
+    /// the class it was written in.
+    pub fn set_results(&mut self, results: Vec<(io::Result<usize>, IoClass)>) {
         assert_eq!(results.len(), self.groups.len(), "one result per I/O");
         debug_assert_eq!(self.groups.last().map(|g| g.1), Some(self.chunks.len()), "the I/Os cover every chunk");
-        for (&(i, j), result) in self.groups.iter().zip(results) {
+        self.classes = results.iter().map(|&(_, class)| class).collect();
+        for (&(i, j), (result, _)) in self.groups.iter().zip(results) {
             for c in &mut self.chunks[i..j] {
                 assert!(c.result.is_none(), "a chunk completes once");
                 c.result = Some(match &result {
@@ -127,6 +139,18 @@ impl WbPass {
             }
         }
         debug_assert!(self.chunks.iter().all(|c| c.result.is_some()), "every chunk has its result");
+    }
+
+    /// Bytes of the pass's I/Os that succeeded, by the class they were
+    /// written in (as [`WbPass::io_bytes`] counts them).
+    fn written_by_class(&self) -> [u64; IoClass::COUNT] {
+        let mut by_class = [0; IoClass::COUNT];
+        for (io, &(first, _)) in self.groups.iter().enumerate() {
+            if matches!(self.chunks[first].result, Some(Ok(()))) {
+                by_class[self.classes[io] as usize] += self.io_bytes(io);
+            }
+        }
+        by_class
     }
 }
 
@@ -381,9 +405,7 @@ impl Inode {
         let results = write_groups(&*store, &pass, priority);
         let elapsed = started.elapsed();
         let class = if priority == IoPriority::Sync { IoClass::Sync } else { IoClass::Async };
-        let written: u64 = results.iter().filter_map(|r| r.as_ref().ok()).map(|&n| n as u64).sum();
-        Counters::add(&self.counters.written_bytes_by_class[class as usize], written);
-        pass.set_results(results);
+        pass.set_results(results.into_iter().map(|r| (r, class)).collect());
         self.note_store_written(&pass);
         self.store_len_gate.end_io();
         let outcome = self.finish_pass(pass, fix_size);
@@ -424,7 +446,7 @@ impl Inode {
         self.note_padding(&split);
         let (chunks, groups) = self.group_into_ios(split, io_max_bytes);
         let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
-        Some(WbPass { ticket, reason, chunks, groups, bytes })
+        Some(WbPass { ticket, reason, chunks, groups, classes: Vec::new(), bytes })
     }
 }
 
