@@ -1,5 +1,8 @@
 //! The quick-start programs: docs/quickstart.md shows `examples/quickstart.rs`
-//! and `examples/quickstart.c` whole, and both run as it says.
+//! and `examples/quickstart.c` whole, and both run as it says. The README's
+//! code blocks are held to the same: its Rust lines are
+//! [`readme_rust_example`], which runs here, and its C commands are the
+//! quick start's.
 
 mod common;
 
@@ -147,4 +150,65 @@ fn rust_example_runs() {
     assert!(left.is_empty(), "left behind: {left:?}");
 
     check_missing_directory(&exe, &work.0, "No such file or directory (os error 2)");
+}
+
+/// The README's Rust example: the lines between the markers are the
+/// README's "## From Rust" block, character for character (after this
+/// function's indentation), and `readme_rust_example_runs` runs them.
+fn readme_rust_example(path: &Path) -> std::io::Result<()> {
+    // README begin
+    let cache = wbcache::Cache::new(wbcache::Config::from_options("capacity=256M")?)?;
+    let file = cache.open(path, &wbcache::OpenOptions::read_write_create())?;
+    file.write_at(b"hello", 0)?; // into the cache, written back by the flusher
+    file.sync_data()?; // durable on return
+    cache.close()?; // writes back and syncs everything
+
+    // README end
+    Ok(())
+}
+
+/// The README's section under `heading` (a `## ` line), up to the next one.
+fn readme_section(heading: &str) -> String {
+    quickstart_section(&read("README.md"), heading)
+}
+
+#[test]
+fn readme_shows_the_rust_example_verbatim() {
+    let source = read("tests/examples.rs");
+    let begin = "    // README begin\n";
+    let start = source.find(begin).expect("the README begin marker") + begin.len();
+    let len = source[start..].find("// README end").expect("the README end marker");
+    let lines = source[start..start + len].trim_end();
+    let example: String = lines.lines().map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l))).collect();
+    let shown = fenced_block(&readme_section("## From Rust"), "rust");
+    assert!(shown == example, "README.md's Rust example differs from readme_rust_example:\n{shown}\n---\n{example}");
+}
+
+#[test]
+fn readme_rust_example_runs() {
+    let work = TempDir::new("example-readme");
+    let data = work.0.join("data.db");
+    readme_rust_example(&data).expect("the README's Rust example");
+    assert_eq!(std::fs::read(&data).expect("the example's file"), b"hello");
+}
+
+/// The README's C commands are the quick start's: its `cc` line is the one
+/// `c_example_builds_with_the_readme_command_and_runs` compiles with, and
+/// every other command it shows (its comment aside) is in docs/quickstart.md.
+#[test]
+fn readme_shows_the_quickstart_c_commands() {
+    let section = readme_section("## From C");
+    let block = fenced_block(&section, "sh");
+    let cc = block.lines().find(|l| l.starts_with("cc ")).expect("a cc command in the README's C section");
+    assert_eq!(cc.split_whitespace().collect::<Vec<_>>(), quickstart_cc_command(), "README.md's cc command");
+    let quickstart = read("docs/quickstart.md");
+    for line in block.lines() {
+        let command = line.split(" #").next().unwrap_or(line).trim();
+        assert!(quickstart.contains(command), "README.md's C command `{command}` is not in docs/quickstart.md");
+    }
+    // The pkg-config line, in backquotes in both (outside the code block).
+    let after_block = section.split("\n```\n").last().expect("text after the C block");
+    let pkg = after_block.split('`').skip(1).step_by(2).find(|s| s.contains("pkg-config"));
+    let pkg = pkg.expect("a pkg-config command after the README's C block");
+    assert!(quickstart.contains(&format!("`{pkg}`")), "README.md's `{pkg}` is not in docs/quickstart.md");
 }

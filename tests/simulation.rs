@@ -8,7 +8,7 @@
 //! transfers, failing flushes, refused submissions, latency spikes) and
 //! crash points, each followed by a fresh cache over the rebooted disk. A
 //! reference model checks every outcome: reads return exactly what was
-//! written; a sync reports errors as the README's errseq rules say, to the
+//! written; a sync reports errors as docs/semantics.md's errseq rules say, to the
 //! handle, and when it succeeds the durable image holds everything written
 //! before it; once faults clear, syncs succeed and nothing is lost; after a
 //! crash every synced byte not written since survives and every byte is one
@@ -1335,7 +1335,7 @@ impl Worker {
     }
 
     /// Syncs handle `hi` of view `vi` and checks the outcome against the
-    /// errseq model (README, Semantics, Errors): a sync fails only if an
+    /// errseq model (docs/semantics.md, Errors): a sync fails only if an
     /// error happened since the handle last looked (or it opened while one
     /// was unseen), it must fail if one certainly did, and once it succeeds
     /// everything written before it is durable. `quiet`: no other thread
@@ -2404,7 +2404,7 @@ fn quiet_cache(options: &str) -> (Arc<SimIo>, Cache) {
 
 /// Engine bug (found by the campaign's first seeds), fixed (the first of two ways): one
 /// writer's dirty plus
-/// writeback bytes went over `dirty_limit`, which README promises they
+/// writeback bytes went over `dirty_limit`, which docs/semantics.md promises they
 /// never do ("a writer waits for room before it dirties more"), in two
 /// ways. `Inode::write_folio_part` asked `throttle::wait_for_dirty_room`
 /// for room of `min(bytes, folio_max)` while dirtying whole blocks, so an

@@ -67,7 +67,7 @@ const BUF_LEN: usize = IO_MAX + BLOCK;
 const MIB: u64 = 1 << 20;
 /// What resident memory may exceed `capacity` by: per-folio metadata
 /// (about 5% of cached bytes for the 4 KiB folios random I/O makes), the
-/// buffer allocator's spare slabs (about 24 MiB, see the README's Memory),
+/// buffer allocator's spare slabs (about 24 MiB, see Memory in docs/semantics.md),
 /// io_uring rings and thread stacks.
 const RSS_ALLOWANCE: u64 = 64 << 20;
 /// Thread and descriptor counts settle within this many seconds (rings and
@@ -1145,7 +1145,7 @@ fn soak_for(seconds: u64, long: bool) {
             RSS_ALLOWANCE / MIB
         ));
     }
-    // The README allows one folio over capacity (copies made while filling
+    // docs/semantics.md allows one folio over capacity (copies made while filling
     // a block or truncating are counted without waiting for room).
     if cached_max > config.capacity_bytes + config.folio_max_bytes {
         failures.push(format!("cached bytes reached {cached_max}, over capacity + one folio"));

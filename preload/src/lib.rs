@@ -20,7 +20,7 @@
 //!   `fileno`), whose reads and writes come back through `rw`.
 //!
 //! The engine's own I/O never comes through here: it makes its system
-//! calls directly. Not interposed, and so not cached (the README lists
+//! calls directly. Not interposed, and so not cached (docs/run.md lists
 //! them): the I/O of glibc's own standard streams when the program puts
 //! a managed descriptor under them with `dup2`, of streams opened with a
 //! character set (`,ccs=`), and of `dprintf`/`vdprintf` on a managed
