@@ -409,8 +409,11 @@ impl FolioIndex {
     pub fn insert(&mut self, folio: Arc<Folio>) {
         let level = level_of(folio.order);
         let last_block = folio.end_index() - 1;
-        let overlaps =
-            self.find(folio.index).is_some() || self.first_from(folio.index).is_some_and(|f| f.index <= last_block);
+        // A single block overlaps only a folio that covers it; the forward
+        // walk, which crosses empty subtrees of a sparse index (random 4 KiB
+        // reads at 1G: 2% of a read miss), is for larger folios.
+        let overlaps = self.find(folio.index).is_some()
+            || (last_block > folio.index && self.first_from(folio.index).is_some_and(|f| f.index <= last_block));
         assert!(!overlaps, "folio at {} overlaps a cached one", folio.index);
         let len_before = self.len;
         while self.height <= level || !self.covers(last_block) {
