@@ -365,6 +365,14 @@ int64_t wbc_stats_json(wbc_cache *c, char *buf, size_t len);
  */
 int64_t wbc_last_error(char *buf, size_t len);
 
+/**
+ * The library's version, e.g. "0.1.0": a static NUL-terminated string that
+ * the caller must not modify or free. For checking, at run time, which
+ * library the program loaded (pkg-config --modversion wbcache gives the
+ * version it was built against). Never fails.
+ */
+const char *wbc_version(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -411,11 +411,35 @@ fn long_functions(code: &str) -> Vec<(String, usize)> {
     long
 }
 
-/// Every crate's source tree, for the length checks: the library, the
-/// SQLite VFS, the CLI and the preload library.
+/// Every crate's source tree, for the length checks: the library, the C
+/// library, the SQLite VFS, the CLI and the preload library.
 fn source_roots() -> Vec<PathBuf> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    ["src", "sqlite/src", "cli/src", "preload/src"].iter().map(|dir| manifest.join(dir)).collect()
+    ["src", "capi/src", "sqlite/src", "cli/src", "preload/src"].iter().map(|dir| manifest.join(dir)).collect()
+}
+
+/// The C library is its own crate: the wbcache crate builds an rlib only
+/// and has no build script, so a crate depending on it builds neither C
+/// library and gets no files of theirs; capi/ builds both, named
+/// libwbcache, from the functions of src/capi/, which it re-exports whole
+/// (it defines none of its own), and is built by a plain `cargo build`.
+#[test]
+fn the_c_library_is_the_capi_crate() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let manifest = read("Cargo.toml");
+    assert!(!manifest.contains("crate-type"), "the wbcache crate is an rlib only");
+    assert!(!root.join("build.rs").exists(), "the wbcache crate has no build script");
+    let capi = read("capi/Cargo.toml");
+    assert!(capi.contains("name = \"wbcache\"") && capi.contains("crate-type = [\"cdylib\", \"staticlib\"]"), "{capi}");
+    assert!(root.join("capi/build.rs").is_file());
+    let members = |key: &str| {
+        let line = manifest.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key}"));
+        line.contains("\"capi\"")
+    };
+    assert!(members("members") && members("default-members"), "capi is built by cargo build and cargo test");
+    let code = code_only(&read("capi/src/lib.rs"));
+    assert_eq!(code.split_whitespace().collect::<Vec<_>>(), ["pub", "use", "engine::capi::*;"]);
 }
 
 #[test]

@@ -20,6 +20,7 @@ fn build_abi_test(work: &Path, cflags: &[&str], allow_compile_failure: bool) -> 
     let mut cmd = Command::new(c_compiler());
     cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
         .args(cflags)
+        .arg(format!("-DWBC_EXPECTED_VERSION=\"{}\"", env!("CARGO_PKG_VERSION")))
         .arg(root.join("tests/c/abi_test.c"))
         .arg("-I")
         .arg(root.join("include"))
@@ -132,7 +133,10 @@ fn exported_functions() -> Vec<String> {
     }
     let mut names: Vec<String> = src
         .lines()
-        .filter_map(|l| l.trim_start().strip_prefix("pub unsafe extern \"C\" fn "))
+        .filter_map(|l| {
+            let l = l.trim_start();
+            l.strip_prefix("pub unsafe extern \"C\" fn ").or_else(|| l.strip_prefix("pub extern \"C\" fn "))
+        })
         .map(|rest| rest.split('(').next().unwrap().to_string())
         .collect();
     names.sort();
@@ -171,6 +175,7 @@ fn header_declares_exactly_the_exported_functions() {
         "wbc_size",
         "wbc_truncate",
         "wbc_stats_json",
+        "wbc_version",
     ] {
         assert!(exported.iter().any(|e| e == required), "{required} is not exported by src/capi/");
     }

@@ -36,6 +36,9 @@ pub enum Command {
     /// wbcache (libwbcache_preload.so preloaded): wbcache run --paths /data
     /// -- PROGRAM ARGS...
     Run(crate::run::RunArgs),
+    /// Install the C library, its header and pkg-config files under a
+    /// prefix: wbcache install --prefix /usr/local
+    Install(crate::install::InstallArgs),
     /// Internal: runs one measurement described on stdin (used by `bench`).
     #[command(hide = true, name = "bench-worker")]
     BenchWorker,

@@ -5,6 +5,8 @@
 //! the same disk, and prints a Markdown table per workload (optionally JSON
 //! and SVG charts). See `wbcache bench --help` and `wbcache bench --list`.
 //! `wbcache run -- PROGRAM` runs an unmodified program on wbcache ([`run`]).
+//! `wbcache install` installs the C library, its header and pkg-config
+//! files ([`install`]).
 //!
 //! Layout: [`cli`] (options, suites), [`help`] (the help and `--list`
 //! texts), [`workloads`] (the `Workload` trait, the catalog, and one module
@@ -21,6 +23,7 @@ mod cgroup;
 mod cli;
 mod engines;
 mod help;
+mod install;
 mod measure;
 mod progress;
 mod report;
@@ -57,6 +60,7 @@ fn main() {
     let code = match cli.command {
         cli::Command::Bench(args) => runner::run(*args),
         cli::Command::Run(args) => run::run(args),
+        cli::Command::Install(args) => install::run(args),
         cli::Command::BenchWorker => bench_worker::main(),
     };
     std::process::exit(code);

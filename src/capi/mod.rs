@@ -29,7 +29,8 @@
 //! The exported functions, by what they act on: `lifecycle` (creating,
 //! syncing and closing caches; opening and closing files), `names`
 //! (unlink, rename, forget), `rw` (reads and writes), `file_ops` (the other
-//! calls on a file) and `report` (statistics and the last error message).
+//! calls on a file) and `report` (the version, statistics and the last
+//! error message).
 //! Beneath them, `handles` (the handle types and checked borrows of the
 //! caller's pointers) and `failure` (how a call's result, error or panic
 //! becomes its return value).
@@ -51,7 +52,7 @@ pub use file_ops::{
 pub use handles::{wbc_cache, wbc_file};
 pub use lifecycle::{wbc_cache_close, wbc_cache_open, wbc_cache_sync, wbc_close, wbc_open, WBC_O_DONTCACHE};
 pub use names::{wbc_forget, wbc_rename, wbc_unlink};
-pub use report::{wbc_last_error, wbc_stats_json};
+pub use report::{wbc_last_error, wbc_stats_json, wbc_version};
 pub use rw::{wbc_pread, wbc_preadv, wbc_pwrite, wbc_pwritev, WBC_DONTCACHE};
 
 #[cfg(test)]

@@ -1,12 +1,23 @@
-//! What the library says in text: the statistics as JSON and the message
-//! of the calling thread's last failure. Both copy into the caller's buffer
-//! only when the text and its NUL fit, and return the text's length either
-//! way, so a caller can size its buffer and ask again.
+//! What the library says in text: its version, the statistics as JSON and
+//! the message of the calling thread's last failure. The last two copy into
+//! the caller's buffer only when the text and its NUL fit, and return the
+//! text's length either way, so a caller can size its buffer and ask again.
 
 use super::failure::{guard, LAST_ERROR};
 use super::handles::{cache_ref, copy_out, wbc_cache};
 use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// The library's version, NUL-terminated: the crate's version.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+
+/// The library's version ("0.1.0"), a static NUL-terminated string the
+/// caller must not free or modify: for checking at run time which library
+/// the program loaded.
+#[no_mangle]
+pub extern "C" fn wbc_version() -> *const c_char {
+    VERSION.as_ptr().cast()
+}
 
 /// The cache's statistics as one JSON object. If `buf` is not NULL and `len`
 /// exceeds the JSON's length, copies the JSON and a NUL into `buf`;

@@ -931,6 +931,16 @@ int main(int argc, char **argv) {
     CHECK_EQ(wbc_stats_json(NULL, (char *)buf, sizeof buf), -EINVAL, "wbc_stats_json(NULL)");
     CHECK(wbc_last_error(NULL, 0) > 0, "wbc_last_error length query");
 
+    /* --- the version: one static string, the crate's version --- */
+    {
+        const char *v = wbc_version();
+        CHECK(v != NULL && v == wbc_version() && v[0] >= '0' && v[0] <= '9', "wbc_version: %s", v ? v : "(null)");
+#ifdef WBC_EXPECTED_VERSION
+        CHECK(v != NULL && strcmp(v, WBC_EXPECTED_VERSION) == 0, "wbc_version %s, expected %s", v ? v : "(null)",
+              WBC_EXPECTED_VERSION);
+#endif
+    }
+
     /* --- closing the cache with files open --- */
     REQUIRE(wbc_open(c, p1, O_RDWR, 0, &f2) == 0, "open second handle: %s", last_error());
     write_pattern(f2, 4321, 240000, 42, 0, "pwrite just before cache close (not fsynced)");

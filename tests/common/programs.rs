@@ -1,12 +1,12 @@
 //! Building and running programs outside the test crate: C programs
 //! linked against `libwbcache.a`, and the examples.
 //!
-//! Finding what cargo built: `cargo test` compiles the lib target with all
-//! its crate types, leaving the staticlib in `target/<profile>/deps/` (only
-//! `cargo build` copies it up to `target/<profile>/`), and builds the
+//! Finding what cargo built: the C library comes from the capi crate,
+//! which `cargo build` builds into `target/<profile>/` (`cargo test` builds
+//! no library of it: nothing there links it), and `cargo test` builds the
 //! examples into `target/<profile>/examples/`. A test uses the newest of
 //! those that is newer than every source file, and otherwise runs `cargo
-//! build` for the same profile first (as when run with `--test` alone, or
+//! build` for the same profile first (as after a change to the sources, or
 //! always with `WBCACHE_CAPI_FORCE_BUILD` set, to exercise that path).
 
 use std::path::{Path, PathBuf};
@@ -46,7 +46,8 @@ fn newest_source(extra: &[&str]) -> SystemTime {
     let root = manifest_dir();
     let mut newest = SystemTime::UNIX_EPOCH;
     walk(&root.join("src"), &mut newest);
-    for file in ["Cargo.toml", "Cargo.lock", "build.rs"].iter().chain(extra) {
+    walk(&root.join("capi/src"), &mut newest);
+    for file in ["Cargo.toml", "Cargo.lock", "capi/Cargo.toml", "capi/build.rs"].iter().chain(extra) {
         if let Some(t) = mtime(&root.join(file)) {
             newest = newest.max(t);
         }
@@ -90,7 +91,7 @@ fn fresh_or_build(candidates: &[PathBuf], extra: &[&str], build_args: &[&str], b
 pub fn static_library() -> PathBuf {
     let dir = profile_dir();
     let candidates = [dir.join("deps/libwbcache.a"), dir.join("libwbcache.a")];
-    fresh_or_build(&candidates, &[], &["build", "--lib"], dir.join("libwbcache.a"))
+    fresh_or_build(&candidates, &[], &["build", "-p", "wbcache-capi"], dir.join("libwbcache.a"))
 }
 
 /// The executable of `examples/<name>.rs`, built from the current sources.

@@ -1,5 +1,7 @@
 //! Packaging for C consumers: the shared library's SONAME, and pkg-config
-//! files next to the libraries cargo builds (`target/<profile>/`).
+//! files next to the libraries cargo builds (`target/<profile>/`). Only
+//! this crate, the C library, has them: a Rust crate depending on wbcache
+//! gets none of them in its target directory.
 
 use std::env;
 use std::fs;
@@ -22,9 +24,11 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{SONAME}");
 
-    let repo = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    // This crate is capi/ in the repository, whose include/ holds the header.
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let repo = manifest.parent().expect("capi/ has a parent").to_path_buf();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    // OUT_DIR is <target>/<profile>/build/wbcache-<hash>/out, and the
+    // OUT_DIR is <target>/<profile>/build/wbcache-capi-<hash>/out, and the
     // profile directory three up is where `cargo build` puts the libraries.
     // Cargo has no variable naming it, so a layout it does not recognise
     // gets no files rather than files in a wrong place.
