@@ -230,7 +230,7 @@ fn overwrite_targets(rows: &[&ResultRow]) -> Vec<Verdict> {
         lines.push(Verdict::new(
             format!("{PRELOAD_TARGET_VARIANT}: wbcache-preload µs/call ≤ {PRELOAD_US_MAX} (an unmodified program)"),
             match us(PRELOAD_TARGET_VARIANT, "wbcache") {
-                Some(b) => format!("{a:.3} µs ({:+.3} µs over the library's own call)", a - b),
+                Some(b) => format!("{a:.3} µs (the library's own call: {b:.3} µs)"),
                 None => format!("{a:.3} µs"),
             },
             a <= PRELOAD_US_MAX,
