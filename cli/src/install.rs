@@ -28,9 +28,9 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// `DT_SONAME`, set by `capi/build.rs`).
 const SONAME: &str = "libwbcache.so.0";
 
-/// What `libwbcache.a` needs besides what every C program links (as
-/// `capi/build.rs` writes into the build's own pkg-config files).
-const LIBS_PRIVATE: &str = "-lpthread -ldl -lrt -lm";
+/// The pkg-config files `capi/build.rs` writes beside the libraries,
+/// installed with their prefix and library directory moved.
+const PKG_CONFIG_FILES: [&str; 2] = ["wbcache.pc", "wbcache-static.pc"];
 
 #[derive(Args, Debug)]
 pub struct InstallArgs {
@@ -80,6 +80,8 @@ struct Plan {
     root: PathBuf,
     shared: PathBuf,
     archive: PathBuf,
+    /// Where the libraries and the build's pkg-config files are.
+    from: PathBuf,
 }
 
 impl Plan {
@@ -101,7 +103,7 @@ impl Plan {
             }
         };
         let [shared, archive] = ["libwbcache.so", "libwbcache.a"].map(|name| from.join(name));
-        for lib in [&shared, &archive] {
+        for lib in [&shared, &archive].into_iter().chain(&PKG_CONFIG_FILES.map(|name| from.join(name))) {
             if !lib.is_file() {
                 return Err(format!(
                     "{} not found (build it with cargo build --release, or name its directory with --from)",
@@ -109,7 +111,7 @@ impl Plan {
                 ));
             }
         }
-        Ok(Plan { prefix: args.prefix.clone(), root, shared, archive })
+        Ok(Plan { prefix: args.prefix.clone(), root, shared, archive, from })
     }
 
     /// Writes every file; returns their paths (under DESTDIR, if any).
@@ -132,10 +134,11 @@ impl Plan {
         put(libdir.join("libwbcache.so"), Content::Link(SONAME))?;
         put(libdir.join("libwbcache.a"), Content::Copy(&self.archive, 0o644))?;
         put(include.join("wbcache.h"), Content::Text(HEADER.to_string()))?;
-        let shared_pc = pkg_config(&self.prefix, "-L${libdir} -lwbcache", LIBS_PRIVATE);
-        put(pkgconfig.join("wbcache.pc"), Content::Text(shared_pc))?;
-        let static_pc = pkg_config(&self.prefix, &format!("${{libdir}}/libwbcache.a {LIBS_PRIVATE}"), "");
-        put(pkgconfig.join("wbcache-static.pc"), Content::Text(static_pc))?;
+        for name in PKG_CONFIG_FILES {
+            let built = self.from.join(name);
+            let pc = std::fs::read_to_string(&built).map_err(|e| format!("{}: {e}", built.display()))?;
+            put(pkgconfig.join(name), Content::Text(relocate(&pc, &self.prefix)))?;
+        }
         Ok(installed)
     }
 }
@@ -172,24 +175,21 @@ fn replace(path: &Path, what: Content) -> io::Result<()> {
     result
 }
 
-/// A pkg-config file for the installed header and libraries.
-fn pkg_config(prefix: &Path, libs: &str, libs_private: &str) -> String {
-    let mut pc = format!(
-        "prefix={prefix}\n\
-         includedir=${{prefix}}/include\n\
-         libdir=${{prefix}}/lib\n\
-         \n\
-         Name: wbcache\n\
-         Description: Userspace page cache and writeback engine over O_DIRECT\n\
-         Version: {VERSION}\n\
-         Cflags: -I${{includedir}}\n\
-         Libs: {libs}\n",
-        prefix = prefix.display(),
-    );
-    if !libs_private.is_empty() {
-        pc.push_str(&format!("Libs.private: {libs_private}\n"));
-    }
-    pc
+/// A pkg-config file of the build (its prefix the source tree, its
+/// libraries in `target/<profile>`) for the installed header and
+/// libraries: `prefix` and `libdir` moved, the rest as the build wrote it.
+fn relocate(pc: &str, prefix: &Path) -> String {
+    pc.lines()
+        .map(|line| {
+            if line.starts_with("prefix=") {
+                format!("prefix={}\n", prefix.display())
+            } else if line.starts_with("libdir=") {
+                "libdir=${prefix}/lib\n".to_string()
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -198,11 +198,12 @@ mod tests {
 
     #[test]
     fn pkg_config_names_the_prefix_and_the_libraries() {
-        let pc = pkg_config(Path::new("/opt/wb"), "-L${libdir} -lwbcache", LIBS_PRIVATE);
-        assert!(pc.starts_with("prefix=/opt/wb\n"), "{pc}");
-        assert!(pc.contains("libdir=${prefix}/lib\n") && pc.contains("Libs: -L${libdir} -lwbcache\n"), "{pc}");
-        assert!(pc.contains(&format!("Version: {VERSION}\n")) && pc.contains("Libs.private: -lpthread"), "{pc}");
-        assert!(!pkg_config(Path::new("/usr"), "x", "").contains("Libs.private"));
+        let built = "prefix=/src/wbcache\nincludedir=${prefix}/include\nlibdir=${prefix}/target/release\n\n\
+                     Name: wbcache\nVersion: 0.1.0\nLibs: -L${libdir} -lwbcache\nLibs.private: -lpthread -ldl\n";
+        let pc = relocate(built, Path::new("/opt/wb"));
+        assert!(pc.starts_with("prefix=/opt/wb\nincludedir=${prefix}/include\nlibdir=${prefix}/lib\n\n"), "{pc}");
+        assert!(pc.contains("Libs: -L${libdir} -lwbcache\n") && pc.ends_with("Libs.private: -lpthread -ldl\n"), "{pc}");
+        assert!(!pc.contains("/src/wbcache") && !pc.contains("target/release"), "{pc}");
     }
 
     #[test]
