@@ -725,3 +725,39 @@ fn failing_writeback_is_retried_with_backoff() {
         assert_eq!(sim.durable_image(Path::new("/retried")).unwrap(), vec![5u8; 64 * KIB]);
     });
 }
+
+/// A miss over two single-block folios (a 4 KiB read at an odd block's
+/// middle) is one vectored read of the store, and an error on it fails
+/// the read and leaves both folios uncached: once the fault is gone, each
+/// block reads back whole, from the store.
+#[test]
+fn a_miss_over_neighbouring_folios_is_one_read_and_fails_whole() {
+    let sim = sim();
+    let data = pattern(16 * BLOCK, 7);
+    {
+        let cache = new_cache(&sim, QUIET);
+        let f = cache.open("/pair", &OpenOptions::read_write_create()).unwrap();
+        f.write_at(&data, 0).unwrap();
+        cache.close().unwrap();
+    }
+    let cache = new_cache(&sim, QUIET);
+    let f = cache.open("/pair", &OpenOptions::new().read(true)).unwrap();
+    let at = BLOCK + BLOCK / 2; // blocks 1 and 2: two order-0 folios
+    let mut buf = vec![0u8; BLOCK];
+    let reads_before = sim.stats().reads;
+    assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), BLOCK);
+    assert_same(&buf, &data[at..at + BLOCK], "the read across two folios");
+    assert_eq!(sim.stats().reads - reads_before, 1, "two neighbouring placeholders, one read");
+
+    let at = 5 * BLOCK + BLOCK / 2; // blocks 5 and 6, the fault on 6
+    sim.inject(Path::new("/pair"), 6, Fault::ReadEio, 1);
+    let err = f.read_at(&mut buf, at as u64).unwrap_err();
+    assert_eq!(errno(&err), Some(libc::EIO), "{err}");
+    for block in [5, 6] {
+        let mut one = vec![0u8; BLOCK];
+        assert_eq!(f.read_at(&mut one, (block * BLOCK) as u64).unwrap(), BLOCK);
+        assert_same(&one, &data[block * BLOCK..(block + 1) * BLOCK], "a block of the failed read");
+    }
+    assert_eq!(sim.stats().read_errors, 1);
+    cache.close().unwrap();
+}

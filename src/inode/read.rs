@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::Inode;
 use crate::buf::AlignedBuf;
 use crate::folio::{Folio, FolioState};
-use crate::io::{run_batch, IoOp, IoPriority, BLOCK_SIZE};
+use crate::io::{run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
 use crate::stats::Counters;
 use crate::userbuf::ReadTarget;
 
@@ -166,9 +166,13 @@ impl Inode {
     }
 
     /// Reads each placeholder's buffer (whole blocks up to
-    /// `on_disk_len_max`) in pieces of `io_max`, all in one batch. Returns
-    /// each folio's result and the bytes the store supplied to it: the
-    /// contiguous prefix up to its first short read (end of file).
+    /// `on_disk_len_max`) in one batch. Placeholders that lie next to each
+    /// other on the store share one vectored read of at most `io_max`
+    /// bytes: a miss that spans two single-block folios (a database's 4 KiB
+    /// page at an unaligned offset) is one device request, as the kernel's
+    /// is, not two. Returns each folio's result and the bytes the store
+    /// supplied to it: the contiguous prefix up to its first short read
+    /// (end of file).
     fn read_placeholders(
         &self,
         created: &[Arc<Folio>],
@@ -177,10 +181,10 @@ impl Inode {
     ) -> (Vec<io::Result<()>>, Vec<usize>) {
         let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
         let store = self.store();
-        let mut results: Vec<io::Result<()>> = (0..created.len()).map(|_| Ok(())).collect();
-        let mut supplied: Vec<usize> = vec![0; created.len()];
-        let mut ops = Vec::new();
-        let mut op_folio = Vec::new();
+        let mut ops: Vec<IoOp<'_>> = Vec::new();
+        // (op, folio, offset of the piece in the folio, piece length), in
+        // the order the op's buffers lie.
+        let mut pieces: Vec<(usize, usize, usize, usize)> = Vec::new();
         let io_max = self.config.io_max_bytes as usize;
         for (i, (f, buf)) in created.iter().zip(bufs.iter_mut()).enumerate() {
             let buf = Arc::get_mut(buf).expect("a filling folio's buffer is private");
@@ -190,8 +194,15 @@ impl Inode {
             // io_max-sized reads keep several requests in flight on the
             // device even for one large folio.
             for (k, piece) in buf[..want].chunks_mut(io_max).enumerate() {
-                ops.push(IoOp::read(f.offset() + (k * io_max) as u64, piece, priority));
-                op_folio.push((i, k * io_max));
+                let (offset, len) = (f.offset() + (k * io_max) as u64, piece.len());
+                match ops.last_mut() {
+                    Some(op) if op.offset + op.len() as u64 == offset && op.len() + len <= io_max => {
+                        let IoBufs::Read(op_bufs) = &mut op.bufs else { unreachable!("only reads here") };
+                        op_bufs.push(piece);
+                    }
+                    _ => ops.push(IoOp::read(offset, piece, priority)),
+                }
+                pieces.push((ops.len() - 1, i, k * io_max, len));
             }
         }
         // A reader waiting on the device counts as a sync waiter of the
@@ -206,23 +217,51 @@ impl Inode {
         if priority == IoPriority::Sync {
             self.dirty.background_budget.record(started.elapsed());
         }
-        let mut short = vec![false; created.len()];
-        for (op, (i, start)) in ops.iter_mut().zip(op_folio) {
-            match op.result.take().expect("run_batch completes every op") {
-                Ok(n) if !short[i] => {
-                    supplied[i] = start + n;
-                    short[i] = n < op.len();
+        let results: Vec<io::Result<usize>> =
+            ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op")).collect();
+        Self::share_out_reads(created.len(), &pieces, results)
+    }
+
+    /// Shares each read's outcome out to the folios whose pieces it
+    /// carried, in order: bytes fill the pieces front to back (a short read
+    /// ends at end of file), an error fails every folio in the read.
+    fn share_out_reads(
+        folios: usize,
+        pieces: &[(usize, usize, usize, usize)],
+        results: Vec<io::Result<usize>>,
+    ) -> (Vec<io::Result<()>>, Vec<usize>) {
+        let mut outcome: Vec<io::Result<()>> = (0..folios).map(|_| Ok(())).collect();
+        let mut supplied = vec![0usize; folios];
+        let mut short = vec![false; folios];
+        let mut left = vec![0usize; results.len()];
+        for (op, result) in results.iter().enumerate() {
+            left[op] = *result.as_ref().unwrap_or(&0);
+        }
+        for &(op, i, start, len) in pieces {
+            match &results[op] {
+                Ok(_) => {
+                    let got = left[op].min(len);
+                    left[op] -= got;
+                    if !short[i] {
+                        supplied[i] = start + got;
+                        short[i] = got < len;
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     short[i] = true;
-                    if results[i].is_ok() {
-                        results[i] = Err(e);
+                    if outcome[i].is_ok() {
+                        // Each folio of the read reports it: the same errno,
+                        // or the same kind and message.
+                        let copy = match e.raw_os_error() {
+                            Some(code) => io::Error::from_raw_os_error(code),
+                            None => io::Error::new(e.kind(), e.to_string()),
+                        };
+                        outcome[i] = Err(copy);
                     }
                 }
             }
         }
-        (results, supplied)
+        (outcome, supplied)
     }
 
     /// Gives each filled folio its buffer back, uptodate where its read
