@@ -237,6 +237,9 @@ impl DropBehind {
                 freed_bytes += q.folio.size_bytes() as u64;
             }
         }
+        // The buffers freed wait for lock-free readers that may still be
+        // copying from them; those that need not wait go back now.
+        crate::epoch::reclaim();
         drop(bulk);
         Counters::add(&self.counters.dropbehind_freed_bytes, freed_bytes);
         if !retry.is_empty() {

@@ -574,7 +574,7 @@ mod tests {
         assert_eq!(c.metadata(), meta(&folios[4..]));
         for f in &folios[..4] {
             let st = f.lock();
-            assert!(st.removed && st.buf.is_empty(), "evicted folios are marked removed and emptied");
+            assert!(st.removed && st.buf().is_empty(), "evicted folios are marked removed and emptied");
             drop(st);
             assert!(m.find(f.index).is_none());
         }
@@ -582,7 +582,7 @@ mod tests {
 
         // A buffer someone else still holds (in-flight I/O) is not released
         // here: its holder gives it back.
-        let held = folios[4].lock().buf.clone();
+        let held = folios[4].lock().buf().clone();
         let (_, released) = c.evict(u64::MAX);
         assert_eq!(released, vec![]);
         assert!(folios[4].lock().removed && m.find(folios[4].index).is_none());

@@ -15,7 +15,7 @@
 //! true exactly when every block is uptodate, and a removed folio has no
 //! dirty blocks.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::buf::AlignedBuf;
@@ -159,7 +159,13 @@ pub const RESIDENT_WRITEBACK: u8 = 4;
 /// Mutable state of a folio, guarded by [`Folio::state`].
 pub struct FolioState {
     /// The data. Shared with in-flight writeback I/O; see the module docs.
-    pub buf: Arc<AlignedBuf>,
+    /// Changed only inside [`Folio::change`] ([`FolioState::buf_mut`]), so
+    /// that lock-free readers see every change bracketed by the folio's
+    /// sequence.
+    buf: Arc<AlignedBuf>,
+    /// Inside [`Folio::change`] (debug builds check `buf_mut` against it).
+    #[cfg(debug_assertions)]
+    changing: bool,
     pub uptodate: Bitmap,
     /// Fast path: every block is uptodate, so writes skip the per-block walk.
     pub all_uptodate: bool,
@@ -181,6 +187,18 @@ pub struct FolioState {
     pub removed: bool,
 }
 
+/// What [`Folio::copy_optimistic`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptimisticCopy {
+    /// The bytes copied are one published state of the folio's data.
+    Copied,
+    /// The folio cannot be read without its lock now (a change under way,
+    /// blocks not all uptodate, a fill in flight, removed): nothing copied.
+    NotReadable,
+    /// A writer changed the folio during the copy: discard it.
+    Changed,
+}
+
 /// Bit of `Folio::referenced` set by the first access.
 const TOUCHED: u8 = 0x80;
 
@@ -197,6 +215,15 @@ pub struct Folio {
     pub referenced: AtomicU8,
     /// Drop after writeback when clean (uncached writes and reads).
     pub dropbehind: AtomicBool,
+    /// The change sequence of the folio's published data: odd while a
+    /// change is under way ([`Folio::change`]), bumped by two per change.
+    /// Written only under the folio's lock; read without it by optimistic
+    /// readers, which validate their copy against it.
+    seq: AtomicU64,
+    /// The buffer's data while the folio can be read without its lock
+    /// (every block uptodate, no fill in flight, still in its mapping),
+    /// null otherwise. Kept equal to that by [`Folio::change`].
+    readable: AtomicPtr<u8>,
     /// The folio's standing in its inode's dirty index ([`DirtyMark`]),
     /// for code that holds the index lock and so may not take the folio
     /// lock (the index lock nests inside it). Written under the folio lock
@@ -248,6 +275,8 @@ impl Folio {
             order,
             state: Mutex::new(FolioState {
                 buf: Arc::new(buf),
+                #[cfg(debug_assertions)]
+                changing: false,
                 uptodate: Bitmap::new(nr_blocks),
                 all_uptodate: false,
                 dirty: Bitmap::new(nr_blocks),
@@ -260,6 +289,8 @@ impl Folio {
                 removed: false,
             }),
             filled: Condvar::new(),
+            seq: AtomicU64::new(0),
+            readable: AtomicPtr::new(std::ptr::null_mut()),
             referenced: AtomicU8::new(0),
             dropbehind: AtomicBool::new(false),
             dirty_mark: AtomicU8::new(DirtyMark::CLEAN),
@@ -304,6 +335,73 @@ impl Folio {
         }
     }
 
+    /// Changes the folio's data or readability under its lock: `f` may
+    /// write the buffer ([`FolioState::buf_mut`]), mark blocks uptodate,
+    /// or remove the folio; lock-free readers see the sequence odd
+    /// meanwhile and discard what they copied. Afterwards the folio is
+    /// published readable, or not, as its state now says.
+    pub fn change<R>(&self, st: &mut FolioState, f: impl FnOnce(&mut FolioState) -> R) -> R {
+        debug_assert!(self.state.try_lock().is_err(), "the folio's lock is held");
+        let seq = self.seq.load(Ordering::Relaxed);
+        debug_assert_eq!(seq % 2, 0, "changes do not nest");
+        self.seq.store(seq + 1, Ordering::Relaxed);
+        // The odd sequence is visible before any byte of the change.
+        fence(Ordering::Release);
+        #[cfg(debug_assertions)]
+        {
+            st.changing = true;
+        }
+        let result = f(st);
+        #[cfg(debug_assertions)]
+        {
+            st.changing = false;
+        }
+        self.readable.store(st.readable_data(), Ordering::Relaxed);
+        // The change is visible before the even sequence.
+        self.seq.store(seq + 2, Ordering::Release);
+        debug_assert!(self.published_matches(st));
+        result
+    }
+
+    /// Whether what lock-free readers see matches the state (its lock
+    /// held; debug checks).
+    pub fn published_matches(&self, st: &FolioState) -> bool {
+        self.seq.load(Ordering::Relaxed) % 2 == 0 && self.readable.load(Ordering::Relaxed) == st.readable_data()
+    }
+
+    /// Copies `len` bytes at `offset` of the folio into `copy` without its
+    /// lock: [`OptimisticCopy::Copied`] when the copy is of one published
+    /// state of the data (no change began or ended during it); otherwise
+    /// what `copy` received, if anything, is to be discarded. The caller is
+    /// inside a read section ([`crate::epoch::ReadSection`]), which keeps
+    /// the buffer's memory valid even if the folio is removed meanwhile.
+    #[inline]
+    pub fn copy_optimistic(&self, offset: usize, len: usize, copy: impl FnOnce(&[u8])) -> OptimisticCopy {
+        debug_assert!(offset + len <= self.size_bytes(), "a range of this folio");
+        debug_assert!(crate::epoch::in_section(), "an optimistic copy runs in a read section");
+        let seq = self.seq.load(Ordering::Acquire);
+        let data = self.readable.load(Ordering::Acquire);
+        if seq % 2 == 1 || data.is_null() {
+            return OptimisticCopy::NotReadable;
+        }
+        // SAFETY: `data` is the buffer of this folio (as long as its
+        // length) published under sequence `seq`; the read section keeps
+        // that memory allocated even if a writer replaces or frees the
+        // buffer meanwhile (releases are deferred, see `epoch`). A writer
+        // may be changing the bytes as they are copied: the sequence check
+        // below then fails and the caller discards the copy, as a seqlock
+        // reader does.
+        let bytes = unsafe { std::slice::from_raw_parts(data.add(offset), len) };
+        copy(bytes);
+        // The copy's loads complete before the sequence is read again.
+        fence(Ordering::Acquire);
+        if self.seq.load(Ordering::Relaxed) == seq {
+            OptimisticCopy::Copied
+        } else {
+            OptimisticCopy::Changed
+        }
+    }
+
     /// Marks an access for the eviction policy. The first access after the
     /// folio was cached only sets the "touched" bit (like the kernel's
     /// referenced → active two-step), so data used once — a scan, a stream —
@@ -330,6 +428,30 @@ impl Folio {
 }
 
 impl FolioState {
+    /// The folio's data.
+    pub fn buf(&self) -> &Arc<AlignedBuf> {
+        &self.buf
+    }
+
+    /// The folio's data, to change or replace: only inside
+    /// [`Folio::change`], which readers without the lock see.
+    pub fn buf_mut(&mut self) -> &mut Arc<AlignedBuf> {
+        #[cfg(debug_assertions)]
+        assert!(self.changing, "a folio's buffer changes only inside Folio::change");
+        &mut self.buf
+    }
+
+    /// What [`Folio::readable`] must hold for this state: the data's
+    /// address when every block is uptodate, no fill is in flight and the
+    /// folio is in its mapping; null otherwise.
+    fn readable_data(&self) -> *mut u8 {
+        if self.all_uptodate && !self.read_in_flight && !self.removed && !self.buf.is_empty() {
+            self.buf.as_ptr().cast_mut()
+        } else {
+            std::ptr::null_mut()
+        }
+    }
+
     /// Marks blocks `[start, end)` uptodate.
     pub fn set_uptodate(&mut self, nr_blocks: usize, start: usize, end: usize) {
         debug_assert!(start <= end && end <= nr_blocks, "blocks of this folio");

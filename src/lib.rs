@@ -43,6 +43,7 @@ pub mod capi;
 mod config;
 mod dirty;
 mod dropbehind;
+mod epoch;
 mod errseq;
 mod evict;
 mod file;

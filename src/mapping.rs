@@ -22,10 +22,11 @@ mod folio_index;
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::buf::AlignedBuf;
+use crate::epoch::ReadSection;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::locks::{self, Ordered, Rank};
 use crate::stats::Counters;
@@ -33,7 +34,7 @@ use crate::stats::Counters;
 /// The mapping's folio index, write-locked.
 pub type IndexWriteGuard<'a> = Ordered<RwLockWriteGuard<'a, FolioIndex>>;
 
-pub use folio_index::FolioIndex;
+pub use folio_index::{FolioIndex, FolioRef};
 
 /// The dirty index's map: folio index → folio.
 pub type DirtyFolios = BTreeMap<u64, Arc<Folio>>;
@@ -131,6 +132,9 @@ pub struct Mapping {
     /// by it).
     pub id: u64,
     folios: RwLock<FolioIndex>,
+    /// The index's root word, for lookups without its lock
+    /// ([`Mapping::find_lockless`]).
+    lockless_root: Arc<AtomicUsize>,
     /// Insertions into `folios`, counted under its write lock: a folio
     /// placement chosen under the read lock still holds while this is
     /// unchanged (removals only make room).
@@ -143,9 +147,11 @@ impl Mapping {
     /// `2^region_shift_blocks` blocks, or not at all (`None`), and whose
     /// folio index counts its nodes in `counters.metadata_bytes`.
     pub fn with_regions(id: u64, region_shift_blocks: Option<u32>, counters: Option<Arc<Counters>>) -> Mapping {
+        let folios = FolioIndex::counted_in(counters);
         Mapping {
             id,
-            folios: RwLock::new(FolioIndex::counted_in(counters)),
+            lockless_root: folios.root_word(),
+            folios: RwLock::new(folios),
             inserts: AtomicU64::new(0),
             dirty: Mutex::new(DirtyIndex::new(region_shift_blocks)),
         }
@@ -175,7 +181,17 @@ impl Mapping {
 
     /// The folio covering `block`, if cached.
     pub fn find(&self, block: u64) -> Option<Arc<Folio>> {
-        self.read().find(block).cloned()
+        self.read().find(block).map(FolioRef::to_arc)
+    }
+
+    /// The folio covering `block`, found without the index's lock: one that
+    /// covers the block and was indexed during the call, or `None` (also
+    /// when a change was under way: look again under the lock). Whether
+    /// its data may be read is the folio's own to say
+    /// ([`Folio::copy_optimistic`]).
+    #[inline]
+    pub fn find_lockless<'a>(&'a self, section: &'a ReadSection, block: u64) -> Option<&'a Folio> {
+        FolioIndex::find_lockless(&self.lockless_root, section, block)
     }
 
     /// Insertions so far (see `inserts`); sampled under the read lock.
@@ -243,7 +259,7 @@ impl Mapping {
 
     fn remove_clean_if(&self, folio: &Arc<Folio>, still_wanted: impl Fn(&Folio) -> bool) -> Option<Option<AlignedBuf>> {
         let mut index = self.write();
-        if !index.get(folio.index).is_some_and(|f| Arc::ptr_eq(f, folio)) {
+        if !index.get(folio.index).is_some_and(|f| f.is(folio)) {
             return None;
         }
         let mut st = folio.lock();
@@ -263,10 +279,12 @@ impl Mapping {
         assert!(!st.removed, "a folio is removed once");
         assert_eq!(st.nr_dirty, 0, "removed folios are clean");
         debug_assert!(!st.read_in_flight, "a folio being filled is not removed");
-        st.removed = true;
+        let buf = folio.change(st, |st| {
+            st.removed = true;
+            std::mem::replace(st.buf_mut(), Arc::new(AlignedBuf::zeroed(0)))
+        });
         folio.dirty_mark.store(DirtyMark::REMOVED, Ordering::Release);
-        let buf = std::mem::replace(&mut st.buf, Arc::new(AlignedBuf::zeroed(0)));
-        debug_assert!(st.buf.is_empty());
+        debug_assert!(st.buf().is_empty());
         debug_assert!(st.invariants_hold(folio.nr_blocks()));
         Arc::into_inner(buf)
     }

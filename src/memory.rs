@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::buf::{AlignedBuf, BufPool};
 use crate::dirty::{CacheDirty, WORK_RECLAIM};
+use crate::epoch;
 use crate::evict::Evictor;
 use crate::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
 use crate::io::BLOCK_SIZE;
@@ -43,7 +44,9 @@ pub struct Memory {
     /// Kept here, next to `capacity_bytes`, because every file operation
     /// reads it (see [`Memory::evict_excess`]).
     pub cached_bytes: AtomicU64,
-    pub pool: BufPool,
+    /// Shared with the releases deferred until no reader can see a
+    /// buffer (see [`Memory::release_folio_buf`]).
+    pub pool: Arc<BufPool>,
     pub evictor: Evictor,
     counters: Arc<Counters>,
     /// For waiting on writeback progress, kicking reclaim, and knowing the
@@ -58,7 +61,7 @@ impl Memory {
         Memory {
             capacity_bytes,
             cached_bytes: AtomicU64::new(0),
-            pool: BufPool::default(),
+            pool: Arc::default(),
             evictor: Evictor::default(),
             counters: dirty.counters.clone(),
             dirty,
@@ -112,6 +115,12 @@ impl Memory {
                 }
                 continue;
             }
+            // Buffers given back wait until no lock-free reader can be
+            // copying from them; those that can go now may land in the
+            // pool.
+            if epoch::has_deferred() && epoch::reclaim() > 0 {
+                continue;
+            }
             if pooled > 0 && self.pool.shrink(cur + pooled + bytes - capacity) > 0 {
                 continue;
             }
@@ -154,8 +163,12 @@ impl Memory {
     }
 
     /// Evicts about `want_bytes` of clean folios; returns the bytes freed.
+    /// Their buffers reach the pool at once unless a lock-free reader is
+    /// still copying from one (see [`Memory::release_folio_buf`]).
     fn evict(&self, want_bytes: u64) -> u64 {
-        self.evictor.evict(&self.counters, want_bytes, &|buf, len| self.release_folio_buf(Some(buf), len))
+        let freed = self.evictor.evict(&self.counters, want_bytes, &|buf, len| self.release_folio_buf(Some(buf), len));
+        epoch::reclaim();
+        freed
     }
 
     /// Evicts until folio memory is back under `capacity`. A copy of a
@@ -163,7 +176,12 @@ impl Memory {
     /// rewriting part of it) cannot wait for memory and is counted at once,
     /// so it can go over; the operation that made it calls this once it
     /// holds no lock, so no operation leaves the cache over capacity.
+    /// Also runs the releases deferred meanwhile that no reader can still
+    /// need: operations end here.
     pub fn evict_excess(&self) {
+        if epoch::has_deferred() {
+            epoch::reclaim();
+        }
         let capacity = self.capacity_bytes;
         let used = self.used_bytes();
         if used <= capacity {
@@ -178,17 +196,38 @@ impl Memory {
         }
     }
 
-    /// Gives back the buffer of a folio that left the cache (or of a
-    /// reservation that was not used): pooled for reuse when possible.
+    /// Gives back the buffer of a folio that left the cache, or that a
+    /// folio replaced: it stops counting now, and is pooled for reuse (or
+    /// freed) once no lock-free reader can still be copying from it
+    /// ([`epoch::defer`]; a later [`epoch::reclaim`] runs it). Until then
+    /// the memory is in neither `cached_bytes` nor the pool: at most what
+    /// was given back since the last operation ended.
     pub fn release_folio_buf(&self, buf: Option<AlignedBuf>, len: usize) {
         if let Some(buf) = buf {
             debug_assert_eq!(buf.len(), len);
-            // A closed cache allocates nothing more: pooling would only
-            // keep the memory until the last handle goes.
-            if !self.dirty.is_closed() {
-                self.pool.put(buf, self.capacity_bytes / 4);
-            }
+            let (pool, dirty, pool_max_bytes) = (self.pool.clone(), self.dirty.clone(), self.capacity_bytes / 4);
+            epoch::defer(move || {
+                // A closed cache allocates nothing more: pooling would only
+                // keep the memory until the last handle goes.
+                if !dirty.is_closed() {
+                    pool.put(buf, pool_max_bytes);
+                }
+            });
         }
+        self.uncount(len);
+    }
+
+    /// Gives back a reserved buffer no folio ever held (no reader has seen
+    /// it): pooled for reuse at once when possible.
+    pub fn release_reserved_buf(&self, buf: AlignedBuf, len: usize) {
+        debug_assert_eq!(buf.len(), len);
+        if !self.dirty.is_closed() {
+            self.pool.put(buf, self.capacity_bytes / 4);
+        }
+        self.uncount(len);
+    }
+
+    fn uncount(&self, len: usize) {
         let before = self.cached_bytes.fetch_sub(len as u64, Ordering::AcqRel);
         debug_assert!(before >= len as u64, "cached bytes underflow");
         debug_assert!(len.is_power_of_two() && len >= BLOCK_SIZE, "a folio's buffer, not {len} bytes");
@@ -220,9 +259,9 @@ impl Memory {
     /// memory; the old buffer is given back when its writeback completes).
     pub fn account_shared_copy(&self, st: &FolioState) {
         debug_assert!(!st.removed && !st.read_in_flight, "only a cached, filled folio's buffer is copied");
-        if !st.buf.is_empty() && Arc::strong_count(&st.buf) > 1 {
+        if !st.buf().is_empty() && Arc::strong_count(st.buf()) > 1 {
             Counters::add(&self.counters.cow_copies, 1);
-            self.cached_bytes.fetch_add(st.buf.len() as u64, Ordering::AcqRel);
+            self.cached_bytes.fetch_add(st.buf().len() as u64, Ordering::AcqRel);
         }
     }
 }

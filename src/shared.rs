@@ -62,6 +62,9 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(config: Config, io: Arc<dyn Io>) -> io::Result<Arc<Shared>> {
+        // Before the cache's threads start: lock-free reads need it set up,
+        // and it is cheapest with fewer threads.
+        crate::epoch::init();
         let counters = Arc::new(Counters::default());
         let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
         let memory = Arc::new(Memory::new(config.capacity_bytes, dirty.clone()));
@@ -392,6 +395,9 @@ impl Shared {
         // them, and open handles could keep the pool alive long after the
         // close.
         drop(inodes);
+        // Buffers given back wait for lock-free readers; none of this
+        // cache's can start now, and those inside finish their copy.
+        crate::epoch::reclaim_all();
         self.memory.pool.shrink(u64::MAX);
         drop(bulk);
         self.dirty.progress.made();

@@ -12,6 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::config::{Config, OptionValue};
 
+mod per_thread;
+
+pub use per_thread::PerThreadCount;
+
 /// Why a writeback happened; written bytes are counted per reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -163,8 +167,13 @@ pub struct Counters {
     pub dirty_bytes: AtomicU64,
     pub writeback_bytes: AtomicU64,
     pub dontcache_dirty_bytes: AtomicU64,
-    pub hits: AtomicU64,
+    /// Reads answered from the cache: counted per thread, as the hit path
+    /// writes nothing shared.
+    pub hits: PerThreadCount,
     pub misses: AtomicU64,
+    /// Lock-free copies of a cached read discarded because a writer
+    /// changed the folio meanwhile (see [`Stats::hit_retries`]).
+    pub hit_retries: AtomicU64,
     pub evictions: AtomicU64,
     pub readahead_bytes: AtomicU64,
     /// Bytes written back successfully (see [`Stats::written_bytes_total`]),
@@ -352,6 +361,10 @@ pub struct Stats {
     pub writeback_errors: u64,
     /// Folio buffers copied because a writer touched a folio under writeback.
     pub cow_copies: u64,
+    /// Cached reads copy without a lock and check afterwards that no writer
+    /// changed the folio meanwhile; this counts the copies discarded (each
+    /// is copied again, or under the folio's lock).
+    pub hit_retries: u64,
     /// Clean cached bytes written along with dirty neighbours so that one
     /// I/O covers both (a gap of at most two blocks between dirty runs).
     pub bridged_bytes: u64,
@@ -418,7 +431,7 @@ impl Stats {
             peak_dirty_writeback_bytes: c.peak_dirty_writeback_bytes.load(Relaxed),
             writeback_bytes: c.writeback_bytes.load(Relaxed),
             dontcache_dirty_bytes: c.dontcache_dirty_bytes.load(Relaxed),
-            hits: c.hits.load(Relaxed),
+            hits: c.hits.sum(),
             misses: c.misses.load(Relaxed),
             evictions: c.evictions.load(Relaxed),
             readahead_bytes: c.readahead_bytes.load(Relaxed),
@@ -431,6 +444,7 @@ impl Stats {
             throttle_us_total: c.throttle_us_total.load(Relaxed),
             writeback_errors: c.writeback_errors.load(Relaxed),
             cow_copies: c.cow_copies.load(Relaxed),
+            hit_retries: c.hit_retries.load(Relaxed),
             bridged_bytes: c.bridged_bytes.load(Relaxed),
             fsyncs: fsync_lat_us.count,
             fsync_lat_us,
@@ -484,6 +498,7 @@ impl Stats {
         num("throttle_us_total", self.throttle_us_total);
         num("writeback_errors", self.writeback_errors);
         num("cow_copies", self.cow_copies);
+        num("hit_retries", self.hit_retries);
         num("bridged_bytes", self.bridged_bytes);
         num("open_inodes", self.open_inodes);
         num("fsyncs", self.fsyncs);
@@ -564,6 +579,7 @@ mod tests {
             "dontcache_dirty_bytes",
             "hits",
             "misses",
+            "hit_retries",
             "evictions",
             "written_bytes_total",
             "written_bytes_by_reason",

@@ -235,3 +235,19 @@ pub unsafe fn madvise(addr: *mut libc::c_void, len: usize, advice: libc::c_int) 
     // SAFETY: the caller's contract.
     check(unsafe { libc::syscall(libc::SYS_madvise, addr, len, libc::c_long::from(advice)) }).map(drop)
 }
+
+/// `membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)`: lets this
+/// process use [`membarrier_private_expedited`].
+pub fn membarrier_register_private_expedited() -> io::Result<()> {
+    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+    // SAFETY: a command number and a zero flag; no memory is passed.
+    check(unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) }).map(drop)
+}
+
+/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: on return, every thread
+/// of this process that was running has passed a full memory barrier.
+pub fn membarrier_private_expedited() -> io::Result<()> {
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    // SAFETY: a command number and a zero flag; no memory is passed.
+    check(unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) }).map(drop)
+}

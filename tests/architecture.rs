@@ -50,8 +50,9 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["dirty", "evict"],
     &["background_budget", "mapping"],
     &["mapping::folio_index", "errseq", "userbuf"],
+    &["mapping::folio_index::node"],
     &["stats", "folio"],
-    &["config"],
+    &["config", "stats::per_thread"],
     &["io::threads", "io::uring", "io::sim"],
     &["io::sim::backend"],
     &["io::sim::store"],
@@ -61,6 +62,7 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["io::fd", "io::queue"],
     &["io"],
     &["buf"],
+    &["epoch"],
     &["locks"],
     &["sys"],
 ];

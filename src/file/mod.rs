@@ -112,8 +112,19 @@ pub struct File {
     /// last use: random reads then skip its lock.
     readahead_idle: AtomicBool,
     /// Where this handle's last read ended (for access accounting and
-    /// readahead's sequential test).
+    /// readahead's sequential test), as of the last read by a thread
+    /// whose previous read was of another handle, or that read ahead
+    /// (see [`File::note_read_end`]).
     last_read_end: Arc<AtomicU64>,
+}
+
+thread_local! {
+    /// The calling thread's last read: its handle (the address of the
+    /// handle's `last_read_end`) and where it ended. A thread that keeps
+    /// reading one handle at random finds its previous read here, so the
+    /// cached read path writes nothing shared: threads reading one handle
+    /// on several cores would otherwise bounce that line on every read.
+    static THREAD_LAST_READ: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 impl File {
@@ -139,6 +150,31 @@ impl File {
             readahead: Mutex::new(Readahead::default()),
             readahead_idle: AtomicBool::new(true),
             last_read_end: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Where the previous read ended: the calling thread's own previous
+    /// read if it was of this handle, else the handle's last recorded one.
+    fn prev_read_end(&self) -> u64 {
+        let key = Arc::as_ptr(&self.last_read_end) as usize;
+        match THREAD_LAST_READ.try_with(std::cell::Cell::get) {
+            Ok((last_key, end)) if last_key == key => end,
+            _ => self.last_read_end.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records where a read ended: for the calling thread always, and in
+    /// the handle when this thread's previous read was of another handle
+    /// (so a thread alternating handles, and other threads, find it there)
+    /// or when the read went through readahead's state (its worker follows
+    /// the reader through a window). Not a swap: concurrent reads
+    /// of one handle only blur the access accounting and readahead's
+    /// guess, and a store costs no locked instruction.
+    fn note_read_end(&self, end: u64, read_ahead: bool) {
+        let key = Arc::as_ptr(&self.last_read_end) as usize;
+        let same_handle = THREAD_LAST_READ.try_with(|last| last.replace((key, end)).0 == key).unwrap_or(false);
+        if !same_handle || read_ahead {
+            self.last_read_end.store(end, Ordering::Relaxed);
         }
     }
 
@@ -221,10 +257,11 @@ impl File {
         let len = (buf.len() as u64).min(size - off);
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
-        let prev_end = self.last_read_end.load(Ordering::Relaxed);
+        let prev_end = self.prev_read_end();
         let prev_end_block = prev_end.div_ceil(BLOCK);
         let sequential = prev_end_block != 0 && start <= prev_end_block && start + 1 >= prev_end_block;
         let mut scanning = false;
+        let mut read_ahead = false;
         let decision = match self.access_advice.load(Ordering::Relaxed) {
             // As the kernel's random-access mode: the read itself reads
             // what it needs, nothing more.
@@ -237,6 +274,7 @@ impl File {
             access => {
                 let max_blocks =
                     if access == ACCESS_SEQUENTIAL { 2 * self.readahead_max_blocks } else { self.readahead_max_blocks };
+                read_ahead = true;
                 let mut ra = locks::lock(&self.readahead);
                 ra.set_prev_end_block(prev_end_block);
                 let d = ra.on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
@@ -251,10 +289,7 @@ impl File {
         // A scan of a file the cache cannot hold, past what a scan may
         // cache: the rest is read as uncached reads are (`scan_dropbehind`).
         let dontcache = self.uncached(flags) || scanning;
-        // Not a swap: concurrent reads of one handle only blur the access
-        // accounting and readahead's guess, and a store costs no locked
-        // instruction.
-        self.last_read_end.store(off + len, Ordering::Relaxed);
+        self.note_read_end(off + len, read_ahead);
         if decision == Decision::default() && !dontcache {
             if let Some(n) = self.inode.read_cached(buf, off, prev_end) {
                 return Ok(n);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::Inode;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::BLOCK_SIZE;
-use crate::mapping::{choose_order, Mapping, MappingOwner};
+use crate::mapping::{choose_order, FolioRef, Mapping, MappingOwner};
 use crate::userbuf::ReadTarget;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -97,7 +97,7 @@ impl Inode {
             let (order, inserts_seen) = {
                 let map = self.mapping.read();
                 if let Some(f) = map.find(block) {
-                    return Ok((f.clone(), false));
+                    return Ok((f.to_arc(), false));
                 }
                 (choose_order(&map, block, limit_block, max_order), self.mapping.inserts())
             };
@@ -110,16 +110,16 @@ impl Inode {
             // (removals only make room): without one, the choice stands.
             if self.mapping.inserts() != inserts_seen {
                 if let Some(f) = map.find(block) {
-                    let f = f.clone();
+                    let f = f.to_arc();
                     drop(map);
-                    self.memory.release_folio_buf(Some(buf), len);
+                    self.memory.release_reserved_buf(buf, len);
                     return Ok((f, false));
                 }
                 // The mapping gained a neighbour meanwhile: start over with
                 // a smaller folio.
                 if choose_order(&map, block, limit_block, order) != order {
                     drop(map);
-                    self.memory.release_folio_buf(Some(buf), len);
+                    self.memory.release_reserved_buf(buf, len);
                     continue;
                 }
             }
@@ -130,7 +130,7 @@ impl Inode {
             // (advice to drop it, a truncate) finds the folio only then, and
             // eviction's count of live folios never goes below zero.
             self.memory.folio_added(self, &folio);
-            debug_assert!(map.find(block).is_some_and(|f| Arc::ptr_eq(f, &folio)), "the new folio is cached");
+            debug_assert!(map.find(block).is_some_and(|f| f.is(&folio)), "the new folio is cached");
             debug_assert!(folio.index == block && folio.end_index() <= limit_block, "the folio starts at the block");
             drop(map);
             return Ok((folio, true));
@@ -163,14 +163,17 @@ impl Inode {
         debug_assert!(folio.state.try_lock().is_err(), "the folio's lock is held");
         let buf = Mapping::mark_removed(folio, st);
         self.memory.folio_removed(folio, buf);
-        debug_assert!(st.removed && st.nr_dirty == 0 && st.buf.is_empty(), "a removed folio is clean, its buffer gone");
+        debug_assert!(
+            st.removed && st.nr_dirty == 0 && st.buf().is_empty(),
+            "a removed folio is clean, its buffer gone"
+        );
     }
 }
 
 impl Inode {
     /// Drops every clean folio (used when the cache closes).
     pub fn drop_all_clean(&self) {
-        let folios: Vec<Arc<Folio>> = self.mapping.read().values().cloned().collect();
+        let folios: Vec<Arc<Folio>> = self.mapping.read().values().map(FolioRef::to_arc).collect();
         for f in folios {
             self.try_remove_clean(&f);
         }

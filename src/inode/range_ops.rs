@@ -27,7 +27,7 @@ use crate::folio::Folio;
 use crate::inode::Inode;
 use crate::io::BLOCK_SIZE;
 use crate::locks::{self, Rank};
-use crate::mapping::FolioIndex;
+use crate::mapping::{FolioIndex, FolioRef};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -139,7 +139,7 @@ impl Inode {
     fn zero_cached_range(&self, map: &mut FolioIndex, off: u64, end: u64) -> (u64, u64) {
         let (first, end_block) = (off / BLOCK, end.div_ceil(BLOCK));
         let start_key = map.find(first).map_or(first, |f| f.index);
-        let overlapping: Vec<Arc<Folio>> = map.range(start_key..end_block).cloned().collect();
+        let overlapping: Vec<Arc<Folio>> = map.range(start_key..end_block).map(FolioRef::to_arc).collect();
         let (mut blocks, mut dontcache) = (0u64, 0u64);
         for f in overlapping {
             let (f_start, f_end) = (f.offset(), f.offset() + f.size_bytes() as u64);
@@ -176,7 +176,7 @@ impl Inode {
             .range(first_key..)
             .take_while(|f| f.offset() < end)
             .filter(|f| f.offset() + f.size_bytes() as u64 <= end)
-            .cloned()
+            .map(FolioRef::to_arc)
             .collect();
         let (mut dropped_bytes, mut made_dontcache) = (0u64, false);
         for f in inside {

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use super::Inode;
 use crate::buf::AlignedBuf;
-use crate::folio::{Folio, FolioState};
+use crate::epoch::ReadSection;
+use crate::folio::{Folio, FolioState, OptimisticCopy};
 use crate::io::{run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
 use crate::stats::Counters;
 use crate::userbuf::ReadTarget;
@@ -24,11 +25,45 @@ const BLOCK: u64 = BLOCK_SIZE as u64;
 /// those count up from 1).
 const READER_SYNC_WAITER_ID: u64 = u64::MAX;
 
-/// The longest part of a read copied under the mapping's read lock (see
-/// [`Inode::copy_cached_part`]): a few microseconds of copying at most.
+/// The longest part of a read copied on the hit paths (see
+/// [`Inode::copy_cached_part`]): a few microseconds of copying at most,
+/// under the mapping's read lock or inside a read section.
 const HIT_COPY_UNDER_INDEX_MAX: usize = 64 << 10;
 
+/// Copies tried without a lock before the locked path takes over, while
+/// writers keep changing the folio.
+const OPTIMISTIC_TRIES: usize = 3;
+
 impl Inode {
+    /// Reads blocks `[b, e)` of a locked folio (block `abs` of the file
+    /// onwards, up to block `read_end`; zeros past it) and marks them
+    /// uptodate; inside [`Folio::change`].
+    fn read_blocks_into(
+        &self,
+        folio: &Folio,
+        st: &mut FolioState,
+        (b, e): (usize, usize),
+        abs: u64,
+        read_end: u64,
+    ) -> io::Result<()> {
+        let buf = Arc::make_mut(st.buf_mut());
+        let bytes = &mut buf[b * BLOCK_SIZE..e * BLOCK_SIZE];
+        bytes.fill(0);
+        if read_end > abs {
+            let n = ((read_end - abs) * BLOCK) as usize;
+            let store = self.store();
+            crate::io::read_full(&*store, &mut bytes[..n], abs * BLOCK, IoPriority::Sync)?;
+            // A short read is a hole or end of file: the zeros stand.
+            // Bytes past `on_disk_len_max` (a truncate not yet applied to
+            // the store) are zeros whatever the store still holds.
+            let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
+            let valid = disk_len.saturating_sub(abs * BLOCK).min(n as u64) as usize;
+            bytes[valid..].fill(0);
+        }
+        st.set_uptodate(folio.nr_blocks(), b, e);
+        Ok(())
+    }
+
     /// Makes blocks `[start, end)` of a locked folio uptodate: blocks at or
     /// beyond the on-disk length become zeros, the rest are read (one I/O
     /// per contiguous run). Only the named blocks are read, never the folio.
@@ -49,21 +84,7 @@ impl Inode {
             let abs = folio.index + b as u64;
             let read_end = (folio.index + e as u64).min(disk_blocks.max(abs));
             self.memory.account_shared_copy(st);
-            let buf = Arc::make_mut(&mut st.buf);
-            let bytes = &mut buf[b * BLOCK_SIZE..e * BLOCK_SIZE];
-            bytes.fill(0);
-            if read_end > abs {
-                let n = ((read_end - abs) * BLOCK) as usize;
-                let store = self.store();
-                crate::io::read_full(&*store, &mut bytes[..n], abs * BLOCK, IoPriority::Sync)?;
-                // A short read is a hole or end of file: the zeros stand.
-                // Bytes past `on_disk_len_max` (a truncate not yet applied to
-                // the store) are zeros whatever the store still holds.
-                let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
-                let valid = disk_len.saturating_sub(abs * BLOCK).min(n as u64) as usize;
-                bytes[valid..].fill(0);
-            }
-            st.set_uptodate(folio.nr_blocks(), b, e);
+            folio.change(st, |st| self.read_blocks_into(folio, st, (b, e), abs, read_end))?;
             b = e;
         }
         debug_assert!(st.is_uptodate(start, end), "blocks {start}..{end} filled");
@@ -151,8 +172,10 @@ impl Inode {
         debug_assert!(created.iter().all(|f| f.lock().read_in_flight));
         // Take the buffers out so the I/O can write them without the lock;
         // nobody else touches a read_in_flight folio's buffer.
-        let mut bufs: Vec<Arc<AlignedBuf>> =
-            created.iter().map(|f| std::mem::replace(&mut f.lock().buf, Arc::new(AlignedBuf::zeroed(0)))).collect();
+        let mut bufs: Vec<Arc<AlignedBuf>> = created
+            .iter()
+            .map(|f| f.change(&mut f.lock(), |st| std::mem::replace(st.buf_mut(), Arc::new(AlignedBuf::zeroed(0)))))
+            .collect();
         let (results, supplied) = self.read_placeholders(created, &mut bufs, priority);
         let disk_len = self.on_disk_len_max.load(Ordering::Acquire);
         for ((buf, &n), f) in bufs.iter_mut().zip(&supplied).zip(created) {
@@ -279,12 +302,17 @@ impl Inode {
         let mut read_bytes = 0u64;
         for ((f, buf), result) in created.iter().zip(bufs).zip(results) {
             let mut st = f.lock();
-            debug_assert!(st.read_in_flight && st.buf.is_empty(), "a placeholder's buffer is out for its read");
+            debug_assert!(st.read_in_flight && st.buf().is_empty(), "a placeholder's buffer is out for its read");
             debug_assert!(!st.removed && st.nr_dirty == 0 && st.nr_writeback == 0, "no one but the fill touches it");
-            st.buf = buf;
-            st.read_in_flight = false;
-            if result.is_ok() {
-                st.set_uptodate(f.nr_blocks(), 0, f.nr_blocks());
+            let filled = result.is_ok();
+            f.change(&mut st, |st| {
+                *st.buf_mut() = buf;
+                st.read_in_flight = false;
+                if filled {
+                    st.set_uptodate(f.nr_blocks(), 0, f.nr_blocks());
+                }
+            });
+            if filled {
                 read_bytes += f.size_bytes() as u64;
             }
             st.check(f.nr_blocks());
@@ -360,7 +388,7 @@ impl Inode {
                 missed = true;
                 self.fill_blocks(&folio, &mut st, first, last)?;
             }
-            buf.copy_in(done, &st.buf[folio_off..folio_off + n]);
+            buf.copy_in(done, &st.buf()[folio_off..folio_off + n]);
             let clean = st.nr_dirty == 0 && st.nr_writeback == 0;
             drop(st);
             if !dontcache {
@@ -376,8 +404,11 @@ impl Inode {
             }
             done += n;
         }
-        let counter = if missed { &self.counters.misses } else { &self.counters.hits };
-        Counters::add(counter, 1);
+        if missed {
+            Counters::add(&self.counters.misses, 1);
+        } else {
+            self.counters.hits.add_one();
+        }
         // A truncate that raced this read: what lies past the new end was
         // not there when the read finished, so it is not returned.
         Ok(len.min(self.size().saturating_sub(off) as usize))
@@ -397,22 +428,82 @@ impl Inode {
         while done < len {
             done += self.copy_cached_part(buf, done, off + done as u64, len - done, prev_end)?;
         }
-        Counters::add(&self.counters.hits, 1);
+        self.counters.hits.add_one();
         // As the full path: a truncate that raced the read cuts it.
         Some(len.min(self.size().saturating_sub(off) as usize))
     }
 
     /// The read hit path: copies the part of a read at `pos` (up to
-    /// `remaining` bytes) that one cached, uptodate folio holds, under the
-    /// mapping's read lock and the folio's lock, without taking a
-    /// reference to the folio (the lock order is the index's, then the
-    /// folio's; a folio in the index is not removed while its read lock
-    /// is held). Only parts of at most [`HIT_COPY_UNDER_INDEX_MAX`] bytes:
-    /// a longer copy would hold off folio insertions (and, with a writer
-    /// waiting, other readers) for its whole length. `None` when the slow
-    /// path must do it (a miss, a folio locked by someone else, a fill in
-    /// flight, blocks not uptodate, a long part).
+    /// `remaining` bytes) that one cached, uptodate folio holds. First
+    /// without any lock ([`Inode::copy_cached_part_optimistic`]); when that
+    /// cannot answer (a change under way, blocks not all uptodate), under
+    /// the mapping's read lock and the folio's lock
+    /// ([`Inode::copy_cached_part_locked`]). `None` when the slow path
+    /// must do it.
     fn copy_cached_part<T: ReadTarget + ?Sized>(
+        &self,
+        buf: &mut T,
+        done: usize,
+        pos: u64,
+        remaining: usize,
+        prev_end: u64,
+    ) -> Option<usize> {
+        self.copy_cached_part_optimistic(buf, done, pos, remaining, prev_end)
+            .or_else(|| self.copy_cached_part_locked(buf, done, pos, remaining, prev_end))
+    }
+
+    /// The hit path with no lock and no shared write: in a read section,
+    /// finds the folio without the index's lock and copies from it,
+    /// validated by the folio's sequence (retried a few times while a
+    /// writer changes it). Parts longer than [`HIT_COPY_UNDER_INDEX_MAX`]
+    /// are left to the locked paths, so that a section stays short.
+    fn copy_cached_part_optimistic<T: ReadTarget + ?Sized>(
+        &self,
+        buf: &mut T,
+        done: usize,
+        pos: u64,
+        remaining: usize,
+        prev_end: u64,
+    ) -> Option<usize> {
+        let section = ReadSection::enter()?;
+        let folio = self.mapping.find_lockless(&section, pos / BLOCK)?;
+        let folio_off = (pos - folio.offset()) as usize;
+        let n = (folio.size_bytes() - folio_off).min(remaining);
+        if n > HIT_COPY_UNDER_INDEX_MAX {
+            return None;
+        }
+        let mut tries = 0;
+        loop {
+            match folio.copy_optimistic(folio_off, n, |bytes| buf.copy_in(done, bytes)) {
+                OptimisticCopy::Copied => break,
+                OptimisticCopy::NotReadable => return None,
+                OptimisticCopy::Changed => {
+                    Counters::add(&self.counters.hit_retries, 1);
+                    tries += 1;
+                    if tries == OPTIMISTIC_TRIES {
+                        return None;
+                    }
+                }
+            }
+        }
+        self.note_cached_access(folio, prev_end);
+        drop(section);
+        Some(n)
+    }
+
+    /// The hit path under the mapping's read lock and the folio's lock,
+    /// without taking a reference to the folio (the lock order is the
+    /// index's, then the folio's; a folio in the index is not removed while
+    /// its read lock is held). Only parts of at most
+    /// [`HIT_COPY_UNDER_INDEX_MAX`] bytes: a longer copy would hold off
+    /// folio insertions (and, with a writer waiting, other readers) for its
+    /// whole length. `None` when the slow path must do it (a miss, a folio
+    /// locked by someone else, a fill in flight, blocks not uptodate, a
+    /// long part). Out of line: the lock-free path answers nearly every
+    /// hit, and its code stays small.
+    #[cold]
+    #[inline(never)]
+    fn copy_cached_part_locked<T: ReadTarget + ?Sized>(
         &self,
         buf: &mut T,
         done: usize,
@@ -431,12 +522,23 @@ impl Inode {
         // across a fill's I/O, and folio insertions would wait behind us.
         let mut st = folio.state.try_lock().ok()?;
         debug_assert!(!st.removed, "a folio in the index is not removed");
+        debug_assert!(folio.published_matches(&st), "lock-free readers see the folio's state");
         let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
         if st.read_in_flight || !st.is_uptodate(first, last) {
             return None;
         }
-        buf.copy_in(done, &st.buf[folio_off..folio_off + n]);
+        buf.copy_in(done, &st.buf()[folio_off..folio_off + n]);
         drop(st);
+        self.note_cached_access(&folio, prev_end);
+        Some(n)
+    }
+
+    /// A cached read of `folio` happened: it is no longer to be dropped
+    /// behind, and counts as accessed unless the handle's previous read
+    /// (ending at `prev_end`) touched it already. Plain loads, and stores
+    /// only when something changes: readers of a hot folio on other cores
+    /// keep its line shared.
+    fn note_cached_access(&self, folio: &Folio, prev_end: u64) {
         if folio.dropbehind.load(Ordering::Relaxed) {
             folio.dropbehind.store(false, Ordering::Relaxed);
         }
@@ -444,6 +546,5 @@ impl Inode {
         if !touched_by_prev {
             folio.mark_accessed();
         }
-        Some(n)
     }
 }

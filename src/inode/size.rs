@@ -14,7 +14,7 @@ use crate::buf::BulkFree;
 use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::BLOCK_SIZE;
 use crate::locks::{self, Rank};
-use crate::mapping::{FolioIndex, IndexWriteGuard};
+use crate::mapping::{FolioIndex, FolioRef, IndexWriteGuard};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -149,7 +149,7 @@ impl Inode {
         // size under its lock: a writer of that folio either came before
         // (its bytes past the end are cut) or after (its write extends the
         // file again), never half of each.
-        let straddling = map.find(new_size / BLOCK).filter(|f| f.offset() < new_size).cloned();
+        let straddling = map.find(new_size / BLOCK).filter(|f| f.offset() < new_size).map(FolioRef::to_arc);
         match straddling {
             Some(f) => {
                 let mut st = f.lock();
@@ -202,7 +202,7 @@ impl Inode {
     pub(crate) fn quiesce_blocks(&self, first: u64, end: u64) -> (IndexWriteGuard<'_>, ResizeGuard<'_>) {
         let filling_in_range = |map: &FolioIndex| {
             let from = map.find(first).map_or(first, |f| f.index);
-            map.range(from..end).find(|f| f.lock().read_in_flight).cloned()
+            map.range(from..end).find(|f| f.lock().read_in_flight).map(FolioRef::to_arc)
         };
         loop {
             let filling = filling_in_range(&self.mapping.write());
@@ -236,7 +236,7 @@ impl Inode {
     /// mapping's write lock held, no fill in flight). Returns the dirty and
     /// uncached-dirty blocks discarded.
     pub(crate) fn discard_folio(&self, map: &mut FolioIndex, key: u64) -> (u64, u64) {
-        let f = map.get(key).expect("a cached folio").clone();
+        let f = map.get(key).expect("a cached folio").to_arc();
         let mut st = f.lock();
         assert!(!st.read_in_flight, "no fill runs under the mapping lock");
         let blocks = st.nr_dirty as u64;
@@ -260,7 +260,7 @@ impl Inode {
         debug_assert!(from < to && to <= f.size_bytes() && (from > 0 || to < f.size_bytes()), "a part of the folio");
         debug_assert!(!st.removed && !st.read_in_flight, "a cached folio no fill is reading");
         self.memory.account_shared_copy(st);
-        Arc::make_mut(&mut st.buf)[from..to].fill(0);
+        f.change(st, |st| Arc::make_mut(st.buf_mut())[from..to].fill(0));
         let (first_inside, end_inside) = (from.div_ceil(BLOCK_SIZE), to / BLOCK_SIZE);
         let cleared = if first_inside < end_inside { st.dirty.clear_range(first_inside, end_inside) } else { 0 };
         st.nr_dirty -= cleared;

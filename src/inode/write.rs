@@ -126,9 +126,11 @@ impl Inode {
         }
         debug_assert!(room.bytes() >= needed, "room for every newly dirty block");
         let fresh_blocks = self.fill_edges_for_write(&folio, &mut st, folio_off, n)?;
-        let dst = Arc::get_mut(&mut st.buf).expect("the buffer was made private above");
-        data.copy_out(part.done, n, dst, folio_off, fresh_blocks);
-        st.set_uptodate(folio.nr_blocks(), first, last);
+        folio.change(&mut st, |st| {
+            let dst = Arc::get_mut(st.buf_mut()).expect("the buffer was made private above");
+            data.copy_out(part.done, n, dst, folio_off, fresh_blocks);
+            st.set_uptodate(folio.nr_blocks(), first, last);
+        });
         // The size covers these bytes before they can be written back, so a
         // backing-size fix never cuts them off.
         let new_end = part.pos + n as u64;
@@ -214,25 +216,25 @@ impl Inode {
     /// completes). `None` when the folio left the mapping meanwhile.
     fn lock_private<'f>(&self, folio: &'f Folio) -> io::Result<Option<FolioGuard<'f>>> {
         let Some(st) = folio.lock_filled() else { return Ok(None) };
-        if Arc::strong_count(&st.buf) <= 1 {
+        if Arc::strong_count(st.buf()) <= 1 {
             return Ok(Some(st));
         }
         drop(st);
         let folio_len = folio.size_bytes();
         let mut fresh = self.memory.reserve_folio_buf(folio_len, true)?;
         let Some(mut st) = folio.lock_filled() else {
-            self.memory.release_folio_buf(Some(fresh), folio_len);
+            self.memory.release_reserved_buf(fresh, folio_len);
             return Ok(None);
         };
-        if Arc::strong_count(&st.buf) > 1 {
-            fresh.copy_from_slice(&st.buf);
-            st.buf = Arc::new(fresh);
+        if Arc::strong_count(st.buf()) > 1 {
+            fresh.copy_from_slice(st.buf());
+            folio.change(&mut st, |st| *st.buf_mut() = Arc::new(fresh));
             Counters::add(&self.counters.cow_copies, 1);
         } else {
             // The writeback finished meanwhile.
-            self.memory.release_folio_buf(Some(fresh), folio_len);
+            self.memory.release_reserved_buf(fresh, folio_len);
         }
-        debug_assert_eq!(Arc::strong_count(&st.buf), 1);
+        debug_assert_eq!(Arc::strong_count(st.buf()), 1);
         Ok(Some(st))
     }
 

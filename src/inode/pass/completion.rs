@@ -60,7 +60,7 @@ impl Inode {
     /// uncounted. If the folio moved on to a copy or was removed, the last
     /// reference gives the old buffer's memory back.
     pub(super) fn end_writeback_ref(&self, folio: &Folio, st: FolioGuard<'_>, buf: Arc<AlignedBuf>) {
-        if Arc::ptr_eq(&buf, &st.buf) {
+        if Arc::ptr_eq(&buf, st.buf()) {
             drop(buf);
             drop(st);
             return;

@@ -282,7 +282,7 @@ impl Inode {
         st.nr_writeback += last - first;
         st.check(folio.nr_blocks());
         debug_assert_eq!(st.writeback.count_range(first, last), last - first, "the bridge is under writeback");
-        let buf = st.buf.clone();
+        let buf = st.buf().clone();
         drop(st);
         Some(WbChunk { folio, buf, start: first, end: last, bridge: true, buffered_len: None, result: None })
     }

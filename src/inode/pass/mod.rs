@@ -313,7 +313,7 @@ impl Inode {
             }
             chunks.push(WbChunk {
                 folio: folio.clone(),
-                buf: st.buf.clone(),
+                buf: st.buf().clone(),
                 start,
                 end,
                 bridge: false,
