@@ -2,7 +2,8 @@
 //! and `examples/quickstart.c` whole, and both run as it says. The README's
 //! code blocks are held to the same: its Rust lines are
 //! [`readme_rust_example`], which runs here, and its C commands are the
-//! quick start's.
+//! quick start's. `examples/read_scaling.c` builds as its comment says and
+//! runs, on a small region with few reads.
 
 mod common;
 
@@ -211,4 +212,45 @@ fn readme_shows_the_quickstart_c_commands() {
     let pkg = after_block.split('`').skip(1).step_by(2).find(|s| s.contains("pkg-config"));
     let pkg = pkg.expect("a pkg-config command after the README's C block");
     assert!(quickstart.contains(&format!("`{pkg}`")), "README.md's `{pkg}` is not in docs/quickstart.md");
+}
+
+/// The command examples/read_scaling.c and docs/bench.md give to build it.
+const READ_SCALING_CC: &str =
+    "cc -O2 -pthread -o target/read_scaling examples/read_scaling.c -Iinclude -Ltarget/release -lwbcache";
+
+/// The reader-scaling program says how to build it (as docs/bench.md
+/// does), builds with the same flags (linked against this build's static
+/// library) and runs: with a few reads of a 1 MiB region, a line per thread
+/// count with both ways of reading, and its file removed.
+#[test]
+fn read_scaling_example_builds_and_runs() {
+    assert!(read("examples/read_scaling.c").contains(READ_SCALING_CC), "examples/read_scaling.c: `{READ_SCALING_CC}`");
+    assert!(read("docs/bench.md").contains(READ_SCALING_CC), "docs/bench.md: `{READ_SCALING_CC}`");
+    let work = TempDir::new("example-read-scaling");
+    let exe = work.0.join("read_scaling");
+    run(
+        Command::new(c_compiler())
+            .current_dir(manifest_dir())
+            .args(["-O2", "-pthread", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&exe)
+            .args(["examples/read_scaling.c", "-Iinclude"])
+            .arg(static_library())
+            .args(["-lpthread", "-ldl", "-lm"]),
+        "compiling examples/read_scaling.c",
+    );
+    let data = work.0.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let out = run(Command::new(&exe).arg(&data).args(["2000", "1"]), "examples/read_scaling");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(lines[0].starts_with("read_scaling: a cached 1 MiB region, random 4 KiB reads, 2000 per thread"), "{out}");
+    assert!(lines[1].starts_with("threads") && lines[1].contains("wbc reads/s"), "{out}");
+    for (line, threads) in lines[2..].iter().zip(["1", "2", "4"]) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!((fields.len(), fields[0]), (6, threads), "{out}");
+        for figure in &fields[1..5] {
+            assert!(figure.parse::<f64>().is_ok_and(|v| v > 0.0), "{figure} in {out}");
+        }
+    }
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0, "its file is removed");
 }

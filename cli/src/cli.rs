@@ -664,7 +664,7 @@ mod tests {
         assert_eq!(p.params.memory, 256 * MIB, "a selection measures with the default suite's memory");
         assert_eq!(p.params.runtime_s, 5.0);
         assert_eq!(p.groups[0].workload, "seq-write");
-        assert_eq!(p.groups.len(), 6, "seq-write, four rand-read groups, one overwrite");
+        assert_eq!(p.groups.len(), 9, "seq-write, seven rand-read groups, one overwrite");
         assert_eq!(p.engines, vec![EngineKind::KernelBuffered, EngineKind::Wbcache]);
         assert_eq!(p.dirty_limit, 128 * MIB);
         assert!(Plan::from_args(BenchArgs { workloads: vec!["nope".into()], ..BenchArgs::default() }).is_err());

@@ -72,9 +72,11 @@ const OPTION_DETAILS: &[(&str, &str)] = &[
     (
         "--workloads",
         "names from the catalog, or variants: small-overwrite ones (pwrite-1k-2m-file), \
-         parallel-writeback/files, parallel-writeback/shared/region-4, hot-set/write-stream, sqlite/wal-streaming, \
-         advice/stream-sync-range, fio/rand-read-4k-cached, fio/seq-write-1m/processes, rocksdb/readrandom; `all`; \
-         or `default`. Without it, the default suite runs (about 8-9 minutes).",
+         parallel-writeback/files, parallel-writeback/shared/region-4, rand-read/cached-4k, \
+         rand-read/cached-4k-readers-4 (rand-read/cached-4k-readers: 1, 2 and 4 reader threads), \
+         hot-set/write-stream, sqlite/wal-streaming, advice/stream-sync-range, fio/rand-read-4k-cached, \
+         fio/seq-write-1m/processes, rocksdb/readrandom; `all`; or `default`. Without it, the default suite runs \
+         (about 8-9 minutes).",
     ),
     (
         "--memory",
@@ -99,10 +101,12 @@ const OPTION_DETAILS: &[(&str, &str)] = &[
     (
         "--json",
         "`references` lists figures measured without an engine that put the results in context: a bare memcpy of \
-         the cached-4k pattern (`us_per_call`), and a bare O_DIRECT read of seq-read's file into as much fresh \
-         memory as --memory (`mb_s`). `config.not_comparable_engines` names the kernel engines that ran without \
-         their memory cgroup, `config.targets_judged` says whether the targets were judged. Its directory must \
-         exist.",
+         the cached-4k pattern (`us_per_call`), the same by as many threads as each cached-4k-readers variant has \
+         (`us_per_call`, `reads_per_s` in all, `reader_threads`), and a bare O_DIRECT read of seq-read's file into \
+         as much fresh memory as --memory (`mb_s`). The cached-4k-readers rows carry `reads_per_s` (every reader \
+         thread's reads per second of their common time) and `reader_threads`. `config.not_comparable_engines` \
+         names the kernel engines that ran without their memory cgroup, `config.targets_judged` says whether the \
+         targets were judged. Its directory must exist.",
     ),
     (
         "--svg",
@@ -111,10 +115,11 @@ const OPTION_DETAILS: &[(&str, &str)] = &[
     ),
     (
         "--repeat",
-        "the run with the median figure is reported: MB/s, µs/call for per-call rows, the fsync total for \
-         fsync-under-load's foreground, writeback MB/s for parallel-writeback, the hot reader's MB/s for hot-set, \
-         transactions per second for sqlite. Targets are judged (met or NOT met) only on the median of 3 runs or \
-         more: one run on a shared, noisy machine can mislead. With fewer, their figures are shown unjudged.",
+        "the run with the median figure is reported: MB/s, µs/call for per-call rows, reads/s for rand-read's \
+         cached-4k-readers rows, the fsync total for fsync-under-load's foreground, writeback MB/s for \
+         parallel-writeback, the hot reader's MB/s for hot-set, transactions per second for sqlite. Targets are \
+         judged (met or NOT met) only on the median of 3 runs or more: one run on a shared, noisy machine can \
+         mislead. With fewer, their figures are shown unjudged.",
     ),
     (
         "--writeback-workers",

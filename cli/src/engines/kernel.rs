@@ -2,7 +2,8 @@
 //! `write`/`writev` after an untimed `lseek` for the libMicro call shapes)
 //! and `kernel-dontcache` (`pwritev2`/`preadv2` with `RWF_DONTCACHE`). The
 //! residency and cached-bytes questions are answered by `mincore(2)` on a
-//! read-only shared mapping the file owns and never touches.
+//! read-only shared mapping the file owns and never touches. Reads take
+//! the descriptor alone ([`read_full`]), so reader threads share it.
 
 use std::fs;
 use std::io;
@@ -11,7 +12,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use wbcache::Advice;
 
-use super::{cvt, retry_eintr, unsupported, CallKind, EngineFile, Target, RWF_DONTCACHE};
+use super::{cvt, retry_eintr, unsupported, CallKind, EngineFile, SharedReader, Target, RWF_DONTCACHE};
 
 fn unsupported_flag(e: io::Error) -> io::Error {
     match e.raw_os_error() {
@@ -157,31 +158,11 @@ impl EngineFile for KernelFile {
     }
 
     fn read_at(&mut self, buf: &mut [u8], off: u64) -> io::Result<usize> {
-        let fd = self.fd();
-        let dontcache = self.mode == Mode::Dontcache;
-        let mut done = 0;
-        while done < buf.len() {
-            let n = retry_eintr(|| {
-                let pos = (off + done as u64) as libc::off_t;
-                // SAFETY: `buf[done..]` is valid for writes for its length.
-                let rc = unsafe {
-                    if dontcache {
-                        let iov =
-                            libc::iovec { iov_base: buf[done..].as_mut_ptr() as *mut _, iov_len: buf.len() - done };
-                        libc::preadv2(fd, &iov, 1, pos, RWF_DONTCACHE)
-                    } else {
-                        libc::pread(fd, buf[done..].as_mut_ptr() as *mut _, buf.len() - done, pos)
-                    }
-                };
-                cvt(rc)
-            });
-            let n = if dontcache { n.map_err(unsupported_flag)? } else { n? };
-            if n == 0 {
-                break;
-            }
-            done += n;
-        }
-        Ok(done)
+        read_full(self.fd(), buf, off, self.mode == Mode::Dontcache)
+    }
+
+    fn shared_reader(&self) -> Option<SharedReader<'_>> {
+        Some(SharedReader::Fd { fd: self.fd(), dontcache: self.mode == Mode::Dontcache })
     }
 
     fn prepare_call(&mut self, call: CallKind, off: u64) -> io::Result<()> {
@@ -287,6 +268,34 @@ impl EngineFile for KernelFile {
             cvt(rc as isize).map(drop)
         })
     }
+}
+
+/// Reads `buf` at `off` from `fd` (to its end of file): `pread(2)`, or
+/// `preadv2(2)` with `RWF_DONTCACHE` when `dontcache`. Takes `&` only, so
+/// threads sharing the descriptor call it at once ([`SharedReader::Fd`]).
+pub(super) fn read_full(fd: RawFd, buf: &mut [u8], off: u64, dontcache: bool) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = retry_eintr(|| {
+            let pos = (off + done as u64) as libc::off_t;
+            // SAFETY: `buf[done..]` is valid for writes for its length.
+            let rc = unsafe {
+                if dontcache {
+                    let iov = libc::iovec { iov_base: buf[done..].as_mut_ptr() as *mut _, iov_len: buf.len() - done };
+                    libc::preadv2(fd, &iov, 1, pos, RWF_DONTCACHE)
+                } else {
+                    libc::pread(fd, buf[done..].as_mut_ptr() as *mut _, buf.len() - done, pos)
+                }
+            };
+            cvt(rc)
+        });
+        let n = if dontcache { n.map_err(unsupported_flag)? } else { n? };
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
 }
 
 impl KernelFile {

@@ -20,7 +20,8 @@
 //!   Only the workloads that opt in run it (their calls are ones the
 //!   library serves; `mincore` residency questions are not).
 //!
-//! This module holds the interface ([`EngineFile`], [`Pipelined`]) and the
+//! This module holds the interface ([`EngineFile`], [`Pipelined`],
+//! [`SharedReader`] for reader threads sharing one open file) and the
 //! [`System`] a measurement opens its files in; each engine's file is in
 //! its own module: `kernel` (buffered and RWF_DONTCACHE), `direct`
 //! (O_DIRECT through io_uring), `wbcache_file`; `preload` reads the
@@ -241,6 +242,31 @@ pub trait EngineFile: Send {
     /// on wbcache's handle.
     fn start_writeback(&mut self, _off: u64, _len: u64) -> io::Result<()> {
         Err(unsupported("this engine has no range writeback".into()))
+    }
+    /// The file as several threads read it at once (`rand-read`'s
+    /// `cached-4k-readers` variants), or `None` when each thread needs a
+    /// handle of its own (kernel-direct: its io_uring serves one thread).
+    fn shared_reader(&self) -> Option<SharedReader<'_>> {
+        None
+    }
+}
+
+/// One open file that several threads read at once: the kernel's file
+/// descriptor, read with `pread(2)` (`preadv2(2)` with `RWF_DONTCACHE` for
+/// kernel-dontcache), or wbcache's handle, which is `Send + Sync`.
+#[derive(Clone, Copy)]
+pub enum SharedReader<'a> {
+    Fd { fd: std::os::fd::RawFd, dontcache: bool },
+    Wbcache { file: &'a wbcache::File, flags: WriteFlags },
+}
+
+impl SharedReader<'_> {
+    /// Reads `buf` at `off` (fewer bytes only at the end of the file).
+    pub fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        match *self {
+            SharedReader::Fd { fd, dontcache } => kernel::read_full(fd, buf, off, dontcache),
+            SharedReader::Wbcache { file, flags } => file.read_at_with(buf, off, flags),
+        }
     }
 }
 

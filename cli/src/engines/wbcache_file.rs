@@ -1,12 +1,13 @@
 //! `wbcache` and `wbcache-dontcache`: a [`wbcache::File`] of the
 //! measurement's shared [`wbcache::Cache`], the latter with
-//! [`WriteFlags::DONTCACHE`] on every read and write.
+//! [`WriteFlags::DONTCACHE`] on every read and write. The handle is
+//! `Sync`: reader threads share it ([`SharedReader::Wbcache`]).
 
 use std::io;
 
 use wbcache::{Advice, SyncRangeFlags, WriteFlags, RESIDENT_CACHED};
 
-use super::{CallKind, EngineFile};
+use super::{CallKind, EngineFile, SharedReader};
 
 pub(super) struct WbFile {
     pub(super) file: wbcache::File,
@@ -54,6 +55,12 @@ impl EngineFile for WbFile {
 
     fn fsync(&mut self) -> io::Result<()> {
         self.file.sync_all()
+    }
+
+    /// `wbcache::File` is `Send + Sync` and reads through `&self`: the
+    /// threads share the one handle.
+    fn shared_reader(&self) -> Option<SharedReader<'_>> {
+        Some(SharedReader::Wbcache { file: &self.file, flags: self.flags })
     }
 
     fn track_residency(&mut self, _off: u64, _len: u64) -> io::Result<bool> {

@@ -138,6 +138,13 @@ pub struct ResultRow {
     pub ops_per_s: Option<f64>,
     pub op_us_p50: Option<f64>,
     pub op_us_p99: Option<f64>,
+    /// `rand-read`'s `cached-4k-readers` rows: every reader thread's reads
+    /// over the time from their common start until the last one ended, in
+    /// reads per second (all threads together). The row's `us_per_call` is
+    /// each thread's time over its reads (the mean over every read).
+    pub reads_per_s: Option<f64>,
+    /// `rand-read`'s `cached-4k-readers` rows: the reader threads.
+    pub reader_threads: Option<u32>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -218,6 +225,8 @@ impl ResultRow {
             ops_per_s: None,
             op_us_p50: None,
             op_us_p99: None,
+            reads_per_s: None,
+            reader_threads: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -347,8 +356,10 @@ pub fn summary(rows: &[ResultRow]) -> String {
 }
 
 /// A figure measured without any engine that puts the engines' figures in
-/// context (JSON `references`): so far, what a bare `memcpy` of the
-/// `rand-read cached-4k` pattern costs on this machine.
+/// context (JSON `references`): what a bare `memcpy` of the `rand-read
+/// cached-4k` pattern costs on this machine (by one thread, and by as many
+/// threads as each `cached-4k-readers` variant has), and what a bare
+/// O_DIRECT read of `seq-read`'s file reaches.
 #[derive(Clone, Debug, Serialize)]
 pub struct Reference {
     pub workload: String,
@@ -358,11 +369,28 @@ pub struct Reference {
     /// Throughput references (`seq-read`'s bare O_DIRECT read): MB/s
     /// (null for the per-call ones).
     pub mb_s: Option<f64>,
+    /// The memcpy by reader threads (`cached-4k-readers`): every thread's
+    /// copies over the time from their common start until the last one
+    /// ended, per second (null for the others).
+    pub reads_per_s: Option<f64>,
+    /// The threads copying at once in that reference (null for the others).
+    pub reader_threads: Option<u32>,
 }
 
 impl Reference {
     /// The line printed under the workload's table.
     pub fn sentence(&self) -> String {
+        if let (Some(reads_per_s), Some(threads)) = (self.reads_per_s, self.reader_threads) {
+            return format!(
+                "Reference ({}): a bare {}, costs {:.3} µs per copy and reaches {} copies/s in all here: the memory's \
+                 share of any cache's reads of this pattern by {threads} reader thread{}.",
+                self.variant.as_deref().unwrap_or("main"),
+                self.what,
+                self.us_per_call,
+                fmt_num(reads_per_s),
+                if threads == 1 { "" } else { "s" }
+            );
+        }
         if let Some(mb_s) = self.mb_s {
             return format!(
                 "Reference: a bare {}, reads {mb_s:.0} MB/s here: the disk's and the memory's limit for any cache of this \
@@ -414,8 +442,12 @@ pub(crate) mod test_support {
         "\"peak_cached_bytes\":null,\"fsync_s\":null,\"advise_s\":null,\"advise_calls\":null,\
          \"cached_look_s\":null";
 
-    /// The fields of the workloads that run programs (`fio`, `rocksdb`),
-    /// closing every row (null on other workloads').
+    /// The fields of `rand-read`'s reader-thread variants, closing every
+    /// row (null on other rows).
+    pub const READERS_NULLS: &str = "\"reads_per_s\":null,\"reader_threads\":null";
+
+    /// The fields of the workloads that run programs (`fio`, `rocksdb`)
+    /// (null on other workloads').
     pub const PROGRAM_NULLS: &str =
         "\"tool_version\":null,\"read_mb_s\":null,\"read_iops\":null,\"read_clat_us_p50\":null,\
          \"read_clat_us_p99\":null,\"write_mb_s\":null,\"write_iops\":null,\"write_clat_us_p50\":null,\

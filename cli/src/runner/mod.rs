@@ -593,6 +593,7 @@ fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
             return None;
         }
         row.fsync_total_s
+            .or(row.reads_per_s)
             .or(row.us_per_call)
             .or(row.writeback_mb_s)
             .or(row.hot_mb_s)

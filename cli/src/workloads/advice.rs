@@ -496,7 +496,7 @@ mod tests {
     use super::*;
     use crate::bench_worker::Status;
     use crate::measure::{round3, Histogram, Percentiles};
-    use crate::report::test_support::{job, ok_outcome, own, PROGRAM_NULLS, SQLITE_NULLS};
+    use crate::report::test_support::{job, ok_outcome, own, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS};
     use crate::report::{failed_row, rows_from};
     use crate::workloads::{build_spec, groups_for, info, test_params as params, variants_of};
 
@@ -610,7 +610,7 @@ mod tests {
         assert!(
             text.ends_with(&format!(
                 "{SQLITE_NULLS},\"peak_cached_bytes\":33554432,\"fsync_s\":0.5,\"advise_s\":0.0125,\
-                 \"advise_calls\":64,\"cached_look_s\":0.002,{PROGRAM_NULLS}}}"
+                 \"advise_calls\":64,\"cached_look_s\":0.002,{PROGRAM_NULLS},{READERS_NULLS}}}"
             )),
             "{text}"
         );

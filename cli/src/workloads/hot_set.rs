@@ -470,7 +470,9 @@ fn hot_targets(rows: &[&ResultRow]) -> Vec<Verdict> {
 mod tests {
     use super::*;
     use crate::bench_worker::Status;
-    use crate::report::test_support::{job, ok_outcome, own, verdicts, ADVICE_NULLS, PROGRAM_NULLS, SQLITE_NULLS};
+    use crate::report::test_support::{
+        job, ok_outcome, own, verdicts, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS,
+    };
     use crate::report::{rows_from, targets};
     use crate::workloads::{build_spec, data_len, groups_for, info, test_params as params, variants_of, Spec};
 
@@ -590,7 +592,7 @@ mod tests {
         let text = serde_json::to_string(r).unwrap();
         assert!(
             text.ends_with(
-                &format!(",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912,\"dropbehind_cpu_us\":1234,{SQLITE_NULLS},{ADVICE_NULLS},{PROGRAM_NULLS}}}")
+                &format!(",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912,\"dropbehind_cpu_us\":1234,{SQLITE_NULLS},{ADVICE_NULLS},{PROGRAM_NULLS},{READERS_NULLS}}}")
             ),
             "{text}"
         );

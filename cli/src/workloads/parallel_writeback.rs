@@ -609,7 +609,7 @@ fn pw_targets(rows: &[&ResultRow]) -> Vec<Verdict> {
 mod tests {
     use super::*;
     use crate::bench_worker::Status;
-    use crate::report::test_support::{job, verdicts, ADVICE_NULLS, PROGRAM_NULLS, SQLITE_NULLS};
+    use crate::report::test_support::{job, verdicts, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS};
     use crate::report::{rows_from, targets};
     use crate::workloads::{build_spec, expand, groups_for, info, test_params as params, variants_of, MIB};
 
@@ -805,7 +805,7 @@ mod tests {
         assert!(text.ends_with(&format!(
             ",\"fsync_total_s\":null,\"writeback_mb_s\":{},\"cpu_s_per_gib\":{},\"written_bytes_per_worker\":[1048576,2097152],\
              \"hot_hit_ratio\":null,\"hot_mb_s\":null,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":null,\"dropbehind_cpu_us\":null,\
-             {SQLITE_NULLS},{ADVICE_NULLS},{PROGRAM_NULLS}}}",
+             {SQLITE_NULLS},{ADVICE_NULLS},{PROGRAM_NULLS},{READERS_NULLS}}}",
             json["writeback_mb_s"], json["cpu_s_per_gib"]
         )));
         // The kernel's rows: no configuration in the label, nor workers.

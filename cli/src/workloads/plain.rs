@@ -291,6 +291,8 @@ impl Reference {
             ),
             us_per_call: if mb_s > 0.0 { bs as f64 / mb_s } else { 0.0 },
             mb_s: Some(mb_s),
+            reads_per_s: None,
+            reader_threads: None,
         }
     }
 }

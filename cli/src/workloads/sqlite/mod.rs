@@ -484,7 +484,7 @@ mod tests {
     use super::*;
     use crate::bench_worker::Status;
     use crate::measure::Percentiles;
-    use crate::report::test_support::{job, ok_outcome, own, ADVICE_NULLS, PROGRAM_NULLS};
+    use crate::report::test_support::{job, ok_outcome, own, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS};
     use crate::report::{failed_row, rows_from};
     use crate::workloads::{build_spec, groups_for, info, test_params as params, variants_of};
 
@@ -609,7 +609,7 @@ mod tests {
         assert!(
             text.ends_with(&format!(
                 ",\"tps\":500.0,\"commit_us_p50\":{p50},\"commit_us_p99\":{p99},\"commit_us_max\":5000.0,\
-                 \"stream_mb_s\":1000.0,\"db_bytes\":335544320,\"peak_rss_bytes\":314572800,{ADVICE_NULLS},{PROGRAM_NULLS}}}"
+                 \"stream_mb_s\":1000.0,\"db_bytes\":335544320,\"peak_rss_bytes\":314572800,{ADVICE_NULLS},{PROGRAM_NULLS},{READERS_NULLS}}}"
             )),
             "{text}"
         );

@@ -4,7 +4,11 @@
 //! once before, the same 4 KiB at offset 0, and a region written before in
 //! 4 KiB pieces. After `cached-4k`, a bare memcpy of the same pattern is
 //! measured in the bench's own process: the memory's share of any cache's
-//! read, against which wbcache's cost is checked.
+//! read, against which wbcache's cost is checked. The reader-thread
+//! variants (`cached-4k-readers-<threads>`: several threads reading
+//! `cached-4k`'s region on one open file at once) are in [`readers`].
+
+mod readers;
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -13,14 +17,15 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    round_down, Group, JobSpec, Jobs, Params, Pattern, Place, ReferenceContext, Selection, Setup, Workload,
+    described, round_down, Group, JobSpec, Jobs, Params, Pattern, Place, ReferenceContext, Selection, Setup, Workload,
     WorkloadInfo, KIB, MIB,
 };
-use crate::bench_worker::{JobContext, JobRaw, Measured};
+use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind};
 use crate::measure::Histogram;
-use crate::report::{find_row, Reference, ResultRow, TargetInputs, Verdict};
+use crate::report::{find_row, markdown_table, Reference, ResultRow, TargetInputs, Verdict};
 use crate::sys::{fmt_size, IoBuffer, Rng};
+use readers::{ReaderReads, READERS_FAMILY, READER_COUNTS};
 
 pub struct RandRead;
 
@@ -29,17 +34,26 @@ pub static RAND_READ: RandRead = RandRead;
 static INFO: WorkloadInfo = WorkloadInfo {
     name: "rand-read",
     summary: "4 KiB random reads, cold and cached (µs per call when cached)",
-    about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M, past the L2 caches: the copy's memory traffic dominates; a bare memcpy of the same pattern is measured as the reference); cached-4k-offset0, the same cached 4 KiB at offset 0 (the read path's own cost); cached-4k-written, as cached-4k in a region written before in 4 KiB writes in random order (a database's hot pages: a cache of many 4 KiB folios, where finding the folio costs most)",
-    models: "point lookups: cold over a table larger than memory, and hot inside a cached working set",
+    about: "4 KiB random reads over a file of --size (twice the cache), for --runtime; variants (µs per call): cached-4k, 4 KiB random reads inside a region read once before (up to 64M, past the L2 caches: the copy's memory traffic dominates; a bare memcpy of the same pattern is measured as the reference); cached-4k-offset0, the same cached 4 KiB at offset 0 (the read path's own cost); cached-4k-written, as cached-4k in a region written before in 4 KiB writes in random order (a database's hot pages: a cache of many 4 KiB folios, where finding the folio costs most); cached-4k-readers-1, -2 and -4, cached-4k's region read by 1, 2 or 4 threads at once on one open file, each in its own random order (µs per call and reads/s in all, against kernel-buffered at the same thread count; a bare memcpy by as many threads as the reference)",
+    models: "point lookups: cold over a table larger than memory, and hot inside a cached working set, by one thread or several at once",
     source: Some("libMicro's pread_u4k case (the cached-4k-offset0 variant)"),
 };
 
-/// The groups of `rand-read`: the cold random reads, or one of the cached
-/// per-call variants.
+/// The groups of `rand-read`: the cold random reads, one of the cached
+/// per-call variants, or the reader-thread variant of so many threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RandReadGroup {
     Cold,
     Cached(CachedShape),
+    Readers(u32),
+}
+
+/// The timed phase of a job of the cached variants (the worker's spec
+/// carries it): per-call reads on one thread, or reader threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum CachedPattern {
+    PerCall(CachedReads),
+    Readers(ReaderReads),
 }
 
 /// The cached reads of `rand-read`'s per-call variants.
@@ -89,12 +103,33 @@ impl Workload for RandRead {
         &INFO
     }
 
+    /// All of them, one cached variant by its name, or the reader-thread
+    /// variants: all of them (`cached-4k-readers`) or one.
     fn groups(&'static self, selector: Option<&str>, _selection: &Selection<'_>) -> Option<Vec<Group>> {
-        if selector.is_some() {
-            return None;
-        }
         let cached = CachedShape::ALL.map(|s| Group::new(self, Some(s.variant().into()), RandReadGroup::Cached(s)));
-        Some(std::iter::once(Group::new(self, None, RandReadGroup::Cold)).chain(cached).collect())
+        let readers = READER_COUNTS.map(|n| Group::new(self, Some(readers::variant_of(n)), RandReadGroup::Readers(n)));
+        let all = std::iter::once(Group::new(self, None, RandReadGroup::Cold)).chain(cached).chain(readers);
+        let Some(selector) = selector else { return Some(all.collect()) };
+        let chosen: Vec<Group> = all
+            .filter(|g| match g.shape::<RandReadGroup>() {
+                RandReadGroup::Readers(_) if selector == READERS_FAMILY => true,
+                _ => g.variant.as_deref() == Some(selector),
+            })
+            .collect();
+        (!chosen.is_empty()).then_some(chosen)
+    }
+
+    fn listed_variants(&self) -> Option<String> {
+        let names: Vec<String> = CachedShape::ALL
+            .iter()
+            .map(|s| s.variant().to_string())
+            .chain(READER_COUNTS.map(readers::variant_of))
+            .map(|v| format!("rand-read/{v}"))
+            .collect();
+        Some(format!(
+            "rand-read variants (also rand-read/{READERS_FAMILY} for all its thread counts): {}",
+            names.join(", ")
+        ))
     }
 
     fn needs_data(&self, _group: &Group) -> bool {
@@ -115,6 +150,7 @@ impl Workload for RandRead {
                  (a database's hot pages: many 4 KiB folios, not readahead's 2 MiB ones), µs per call",
                 fmt_size(cached_span(p))
             ),
+            RandReadGroup::Readers(threads) => readers::describe(*threads, p),
         }
     }
 
@@ -126,10 +162,16 @@ impl Workload for RandRead {
                 return Jobs { jobs: vec![job], deadline_s: p.runtime_s, pipelined: true };
             }
             RandReadGroup::Cached(shape) => shape,
+            RandReadGroup::Readers(threads) => {
+                let reads = ReaderReads::new(p, threads);
+                let (span, pat) = (reads.span, Pattern::own(&CachedPattern::Readers(reads)));
+                let job = JobSpec::new(engine, place.data(span), Setup::Warm { bytes: span }, pat, false, 9);
+                return Jobs { jobs: vec![job], deadline_s: p.call_cap_s, pipelined: false };
+            }
         };
         let span = if shape == CachedShape::Offset0 { 4 * KIB } else { cached_span(p) };
         let reads = CachedReads { bs: 4 * KIB, span, iterations: p.iterations_1k, warmup: p.warmup };
-        let pat = Pattern::own(&reads);
+        let pat = Pattern::own(&CachedPattern::PerCall(reads));
         let job = match shape {
             CachedShape::Written => {
                 let t = place.fresh(name, 0, span);
@@ -141,23 +183,74 @@ impl Workload for RandRead {
     }
 
     fn run_job(&self, ctx: &JobContext<'_>) -> io::Result<JobRaw> {
-        let reads: CachedReads = ctx.own_pattern()?;
-        ctx.run_timed(false, |files, _| cached_reads(ctx, &mut *files.file, reads))
+        match ctx.own_pattern()? {
+            CachedPattern::PerCall(reads) => {
+                ctx.run_timed(false, |files, _| cached_reads(ctx, &mut *files.file, reads))
+            }
+            CachedPattern::Readers(reads) => readers::run_job(ctx, reads),
+        }
     }
 
-    /// After `cached-4k`: a bare memcpy of the same pattern.
-    fn references(&self, group: &Group, ctx: &mut ReferenceContext<'_>) -> Vec<Reference> {
-        if *group.shape::<RandReadGroup>() != RandReadGroup::Cached(CachedShape::Region) {
-            return Vec::new();
+    /// The reader-thread variants' rows carry their reads/s and threads.
+    fn rows(&self, group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) -> Vec<ResultRow> {
+        match group.shape::<RandReadGroup>() {
+            RandReadGroup::Readers(_) => vec![readers::row(group, engine, jobs, o)],
+            _ => vec![crate::report::aggregate(group, engine, group.variant.clone(), jobs, o)],
         }
+    }
+
+    fn summary(&self, rows: &[ResultRow]) -> String {
+        rows.last().and_then(readers::summary).unwrap_or_else(|| crate::report::summary(rows))
+    }
+
+    /// After `cached-4k`: a bare memcpy of the same pattern; after a
+    /// reader-thread variant, the same by as many threads.
+    fn references(&self, group: &Group, ctx: &mut ReferenceContext<'_>) -> Vec<Reference> {
         let p = ctx.params;
         let cap = Duration::from_secs_f64(p.call_cap_s);
+        match *group.shape::<RandReadGroup>() {
+            RandReadGroup::Cached(CachedShape::Region) => {}
+            RandReadGroup::Readers(threads) => {
+                return readers::references(group, ReaderReads::new(p, threads), cap, &mut *ctx.note)
+            }
+            _ => return Vec::new(),
+        }
         let us = memcpy_reference_us(cached_span(p), 4 * KIB, p.iterations_1k, p.warmup, cap);
         (ctx.note)(&format!("{} · bare memcpy reference: {us:.3} µs/call", group.label()));
         if us > 0.0 {
             vec![Reference::memcpy(group, cached_span(p), us)]
         } else {
             Vec::new()
+        }
+    }
+
+    /// The heading names the reader-thread variants once, together.
+    fn about(&self, groups: &[&Group], p: &Params) -> String {
+        let threads_of = |g: &Group| match g.shape::<RandReadGroup>() {
+            RandReadGroup::Readers(n) => Some(*n),
+            _ => None,
+        };
+        let others: Vec<&Group> = groups.iter().copied().filter(|g| threads_of(g).is_none()).collect();
+        let threads: Vec<u32> = groups.iter().copied().filter_map(threads_of).collect();
+        let mut parts = Vec::new();
+        if !others.is_empty() {
+            parts.push(described(&others, p));
+        }
+        if !threads.is_empty() {
+            parts.push(readers::family_about(&threads, p));
+        }
+        parts.join("; ")
+    }
+
+    /// The generic table of the other variants' rows, then the
+    /// reader-thread variants' own.
+    fn table(&self, about: &str, rows: &[&ResultRow]) -> String {
+        let (threaded, others): (Vec<&ResultRow>, Vec<&ResultRow>) =
+            rows.iter().copied().partition(|r| r.variant.as_deref().and_then(readers::threads_of).is_some());
+        match (threaded.is_empty(), others.is_empty()) {
+            (true, _) => markdown_table(self.name(), about, &others),
+            (false, true) => format!("### {}\n\n{about}\n\n{}", self.name(), readers::table(&threaded)),
+            (false, false) => format!("{}\n{}", markdown_table(self.name(), about, &others), readers::table(&threaded)),
         }
     }
 
@@ -256,6 +349,8 @@ impl Reference {
             ),
             us_per_call,
             mb_s: None,
+            reads_per_s: None,
+            reader_threads: None,
         }
     }
 }
