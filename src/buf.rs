@@ -607,8 +607,36 @@ impl BufPool {
         true
     }
 
+    /// Counts a buffer of `len` bytes that will join the pool later
+    /// ([`BufPool::settle`]), unless the pool already holds `cap_bytes`
+    /// (counted ones included); returns whether it was counted. A buffer
+    /// a reader may still be copying from goes through here: it leaves the
+    /// cache's account for the pool's at once, so the two never add up to
+    /// more than the capacity, and can be handed out once it settles.
+    pub fn count_pending(&self, len: usize, cap_bytes: u64) -> bool {
+        let _free = locks::lock(&self.free);
+        if len == 0 || self.pooled_bytes() + len as u64 > cap_bytes {
+            return false;
+        }
+        self.pooled_bytes.fetch_add(len as u64, Ordering::AcqRel);
+        true
+    }
+
+    /// A buffer counted by [`BufPool::count_pending`] joins the pool.
+    pub fn settle(&self, buf: AlignedBuf) {
+        locks::lock(&self.free).entry(buf.len()).or_default().push(buf);
+    }
+
+    /// A buffer counted by [`BufPool::count_pending`] will not join the
+    /// pool after all (its owner frees it).
+    pub fn uncount_pending(&self, len: usize) {
+        let before = self.pooled_bytes.fetch_sub(len as u64, Ordering::AcqRel);
+        debug_assert!(before >= len as u64, "pooled bytes underflow");
+    }
+
     /// Frees pooled buffers until at least `bytes` are released or the pool
-    /// is empty; returns the bytes freed.
+    /// holds none (buffers still pending are not here yet); returns the
+    /// bytes freed.
     pub fn shrink(&self, bytes: u64) -> u64 {
         let mut free = locks::lock(&self.free);
         let mut freed = 0u64;

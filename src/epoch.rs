@@ -233,6 +233,7 @@ extern "C" fn after_fork_in_child() {
     }
     LIMBO.store(Box::into_raw(Box::default()), Ordering::Release);
     DEFERRED.store(0, Ordering::Release);
+    DEFERRED_BYTES.store(0, Ordering::Release);
     if MODE.load(Ordering::Acquire) == MODE_MEMBARRIER {
         MODE.store(membarrier_mode(), Ordering::Release);
     }
@@ -264,6 +265,14 @@ struct Limbo {
 static LIMBO: AtomicPtr<Mutex<Limbo>> = AtomicPtr::new(ptr::null_mut());
 /// Releases deferred and not yet run.
 static DEFERRED: AtomicUsize = AtomicUsize::new(0);
+/// The bytes those releases free (as their deferrers said).
+static DEFERRED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// [`reclaim_if_due`] reclaims once this many releases wait...
+const DUE_RELEASES: usize = 64;
+/// ... or once they would free this many bytes: what a cache may hold
+/// beyond its capacity in memory given back but not yet reusable.
+const DUE_BYTES: usize = 4 << 20;
 
 fn limbo() -> &'static Mutex<Limbo> {
     let mut at = LIMBO.load(Ordering::Acquire);
@@ -286,8 +295,30 @@ fn limbo() -> &'static Mutex<Limbo> {
 /// still be inside the memory it frees. Call it after unlinking that
 /// memory; it runs at a later [`reclaim`], on whichever thread calls it.
 pub fn defer(release: impl FnOnce() + Send + 'static) {
-    locks::lock(limbo()).fresh.push(Box::new(release));
+    defer_bytes(0, release);
+}
+
+/// [`defer`] for a release that frees `bytes` (a folio buffer): they count
+/// towards [`reclaim_if_due`]'s bound.
+pub fn defer_bytes(bytes: usize, release: impl FnOnce() + Send + 'static) {
+    let release: Release = Box::new(move || {
+        release();
+        DEFERRED_BYTES.fetch_sub(bytes, Ordering::AcqRel);
+    });
+    DEFERRED_BYTES.fetch_add(bytes, Ordering::AcqRel);
+    locks::lock(limbo()).fresh.push(release);
     DEFERRED.fetch_add(1, Ordering::Release);
+}
+
+/// [`reclaim`] once enough waits to be worth its barrier (a system call
+/// that interrupts every other running thread of the process): for the
+/// ends of operations, which would otherwise issue one each.
+pub fn reclaim_if_due() -> usize {
+    if DEFERRED.load(Ordering::Acquire) >= DUE_RELEASES || DEFERRED_BYTES.load(Ordering::Acquire) >= DUE_BYTES {
+        reclaim()
+    } else {
+        0
+    }
 }
 
 /// Whether some release is deferred and not yet run.

@@ -33,6 +33,11 @@ use crate::stats::Counters;
 /// it fails with an out-of-memory error (only a stuck device gets here).
 const RESERVE_TIMEOUT_MS: u64 = 30_000;
 
+/// An eviction for a new folio frees up to this many folios of its size...
+const EVICT_AHEAD_FOLIOS: u64 = 16;
+/// ... but no more than this share of the capacity (1/256: 1 MiB of 256M).
+const EVICT_AHEAD_CAPACITY_SHARE: u64 = 256;
+
 /// How long a wait for folio memory goes on while writeback keeps failing
 /// (the only way dirty folios become evictable).
 const WRITEBACK_FAILING_GIVE_UP: Duration = Duration::from_secs(1);
@@ -124,7 +129,11 @@ impl Memory {
             if pooled > 0 && self.pool.shrink(cur + pooled + bytes - capacity) > 0 {
                 continue;
             }
-            let want = (cur + bytes).saturating_sub(capacity).max(bytes);
+            // A few folios' worth ahead: their buffers wait in the pool for
+            // the next misses, so one reclaim barrier (see `evict`) serves
+            // several of them.
+            let ahead = (bytes * EVICT_AHEAD_FOLIOS).min(capacity / EVICT_AHEAD_CAPACITY_SHARE).max(bytes);
+            let want = (cur + bytes).saturating_sub(capacity).max(ahead);
             if self.evict(want) > 0 {
                 continue;
             }
@@ -177,11 +186,10 @@ impl Memory {
     /// so it can go over; the operation that made it calls this once it
     /// holds no lock, so no operation leaves the cache over capacity.
     /// Also runs the releases deferred meanwhile that no reader can still
-    /// need: operations end here.
+    /// need, once enough wait (operations end here; each run is a
+    /// process-wide barrier, not worth one per write).
     pub fn evict_excess(&self) {
-        if epoch::has_deferred() {
-            epoch::reclaim();
-        }
+        epoch::reclaim_if_due();
         let capacity = self.capacity_bytes;
         let used = self.used_bytes();
         if used <= capacity {
@@ -197,23 +205,30 @@ impl Memory {
     }
 
     /// Gives back the buffer of a folio that left the cache, or that a
-    /// folio replaced: it stops counting now, and is pooled for reuse (or
-    /// freed) once no lock-free reader can still be copying from it
-    /// ([`epoch::defer`]; a later [`epoch::reclaim`] runs it). Until then
-    /// the memory is in neither `cached_bytes` nor the pool: at most what
-    /// was given back since the last operation ended.
+    /// folio replaced: it stops counting in `cached_bytes` now, and joins
+    /// the pool (counted there at once, so `cached_bytes + pooled` stays
+    /// within the capacity) or is freed once no lock-free reader can still
+    /// be copying from it ([`epoch::defer_bytes`]; a later
+    /// [`epoch::reclaim`] runs it). A buffer the pool has no room for is
+    /// memory beyond the capacity until then: at most about what
+    /// [`epoch::reclaim_if_due`] lets wait.
     pub fn release_folio_buf(&self, buf: Option<AlignedBuf>, len: usize) {
         if let Some(buf) = buf {
             debug_assert_eq!(buf.len(), len);
-            let (pool, dirty, pool_max_bytes) = (self.pool.clone(), self.dirty.clone(), self.capacity_bytes / 4);
-            epoch::defer(move || {
-                // A closed cache allocates nothing more: pooling would only
-                // keep the memory until the last handle goes.
-                if !dirty.is_closed() {
-                    pool.put(buf, pool_max_bytes);
+            // A closed cache allocates nothing more: pooling would only
+            // keep the memory until the last handle goes.
+            let pooled = !self.dirty.is_closed() && self.pool.count_pending(len, self.capacity_bytes / 4);
+            let (pool, dirty) = (self.pool.clone(), self.dirty.clone());
+            epoch::defer_bytes(len, move || match pooled {
+                true if !dirty.is_closed() => pool.settle(buf),
+                true => {
+                    pool.uncount_pending(len);
+                    drop(buf);
                 }
+                false => drop(buf),
             });
         }
+        // After the pool counted it: the two together never undercount.
         self.uncount(len);
     }
 
