@@ -129,12 +129,7 @@ impl Memory {
             if pooled > 0 && self.pool.shrink(cur + pooled + bytes - capacity) > 0 {
                 continue;
             }
-            // A few folios' worth ahead: their buffers wait in the pool for
-            // the next misses, so one reclaim barrier (see `evict`) serves
-            // several of them.
-            let ahead = (bytes * EVICT_AHEAD_FOLIOS).min(capacity / EVICT_AHEAD_CAPACITY_SHARE).max(bytes);
-            let want = (cur + bytes).saturating_sub(capacity).max(ahead);
-            if self.evict(want) > 0 {
+            if self.evict(self.eviction_target(cur, bytes)) > 0 {
                 continue;
             }
             // Nothing clean to evict: everything is dirty, under writeback or
@@ -169,6 +164,17 @@ impl Memory {
                 ));
             }
         }
+    }
+
+    /// What to evict for a new folio of `bytes` with `cached_bytes` at
+    /// `cur`: what is over the capacity, and a few folios' worth ahead (at
+    /// most a small share of the capacity), whose buffers wait in the pool
+    /// for the next misses, so one reclaim barrier (see `evict`) serves
+    /// several of them.
+    fn eviction_target(&self, cur: u64, bytes: u64) -> u64 {
+        let capacity = self.capacity_bytes;
+        let ahead = (bytes * EVICT_AHEAD_FOLIOS).min(capacity / EVICT_AHEAD_CAPACITY_SHARE).max(bytes);
+        (cur + bytes).saturating_sub(capacity).max(ahead)
     }
 
     /// Evicts about `want_bytes` of clean folios; returns the bytes freed.
