@@ -11,8 +11,8 @@ mod targets;
 use serde::Serialize;
 
 pub use table::{
-    cell, figure_of, fmt_num, fmt_seconds, fmt_three_digits, markdown_table, mib, ms, push_table_head, ratio_of,
-    status_cell,
+    cell, figure_of, fmt_num, fmt_seconds, fmt_three_digits, markdown_table, mib, ms, push_table_head, push_table_row,
+    ratio_of,
 };
 pub use targets::{find_row, targets, verdict_count, TargetInputs, Verdict};
 

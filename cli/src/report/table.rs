@@ -121,13 +121,7 @@ pub fn markdown_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         c.push(r.peak_dirty_bytes.filter(|_| r.ok()).map(mib).unwrap_or_else(dash));
         let ratio = baseline(r, rows).and_then(|b| ratio(r, b));
         c.push(ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(dash));
-        if has_status {
-            c.push(match &r.error {
-                Some(e) if !r.ok() => cell(&format!("{}: {e}", r.status)),
-                _ => r.status.clone(),
-            });
-        }
-        let _ = writeln!(out, "| {} |", c.join(" | "));
+        push_table_row(&mut out, c, r, has_status);
     }
     out
 }
@@ -168,6 +162,15 @@ pub fn figure_of(rows: &[&ResultRow], variant: &str, engine: &str, get: fn(&Resu
 /// `a ÷ b` when both are known.
 pub fn ratio_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     Some(a? / b?)
+}
+
+/// Ends a table row: `cells`, then the status cell when the table has a
+/// status column (some row failed), written as one markdown row.
+pub fn push_table_row(out: &mut String, mut cells: Vec<String>, r: &ResultRow, has_status: bool) {
+    if has_status {
+        cells.push(status_cell(r));
+    }
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
 }
 
 /// A table's status cell: the status, with the error of a failed row.

@@ -21,7 +21,7 @@ use super::{
 use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind};
 use crate::report::{
-    aggregate, figure_of, fmt_num, fmt_seconds, mib, push_table_head, ratio_of, round6, status_cell, ResultRow,
+    aggregate, figure_of, fmt_num, fmt_seconds, mib, push_table_head, push_table_row, ratio_of, round6, ResultRow,
 };
 use crate::sys::{fmt_size, IoBuffer};
 
@@ -483,10 +483,7 @@ pub fn advice_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         for v in [r.peak_cached_bytes, r.peak_dirty_bytes] {
             c.push(v.filter(|_| ok).map(mib).unwrap_or_else(dash));
         }
-        if has_status {
-            c.push(status_cell(r));
-        }
-        let _ = writeln!(out, "| {} |", c.join(" | "));
+        push_table_row(&mut out, c, r, has_status);
     }
     out
 }

@@ -21,7 +21,8 @@ use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outco
 use crate::engines::{EngineFile, EngineKind, Target};
 use crate::measure::round3;
 use crate::report::{
-    aggregate, find_row, fmt_num, mib, of_role, push_table_head, round6, status_cell, ResultRow, TargetInputs, Verdict,
+    aggregate, find_row, fmt_num, mib, of_role, push_table_head, push_table_row, round6, ResultRow, TargetInputs,
+    Verdict,
 };
 use crate::sys::{fmt_size, IoBuffer};
 
@@ -423,10 +424,7 @@ pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         if has_dropped {
             c.push(r.dropbehind_freed_bytes.filter(|_| ok).map(mib).unwrap_or_else(dash));
         }
-        if has_status {
-            c.push(status_cell(r));
-        }
-        let _ = writeln!(out, "| {} |", c.join(" | "));
+        push_table_row(&mut out, c, r, has_status);
     }
     out
 }

@@ -9,7 +9,7 @@ use super::{FioJobFigures, FioResult};
 use crate::bench_worker::{JobResult, Outcome, Status};
 use crate::engines::EngineKind;
 use crate::measure::round3;
-use crate::report::{fmt_num, push_table_head, status_cell, ResultRow};
+use crate::report::{fmt_num, push_table_head, push_table_row, ResultRow};
 use crate::workloads::Group;
 
 /// The rows of one measurement: one per job fio reported (its name the
@@ -115,10 +115,7 @@ pub fn fio_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
             _ => None,
         };
         c.push(ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(|| "—".into()));
-        if has_status {
-            c.push(status_cell(r));
-        }
-        let _ = writeln!(out, "| {} |", c.join(" | "));
+        push_table_row(&mut out, c, r, has_status);
     }
     out
 }

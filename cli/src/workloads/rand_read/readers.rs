@@ -13,7 +13,6 @@
 //! memcpy of the same pattern by as many threads; the table sets each
 //! engine's reads/s against kernel-buffered's at the same thread count.
 
-use std::fmt::Write as _;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Barrier;
@@ -25,7 +24,7 @@ use super::cached_span;
 use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind, SharedReader, Target};
 use crate::measure::round3;
-use crate::report::{aggregate, figure_of, fmt_num, push_table_head, ratio_of, status_cell, Reference, ResultRow};
+use crate::report::{aggregate, figure_of, fmt_num, push_table_head, push_table_row, ratio_of, Reference, ResultRow};
 use crate::sys::{fmt_size, IoBuffer, Rng};
 use crate::workloads::{Group, Params, KIB};
 
@@ -442,10 +441,7 @@ pub fn table(rows: &[&ResultRow]) -> String {
         c.push(r.throughput_mb_s.filter(|_| ok).map(fmt_num).unwrap_or_else(dash));
         c.push(ratio_of(mine, kernel).map(times).unwrap_or_else(dash));
         c.push(ratio_of(mine, single).map(times).unwrap_or_else(dash));
-        if has_status {
-            c.push(status_cell(r));
-        }
-        let _ = writeln!(out, "| {} |", c.join(" | "));
+        push_table_row(&mut out, c, r, has_status);
     }
     out
 }

@@ -27,7 +27,7 @@ use super::{Group, Jobs, Params, Place, Selection, Spec, Workload, WorkloadInfo,
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome, Status};
 use crate::engines::EngineKind;
 use crate::measure::{round3, Percentiles};
-use crate::report::{failed_row, fmt_num, mib, push_table_head, status_cell, ResultRow};
+use crate::report::{failed_row, fmt_num, mib, push_table_head, push_table_row, ResultRow};
 use crate::sys::fmt_size;
 pub use output::BenchFigures;
 
@@ -389,10 +389,7 @@ pub fn rocksdb_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
             _ => None,
         };
         c.push(ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(dash));
-        if has_status {
-            c.push(status_cell(r));
-        }
-        let _ = writeln!(out, "| {} |", c.join(" | "));
+        push_table_row(&mut out, c, r, has_status);
     }
     out
 }

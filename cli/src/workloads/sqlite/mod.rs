@@ -24,7 +24,7 @@ use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineKind, Target};
 use crate::measure::{round3, HistData, Histogram};
 use crate::report::{
-    aggregate, figure_of, fmt_num, mib, ms, of_role, push_table_head, ratio_of, status_cell, ResultRow,
+    aggregate, figure_of, fmt_num, mib, ms, of_role, push_table_head, push_table_row, ratio_of, ResultRow,
 };
 use crate::sys::fmt_size;
 
@@ -471,10 +471,7 @@ pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
             c.push(v.filter(|_| ok).map(mib).unwrap_or_else(dash));
         }
         c.push(times(vs_kernel));
-        if has_status {
-            c.push(status_cell(r));
-        }
-        let _ = writeln!(out, "| {} |", c.join(" | "));
+        push_table_row(&mut out, c, r, has_status);
     }
     out
 }
