@@ -41,6 +41,18 @@ pub struct Readahead {
     stream_blocks: u64,
 }
 
+/// A read that an idle state need not see ([`Readahead::idle_read_skipping`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleRead {
+    /// A random read (not at block 0): the state would start a new stream
+    /// with it; one that skips it starts the new stream at the next read
+    /// it sees instead ([`Readahead::set_prev_end_block`]).
+    Random,
+    /// A read again of the block the previous read ended in, no further (a
+    /// record read over and over): the state would not change at all.
+    RereadOfLastBlock,
+}
+
 /// What to read: `sync` before copying, `async_` in the background.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Decision {
@@ -95,6 +107,21 @@ impl Readahead {
             self.window_end_block = to;
         }
         d
+    }
+
+    /// Whether a read of blocks `[start, end)`, after one that ended in
+    /// block `prev_end_block`, may leave this state alone when no window is
+    /// open ([`Readahead::is_idle`]): `Some` when [`Readahead::on_read`]
+    /// would decide nothing and keep the window closed, so that a caller
+    /// can skip the state (and its lock) on the read hit path.
+    pub fn idle_read_skipping(prev_end_block: u64, start: u64, end: u64) -> Option<IdleRead> {
+        debug_assert!(start < end, "a read of at least one block");
+        let sequential = prev_end_block != 0 && start <= prev_end_block && start + 1 >= prev_end_block;
+        if !sequential {
+            // Block 0 may begin a scan.
+            return (start != 0).then_some(IdleRead::Random);
+        }
+        (start + 1 == prev_end_block && end == prev_end_block).then_some(IdleRead::RereadOfLastBlock)
     }
 
     /// Whether no window is open: a read that is not sequential and not
@@ -276,6 +303,47 @@ fn fill_window(job: &ReadaheadJob, batch_bytes: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every read that an idle state may skip, against what `on_read`
+    /// does with it (blocks 0-9, streams of any length, first block cached
+    /// or not): no decision and the window still closed; a re-read of the
+    /// last block leaves the whole state as it was. And the reads it may
+    /// not skip include every one that opens a window.
+    #[test]
+    fn reads_an_idle_state_may_skip_decide_nothing() {
+        let (eof, max) = (1 << 20, 2048);
+        let mut skipped = [0; 2];
+        for prev_end_block in 0..10 {
+            for (start, end) in (0..10).flat_map(|s| (s + 1..11).map(move |e| (s, e))) {
+                for stream_blocks in [0, 1, 5, 100_000] {
+                    for first_missing in [false, true] {
+                        let idle = Readahead { prev_end_block, stream_blocks, ..Readahead::default() };
+                        let mut ra = idle.clone();
+                        let d = ra.on_read(start, end, eof, max, || first_missing);
+                        let case = format!("prev {prev_end_block}, read [{start}, {end}), stream {stream_blocks}");
+                        match Readahead::idle_read_skipping(prev_end_block, start, end) {
+                            Some(kind) => {
+                                assert_eq!(d, Decision::default(), "{case}");
+                                assert!(ra.is_idle(), "{case}");
+                                if kind == IdleRead::RereadOfLastBlock {
+                                    assert_eq!(ra, idle, "{case}");
+                                }
+                                skipped[kind as usize] += 1;
+                            }
+                            None if d != Decision::default() => assert!(!ra.is_idle(), "{case}"),
+                            None => {}
+                        }
+                    }
+                }
+            }
+        }
+        assert!(skipped.iter().all(|&n| n > 0), "both kinds met: {skipped:?}");
+        assert_eq!(Readahead::idle_read_skipping(3, 2, 3), Some(IdleRead::RereadOfLastBlock));
+        assert_eq!(Readahead::idle_read_skipping(3, 2, 4), None, "reads on past the last block");
+        assert_eq!(Readahead::idle_read_skipping(3, 3, 4), None, "sequential");
+        assert_eq!(Readahead::idle_read_skipping(3, 0, 1), None, "block 0");
+        assert_eq!(Readahead::idle_read_skipping(3, 7, 8), Some(IdleRead::Random));
+    }
 
     #[test]
     fn sequential_reads_grow_the_window_and_go_async() {

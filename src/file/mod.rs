@@ -20,7 +20,7 @@ use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks;
 use crate::memory::Memory;
-use crate::readahead::{Decision, Readahead};
+use crate::readahead::{Decision, IdleRead, Readahead};
 use crate::shared::{OpGuard, Shared};
 use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource};
 
@@ -258,34 +258,7 @@ impl File {
         let start = off / BLOCK;
         let end = (off + len).div_ceil(BLOCK);
         let prev_end = self.prev_read_end();
-        let prev_end_block = prev_end.div_ceil(BLOCK);
-        let sequential = prev_end_block != 0 && start <= prev_end_block && start + 1 >= prev_end_block;
-        let mut scanning = false;
-        let mut read_ahead = false;
-        let decision = match self.access_advice.load(Ordering::Relaxed) {
-            // As the kernel's random-access mode: the read itself reads
-            // what it needs, nothing more.
-            ACCESS_RANDOM => Default::default(),
-            // A random read with no window open decides nothing, and the
-            // state would only record where it ended, which
-            // `last_read_end` does: no lock on the hit path of random
-            // reads.
-            _ if !sequential && start != 0 && self.readahead_idle.load(Ordering::Relaxed) => Default::default(),
-            access => {
-                let max_blocks =
-                    if access == ACCESS_SEQUENTIAL { 2 * self.readahead_max_blocks } else { self.readahead_max_blocks };
-                read_ahead = true;
-                let mut ra = locks::lock(&self.readahead);
-                ra.set_prev_end_block(prev_end_block);
-                let d = ra.on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
-                self.readahead_idle.store(ra.is_idle(), Ordering::Relaxed);
-                // The stream before this read: one large read is not a scan
-                // by itself.
-                let streamed_before = ra.stream_blocks().saturating_sub(end - start);
-                scanning = self.scan_min_blocks.is_some_and(|min| size > self.capacity_bytes && streamed_before >= min);
-                d
-            }
-        };
+        let (decision, scanning, read_ahead) = self.readahead_decision(start, end, size, prev_end.div_ceil(BLOCK));
         // A scan of a file the cache cannot hold, past what a scan may
         // cache: the rest is read as uncached reads are (`scan_dropbehind`).
         let dontcache = self.uncached(flags) || scanning;
@@ -310,6 +283,53 @@ impl File {
         // A fill may have copied a buffer under writeback (see `evict_excess`).
         self.memory.evict_excess();
         result
+    }
+
+    /// Readahead's part in a read of blocks `[start, end)` of a file of
+    /// `size` bytes, after a read that ended in block `prev_end_block`:
+    /// what to read ahead, whether the read continues a scan (to be read
+    /// uncached) and whether readahead's state took part.
+    fn readahead_decision(&self, start: u64, end: u64, size: u64, prev_end_block: u64) -> (Decision, bool, bool) {
+        let access = self.access_advice.load(Ordering::Relaxed);
+        // As the kernel's random-access mode: the read itself reads what
+        // it needs, nothing more.
+        if access == ACCESS_RANDOM || self.readahead_state_unchanged(start, end, size, prev_end_block) {
+            return (Decision::default(), false, false);
+        }
+        let max_blocks =
+            if access == ACCESS_SEQUENTIAL { 2 * self.readahead_max_blocks } else { self.readahead_max_blocks };
+        let mut ra = locks::lock(&self.readahead);
+        ra.set_prev_end_block(prev_end_block);
+        let d = ra.on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
+        self.readahead_idle.store(ra.is_idle(), Ordering::Relaxed);
+        // The stream before this read: one large read is not a scan by
+        // itself.
+        let streamed_before = ra.stream_blocks().saturating_sub(end - start);
+        let scanning = self.may_scan(size) && self.scan_min_blocks.is_some_and(|min| streamed_before >= min);
+        (d, scanning, true)
+    }
+
+    /// Whether readahead's state, with no window open, would decide
+    /// nothing for this read and keep its window closed
+    /// ([`Readahead::idle_read_skipping`]): then the read skips its lock,
+    /// and a cached read takes none. A read again of the block the previous
+    /// read ended in skips it only where the stream's length cannot make
+    /// the read a scan's (which the state counts).
+    fn readahead_state_unchanged(&self, start: u64, end: u64, size: u64, prev_end_block: u64) -> bool {
+        if !self.readahead_idle.load(Ordering::Relaxed) {
+            return false;
+        }
+        match Readahead::idle_read_skipping(prev_end_block, start, end) {
+            Some(IdleRead::Random) => true,
+            Some(IdleRead::RereadOfLastBlock) => !self.may_scan(size),
+            None => false,
+        }
+    }
+
+    /// Whether reads of a file of `size` bytes may be a scan to drop
+    /// behind (`scan_dropbehind`, and a file larger than the cache).
+    fn may_scan(&self, size: u64) -> bool {
+        self.scan_min_blocks.is_some() && size > self.capacity_bytes
     }
 
     /// Writes all of `buf` at `off` into the cache (write-back). On a block
