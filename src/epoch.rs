@@ -465,6 +465,111 @@ mod tests {
         reader.join().unwrap();
     }
 
+    /// Runs `body` in a forked child of this (multi-threaded) test process
+    /// and returns its exit status: 0 when `body` returned true, 1 when
+    /// false, 2 when it panicked; killed by SIGALRM after 20 s (a child
+    /// waiting for a section that will never end). The child prints
+    /// nothing and ends with `_exit`: only the forking thread lives on in
+    /// it, and locks other threads held stay held there.
+    fn in_forked_child(body: impl FnOnce() -> bool) -> libc::c_int {
+        init();
+        // SAFETY: the child runs only `body` and `_exit`s: no destructor,
+        // flush or atexit handler of the parent's runs twice.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: alarm and _exit are async-signal-safe.
+            unsafe { libc::alarm(20) };
+            let code = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+                Ok(true) => 0,
+                Ok(false) => 1,
+                Err(_) => 2,
+            };
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked; `status` is ours.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(rc, pid, "waitpid: {}", std::io::Error::last_os_error());
+        assert!(
+            libc::WIFEXITED(status),
+            "the child ended by signal {} (a section that never ends?)",
+            libc::WTERMSIG(status)
+        );
+        libc::WEXITSTATUS(status)
+    }
+
+    /// A child forked while another thread is inside a section reclaims
+    /// without waiting for that thread (it does not exist in the child),
+    /// leaks the releases deferred before the fork instead of running them
+    /// (their memory may still be the parent's in use), and reads in
+    /// sections of its own.
+    #[test]
+    fn a_forked_child_reclaims_without_its_parents_readers() {
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            let section = ReadSection::enter().unwrap();
+            entered_tx.send(()).unwrap();
+            leave_rx.recv().unwrap();
+            drop(section);
+        });
+        entered_rx.recv().unwrap();
+        let before_fork = Arc::new(AtomicBool::new(false));
+        let flag = before_fork.clone();
+        defer(move || flag.store(true, Ordering::SeqCst));
+        let code = in_forked_child(|| {
+            let ran = Arc::new(AtomicBool::new(false));
+            let flag = ran.clone();
+            defer(move || flag.store(true, Ordering::SeqCst));
+            drop(ReadSection::enter());
+            reclaim_all();
+            let own = READER.with(|r| r.record.get());
+            let others_free = records()
+                .filter(|r| !own.is_some_and(|own| ptr::eq(own, *r)))
+                .all(|r| !r.owned.load(Ordering::Acquire) && r.sections.load(Ordering::Acquire) % 2 == 0);
+            ran.load(Ordering::SeqCst) && !before_fork.load(Ordering::SeqCst) && others_free
+        });
+        assert_eq!(code, 0, "the child's reclamation (1: a release ran or did not as it should)");
+        leave_tx.send(()).unwrap();
+        reader.join().unwrap();
+        reclaim_all();
+        assert!(before_fork.load(Ordering::SeqCst), "the parent runs its own release");
+    }
+
+    /// Where `membarrier` is missing, sections fence themselves and the
+    /// reclaimer's barrier is a fence: a release still waits for an open
+    /// section and runs after it. Checked in a forked child (one thread,
+    /// so switching the mode cannot race another test's sections).
+    #[test]
+    fn fence_mode_waits_for_open_sections_too() {
+        let code = in_forked_child(|| {
+            MODE.store(MODE_FENCE, Ordering::SeqCst);
+            let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+            let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+            let reader = std::thread::spawn(move || {
+                let section = ReadSection::enter().unwrap();
+                entered_tx.send(()).unwrap();
+                leave_rx.recv().unwrap();
+                drop(section);
+            });
+            entered_rx.recv().unwrap();
+            let ran = Arc::new(AtomicBool::new(false));
+            let flag = ran.clone();
+            defer(move || flag.store(true, Ordering::SeqCst));
+            for _ in 0..3 {
+                reclaim();
+            }
+            let held = !ran.load(Ordering::SeqCst);
+            leave_tx.send(()).unwrap();
+            reader.join().unwrap();
+            reclaim_all();
+            held && ran.load(Ordering::SeqCst) && MODE.load(Ordering::SeqCst) == MODE_FENCE
+        });
+        assert_eq!(code, 0, "in fence mode a release ran early or never (1) or the child panicked (2)");
+    }
+
     /// Records are reused after their threads exit.
     #[test]
     fn exited_threads_give_their_records_back() {
