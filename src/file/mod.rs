@@ -111,6 +111,10 @@ pub struct File {
     /// `readahead` has no window open ([`Readahead::is_idle`]), as of its
     /// last use: random reads then skip its lock.
     readahead_idle: AtomicBool,
+    /// `readahead`'s stream is shorter than a scan (`scan_dropbehind`), as
+    /// of its last use: a read again of the last block cannot be a scan's
+    /// then, and skips its lock too.
+    readahead_stream_short: AtomicBool,
     /// Where this handle's last read ended (for access accounting and
     /// readahead's sequential test), as of the last read by a thread
     /// whose previous read was of another handle, or that read ahead
@@ -149,6 +153,7 @@ impl File {
             err_cursor: Mutex::new(cursor),
             readahead: Mutex::new(Readahead::default()),
             readahead_idle: AtomicBool::new(true),
+            readahead_stream_short: AtomicBool::new(true),
             last_read_end: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -302,6 +307,8 @@ impl File {
         ra.set_prev_end_block(prev_end_block);
         let d = ra.on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
         self.readahead_idle.store(ra.is_idle(), Ordering::Relaxed);
+        let short = self.scan_min_blocks.is_none_or(|min| ra.stream_blocks() < min);
+        self.readahead_stream_short.store(short, Ordering::Relaxed);
         // The stream before this read: one large read is not a scan by
         // itself.
         let streamed_before = ra.stream_blocks().saturating_sub(end - start);
@@ -313,15 +320,18 @@ impl File {
     /// nothing for this read and keep its window closed
     /// ([`Readahead::idle_read_skipping`]): then the read skips its lock,
     /// and a cached read takes none. A read again of the block the previous
-    /// read ended in skips it only where the stream's length cannot make
-    /// the read a scan's (which the state counts).
+    /// read ended in skips it only where it cannot be a scan's: a file the
+    /// cache holds, or a stream shorter than a scan (a re-read adds nothing
+    /// to it, and a read between that the state did not see starts it anew).
     fn readahead_state_unchanged(&self, start: u64, end: u64, size: u64, prev_end_block: u64) -> bool {
         if !self.readahead_idle.load(Ordering::Relaxed) {
             return false;
         }
         match Readahead::idle_read_skipping(prev_end_block, start, end) {
             Some(IdleRead::Random) => true,
-            Some(IdleRead::RereadOfLastBlock) => !self.may_scan(size),
+            Some(IdleRead::RereadOfLastBlock) => {
+                !self.may_scan(size) || self.readahead_stream_short.load(Ordering::Relaxed)
+            }
             None => false,
         }
     }
