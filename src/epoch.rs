@@ -465,6 +465,21 @@ mod tests {
         reader.join().unwrap();
     }
 
+    /// A thread inside a read section until told to leave (a send, or the
+    /// sender dropped); returned once it is inside.
+    fn thread_inside_a_section() -> (std::thread::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            let section = ReadSection::enter().unwrap();
+            entered_tx.send(()).unwrap();
+            let _ = leave_rx.recv();
+            drop(section);
+        });
+        entered_rx.recv().unwrap();
+        (reader, leave_tx)
+    }
+
     /// Runs `body` in a forked child of this (multi-threaded) test process
     /// and returns its exit status: 0 when `body` returned true, 1 when
     /// false, 2 when it panicked; killed by SIGALRM after 20 s (a child
@@ -507,15 +522,7 @@ mod tests {
     /// sections of its own.
     #[test]
     fn a_forked_child_reclaims_without_its_parents_readers() {
-        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
-        let reader = std::thread::spawn(move || {
-            let section = ReadSection::enter().unwrap();
-            entered_tx.send(()).unwrap();
-            leave_rx.recv().unwrap();
-            drop(section);
-        });
-        entered_rx.recv().unwrap();
+        let (reader, leave_tx) = thread_inside_a_section();
         let before_fork = Arc::new(AtomicBool::new(false));
         let flag = before_fork.clone();
         defer(move || flag.store(true, Ordering::SeqCst));
@@ -546,15 +553,7 @@ mod tests {
     fn fence_mode_waits_for_open_sections_too() {
         let code = in_forked_child(|| {
             MODE.store(MODE_FENCE, Ordering::SeqCst);
-            let (entered_tx, entered_rx) = std::sync::mpsc::channel();
-            let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
-            let reader = std::thread::spawn(move || {
-                let section = ReadSection::enter().unwrap();
-                entered_tx.send(()).unwrap();
-                leave_rx.recv().unwrap();
-                drop(section);
-            });
-            entered_rx.recv().unwrap();
+            let (reader, leave_tx) = thread_inside_a_section();
             let ran = Arc::new(AtomicBool::new(false));
             let flag = ran.clone();
             defer(move || flag.store(true, Ordering::SeqCst));

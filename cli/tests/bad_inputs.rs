@@ -285,26 +285,37 @@ fn every_option_is_still_accepted() {
     }
 }
 
+/// A bench run that would take a minute in `dir`, its tables piped to us.
+fn long_bench_piped(dir: &Path) -> std::process::Child {
+    wbcache()
+        .args(["bench", "-w", "files-32", "-e", "wbcache", "--memory", "32M", "--runtime", "60", "--dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn wbcache")
+}
+
+/// `child` stops soon, as if interrupted (141, SIGPIPE's status), and
+/// leaves `dir` empty; then `dir` goes.
+fn stops_as_interrupted_and_cleans_up(mut child: std::process::Child, dir: &Path) {
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?} to stop", started.elapsed());
+    assert_eq!(status.code(), Some(141));
+    assert!(entries(dir).is_empty(), "left behind: {:?}", entries(dir));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// `bench | head`: once nobody reads the tables, the run stops as if
 /// interrupted (exit 141, SIGPIPE's status), and cleans up.
 #[test]
 fn a_closed_output_stops_the_run_and_cleans_up() {
     let dir = scratch("closed-output");
-    let mut child = wbcache()
-        .args(["bench", "-w", "files-32", "-e", "wbcache", "--memory", "32M", "--runtime", "60", "--dir"])
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn wbcache");
+    let mut child = long_bench_piped(&dir);
     drop(child.stdout.take());
-    let started = Instant::now();
-    let status = child.wait().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(30), "took {:?} to stop", started.elapsed());
-    assert_eq!(status.code(), Some(141));
-    assert!(entries(&dir).is_empty(), "left behind: {:?}", entries(&dir));
-    std::fs::remove_dir_all(&dir).unwrap();
+    stops_as_interrupted_and_cleans_up(child, &dir);
 }
 
 /// Output closed mid-measurement, after the header was read: the run
@@ -314,25 +325,13 @@ fn a_closed_output_stops_the_run_and_cleans_up() {
 fn an_output_closed_mid_measurement_stops_the_run() {
     use std::io::{BufRead, BufReader};
     let dir = scratch("closed-mid-run");
-    let mut child = wbcache()
-        .args(["bench", "-w", "files-32", "-e", "wbcache", "--memory", "32M", "--runtime", "60", "--dir"])
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn wbcache");
+    let mut child = long_bench_piped(&dir);
     let mut header = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut header).unwrap();
     assert!(header.starts_with("## wbcache bench"), "{header:?}");
     // The reader is dropped here, with the rest of the header unread.
     std::thread::sleep(Duration::from_secs(1));
-    let started = Instant::now();
-    let status = child.wait().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(30), "took {:?} to stop", started.elapsed());
-    assert_eq!(status.code(), Some(141));
-    assert!(entries(&dir).is_empty(), "left behind: {:?}", entries(&dir));
-    std::fs::remove_dir_all(&dir).unwrap();
+    stops_as_interrupted_and_cleans_up(child, &dir);
 }
 
 /// `wbcache run` checks everything before the program starts: a missing
