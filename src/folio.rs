@@ -340,6 +340,7 @@ impl Folio {
     /// or remove the folio; lock-free readers see the sequence odd
     /// meanwhile and discard what they copied. Afterwards the folio is
     /// published readable, or not, as its state now says.
+    #[inline]
     pub fn change<R>(&self, st: &mut FolioState, f: impl FnOnce(&mut FolioState) -> R) -> R {
         debug_assert!(self.state.try_lock().is_err(), "the folio's lock is held");
         let seq = self.seq.load(Ordering::Relaxed);
