@@ -11,6 +11,7 @@
 mod cursor;
 mod options;
 
+use std::cell::Cell;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -128,7 +129,16 @@ thread_local! {
     /// reading one handle at random finds its previous read here, so the
     /// cached read path writes nothing shared: threads reading one handle
     /// on several cores would otherwise bounce that line on every read.
-    static THREAD_LAST_READ: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+    static THREAD_LAST_READ: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Runs `f` with the calling thread's last read ([`THREAD_LAST_READ`]):
+/// one thread-local lookup for a whole read (from a shared library each is
+/// a call into the dynamic linker).
+fn with_thread_last_read<R>(f: impl FnOnce(&Cell<(usize, u64)>) -> R) -> R {
+    // Cannot panic: a constant-initialised thread-local without a
+    // destructor is never destroyed, so every thread can reach it.
+    THREAD_LAST_READ.with(f)
 }
 
 impl File {
@@ -159,25 +169,26 @@ impl File {
     }
 
     /// Where the previous read ended: the calling thread's own previous
-    /// read if it was of this handle, else the handle's last recorded one.
-    fn prev_read_end(&self) -> u64 {
+    /// read (`last`, see [`with_thread_last_read`]) if it was of this
+    /// handle, else the handle's last recorded one.
+    fn prev_read_end(&self, last: &Cell<(usize, u64)>) -> u64 {
         let key = Arc::as_ptr(&self.last_read_end) as usize;
-        match THREAD_LAST_READ.try_with(std::cell::Cell::get) {
-            Ok((last_key, end)) if last_key == key => end,
+        match last.get() {
+            (last_key, end) if last_key == key => end,
             _ => self.last_read_end.load(Ordering::Relaxed),
         }
     }
 
-    /// Records where a read ended: for the calling thread always, and in
-    /// the handle when this thread's previous read was of another handle
-    /// (so a thread alternating handles, and other threads, find it there)
-    /// or when the read went through readahead's state (its worker follows
-    /// the reader through a window). Not a swap: concurrent reads
-    /// of one handle only blur the access accounting and readahead's
+    /// Records where a read ended: for the calling thread always (in
+    /// `last`), and in the handle when this thread's previous read was of
+    /// another handle (so a thread alternating handles, and other threads,
+    /// find it there) or when the read went through readahead's state (its
+    /// worker follows the reader through a window). Not a swap: concurrent
+    /// reads of one handle only blur the access accounting and readahead's
     /// guess, and a store costs no locked instruction.
-    fn note_read_end(&self, end: u64, read_ahead: bool) {
+    fn note_read_end(&self, last: &Cell<(usize, u64)>, end: u64, read_ahead: bool) {
         let key = Arc::as_ptr(&self.last_read_end) as usize;
-        let same_handle = THREAD_LAST_READ.try_with(|last| last.replace((key, end)).0 == key).unwrap_or(false);
+        let same_handle = last.replace((key, end)).0 == key;
         if !same_handle || read_ahead {
             self.last_read_end.store(end, Ordering::Relaxed);
         }
@@ -260,19 +271,49 @@ impl File {
             return Ok(0);
         }
         let len = (buf.len() as u64).min(size - off);
-        let start = off / BLOCK;
-        let end = (off + len).div_ceil(BLOCK);
-        let prev_end = self.prev_read_end();
-        let (decision, scanning, read_ahead) = self.readahead_decision(start, end, size, prev_end.div_ceil(BLOCK));
-        // A scan of a file the cache cannot hold, past what a scan may
-        // cache: the rest is read as uncached reads are (`scan_dropbehind`).
-        let dontcache = self.uncached(flags) || scanning;
-        self.note_read_end(off + len, read_ahead);
-        if decision == Decision::default() && !dontcache {
-            if let Some(n) = self.inode.read_cached(buf, off, prev_end) {
-                return Ok(n);
+        let (start, end) = (off / BLOCK, (off + len).div_ceil(BLOCK));
+        with_thread_last_read(|last| {
+            let prev_end = self.prev_read_end(last);
+            let prev_end_block = prev_end.div_ceil(BLOCK);
+            let access = self.access_advice.load(Ordering::Relaxed);
+            // As the kernel's random-access mode: the read itself reads
+            // what it needs, nothing more.
+            if access == ACCESS_RANDOM || self.readahead_state_unchanged(start, end, size, prev_end_block) {
+                self.note_read_end(last, off + len, false);
+                let dontcache = self.uncached(flags);
+                if !dontcache {
+                    if let Some(n) = self.inode.read_cached(buf, off, prev_end) {
+                        return Ok(n);
+                    }
+                }
+                return self.read_through(buf, off, Decision::default(), dontcache, prev_end);
             }
-        }
+            let (decision, scanning) = self.readahead_decision(access, start, end, size, prev_end_block);
+            // A scan of a file the cache cannot hold, past what a scan may
+            // cache: the rest is read as uncached reads are
+            // (`scan_dropbehind`).
+            let dontcache = self.uncached(flags) || scanning;
+            self.note_read_end(last, off + len, true);
+            if decision == Decision::default() && !dontcache {
+                if let Some(n) = self.inode.read_cached(buf, off, prev_end) {
+                    return Ok(n);
+                }
+            }
+            self.read_through(buf, off, decision, dontcache, prev_end)
+        })
+    }
+
+    /// A read the cache did not answer whole, or that must not be cached:
+    /// reads ahead as `decision` says, then reads (`dontcache`: uncached)
+    /// through the store as needed.
+    fn read_through<T: ReadTarget + ?Sized>(
+        &self,
+        buf: &mut T,
+        off: u64,
+        decision: Decision,
+        dontcache: bool,
+        prev_end: u64,
+    ) -> io::Result<usize> {
         let _op = self.enter(false)?;
         // Uncached reads read ahead too; what they bring in is dropped
         // behind the reader once copied.
@@ -291,16 +332,11 @@ impl File {
     }
 
     /// Readahead's part in a read of blocks `[start, end)` of a file of
-    /// `size` bytes, after a read that ended in block `prev_end_block`:
-    /// what to read ahead, whether the read continues a scan (to be read
-    /// uncached) and whether readahead's state took part.
-    fn readahead_decision(&self, start: u64, end: u64, size: u64, prev_end_block: u64) -> (Decision, bool, bool) {
-        let access = self.access_advice.load(Ordering::Relaxed);
-        // As the kernel's random-access mode: the read itself reads what
-        // it needs, nothing more.
-        if access == ACCESS_RANDOM || self.readahead_state_unchanged(start, end, size, prev_end_block) {
-            return (Decision::default(), false, false);
-        }
+    /// `size` bytes, after a read that ended in block `prev_end_block`
+    /// (`access`: the handle's advice): what to read ahead, and whether the
+    /// read continues a scan (to be read uncached).
+    #[cold]
+    fn readahead_decision(&self, access: u8, start: u64, end: u64, size: u64, prev_end_block: u64) -> (Decision, bool) {
         let max_blocks =
             if access == ACCESS_SEQUENTIAL { 2 * self.readahead_max_blocks } else { self.readahead_max_blocks };
         let mut ra = locks::lock(&self.readahead);
@@ -312,8 +348,7 @@ impl File {
         // The stream before this read: one large read is not a scan by
         // itself.
         let streamed_before = ra.stream_blocks().saturating_sub(end - start);
-        let scanning = self.may_scan(size) && self.scan_min_blocks.is_some_and(|min| streamed_before >= min);
-        (d, scanning, true)
+        (d, self.may_scan(size) && self.scan_min_blocks.is_some_and(|min| streamed_before >= min))
     }
 
     /// Whether readahead's state, with no window open, would decide
@@ -323,6 +358,7 @@ impl File {
     /// read ended in skips it only where it cannot be a scan's: a file the
     /// cache holds, or a stream shorter than a scan (a re-read adds nothing
     /// to it, and a read between that the state did not see starts it anew).
+    #[inline]
     fn readahead_state_unchanged(&self, start: u64, end: u64, size: u64, prev_end_block: u64) -> bool {
         if !self.readahead_idle.load(Ordering::Relaxed) {
             return false;
