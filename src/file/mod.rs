@@ -334,8 +334,9 @@ impl File {
     /// Readahead's part in a read of blocks `[start, end)` of a file of
     /// `size` bytes, after a read that ended in block `prev_end_block`
     /// (`access`: the handle's advice): what to read ahead, and whether the
-    /// read continues a scan (to be read uncached).
-    #[cold]
+    /// read continues a scan (to be read uncached). Out of line: the hit
+    /// path of random reads and re-reads skips it.
+    #[inline(never)]
     fn readahead_decision(&self, access: u8, start: u64, end: u64, size: u64, prev_end_block: u64) -> (Decision, bool) {
         let max_blocks =
             if access == ACCESS_SEQUENTIAL { 2 * self.readahead_max_blocks } else { self.readahead_max_blocks };
