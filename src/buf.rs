@@ -597,13 +597,10 @@ impl BufPool {
     /// Keeps `buf` for reuse unless the pool already holds `cap_bytes`;
     /// returns whether it was kept.
     pub fn put(&self, buf: AlignedBuf, cap_bytes: u64) -> bool {
-        let len = buf.len();
-        if len == 0 || self.pooled_bytes() + len as u64 > cap_bytes {
+        if !self.count_pending(buf.len(), cap_bytes) {
             return false;
         }
-        let mut free = locks::lock(&self.free);
-        self.pooled_bytes.fetch_add(len as u64, Ordering::AcqRel);
-        free.entry(len).or_default().push(buf);
+        self.settle(buf);
         true
     }
 

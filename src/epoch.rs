@@ -410,11 +410,36 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A flag that a release deferred now sets when it runs.
+    fn deferred_flag() -> Arc<AtomicBool> {
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        defer(move || flag.store(true, Ordering::SeqCst));
+        ran
+    }
+
+    /// Defers a release while `reader` is inside a section, reclaims three
+    /// times, then lets the reader leave and reclaims all: whether the
+    /// release was held while the section lasted, and whether it ran after.
+    fn a_release_deferred_inside(
+        reader: std::thread::JoinHandle<()>,
+        leave: std::sync::mpsc::Sender<()>,
+    ) -> (bool, bool) {
+        let ran = deferred_flag();
+        for _ in 0..3 {
+            reclaim();
+        }
+        let held = !ran.load(Ordering::SeqCst);
+        leave.send(()).unwrap();
+        reader.join().unwrap();
+        reclaim_all();
+        (held, ran.load(Ordering::SeqCst))
+    }
+
     /// A release waits for a section that was open when it was deferred,
     /// and runs once that section ends; nested sections count once.
     #[test]
     fn a_release_waits_for_an_open_section() {
-        let ran = Arc::new(AtomicBool::new(false));
         let (entered_tx, entered_rx) = std::sync::mpsc::channel();
         let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
         let reader = std::thread::spawn(move || {
@@ -428,25 +453,16 @@ mod tests {
             assert!(!in_section());
         });
         entered_rx.recv().unwrap();
-        let flag = ran.clone();
-        defer(move || flag.store(true, Ordering::SeqCst));
-        for _ in 0..3 {
-            reclaim();
-        }
-        assert!(!ran.load(Ordering::SeqCst), "released while a section that could see it was open");
-        leave_tx.send(()).unwrap();
-        reader.join().unwrap();
-        reclaim_all();
-        assert!(ran.load(Ordering::SeqCst), "released once the section ended");
+        let (held, ran_after) = a_release_deferred_inside(reader, leave_tx);
+        assert!(held, "released while a section that could see it was open");
+        assert!(ran_after, "released once the section ended");
     }
 
     /// A section that begins after the release was deferred does not hold
     /// it back.
     #[test]
     fn later_sections_do_not_hold_a_release() {
-        let ran = Arc::new(AtomicBool::new(false));
-        let flag = ran.clone();
-        defer(move || flag.store(true, Ordering::SeqCst));
+        let ran = deferred_flag();
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         // A reader entering and leaving sections all the time.
@@ -523,13 +539,9 @@ mod tests {
     #[test]
     fn a_forked_child_reclaims_without_its_parents_readers() {
         let (reader, leave_tx) = thread_inside_a_section();
-        let before_fork = Arc::new(AtomicBool::new(false));
-        let flag = before_fork.clone();
-        defer(move || flag.store(true, Ordering::SeqCst));
+        let before_fork = deferred_flag();
         let code = in_forked_child(|| {
-            let ran = Arc::new(AtomicBool::new(false));
-            let flag = ran.clone();
-            defer(move || flag.store(true, Ordering::SeqCst));
+            let ran = deferred_flag();
             drop(ReadSection::enter());
             reclaim_all();
             let own = READER.with(|r| r.record.get());
@@ -554,17 +566,8 @@ mod tests {
         let code = in_forked_child(|| {
             MODE.store(MODE_FENCE, Ordering::SeqCst);
             let (reader, leave_tx) = thread_inside_a_section();
-            let ran = Arc::new(AtomicBool::new(false));
-            let flag = ran.clone();
-            defer(move || flag.store(true, Ordering::SeqCst));
-            for _ in 0..3 {
-                reclaim();
-            }
-            let held = !ran.load(Ordering::SeqCst);
-            leave_tx.send(()).unwrap();
-            reader.join().unwrap();
-            reclaim_all();
-            held && ran.load(Ordering::SeqCst) && MODE.load(Ordering::SeqCst) == MODE_FENCE
+            let (held, ran_after) = a_release_deferred_inside(reader, leave_tx);
+            held && ran_after && MODE.load(Ordering::SeqCst) == MODE_FENCE
         });
         assert_eq!(code, 0, "in fence mode a release ran early or never (1) or the child panicked (2)");
     }

@@ -150,6 +150,40 @@ fn rereading_one_block_of_a_large_file_is_not_a_scan() {
     cache.close().unwrap();
 }
 
+/// A read again of the last block a scan read belongs to the scan: it is
+/// read uncached as the scan's reads are, and the block does not stay in
+/// the cache. (A re-read that skipped readahead's state, the hit path's
+/// shortcut, would have cached it: this fails if that shortcut is taken
+/// while a scan's window is open.)
+#[test]
+fn rereading_the_last_block_of_a_scan_is_the_scans() {
+    let dir = TempDir::new("scan-reread-last");
+    let (path, data) = laid_out(&dir, "big.bin", 48 * MIB);
+    let cache = new_cache(SMALL);
+    let f = open(&cache, &path);
+    scan(&f, &data);
+    let last = 48 * MIB - 4096;
+    let mut buf = vec![0u8; 4096];
+    // The scan drops its last blocks behind too (perhaps a moment later).
+    let dropped = wait_until(Duration::from_secs(10), || is_cached(&f, last) == Some(false));
+    assert!(dropped, "the scan left its last block cached");
+    for _ in 0..3 {
+        assert_eq!(f.read_at(&mut buf, last).unwrap(), 4096);
+        assert_same(&buf, &data[last as usize..], "the last block");
+        let dropped = wait_until(Duration::from_secs(10), || is_cached(&f, last) == Some(false));
+        assert!(dropped, "a scan's re-read left its block cached");
+    }
+    drop(f);
+    cache.close().unwrap();
+}
+
+/// Whether the block at `off` is cached (`None` if residency fails).
+fn is_cached(f: &File, off: u64) -> Option<bool> {
+    let mut vec = [0u8; 1];
+    f.residency(off, 4096, &mut vec).ok()?;
+    Some(vec[0] & wbcache::RESIDENT_CACHED != 0)
+}
+
 /// Random records read in two halves (the second half continues the
 /// first) never add up to a scan, however many of them hit the cache; nor
 /// does one large read, which is cached whole.
