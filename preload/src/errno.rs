@@ -40,3 +40,9 @@ pub fn set(code: i32) {
     // SAFETY: the calling thread's errno slot.
     unsafe { *libc::__errno_location() = code };
 }
+
+/// The calling thread's `errno`.
+pub fn get() -> i32 {
+    // SAFETY: the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}

@@ -10,16 +10,21 @@
 //!   descriptor no longer managed) and then maps it, so the mapping and
 //!   every later call see one file; any other mapping (read-only, or
 //!   private) is made after the file's dirty data is written back;
-//! - `ioctl`: refused with `EOPNOTSUPP` and one line on stderr naming the
-//!   file and the request, except `FIOCLEX` and `FIONCLEX`, which set the
-//!   kernel descriptor's close-on-exec flag.
+//! - `ioctl`: the kernel answers on the file's own descriptor, as it
+//!   would without the cache: terminal requests (`ENOTTY`), the
+//!   descriptor's flags and attribute requests at once; requests that
+//!   read the data or its layout after the file's dirty data was written
+//!   back; `FIONREAD` from the description; clones after both files were
+//!   written back (a cloned-into file is then handed to the kernel); any
+//!   other request after the file was handed to the kernel, since it may
+//!   change the data behind the cache.
 
 use std::io;
 
 use libc::{c_int, c_ulong, c_void, off_t, size_t, ssize_t};
 
 use crate::table;
-use crate::{errno, guard, open, real, state};
+use crate::{errno, guard, handover, open, real, state};
 
 /// Makes `new` (just made by the kernel from `old`) a managed descriptor
 /// of `old`'s description, if `old` is managed. `new` < 0: nothing.
@@ -39,6 +44,7 @@ fn share(old: c_int, new: c_int) -> c_int {
         }
         table::insert(new, desc);
     }
+    handover::after_duplicate(old, new);
     new
 }
 
@@ -50,7 +56,7 @@ fn release_target(old: c_int, target: c_int) {
     }
     let Some(_inside) = guard::enter() else { return };
     if let Some(desc) = table::remove(target) {
-        let _ = open::release(&desc);
+        let _ = open::release(Some(target), &desc);
     }
 }
 
@@ -96,7 +102,9 @@ fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong, kernel: impl Fn(c_int, c_ulong
         libc::F_SETFL => {
             const CHANGEABLE: c_int = libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT;
             let wanted = arg as c_int;
-            let rc = kernel(cmd, (wanted & !(libc::O_APPEND | libc::O_DIRECT)) as c_ulong);
+            // The kernel's descriptor keeps `O_APPEND` (for the moment it
+            // is handed over); `O_DIRECT` is the cache's.
+            let rc = kernel(cmd, (wanted & !libc::O_DIRECT) as c_ulong);
             if rc == 0 {
                 let old = desc.flags();
                 desc.status_flags
@@ -339,27 +347,11 @@ fn before_map(fd: c_int, prot: c_int, flags: c_int) -> io::Result<()> {
     open::write_back(&desc)?;
     let shared_writable = flags & libc::MAP_SHARED != 0 && prot & libc::PROT_WRITE != 0;
     if shared_writable {
-        let (key, path) = (desc.key, desc.path.clone());
+        let key = desc.key;
         drop(desc);
-        hand_to_kernel(key, &path)?;
+        handover::hand_over(Some(key))?;
     }
     Ok(())
-}
-
-/// Stops managing the file `key` (every descriptor of it here): written
-/// back already, its lock given up, forgotten by the cache. Each kernel
-/// descriptor takes its description's position and the status flags its
-/// open left to the cache (`O_APPEND`, `O_DIRECT`), so the program's next
-/// call, now the kernel's, goes on where the last one ended.
-fn hand_to_kernel(key: (u64, u64), path: &std::path::Path) -> io::Result<()> {
-    let state = state::built().ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
-    for (fd, _) in table::entries_where(|_, d| d.key == key) {
-        if let Some(desc) = table::remove(fd) {
-            table::align_kernel_descriptor(fd, &desc);
-            state.unlock_file(key);
-        }
-    }
-    state.with_cache(|cache| cache.forget(path).map(drop))
 }
 
 fn mmap_any(prot: c_int, flags: c_int, fd: c_int, kernel: impl FnOnce() -> *mut c_void) -> *mut c_void {
@@ -400,20 +392,144 @@ pub unsafe extern "C" fn mmap64(
     mmap_any(prot, flags, fd, || unsafe { real::mmap64(addr, len, prot, flags, fd, off) })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    // FIOCLEX and FIONCLEX set the close-on-exec flag, the kernel
-    // descriptor's own (Python sets it so on the files it opens).
-    let descriptor_flag = request == libc::FIOCLEX as c_ulong || request == libc::FIONCLEX as c_ulong;
-    if let Some(_inside) = guard::enter().filter(|_| !descriptor_flag) {
-        if let Some(desc) = table::get(fd) {
-            state::complain(&format!(
-                "{}: ioctl {request:#x} on a cached file is not supported (EOPNOTSUPP)",
-                desc.path.display()
-            ));
-            return errno::fail_with(libc::EOPNOTSUPP);
+/// What an `ioctl` request does to a managed file's data, and so what
+/// happens before the kernel answers it on the file's own descriptor.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum IoctlKind {
+    /// Terminal requests (the kernel answers `ENOTTY` for a file), the
+    /// descriptor's flags, and requests that read or set attributes
+    /// other than the data and the size: straight to the kernel.
+    Harmless,
+    /// `FIONREAD`: the bytes between the position and the end, answered
+    /// from the description.
+    BytesToRead,
+    /// Requests that read the data or its layout (`FIEMAP`, `FIBMAP`,
+    /// `FIOQSIZE`, a block device's `BLKFLSBUF`): the file's dirty data
+    /// goes to the kernel first.
+    ReadsData,
+    /// `FICLONE`, `FICLONERANGE`, `FIDEDUPERANGE`: both files written back
+    /// first; when the kernel did change the target, it is handed over.
+    Clones,
+    /// Anything else may change the data behind the cache: the file is
+    /// handed to the kernel first.
+    Unknown,
+}
+
+/// Linux's request numbers (the x86-64/arm64 encodings of `linux/fs.h`
+/// and `linux/fiemap.h`; libc names few of them).
+const FIBMAP: c_ulong = 1;
+const FIGETBSZ: c_ulong = 2;
+const FIONREAD: c_ulong = 0x541b;
+const FIOQSIZE: c_ulong = 0x5460;
+const FS_IOC_FIEMAP: c_ulong = 0xc020_660b;
+const FICLONE: c_ulong = 0x4004_9409;
+const FICLONERANGE: c_ulong = 0x4020_940d;
+const FIDEDUPERANGE: c_ulong = 0xc018_9436;
+const FS_IOC_GETFLAGS: c_ulong = 0x8008_6601;
+const FS_IOC_SETFLAGS: c_ulong = 0x4008_6602;
+const FS_IOC_GETVERSION: c_ulong = 0x8008_7601;
+const FS_IOC_FSGETXATTR: c_ulong = 0x801c_581f;
+const FS_IOC_FSSETXATTR: c_ulong = 0x401c_5820;
+const BLKFLSBUF: c_ulong = 0x1261;
+
+fn ioctl_kind(request: c_ulong) -> IoctlKind {
+    // Block devices' queries: sizes, sector sizes, read-only and
+    // read-ahead settings (0x12xx, less the ones that write or discard).
+    const BLOCK_QUERIES: [c_ulong; 9] = [0x125e, 0x1260, 0x1263, 0x1268, 0x1278, 0x1279, 0x127b, 0x127c, 0x127a];
+    let size_queries = [0x8008_1272, 0x8008_1270]; // BLKGETSIZE64, BLKBSZGET
+    match request {
+        FIONREAD => IoctlKind::BytesToRead,
+        FIOQSIZE | FS_IOC_FIEMAP | FIBMAP | BLKFLSBUF => IoctlKind::ReadsData,
+        FICLONE | FICLONERANGE | FIDEDUPERANGE => IoctlKind::Clones,
+        0x5400..=0x54ff => IoctlKind::Harmless,
+        FIGETBSZ | FS_IOC_GETFLAGS | FS_IOC_SETFLAGS | FS_IOC_GETVERSION | FS_IOC_FSGETXATTR | FS_IOC_FSSETXATTR => {
+            IoctlKind::Harmless
+        }
+        r if BLOCK_QUERIES.contains(&r) || size_queries.contains(&r) => IoctlKind::Harmless,
+        _ => IoctlKind::Unknown,
+    }
+}
+
+/// A clone request's source descriptor: `FICLONE`'s argument is the
+/// descriptor itself, `FICLONERANGE`'s structure opens with it (a
+/// `FIDEDUPERANGE` is asked of its source: none here).
+fn clone_source(request: c_ulong, arg: *mut c_void) -> c_int {
+    match request {
+        FICLONE => arg as usize as c_int,
+        FICLONERANGE if !arg.is_null() => {
+            // SAFETY: `struct file_clone_range` begins with `__s64 src_fd`,
+            // the program's structure for this request.
+            unsafe { std::ptr::read_unaligned(arg as *const i64) as c_int }
+        }
+        _ => -1,
+    }
+}
+
+/// `ioctl` on a managed descriptor, by [`IoctlKind`]; `kernel` makes the
+/// call on the file's own descriptor.
+fn ioctl_managed(
+    desc: std::sync::Arc<table::Desc>,
+    request: c_ulong,
+    arg: *mut c_void,
+    kernel: impl FnOnce() -> c_int,
+) -> c_int {
+    match ioctl_kind(request) {
+        IoctlKind::Harmless => {
+            drop(desc);
+            kernel()
+        }
+        IoctlKind::BytesToRead => {
+            let pos = *desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+            match desc.file.len() {
+                Err(e) => errno::fail(&e),
+                Ok(_) if arg.is_null() => errno::fail_with(libc::EFAULT),
+                Ok(len) => {
+                    let left = len.saturating_sub(pos).min(c_int::MAX as u64) as c_int;
+                    // SAFETY: FIONREAD's argument is the program's `int`.
+                    unsafe { *(arg as *mut c_int) = left };
+                    0
+                }
+            }
+        }
+        IoctlKind::ReadsData => match open::write_back(&desc) {
+            Ok(()) => kernel(),
+            Err(e) => errno::fail(&e),
+        },
+        IoctlKind::Clones => {
+            let source = table::get(clone_source(request, arg));
+            let written = open::write_back(&desc).and_then(|()| source.map_or(Ok(()), |s| open::write_back(&s)));
+            if let Err(e) = written {
+                return errno::fail(&e);
+            }
+            let key = desc.key;
+            drop(desc);
+            let rc = kernel();
+            let target_changed = rc == 0 && request != FIDEDUPERANGE;
+            if target_changed {
+                let errno = errno::get();
+                let _ = handover::hand_over(Some(key));
+                errno::set(errno);
+            }
+            rc
+        }
+        IoctlKind::Unknown => {
+            let key = desc.key;
+            drop(desc);
+            match handover::hand_over(Some(key)) {
+                Ok(()) => kernel(),
+                Err(e) => errno::fail(&e),
+            }
         }
     }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     // SAFETY: passed on with the program's argument.
-    unsafe { real::ioctl(fd, request, arg) }
+    let kernel = || unsafe { real::ioctl(fd, request, arg) };
+    let Some(_inside) = guard::enter() else { return kernel() };
+    match table::get(fd) {
+        Some(desc) => ioctl_managed(desc, request, arg, kernel),
+        None => kernel(),
+    }
 }

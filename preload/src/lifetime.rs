@@ -3,10 +3,11 @@
 //!   what the cache holds and close it, as normal exit does through its
 //!   `atexit` handler;
 //! - the `exec` calls that name a path or search `PATH` (`execve`,
-//!   `execv`, `execvp`, `execvpe`) and `posix_spawn`/`posix_spawnp` write
-//!   every open managed file's dirty data back to the kernel first (the
-//!   new program, or the spawned one, reads it through the kernel); the
-//!   cache stays, for an `exec` that fails;
+//!   `execv`, `execvp`, `execvpe`) and `posix_spawn`/`posix_spawnp` hand
+//!   every open managed file to the kernel first (`handover.rs`: the new
+//!   program, or the spawned one, inherits the descriptions and uses them
+//!   through the kernel); the cache stays, for an `exec` that fails, and
+//!   caches the files opened after it;
 //! - `vfork` is a `fork`: a `vfork` child shares the parent's memory, and
 //!   the cache in it must not be touched from the child (`fork` runs the
 //!   hooks that write back in the parent and keep the child off the
@@ -14,7 +15,7 @@
 //!
 //! What no library can save is documented beside the kernel's behaviour
 //! in docs/run.md: a process killed by a signal loses the data it did not
-//! fsync.
+//! fsync and the cache had not written back.
 
 use libc::{c_char, c_int, pid_t};
 
@@ -28,7 +29,7 @@ fn before_the_end() {
 
 fn before_another_program() {
     if let Some(_inside) = guard::enter() {
-        state::write_back_open_files();
+        state::hand_over_open_files();
     }
 }
 

@@ -21,18 +21,19 @@ use std::ffi::CStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicI32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use libc::{c_char, c_int, c_uint, mode_t};
 use wbcache::{Advice, OpenOptions, SyncRangeFlags};
 
 use crate::state::Fingerprint;
 use crate::table::{self, Desc};
-use crate::{errno, guard, real, state};
+use crate::{errno, guard, handover, real, state, watch};
 
-/// The flags the kernel's open of a managed file leaves to the cache.
-const CACHE_FLAGS: c_int = libc::O_TRUNC | libc::O_APPEND | libc::O_DIRECT;
+/// The flags the kernel's open of a managed file leaves to the cache
+/// (`O_APPEND` stays: the kernel's descriptor carries it for the moment
+/// it is handed to the kernel).
+const CACHE_FLAGS: c_int = libc::O_TRUNC | libc::O_DIRECT;
 
 /// The status flags a description keeps (`F_GETFL`).
 pub const STATUS_FLAGS: c_int =
@@ -55,47 +56,98 @@ pub fn resolve(dirfd: c_int, path: &CStr) -> Option<PathBuf> {
     Some(parent.join(name))
 }
 
-/// The open of a managed file, after the kernel's open gave `fd`: the
-/// cache's handle, the truncation, the table entry. On failure `fd` is
+/// The open of a managed file, after the kernel's open gave `fd`: cached
+/// (the cache's handle, the truncation, the table entry), or served by
+/// the kernel where the cache cannot see through the description or
+/// another process holds the file (`uncached`). On failure `fd` is
 /// closed and the error returned.
 fn adopt(fd: c_int, path: &Path, flags: c_int, (key, now): ((u64, u64), Fingerprint)) -> io::Result<()> {
     let state = state::get().expect("a managed open has a state");
+    let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+    // Descriptors 0-2 are where the C library's own streams read and write.
+    if fd <= 2 {
+        return uncached(state, fd, key, flags);
+    }
+    // Marked before anything is decided: an open by another process from
+    // now on is seen, by the table or as contended.
+    watch::watch(fd);
+    state.take_contended(key);
+    match state.lock_file(key, writable || flags & libc::O_TRUNC != 0) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return uncached(state, fd, key, flags),
+        Err(e) => return Err(close_after(fd, key, e)),
+    }
+    let file = cached_file(state, path, flags, (key, now)).map_err(|e| {
+        state.unlock_file(key);
+        close_after(fd, key, e)
+    })?;
+    table::insert(fd, Arc::new(Desc::new(file, flags & STATUS_FLAGS, key, path.to_path_buf())));
+    if state.take_contended(key) {
+        // Another process opened it while this open was under way.
+        handover::hand_over(Some(key))?;
+    }
+    Ok(())
+}
+
+/// The cache's handle of a managed file being opened, truncated for
+/// `O_TRUNC`.
+fn cached_file(
+    state: &state::State,
+    path: &Path,
+    flags: c_int,
+    (key, now): ((u64, u64), Fingerprint),
+) -> io::Result<wbcache::File> {
     let access = flags & libc::O_ACCMODE;
     let writable = access != libc::O_RDONLY;
-    let truncates = flags & libc::O_TRUNC != 0;
-    let adopted = state.lock_file(key, path, writable || truncates).and_then(|()| {
-        // Not `append`: `O_APPEND` is the description's, per write (rw.rs).
-        let options = OpenOptions::new().read(access != libc::O_WRONLY).write(writable);
-        let file = state.with_cache(|cache| cache.open(path, &options)).inspect_err(|_| {
-            state.unlock_file(key);
-        })?;
-        // Kept from an earlier close here, but changed since (by another
-        // process): what the cache holds of it is stale.
-        if state.take_closed(key).is_some_and(|then| then != now) {
-            file.advise(0..i64::MAX as u64, Advice::DontNeed).inspect_err(|_| {
-                state.unlock_file(key);
-            })?;
-        }
-        if truncates {
-            empty(state, &file, path, writable).inspect_err(|_| {
-                state.unlock_file(key);
-            })?;
-        }
-        Ok(file)
-    });
-    match adopted {
-        Ok(file) => {
-            let status = AtomicI32::new(flags & STATUS_FLAGS);
-            let desc = Desc { file, pos: Mutex::new(0), status_flags: status, key, path: path.to_path_buf() };
-            table::insert(fd, Arc::new(desc));
-            Ok(())
-        }
-        Err(e) => {
-            // SAFETY: the descriptor the kernel just gave, closed once.
-            unsafe { real::close(fd) };
-            Err(e)
-        }
+    // Kept from an earlier close here, but changed since (by another
+    // process): what the cache holds of it, its size too, is stale.
+    if state.take_closed(key).is_some_and(|then| then != now) {
+        state.with_cache(|cache| cache.forget(path))?;
     }
+    // Not `append`: `O_APPEND` is the description's, per write (rw.rs).
+    let options = OpenOptions::new().read(access != libc::O_WRONLY).write(writable);
+    let file = state.with_cache(|cache| cache.open(path, &options))?;
+    if flags & libc::O_TRUNC != 0 {
+        empty(state, &file, path, writable)?;
+    }
+    Ok(file)
+}
+
+/// Closes `fd` after its open failed, and returns `e`.
+fn close_after(fd: c_int, key: (u64, u64), e: io::Error) -> io::Error {
+    if table::any_of(key).is_none() {
+        watch::unwatch(fd);
+    }
+    // SAFETY: the descriptor the kernel just gave, closed once.
+    unsafe { real::close(fd) };
+    e
+}
+
+/// A managed file opened through the kernel: what this process caches of
+/// it goes to the kernel first, the kernel's descriptor gets the flags
+/// the cache would have served (`O_TRUNC`, `O_DIRECT`), and the
+/// descriptor is counted as the kernel's.
+fn uncached(state: &state::State, fd: c_int, key: (u64, u64), flags: c_int) -> io::Result<()> {
+    if table::any_of(key).is_some() {
+        handover::hand_over(Some(key)).map_err(|e| close_after(fd, key, e))?;
+    } else {
+        watch::unwatch(fd);
+    }
+    // SAFETY: plain calls on the descriptor the kernel just gave.
+    let applied = unsafe {
+        (flags & libc::O_TRUNC == 0 || real::ftruncate(fd, 0) == 0)
+            && (flags & libc::O_DIRECT == 0
+                || real::fcntl(
+                    fd,
+                    libc::F_SETFL,
+                    (real::fcntl(fd, libc::F_GETFL, 0) | libc::O_DIRECT) as libc::c_ulong,
+                ) == 0)
+    };
+    if !applied {
+        return Err(close_after(fd, key, io::Error::last_os_error()));
+    }
+    state.track_uncached(fd, key);
+    Ok(())
 }
 
 /// `O_TRUNC`: the file emptied through `file` (`writable`), or, when
@@ -142,8 +194,14 @@ fn managed_path(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<PathB
 /// (written back, its lock given up). Without this, the new descriptor's
 /// reads and writes would be served from the old file's cache.
 pub fn fresh(fd: c_int) -> c_int {
+    if fd < 0 {
+        return fd;
+    }
     if let Some(stale) = table::remove(fd) {
-        let _ = release(&stale);
+        let _ = release(None, &stale);
+    }
+    if let Some(state) = state::built() {
+        state.untrack_uncached(|f| f == fd);
     }
     fd
 }
@@ -173,7 +231,7 @@ pub fn with_writable(path: &Path, f: impl FnOnce(&Desc) -> io::Result<()>) -> io
     adopt(fd, path, flags, key)?;
     let desc = table::remove(fd).expect("adopted just now");
     let done = f(&desc);
-    let released = release(&desc);
+    let released = release(Some(fd), &desc);
     drop(desc);
     // SAFETY: our descriptor, closed once.
     unsafe { real::close(fd) };
@@ -277,7 +335,9 @@ pub fn write_back(desc: &Desc) -> io::Result<()> {
 /// and the next open here uses it only if the file has not changed since
 /// (another process may change it once the lock is gone). When the file
 /// cannot be looked at, its data is dropped at once.
-pub fn release(desc: &Desc) -> io::Result<()> {
+/// `fd`: the descriptor being closed, if it is still open (its file's
+/// watch goes with the last).
+pub fn release(fd: Option<c_int>, desc: &Desc) -> io::Result<()> {
     let Some(state) = state::built() else { return Ok(()) };
     let written = if state.is_last_descriptor(desc.key) {
         write_back(desc).and_then(|()| match fingerprint_of(desc) {
@@ -290,7 +350,11 @@ pub fn release(desc: &Desc) -> io::Result<()> {
     } else {
         Ok(())
     };
-    state.unlock_file(desc.key);
+    if state.unlock_file(desc.key) {
+        if let Some(fd) = fd {
+            watch::unwatch(fd);
+        }
+    }
     written
 }
 
@@ -313,10 +377,13 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         return unsafe { real::close(fd) };
     };
     let Some(desc) = table::remove(fd) else {
+        if let Some(state) = state::built() {
+            state.untrack_uncached(|f| f == fd);
+        }
         // SAFETY: passed on.
         return unsafe { real::close(fd) };
     };
-    let released = release(&desc);
+    let released = release(Some(fd), &desc);
     drop(desc);
     // SAFETY: the program's descriptor, closed once.
     let rc = unsafe { real::close(fd) };
@@ -333,10 +400,13 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// none.
 fn release_range(first: c_uint, last: c_uint) {
     let Some(_inside) = guard::enter() else { return };
-    let in_range = |fd: c_int, _: &Desc| (first as u64..=last as u64).contains(&(fd as u64));
-    for (fd, _) in table::entries_where(in_range) {
+    let in_range = |fd: c_int| (first as u64..=last as u64).contains(&(fd as u64));
+    if let Some(state) = state::built() {
+        state.untrack_uncached(in_range);
+    }
+    for (fd, _) in table::entries_where(|fd, _| in_range(fd)) {
         if let Some(desc) = table::remove(fd) {
-            if let Err(e) = release(&desc) {
+            if let Err(e) = release(Some(fd), &desc) {
                 state::complain(&format!("{}: writing back at close failed: {e}", desc.path.display()));
             }
         }

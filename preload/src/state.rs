@@ -1,8 +1,8 @@
 //! The process's one cache and what it manages: the directories from
 //! `WBCACHE_PATHS` (colon separated; canonical), the cache built from
 //! `WBCACHE_OPTIONS` (the C ABI's option keys), and per managed file (by
-//! device and inode) the cross-process lock and the count of descriptors
-//! of it that are open here.
+//! device and inode) the cross-process locks and the count of descriptors
+//! of it that are open here, cached or handed to the kernel.
 //!
 //! Built on the first interposed call that names a path, never before:
 //! a program that touches no managed path pays for nothing. Without
@@ -10,18 +10,25 @@
 //! says why), nothing is managed and every call goes to the C library.
 //!
 //! Invariants: a file is cached here only while this process holds its
-//! lock (write-locked when any descriptor here may write it), so a second
-//! process that caches it through this library is refused instead of
-//! caching a second copy; the lock is given up when the file's last
-//! managed descriptor closes, after its dirty data was written back to
-//! the kernel. The locks are open-file-description locks in a registry
-//! file per device (`/dev/shm/wbcache-locks-DEV`, one byte per inode
-//! number), not on the file itself: there they would conflict with the
-//! program's own record locks (RocksDB locks its whole `LOCK` file).
+//! cache lock (write-locked when any descriptor here may write it) and
+//! no other process using this library holds its users lock; a process
+//! holds a file's users lock while it has descriptors of the file open
+//! that the cache does not serve (handed to the kernel, or opened while
+//! another process held the file). So two processes never cache one
+//! file, and none caches a file another one reads or writes through the
+//! kernel. A file that another process holds is opened through the
+//! kernel instead, never refused. The cache lock is given up when the
+//! file's last cached descriptor closes, after its dirty data was written
+//! back to the kernel. The locks are open-file-description locks in
+//! registry files per device (`/dev/shm/wbcache-locks-DEV` and
+//! `/dev/shm/wbcache-users-DEV`, one byte per inode number), not on the
+//! file itself: there they would conflict with the program's own record
+//! locks (RocksDB locks its whole `LOCK` file).
 
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};
 
 use wbcache::{Cache, Config};
@@ -39,9 +46,17 @@ pub struct State {
 #[derive(Default)]
 struct Files {
     locks: HashMap<(u64, u64), FileLock>,
-    /// Per device, the registry file's descriptor (kept for the process's
-    /// life: its locks are released one by one).
-    registries: HashMap<u64, libc::c_int>,
+    /// Per device, the registry files' descriptors (kept for the process's
+    /// life: their locks are released one by one).
+    registries: HashMap<u64, Registries>,
+    /// Descriptors of managed files that the kernel serves, by number.
+    uncached_fds: HashMap<libc::c_int, (u64, u64)>,
+    /// Per file, how many of `uncached_fds` it has (its users lock is held
+    /// while there are any).
+    uncached: HashMap<(u64, u64), usize>,
+    /// Files another process opened while this one was starting to cache
+    /// them (the watcher saw the open before the file was in the table).
+    contended: std::collections::HashSet<(u64, u64)>,
     /// Files whose last descriptor closed here while the cache kept their
     /// (clean) data: how the file looked then.
     closed: HashMap<(u64, u64), Fingerprint>,
@@ -69,6 +84,20 @@ impl Fingerprint {
         }
     }
 }
+
+/// A device's two lock registries.
+#[derive(Clone, Copy)]
+struct Registries {
+    /// Bytes locked by the process that caches each file.
+    cache: libc::c_int,
+    /// Bytes read-locked by every process that has the file open through
+    /// the kernel.
+    users: libc::c_int,
+}
+
+/// Uncached descriptors of managed files open: while 0, `close` looks up
+/// nothing.
+static UNCACHED_FDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// A managed file's cross-process lock, held while descriptors of it are
 /// open here.
@@ -124,8 +153,11 @@ fn build() -> Option<State> {
     // SAFETY: registering plain functions to run at exit and around fork.
     unsafe {
         libc::atexit(write_back_at_exit);
-        libc::pthread_atfork(Some(write_back_before_fork), None, Some(forked_child));
+        libc::pthread_atfork(Some(hand_over_before_fork), None, Some(forked_child));
     }
+    // Without it (no CAP_SYS_ADMIN), other processes see what the kernel
+    // has been given (docs/run.md).
+    crate::watch::start();
     Some(State { roots, cache: Mutex::new(Some(cache)), files: Mutex::new(Files::default()) })
 }
 
@@ -154,31 +186,23 @@ pub fn write_back_and_close() {
     }
 }
 
-/// Every open managed file's dirty data to the kernel (the files closed
-/// already were written back at their last close): before a `fork`,
-/// whose child reads the inherited descriptors through the kernel, and
-/// before an `exec` or a spawn, whose program reads through the kernel.
-pub fn write_back_open_files() {
-    for (_, desc) in crate::table::entries() {
-        if let Err(e) = crate::open::write_back(&desc) {
-            complain(&format!("{}: writing back failed: {e}", desc.path.display()));
-        }
+/// Every open managed file to the kernel (`handover.rs`): before a
+/// `fork`, whose child uses the descriptions it inherits through the
+/// kernel, and before an `exec` or a spawn, whose program does.
+pub fn hand_over_open_files() {
+    if let Err(e) = crate::handover::hand_over(None) {
+        complain(&format!("a file stays cached, its data not written back: {e}"));
     }
 }
 
-/// Before `fork`: the open files' dirty data to the kernel, and each
-/// managed descriptor's position and `O_APPEND` to its kernel descriptor,
-/// which the child inherits and uses.
-extern "C" fn write_back_before_fork() {
+extern "C" fn hand_over_before_fork() {
     let Some(_inside) = crate::guard::enter() else { return };
-    write_back_open_files();
-    for (fd, desc) in crate::table::entries() {
-        crate::table::align_kernel_descriptor(fd, &desc);
-    }
+    hand_over_open_files();
 }
 
 extern "C" fn forked_child() {
     crate::guard::mark_forked_child();
+    crate::watch::forget_in_child();
 }
 
 extern "C" fn write_back_at_exit() {
@@ -209,30 +233,83 @@ impl State {
         }
     }
 
-    /// Counts a new managed descriptor of the file `key` (device, inode) at
-    /// `path`, taking or strengthening the cross-process lock. `EBUSY` (and
-    /// one line on stderr) when another process holds it.
-    pub fn lock_file(&self, key: (u64, u64), path: &Path, writable: bool) -> std::io::Result<()> {
+    /// Counts a new cached descriptor of the file `key` (device, inode) at
+    /// `path`, taking or strengthening the cross-process cache lock.
+    /// `EBUSY` when another process holds it (its cache lock, or its
+    /// users lock: it has the file open through the kernel): the file is
+    /// then opened through the kernel here too.
+    pub fn lock_file(&self, key: (u64, u64), writable: bool) -> std::io::Result<()> {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        let registry = match files.registries.get(&key.0) {
-            Some(&fd) => fd,
-            None => {
-                let fd = open_registry(key.0)?;
-                files.registries.insert(key.0, fd);
-                fd
-            }
-        };
+        let registries = files.registries_of(key.0)?;
         if let Some(lock) = files.locks.get_mut(&key) {
             if writable && !lock.exclusive {
-                set_lock(registry, key.1, libc::F_WRLCK, path)?;
+                set_lock(registries.cache, key.1, libc::F_WRLCK)?;
                 lock.exclusive = true;
             }
             lock.descriptors += 1;
             return Ok(());
         }
-        set_lock(registry, key.1, if writable { libc::F_WRLCK } else { libc::F_RDLCK }, path)?;
+        if files.uncached.contains_key(&key) || held_elsewhere(registries.users, key.1)? {
+            return Err(std::io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        set_lock(registries.cache, key.1, if writable { libc::F_WRLCK } else { libc::F_RDLCK })?;
         files.locks.insert(key, FileLock { exclusive: writable, descriptors: 1 });
         Ok(())
+    }
+
+    /// Counts `fd`, a descriptor of the managed file `key` that the
+    /// kernel serves, taking the file's users lock with the first.
+    pub fn track_uncached(&self, fd: libc::c_int, key: (u64, u64)) {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(registries) = files.registries_of(key.0) else { return };
+        if let Some(earlier) = files.uncached_fds.insert(fd, key) {
+            files.drop_uncached(earlier);
+        } else {
+            UNCACHED_FDS.fetch_add(1, Ordering::AcqRel);
+        }
+        let count = files.uncached.entry(key).or_insert(0);
+        *count += 1;
+        if *count == 1 {
+            // Shared with every other process that has the file open
+            // through the kernel; only a would-be cacher is kept out.
+            let _ = set_lock(registries.users, key.1, libc::F_RDLCK);
+        }
+    }
+
+    /// The file `fd` is a kernel-served descriptor of, if it is one.
+    pub fn uncached_key(&self, fd: libc::c_int) -> Option<(u64, u64)> {
+        if UNCACHED_FDS.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.files.lock().unwrap_or_else(|e| e.into_inner()).uncached_fds.get(&fd).copied()
+    }
+
+    /// Forgets the kernel-served descriptors among those `closing`
+    /// selects (they are being closed), giving up a file's users lock
+    /// with its last.
+    pub fn untrack_uncached(&self, closing: impl Fn(libc::c_int) -> bool) {
+        if UNCACHED_FDS.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        let gone: Vec<libc::c_int> = files.uncached_fds.keys().copied().filter(|&fd| closing(fd)).collect();
+        for fd in gone {
+            if let Some(key) = files.uncached_fds.remove(&fd) {
+                UNCACHED_FDS.fetch_sub(1, Ordering::AcqRel);
+                files.drop_uncached(key);
+            }
+        }
+    }
+
+    /// Records that another process opened `key` (the watcher's note for
+    /// an open it cannot hand over yet).
+    pub fn mark_contended(&self, key: (u64, u64)) {
+        self.files.lock().unwrap_or_else(|e| e.into_inner()).contended.insert(key);
+    }
+
+    /// Whether another process opened `key` since the last asking.
+    pub fn take_contended(&self, key: (u64, u64)) -> bool {
+        self.files.lock().unwrap_or_else(|e| e.into_inner()).contended.remove(&key)
     }
 
     /// Whether this process ever opened a managed file (each took a lock
@@ -280,17 +357,50 @@ impl State {
             return false;
         }
         files.locks.remove(&key);
-        if let Some(&registry) = files.registries.get(&key.0) {
-            let _ = set_lock(registry, key.1, libc::F_UNLCK, Path::new(""));
+        if let Some(registries) = files.registries.get(&key.0) {
+            let _ = set_lock(registries.cache, key.1, libc::F_UNLCK);
         }
         true
     }
 }
 
-/// The lock registry of device `dev`: a file in `/dev/shm` that every
-/// process using this library on that device locks bytes of.
-fn open_registry(dev: u64) -> std::io::Result<libc::c_int> {
-    let path = CString::new(format!("/dev/shm/wbcache-locks-{dev:x}")).expect("no NUL in the name");
+impl Files {
+    /// Device `dev`'s registries, opened on first use.
+    fn registries_of(&mut self, dev: u64) -> std::io::Result<Registries> {
+        if let Some(&found) = self.registries.get(&dev) {
+            return Ok(found);
+        }
+        let cache = open_registry("locks", dev)?;
+        let users = open_registry("users", dev).inspect_err(|_| {
+            // SAFETY: the descriptor opened just above, closed once.
+            unsafe { real::close(cache) };
+        })?;
+        let registries = Registries { cache, users };
+        self.registries.insert(dev, registries);
+        Ok(registries)
+    }
+
+    /// One kernel-served descriptor of `key` fewer; the users lock goes
+    /// with the last.
+    fn drop_uncached(&mut self, key: (u64, u64)) {
+        let Some(count) = self.uncached.get_mut(&key) else { return };
+        assert!(*count > 0, "an uncached descriptor is counted once");
+        *count -= 1;
+        if *count > 0 {
+            return;
+        }
+        self.uncached.remove(&key);
+        if let Some(registries) = self.registries.get(&key.0) {
+            let _ = set_lock(registries.users, key.1, libc::F_UNLCK);
+        }
+    }
+}
+
+/// A lock registry of device `dev` (`kind`: `locks` or `users`): a file
+/// in `/dev/shm` that every process using this library on that device
+/// locks bytes of.
+fn open_registry(kind: &str, dev: u64) -> std::io::Result<libc::c_int> {
+    let path = CString::new(format!("/dev/shm/wbcache-{kind}-{dev:x}")).expect("no NUL in the name");
     // SAFETY: a NUL-terminated path; the mode lets every user lock it.
     let fd = unsafe { real::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666) };
     if fd < 0 {
@@ -301,19 +411,26 @@ fn open_registry(dev: u64) -> std::io::Result<libc::c_int> {
     Ok(fd)
 }
 
-/// Sets (`F_RDLCK`, `F_WRLCK`) or clears (`F_UNLCK`) the lock on byte
-/// `ino` of `registry`, without waiting.
-fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int, path: &Path) -> std::io::Result<()> {
+/// The lock request for byte `ino` of a registry.
+fn byte_lock(ino: u64, kind: libc::c_int) -> libc::flock {
     // SAFETY: an all-zero `flock` is a valid value to fill in.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
     // One byte per inode number: below i64::MAX, so that the byte's end
     // is a valid offset (a mask clearing bit 0 would give inodes 2k and
-    // 2k+1 one byte, and refuse one of them while another process
-    // caches the other).
+    // 2k+1 one byte, and keep one of them from being cached while another
+    // process caches the other).
     lock.l_start = (ino % (i64::MAX as u64)) as i64;
     lock.l_len = 1;
+    lock
+}
+
+/// Sets (`F_RDLCK`, `F_WRLCK`) or clears (`F_UNLCK`) the lock on byte
+/// `ino` of `registry`, without waiting; `EBUSY` when another process
+/// holds a conflicting one.
+fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int) -> std::io::Result<()> {
+    let mut lock = byte_lock(ino, kind);
     // SAFETY: F_OFD_SETLK reads one live `flock`.
     let rc = unsafe { real::fcntl(registry, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
     if rc == 0 {
@@ -321,8 +438,18 @@ fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int, path: &Path) -> 
     }
     let e = std::io::Error::last_os_error();
     if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) {
-        complain(&format!("{}: cached by another process; refused (EBUSY)", path.display()));
         return Err(std::io::Error::from_raw_os_error(libc::EBUSY));
     }
     Err(e)
+}
+
+/// Whether another process holds a lock on byte `ino` of `registry`.
+fn held_elsewhere(registry: libc::c_int, ino: u64) -> std::io::Result<bool> {
+    let mut lock = byte_lock(ino, libc::F_WRLCK);
+    // SAFETY: F_OFD_GETLK reads and fills one live `flock`.
+    let rc = unsafe { real::fcntl(registry, libc::F_OFD_GETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
 }

@@ -627,7 +627,10 @@ fn is_standard(fp: *mut FILE) -> bool {
 fn forget_closed(fd: c_int) {
     let Some(_inside) = guard::enter() else { return };
     if let Some(desc) = table::remove(fd) {
-        let _ = open::release(&desc);
+        let _ = open::release(None, &desc);
+    }
+    if let Some(state) = state::built() {
+        state.untrack_uncached(|f| f == fd);
     }
 }
 

@@ -13,9 +13,18 @@
 //! open; the table is changed only under its write lock, and a lookup
 //! clones the description out, so a `close` racing a `read` of the same
 //! number never frees what the reader uses.
+//!
+//! Handing a file to the kernel ([`begin_hand_over`], then
+//! [`end_hand_over`]) marks its descriptions under the write lock, waits
+//! until no call holds one (the calls in flight finish through the
+//! cache), and only then takes them out: a lookup that finds a marked
+//! description waits for the hand-over to end and then answers that the
+//! descriptor is not managed, so its call goes to the kernel's
+//! descriptor once that stands where the description stood. A lookup
+//! pays one load of the mark for this.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// An open file description of a managed file.
@@ -29,9 +38,16 @@ pub struct Desc {
     /// The file's device and inode (its cross-process lock's key).
     pub key: (u64, u64),
     pub path: PathBuf,
+    /// Set while the description is being handed to the kernel.
+    pub handed: AtomicBool,
 }
 
 impl Desc {
+    pub fn new(file: wbcache::File, flags: i32, key: (u64, u64), path: PathBuf) -> Desc {
+        let status_flags = AtomicI32::new(flags);
+        Desc { file, pos: Mutex::new(0), status_flags, key, path, handed: AtomicBool::new(false) }
+    }
+
     pub fn flags(&self) -> i32 {
         self.status_flags.load(Ordering::Acquire)
     }
@@ -42,13 +58,88 @@ static TABLE: RwLock<Vec<Option<Arc<Desc>>>> = RwLock::new(Vec::new());
 /// Managed descriptors open: while 0, a lookup takes no lock.
 static MANAGED: AtomicUsize = AtomicUsize::new(0);
 
-/// The description of descriptor `fd`, if it is managed.
+/// The description of descriptor `fd`, if it is managed (after a
+/// hand-over of it in progress ends: then it is not).
 pub fn get(fd: libc::c_int) -> Option<Arc<Desc>> {
     if MANAGED.load(Ordering::Acquire) == 0 || fd < 0 {
         return None;
     }
+    let desc = lookup(fd)?;
+    if !desc.handed.load(Ordering::Acquire) {
+        return Some(desc);
+    }
+    drop(desc);
+    wait_for_hand_over(fd)
+}
+
+fn lookup(fd: libc::c_int) -> Option<Arc<Desc>> {
     let table = TABLE.read().unwrap_or_else(|e| e.into_inner());
     table.get(fd as usize).and_then(Clone::clone)
+}
+
+/// Waits (rarely: a hand-over is brief) until `fd`'s description is no
+/// longer being handed over; what the table then says of `fd`.
+#[cold]
+fn wait_for_hand_over(fd: libc::c_int) -> Option<Arc<Desc>> {
+    loop {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+        match lookup(fd) {
+            Some(desc) if desc.handed.load(Ordering::Acquire) => continue,
+            found => return found,
+        }
+    }
+}
+
+/// The descriptors of the file `key` (those `only`, if given, selects),
+/// marked as being handed to the kernel, once no call uses their
+/// descriptions any more: each with its description, in descriptor
+/// order. They stay in the table (lookups wait) until [`end_hand_over`].
+pub fn begin_hand_over(key: Option<(u64, u64)>) -> Vec<(libc::c_int, Arc<Desc>)> {
+    let marked: Vec<(libc::c_int, Arc<Desc>)> = {
+        let table = TABLE.write().unwrap_or_else(|e| e.into_inner());
+        let marked: Vec<_> = table
+            .iter()
+            .enumerate()
+            .filter_map(|(fd, d)| Some((fd as libc::c_int, d.as_ref()?)))
+            .filter(|(_, d)| key.is_none_or(|k| d.key == k) && !d.handed.load(Ordering::Acquire))
+            .map(|(fd, d)| (fd, d.clone()))
+            .collect();
+        for (_, desc) in &marked {
+            desc.handed.store(true, Ordering::Release);
+        }
+        marked
+    };
+    // Each marked description is held by its table entries and by this
+    // list, once per descriptor; any other holder is a call in flight.
+    for (_, desc) in &marked {
+        let held_here = 2 * marked.iter().filter(|(_, d)| Arc::ptr_eq(d, desc)).count();
+        let mut wait_us = 10;
+        while Arc::strong_count(desc) > held_here {
+            std::thread::sleep(std::time::Duration::from_micros(wait_us));
+            wait_us = (wait_us * 2).min(1000);
+        }
+    }
+    marked
+}
+
+/// Unmarks descriptors [`begin_hand_over`] marked: they stay managed.
+pub fn abort_hand_over(marked: &[(libc::c_int, Arc<Desc>)]) {
+    let _table = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    for (_, desc) in marked {
+        desc.handed.store(false, Ordering::Release);
+    }
+}
+
+/// Takes the descriptors [`begin_hand_over`] marked out of the table:
+/// their calls are the kernel's from now on.
+pub fn end_hand_over(marked: &[(libc::c_int, Arc<Desc>)]) {
+    let mut table = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    for (fd, desc) in marked {
+        let slot = &mut table[*fd as usize];
+        assert!(slot.as_ref().is_some_and(|d| Arc::ptr_eq(d, desc)), "a marked descriptor stays until handed over");
+        *slot = None;
+        MANAGED.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Makes `fd` a managed descriptor of `desc` (replacing what it was).
@@ -87,19 +178,20 @@ pub fn any_of(key: (u64, u64)) -> Option<Arc<Desc>> {
     table.iter().flatten().find(|d| d.key == key).cloned()
 }
 
-/// Gives the kernel's descriptor `fd` the description's position and
-/// `O_APPEND`, so that calls made on it through the kernel (by a forked
-/// child, or after the descriptor stops being managed) continue where the
-/// cache's description stands.
+/// Gives the kernel's descriptor `fd` the description's position and its
+/// status flags (`O_APPEND`, and `O_DIRECT`, which the kernel's open
+/// left to the cache), so that calls made on it through the kernel
+/// continue where the cache's description stands.
 pub fn align_kernel_descriptor(fd: libc::c_int, desc: &Desc) {
     let pos = *desc.pos.lock().unwrap_or_else(|e| e.into_inner());
+    let changeable = libc::O_APPEND | libc::O_DIRECT;
     // SAFETY: plain calls on the program's own descriptor.
     unsafe {
         crate::real::lseek(fd, pos as libc::off_t, libc::SEEK_SET);
         let kernel_flags = crate::real::fcntl(fd, libc::F_GETFL, 0);
-        if kernel_flags >= 0 {
-            let append = desc.flags() & libc::O_APPEND;
-            crate::real::fcntl(fd, libc::F_SETFL, ((kernel_flags & !libc::O_APPEND) | append) as libc::c_ulong);
+        let wanted = desc.flags() & changeable;
+        if kernel_flags >= 0 && kernel_flags & changeable != wanted {
+            crate::real::fcntl(fd, libc::F_SETFL, ((kernel_flags & !changeable) | wanted) as libc::c_ulong);
         }
     }
 }

@@ -1,0 +1,148 @@
+//! The watcher: coherence with other processes, as the kernel gives it.
+//! Every file this process caches carries a `fanotify` permission mark
+//! (`FAN_OPEN_PERM`), so another process's `open` of it waits in the
+//! kernel until this process's watcher thread has handed the file to the
+//! kernel (its dirty data written back, `handover.rs`) and allowed the
+//! open: the opener, run under this library or not, reads every byte
+//! this process's calls acknowledged, and both then use the file through
+//! the kernel. Opens by this process itself are allowed at once.
+//!
+//! `fanotify` permission events need `CAP_SYS_ADMIN`; without it
+//! ([`start`] fails with `EPERM`) nothing is watched, and a file this
+//! process caches is seen by others as the kernel has it (written back
+//! by the flusher, at close, `fsync` and exit): docs/run.md says so.
+//!
+//! Invariants: the watcher answers every permission event it reads, and
+//! closes the event's descriptor; it runs inside the library's guard for
+//! its whole life, so its own calls go to the C library; a forked child
+//! closes its copy of the group's descriptor (the parent's thread answers
+//! the group's events, and a child that outlived it must not keep the
+//! group, with its marks, alive).
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::{guard, handover, real, state, table};
+
+/// The fanotify group's descriptor, or -1 without one.
+static GROUP: AtomicI32 = AtomicI32::new(-1);
+
+/// Creates the group and starts the watcher thread; `false` when the
+/// process may not (no `CAP_SYS_ADMIN`) or the kernel has no fanotify.
+pub fn start() -> bool {
+    let flags = libc::FAN_CLASS_CONTENT | libc::FAN_CLOEXEC | libc::FAN_UNLIMITED_MARKS | libc::FAN_UNLIMITED_QUEUE;
+    // SAFETY: a plain system call.
+    let group = unsafe { libc::fanotify_init(flags, (libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC) as u32) };
+    if group < 0 {
+        return false;
+    }
+    let spawned = std::thread::Builder::new().name("wbcache-watcher".into()).spawn(move || serve(group));
+    if spawned.is_err() {
+        // SAFETY: the group made just above, closed once.
+        unsafe { real::close(group) };
+        return false;
+    }
+    GROUP.store(group, Ordering::Release);
+    true
+}
+
+/// Puts the permission mark on the file `fd` is open on.
+pub fn watch(fd: libc::c_int) {
+    mark(fd, libc::FAN_MARK_ADD);
+}
+
+/// Takes the mark off the file `fd` is open on.
+pub fn unwatch(fd: libc::c_int) {
+    mark(fd, libc::FAN_MARK_REMOVE);
+}
+
+fn mark(fd: libc::c_int, how: libc::c_uint) {
+    let group = GROUP.load(Ordering::Acquire);
+    if group < 0 {
+        return;
+    }
+    // SAFETY: a plain system call; a NULL path marks `fd`'s own inode.
+    unsafe { libc::fanotify_mark(group, how, libc::FAN_OPEN_PERM, fd, std::ptr::null()) };
+}
+
+/// In a forked child: its copy of the group goes (see the module's doc).
+pub fn forget_in_child() {
+    let group = GROUP.swap(-1, Ordering::AcqRel);
+    if group >= 0 {
+        // SAFETY: the child's copy of the group's descriptor, closed once.
+        unsafe { real::close(group) };
+    }
+}
+
+/// The watcher thread: reads events and answers each.
+fn serve(group: libc::c_int) {
+    let _inside = guard::enter();
+    let mut buf = vec![0u8; 64 * 1024];
+    let header = std::mem::size_of::<libc::fanotify_event_metadata>();
+    loop {
+        // SAFETY: reading into a live buffer of its length.
+        let n = unsafe { real::read(group, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return;
+        }
+        let mut at = 0usize;
+        while at + header <= n as usize {
+            // SAFETY: the kernel wrote whole events; one starts at `at`
+            // (read unaligned: the buffer is bytes).
+            let event: libc::fanotify_event_metadata = unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+            if event.event_len < header as u32 {
+                break;
+            }
+            answer(group, &event);
+            at += event.event_len as usize;
+        }
+    }
+}
+
+/// Answers one event: an open by another process first hands the file
+/// over; every open is then allowed.
+fn answer(group: libc::c_int, event: &libc::fanotify_event_metadata) {
+    if event.fd < 0 {
+        return;
+    }
+    // SAFETY: a plain call.
+    let own = event.pid == unsafe { libc::getpid() };
+    if !own && event.mask & libc::FAN_OPEN_PERM != 0 {
+        let_go_of(event.fd);
+    }
+    if event.mask & libc::FAN_OPEN_PERM != 0 {
+        let response = libc::fanotify_response { fd: event.fd, response: libc::FAN_ALLOW };
+        // SAFETY: writing one live response to the group.
+        unsafe {
+            real::write(group, (&response as *const libc::fanotify_response).cast(), std::mem::size_of_val(&response))
+        };
+    }
+    // SAFETY: the event's descriptor, the watcher's to close, closed once.
+    unsafe { real::close(event.fd) };
+}
+
+/// Another process opens the file `fd` is open on: hand it over if it is
+/// cached here, else note it for an open of it that is starting to cache
+/// it; the mark goes either way (the next cache of it marks it again).
+fn let_go_of(fd: libc::c_int) {
+    let Some(state) = state::built() else { return };
+    // SAFETY: an all-zero `stat` is a valid value for fstat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is valid for one `stat`.
+    if unsafe { real::fstat(fd, &mut st) } != 0 {
+        return;
+    }
+    let key = (st.st_dev, st.st_ino);
+    if table::any_of(key).is_some() {
+        if let Err(e) = handover::hand_over(Some(key)) {
+            state::complain(&format!("another process opened a cached file whose data stays cached: {e}"));
+        }
+    } else {
+        state.mark_contended(key);
+    }
+    if table::any_of(key).is_none() {
+        unwatch(fd);
+    }
+}
