@@ -12,9 +12,14 @@
 //! process caches is seen by others as the kernel has it (written back
 //! by the flusher, at close, `fsync` and exit): docs/run.md says so.
 //!
-//! Invariants: the watcher answers every permission event it reads, and
-//! closes the event's descriptor; it runs inside the library's guard for
-//! its whole life, so its own calls go to the C library; a forked child
+//! Invariants: every permission event read is answered, and its
+//! descriptor closed; the watcher thread itself never blocks on anything
+//! but reading events, and answers this process's own opens at once
+//! (the engine opens files too, on any of its threads: one waiting on an
+//! answer that a busy watcher would never give is a deadlock), so the
+//! hand-overs run on a second thread, which answers those events when it
+//! is done; both threads run inside the library's guard for their whole
+//! lives, so their own calls go to the C library; a forked child
 //! closes its copy of the group's descriptor (the parent's thread answers
 //! the group's events, and a child that outlived it must not keep the
 //! group, with its marks, alive).
@@ -35,7 +40,17 @@ pub fn start() -> bool {
     if group < 0 {
         return false;
     }
-    let spawned = std::thread::Builder::new().name("wbcache-watcher".into()).spawn(move || serve(group));
+    let (to_hand_over, handing) = std::sync::mpsc::channel::<libc::fanotify_event_metadata>();
+    let worker = std::thread::Builder::new().name("wbcache-handover".into()).spawn(move || {
+        let _inside = guard::enter();
+        for event in handing {
+            let_go_of(event.fd);
+            allow(group, &event);
+        }
+    });
+    let spawned = worker.and_then(|_| {
+        std::thread::Builder::new().name("wbcache-watcher".into()).spawn(move || serve(group, to_hand_over))
+    });
     if spawned.is_err() {
         // SAFETY: the group made just above, closed once.
         unsafe { real::close(group) };
@@ -73,8 +88,9 @@ pub fn forget_in_child() {
     }
 }
 
-/// The watcher thread: reads events and answers each.
-fn serve(group: libc::c_int) {
+/// The watcher thread: reads events; answers this process's own, passes
+/// other processes' opens to the hand-over thread.
+fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<libc::fanotify_event_metadata>) {
     let _inside = guard::enter();
     let mut buf = vec![0u8; 64 * 1024];
     let header = std::mem::size_of::<libc::fanotify_event_metadata>();
@@ -95,22 +111,23 @@ fn serve(group: libc::c_int) {
             if event.event_len < header as u32 {
                 break;
             }
-            answer(group, &event);
+            // SAFETY: a plain call.
+            let own = event.pid == unsafe { libc::getpid() };
+            if own || event.mask & libc::FAN_OPEN_PERM == 0 || event.fd < 0 {
+                allow(group, &event);
+            } else if let Err(refused) = to_hand_over.send(event) {
+                allow(group, &refused.0);
+            }
             at += event.event_len as usize;
         }
     }
 }
 
-/// Answers one event: an open by another process first hands the file
-/// over; every open is then allowed.
-fn answer(group: libc::c_int, event: &libc::fanotify_event_metadata) {
+/// Allows the event's open (a permission event) and closes its
+/// descriptor.
+fn allow(group: libc::c_int, event: &libc::fanotify_event_metadata) {
     if event.fd < 0 {
         return;
-    }
-    // SAFETY: a plain call.
-    let own = event.pid == unsafe { libc::getpid() };
-    if !own && event.mask & libc::FAN_OPEN_PERM != 0 {
-        let_go_of(event.fd);
     }
     if event.mask & libc::FAN_OPEN_PERM != 0 {
         let response = libc::fanotify_response { fd: event.fd, response: libc::FAN_ALLOW };
