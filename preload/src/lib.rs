@@ -28,6 +28,7 @@
 //! AIO submitted by the program; `fork` (a child must not use its
 //! parent's managed descriptors); calls made with `syscall(2)`.
 
+mod aliases;
 mod control;
 mod errno;
 mod fdops;
