@@ -211,8 +211,8 @@ pub fn fresh(fd: c_int) -> c_int {
 /// (`truncate`) acts: under the file's cross-process lock, through the
 /// cache, the file written back and its lock given up afterwards unless a
 /// descriptor here still has it open. `Ok(false)` when `path` names no
-/// file the cache serves (a directory, a FIFO): the kernel's call then
-/// answers.
+/// file the cache serves (a directory, a FIFO) or one the kernel serves
+/// (another process holds it): the kernel's call then answers.
 pub fn with_writable(path: &Path, f: impl FnOnce(&Desc) -> io::Result<()>) -> io::Result<bool> {
     let c_path =
         std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -229,7 +229,16 @@ pub fn with_writable(path: &Path, f: impl FnOnce(&Desc) -> io::Result<()>) -> io
         return Ok(false);
     };
     adopt(fd, path, flags, key)?;
-    let desc = table::remove(fd).expect("adopted just now");
+    let Some(desc) = table::remove(fd) else {
+        // Opened through the kernel (another process holds the file, and
+        // has written it back): the kernel's call answers.
+        if let Some(state) = state::built() {
+            state.untrack_uncached(|f| f == fd);
+        }
+        // SAFETY: our descriptor, closed once.
+        unsafe { real::close(fd) };
+        return Ok(false);
+    };
     let done = f(&desc);
     let released = release(Some(fd), &desc);
     drop(desc);

@@ -155,9 +155,6 @@ fn build() -> Option<State> {
         libc::atexit(write_back_at_exit);
         libc::pthread_atfork(Some(hand_over_before_fork), None, Some(forked_child));
     }
-    // Without it (no CAP_SYS_ADMIN), other processes see what the kernel
-    // has been given (docs/run.md).
-    crate::watch::start();
     Some(State { roots, cache: Mutex::new(Some(cache)), files: Mutex::new(Files::default()) })
 }
 

@@ -8,7 +8,7 @@
 //! the kernel. Opens by this process itself are allowed at once.
 //!
 //! `fanotify` permission events need `CAP_SYS_ADMIN`; without it
-//! ([`start`] fails with `EPERM`) nothing is watched, and a file this
+//! (`fanotify_init` fails with `EPERM`) nothing is watched, and a file this
 //! process caches is seen by others as the kernel has it (written back
 //! by the flusher, at close, `fsync` and exit): docs/run.md says so.
 //!
@@ -31,14 +31,27 @@ use crate::{guard, handover, real, state, table};
 /// The fanotify group's descriptor, or -1 without one.
 static GROUP: AtomicI32 = AtomicI32::new(-1);
 
-/// Creates the group and starts the watcher thread; `false` when the
-/// process may not (no `CAP_SYS_ADMIN`) or the kernel has no fanotify.
-pub fn start() -> bool {
+/// The group, created (and the watcher started) on the first call: only
+/// a process that caches a file pays for it, and each group counts
+/// against the user's limit (`fs.fanotify.max_user_groups`, 128 by
+/// default); -1 when the process may not (no `CAP_SYS_ADMIN`), the
+/// limit is reached, or the kernel has no fanotify.
+fn group() -> libc::c_int {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        if let Some(group) = start() {
+            GROUP.store(group, Ordering::Release);
+        }
+    });
+    GROUP.load(Ordering::Acquire)
+}
+
+fn start() -> Option<libc::c_int> {
     let flags = libc::FAN_CLASS_CONTENT | libc::FAN_CLOEXEC | libc::FAN_UNLIMITED_MARKS | libc::FAN_UNLIMITED_QUEUE;
     // SAFETY: a plain system call.
     let group = unsafe { libc::fanotify_init(flags, (libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC) as u32) };
     if group < 0 {
-        return false;
+        return None;
     }
     let (to_hand_over, handing) = std::sync::mpsc::channel::<libc::fanotify_event_metadata>();
     let worker = std::thread::Builder::new().name("wbcache-handover".into()).spawn(move || {
@@ -54,10 +67,9 @@ pub fn start() -> bool {
     if spawned.is_err() {
         // SAFETY: the group made just above, closed once.
         unsafe { real::close(group) };
-        return false;
+        return None;
     }
-    GROUP.store(group, Ordering::Release);
-    true
+    Some(group)
 }
 
 /// Puts the permission mark on the file `fd` is open on.
@@ -71,7 +83,7 @@ pub fn unwatch(fd: libc::c_int) {
 }
 
 fn mark(fd: libc::c_int, how: libc::c_uint) {
-    let group = GROUP.load(Ordering::Acquire);
+    let group = if how == libc::FAN_MARK_ADD { group() } else { GROUP.load(Ordering::Acquire) };
     if group < 0 {
         return;
     }
