@@ -199,7 +199,7 @@ pub struct Workers {
 impl Workers {
     /// Starts the workers; readahead windows go out in batches of a few
     /// `io_max_bytes` reads.
-    pub fn start(io_max_bytes: u64) -> io::Result<Workers> {
+    pub fn start(io_max_bytes: u64, io: &Arc<dyn crate::io::Io>) -> io::Result<Workers> {
         let (tx, rx) = mpsc::channel::<WorkerJob>();
         let workers = Workers {
             tx: Mutex::new(Some(tx)),
@@ -212,16 +212,22 @@ impl Workers {
         for n in 0..READAHEAD_WORKERS {
             let rx = rx.clone();
             let batch_bytes = workers.batch_bytes;
-            let worker = std::thread::Builder::new().name(format!("wbc-readahead-{n}")).spawn(move || loop {
-                let job = match locks::lock(&rx).recv() {
-                    Ok(WorkerJob::Readahead(job)) => job,
-                    Ok(WorkerJob::Run(job)) => {
-                        job();
-                        continue;
-                    }
-                    Err(_) => break,
-                };
-                fill_window(&job, batch_bytes);
+            let io = io.clone();
+            let worker = crate::io::spawn_io_thread(format!("wbc-readahead-{n}"), move |ready| {
+                io.prepare_thread();
+                drop(io);
+                ready.done();
+                loop {
+                    let job = match locks::lock(&rx).recv() {
+                        Ok(WorkerJob::Readahead(job)) => job,
+                        Ok(WorkerJob::Run(job)) => {
+                            job();
+                            continue;
+                        }
+                        Err(_) => break,
+                    };
+                    fill_window(&job, batch_bytes);
+                }
             });
             // The spawn's error is the OS's (EAGAIN), its errno kept.
             let worker = worker?;

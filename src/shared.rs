@@ -68,8 +68,8 @@ impl Shared {
         let counters = Arc::new(Counters::default());
         let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
         let memory = Arc::new(Memory::new(config.capacity_bytes, dirty.clone()));
-        let workers = Workers::start(config.io_max_bytes)?;
-        let range_writer = RangeWriter::start()?;
+        let workers = Workers::start(config.io_max_bytes, &io)?;
+        let range_writer = RangeWriter::start(&io)?;
         let dropbehind = DropBehind::start(memory.clone(), counters.clone())?;
         Ok(Arc::new(Shared {
             config: Arc::new(config),

@@ -65,7 +65,57 @@ pub fn open(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<R
             libc::c_long::from(mode),
         )
     };
-    check(rc).map(|fd| fd as RawFd)
+    check(rc).map(|fd| above_program_descriptors(fd as RawFd))
+}
+
+/// `fd` moved to a number at or above [`descriptor_floor`] (the
+/// original closed), or `fd` itself where it is there already or cannot
+/// be moved (the limit of open descriptors reached). The engine's own
+/// descriptors stay out of the numbers a program picks for itself:
+/// shells and programs `dup2` onto small numbers they believe free
+/// (`exec 3>>log`), which would silently close a backing store or a ring
+/// that took such a number, and then hand the program's file to the
+/// engine in its place.
+pub fn above_program_descriptors(fd: RawFd) -> RawFd {
+    match duplicate_above_floor(fd) {
+        Some(high) => {
+            let _ = close(fd);
+            high
+        }
+        None => fd,
+    }
+}
+
+/// A duplicate of `fd` (close-on-exec) at or above [`descriptor_floor`],
+/// if `fd` is below it and a number there is free.
+pub fn duplicate_above_floor(fd: RawFd) -> Option<RawFd> {
+    let floor = descriptor_floor();
+    if fd >= floor {
+        return None;
+    }
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) touches no memory of ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_fcntl,
+            libc::c_long::from(fd),
+            libc::c_long::from(libc::F_DUPFD_CLOEXEC),
+            libc::c_long::from(floor),
+        )
+    };
+    check(rc).ok().map(|high| high as RawFd)
+}
+
+/// The lowest number for the engine's descriptors: 256, or half the
+/// process's limit of open descriptors where that is lower, so that a
+/// program keeps the other half.
+pub fn descriptor_floor() -> RawFd {
+    static FLOOR: std::sync::OnceLock<RawFd> = std::sync::OnceLock::new();
+    *FLOOR.get_or_init(|| {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit fills one live `rlimit`.
+        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_cur } else { 1024 };
+        soft.saturating_div(2).min(256) as RawFd
+    })
 }
 
 /// `close(fd)`.

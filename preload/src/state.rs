@@ -405,7 +405,30 @@ fn open_registry(kind: &str, dev: u64) -> std::io::Result<libc::c_int> {
     }
     // SAFETY: as above; widening the mode past the umask (best effort).
     unsafe { libc::fchmod(fd, 0o666) };
-    Ok(fd)
+    Ok(above_program_descriptors(fd))
+}
+
+/// `fd` moved to a number at or above 256 (or half the limit of open
+/// descriptors), the original closed; `fd` where that cannot be done.
+/// This library's own descriptors stay out of the numbers a program
+/// `dup2`s onto (`exec 3>>log`), which would silently close them.
+pub fn above_program_descriptors(fd: libc::c_int) -> libc::c_int {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills one live `rlimit`.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_cur } else { 1024 };
+    let floor = soft.saturating_div(2).min(256) as libc::c_int;
+    if fd >= floor {
+        return fd;
+    }
+    // SAFETY: plain calls on this library's own descriptor.
+    unsafe {
+        let high = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor as libc::c_ulong);
+        if high < 0 {
+            return fd;
+        }
+        real::close(fd);
+        high
+    }
 }
 
 /// The lock request for byte `ino` of a registry.

@@ -53,12 +53,14 @@ fn start() -> Option<libc::c_int> {
     if group < 0 {
         return None;
     }
-    let (to_hand_over, handing) = std::sync::mpsc::channel::<libc::fanotify_event_metadata>();
+    let group = state::above_program_descriptors(group);
+    let (to_hand_over, handing) = std::sync::mpsc::channel::<Pending>();
     let worker = std::thread::Builder::new().name("wbcache-handover".into()).spawn(move || {
         let _inside = guard::enter();
-        for event in handing {
-            let_go_of(event.fd);
-            allow(group, &event);
+        for pending in handing {
+            let_go_of(pending.key);
+            respond(group, pending.event_fd);
+            answered().push(pending.event_fd);
         }
     });
     let spawned = worker.and_then(|_| {
@@ -70,6 +72,21 @@ fn start() -> Option<libc::c_int> {
         return None;
     }
     Some(group)
+}
+
+/// Another process's open, waiting for the hand-over of its file.
+struct Pending {
+    key: (u64, u64),
+    /// The event's descriptor number in the watcher's own table: the
+    /// answer names it.
+    event_fd: libc::c_int,
+}
+
+/// Event descriptors answered by the hand-over thread, for the watcher to
+/// close in its own table.
+fn answered() -> std::sync::MutexGuard<'static, Vec<libc::c_int>> {
+    static ANSWERED: std::sync::Mutex<Vec<libc::c_int>> = std::sync::Mutex::new(Vec::new());
+    ANSWERED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Puts the permission mark on the file `fd` is open on.
@@ -102,11 +119,38 @@ pub fn forget_in_child() {
 
 /// The watcher thread: reads events; answers this process's own, passes
 /// other processes' opens to the hand-over thread.
-fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<libc::fanotify_event_metadata>) {
+///
+/// It works in a descriptor table of its own (`unshare(CLONE_FILES)`,
+/// then every copied descriptor but the group's closed): the kernel puts
+/// each event's descriptor at the lowest free number of the reader's
+/// table, and in the program's table that number could be one the
+/// program is about to `dup2` onto, which would close the event's
+/// descriptor under the watcher, and the watcher's close would then close
+/// the program's file.
+fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<Pending>) {
     let _inside = guard::enter();
+    // SAFETY: plain system calls on this thread's own (unshared) table.
+    let private = unsafe {
+        libc::unshare(libc::CLONE_FILES) == 0
+            && (group == 0 || libc::close_range(0, group as libc::c_uint - 1, 0) == 0)
+            && libc::close_range(group as libc::c_uint + 1, libc::c_uint::MAX, 0) == 0
+    };
+    if !private {
+        state::complain("the watcher has no descriptor table of its own; other processes' opens go unwatched");
+        return;
+    }
     let mut buf = vec![0u8; 64 * 1024];
-    let header = std::mem::size_of::<libc::fanotify_event_metadata>();
     loop {
+        for fd in answered().drain(..) {
+            // SAFETY: an answered event's descriptor, in this table, closed once.
+            unsafe { real::close(fd) };
+        }
+        let mut ready = libc::pollfd { fd: group, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one live `pollfd`; a short timeout closes answered
+        // events' descriptors soon (each holds its file open).
+        if unsafe { libc::poll(&mut ready, 1, 100) } <= 0 {
+            continue;
+        }
         // SAFETY: reading into a live buffer of its length.
         let n = unsafe { real::read(group, buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
@@ -115,63 +159,90 @@ fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<libc::fanotif
             }
             return;
         }
-        let mut at = 0usize;
-        while at + header <= n as usize {
-            // SAFETY: the kernel wrote whole events; one starts at `at`
-            // (read unaligned: the buffer is bytes).
-            let event: libc::fanotify_event_metadata = unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
-            if event.event_len < header as u32 {
-                break;
-            }
-            // SAFETY: a plain call.
-            let own = event.pid == unsafe { libc::getpid() };
-            if own || event.mask & libc::FAN_OPEN_PERM == 0 || event.fd < 0 {
-                allow(group, &event);
-            } else if let Err(refused) = to_hand_over.send(event) {
-                allow(group, &refused.0);
-            }
-            at += event.event_len as usize;
+        for event in events(&buf[..n as usize]) {
+            sort(group, &event, &to_hand_over);
         }
     }
 }
 
-/// Allows the event's open (a permission event) and closes its
-/// descriptor.
-fn allow(group: libc::c_int, event: &libc::fanotify_event_metadata) {
+/// The whole events in what one read returned.
+fn events(bytes: &[u8]) -> Vec<libc::fanotify_event_metadata> {
+    let header = std::mem::size_of::<libc::fanotify_event_metadata>();
+    let mut found = Vec::new();
+    let mut at = 0usize;
+    while at + header <= bytes.len() {
+        // SAFETY: the kernel wrote whole events; one starts at `at` (read
+        // unaligned: the buffer is bytes).
+        let event: libc::fanotify_event_metadata = unsafe { std::ptr::read_unaligned(bytes[at..].as_ptr().cast()) };
+        if (event.event_len as usize) < header {
+            break;
+        }
+        found.push(event);
+        at += event.event_len as usize;
+    }
+    found
+}
+
+/// Answers an event at once, or passes another process's open of a
+/// file to the hand-over thread.
+fn sort(group: libc::c_int, event: &libc::fanotify_event_metadata, to_hand_over: &std::sync::mpsc::Sender<Pending>) {
     if event.fd < 0 {
         return;
     }
-    if event.mask & libc::FAN_OPEN_PERM != 0 {
-        let response = libc::fanotify_response { fd: event.fd, response: libc::FAN_ALLOW };
-        // SAFETY: writing one live response to the group.
-        unsafe {
-            real::write(group, (&response as *const libc::fanotify_response).cast(), std::mem::size_of_val(&response))
-        };
+    // SAFETY: a plain call.
+    let own = event.pid == unsafe { libc::getpid() };
+    let foreign = (!own && event.mask & libc::FAN_OPEN_PERM != 0).then(|| key_of(event.fd)).flatten();
+    let key = foreign.filter(|&key| cached_here(key, event.fd));
+    let pending = key.map(|key| Pending { key, event_fd: event.fd });
+    if let Some(Err(refused)) = pending.map(|p| to_hand_over.send(p)) {
+        respond(group, refused.0.event_fd);
+    } else if key.is_none() {
+        if event.mask & libc::FAN_OPEN_PERM != 0 {
+            respond(group, event.fd);
+        }
+        // SAFETY: the event's descriptor, in this table, closed once.
+        unsafe { real::close(event.fd) };
     }
-    // SAFETY: the event's descriptor, the watcher's to close, closed once.
-    unsafe { real::close(event.fd) };
 }
 
-/// Another process opens the file `fd` is open on: hand it over if it is
-/// cached here, else note it for an open of it that is starting to cache
-/// it; the mark goes either way (the next cache of it marks it again).
-fn let_go_of(fd: libc::c_int) {
-    let Some(state) = state::built() else { return };
+/// The file's device and inode.
+fn key_of(fd: libc::c_int) -> Option<(u64, u64)> {
     // SAFETY: an all-zero `stat` is a valid value for fstat to fill.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is valid for one `stat`.
-    if unsafe { real::fstat(fd, &mut st) } != 0 {
-        return;
-    }
-    let key = (st.st_dev, st.st_ino);
+    (unsafe { real::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Allows the open the permission event on `event_fd` waits for.
+fn respond(group: libc::c_int, event_fd: libc::c_int) {
+    let response = libc::fanotify_response { fd: event_fd, response: libc::FAN_ALLOW };
+    // SAFETY: writing one live response to the group.
+    unsafe {
+        real::write(group, (&response as *const libc::fanotify_response).cast(), std::mem::size_of_val(&response))
+    };
+}
+
+/// Whether another process's open of the file `key` (its event's
+/// descriptor `event_fd`) needs a hand-over. One that does not is noted
+/// for an open here that is starting to cache the file (it hands the file
+/// over when it sees the note), and the file's mark goes: it was left by
+/// a descriptor closed behind this library's back, or is that starting
+/// open's, which the note covers.
+fn cached_here(key: (u64, u64), event_fd: libc::c_int) -> bool {
     if table::any_of(key).is_some() {
-        if let Err(e) = handover::hand_over(Some(key)) {
-            state::complain(&format!("another process opened a cached file whose data stays cached: {e}"));
-        }
-    } else {
+        return true;
+    }
+    if let Some(state) = state::built() {
         state.mark_contended(key);
     }
-    if table::any_of(key).is_none() {
-        unwatch(fd);
+    unwatch(event_fd);
+    false
+}
+
+/// Another process opens the file `key`, cached here: it goes to the
+/// kernel. Its mark goes with its last cached descriptor (`handover.rs`).
+fn let_go_of(key: (u64, u64)) {
+    if let Err(e) = handover::hand_over(Some(key)) {
+        state::complain(&format!("another process opened a cached file whose data stays cached: {e}"));
     }
 }

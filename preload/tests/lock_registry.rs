@@ -1,7 +1,19 @@
 //! The cross-process lock registry gives every inode number its own byte:
-//! two processes caching two different files under the library never
-//! refuse each other, whatever their inode numbers (inodes 2k and 2k+1
-//! once shared a byte).
+//! two processes cache two different files under the library side by
+//! side, whatever their inode numbers (inodes 2k and 2k+1 once shared a
+//! byte).
+//!
+//! A file another process holds is never refused any more: the second
+//! process opens it through the kernel instead. So that a second process
+//! succeeds proves nothing; what it proves is its statistics
+//! (`WBCACHE_STATS`): its 1-byte write was cached and written back at
+//! close (`written_bytes_total > 0`), which a write through the kernel is
+//! not (`written_bytes_total` 0). Were the two inodes' bytes one, the
+//! holder's write lock on it would send the second process's open to the
+//! kernel exactly as an open of the held file itself does, which the
+//! test also runs: its line shows 0, and the test would fail.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -68,7 +80,7 @@ fn files_with_neighbouring_inode_numbers_are_cached_by_two_processes() {
     let under_library = |args: &[&Path]| {
         let mut command = Command::new(dir.join("hold"));
         command.args(args).env("LD_PRELOAD", library()).env("WBCACHE_PATHS", dir.join("files"));
-        command.env_remove("WBCACHE_OPTIONS");
+        command.env_remove("WBCACHE_OPTIONS").env_remove("WBCACHE_STATS");
         command
     };
     let mut holder =
@@ -76,9 +88,23 @@ fn files_with_neighbouring_inode_numbers_are_cached_by_two_processes() {
     let mut said = String::new();
     BufReader::new(holder.stdout.take().unwrap()).read_line(&mut said).unwrap();
     assert_eq!(said, "held\n");
-    let other = under_library(&[&odd]).output().unwrap();
+    // The second process's statistics line, after its write to `file`.
+    let second = |file: &Path| {
+        let stats = dir.join("stats.jsonl");
+        let _ = std::fs::remove_file(&stats);
+        let out = under_library(&[file]).env("WBCACHE_STATS", &stats).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && stderr.is_empty(), "the second process, {}: {stderr}", file.display());
+        let lines = common::stats_lines(&stats);
+        assert_eq!(lines.len(), 1, "the second process's statistics, {}", file.display());
+        common::stat(&lines[0], "written_bytes_total")
+    };
+    let neighbour = second(&odd);
+    // The control: the held file itself, opened through the kernel.
+    let same = second(&even);
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(other.status.success(), "the second process: {}", String::from_utf8_lossy(&other.stderr));
+    assert!(neighbour > 0, "the file next to a held one was not cached (written_bytes_total {neighbour})");
+    assert_eq!(same, 0, "a write through the kernel counted as the cache's: the check above proves nothing");
 }

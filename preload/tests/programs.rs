@@ -4,26 +4,25 @@
 //! the program exits, read by the test process (which is not preloaded),
 //! so a program that read or wrote through the cache and left the file
 //! wrong, short or unwritten fails; and one test shows that each program
-//! really went through the library (a file another preloaded process
-//! caches is refused to it), so a preload that silently failed to load
-//! cannot pass the others vacuously.
+//! really went through the library (its statistics line, `WBCACHE_STATS`)
+//! and sees the bytes another preloaded process holds in its cache, so a
+//! preload that silently failed to load cannot pass the others
+//! vacuously.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::{
-    assert_file, hold, pattern, preloaded, python, refusal, run, tool, Group, Scratch, MIB, OPTIONS, TIMEOUT,
-};
+use common::{assert_file, pattern, preloaded, python, run, stat, tool, Group, Holder, Scratch, MIB, OPTIONS, TIMEOUT};
 
 /// Runs `program` with `args` under the preload managing `managed`; it
-/// must exit 0, the library complaining of nothing but a refused `ioctl`
-/// (`cp` tries `FICLONE` first, then copies).
+/// must exit 0, the library complaining of nothing (`cp` tries `FICLONE`
+/// first, which the kernel answers, then copies).
 fn coreutils(program: &Path, args: &[&Path], managed: &Path) -> common::Output {
     let mut cmd = preloaded(program, &[managed], OPTIONS);
     cmd.args(args);
-    run(cmd, TIMEOUT).ok().no_complaints(&["ioctl"])
+    run(cmd, TIMEOUT).ok().no_complaints(&[])
 }
 
 /// A file of `len` pattern bytes in an unmanaged directory.
@@ -120,58 +119,153 @@ fn cat_reads_a_managed_file_whole() {
     assert_file(&out_path, &data);
 }
 
-/// Each program opens a file another preloaded process caches: it must
-/// be refused (EBUSY) with the library's line naming the file, which
-/// only a program whose calls reach the library can be.
+/// The `WBCACHE_STATS` line of the one preloaded process that appended
+/// to `stats` since it held `before` lines.
+fn last_stats_line(stats: &Path, before: usize, program: &str) -> String {
+    let lines = common::stats_lines(stats);
+    assert_eq!(lines.len(), before + 1, "{program} left no statistics line (or more than one):\n{lines:#?}");
+    lines[before].clone()
+}
+
+/// Each program, preloaded with `WBCACHE_STATS`, opens files another
+/// preloaded process (a holder) wrote through its cache and still holds
+/// open (its bytes are only in its cache: the kernel's files are empty):
+/// the program must succeed and see every byte the holder's writes
+/// acknowledged (as root, the holder's watcher hands the file to the
+/// kernel when the program opens it), and leave a statistics line, which
+/// only a program whose calls reach the library does; its figures show
+/// the library served it (the held file itself the program uses through
+/// the kernel, after the hand-over): `cp` copies it and a managed file
+/// nobody holds into a managed directory, its copies written back
+/// through the cache at its exit (`written_bytes_total`); `cat` also
+/// reads the file nobody holds (`hits + misses`); `truncate` also extends
+/// it (cached: `open_inodes`); `sqlite3` inserts a row into a database a
+/// holder wrote (its journal is written through the cache). `dd` opens
+/// its input and output on descriptors 0 and 1, which are the kernel's:
+/// nothing of it moves the figures, and its line alone shows its opens
+/// reached the library. So a preload that silently failed to load cannot
+/// pass the other tests vacuously. Unprivileged (no watcher), the
+/// programs must only succeed, and `sqlite3` is left out (it would find
+/// the kernel's empty file, no database).
 #[test]
 fn each_program_goes_through_the_library() {
     let Some(python) = python() else { return };
     let scratch = Scratch::new("interposed");
-    let managed = scratch.dir("managed");
+    let (managed, plain_dir) = (scratch.dir("managed"), scratch.dir("plain"));
+    let stats = plain_dir.join("stats.jsonl");
+    let data = pattern(100_000, 6);
     let held = managed.join("held");
-    std::fs::write(&held, pattern(10_000, 6)).unwrap();
-    let holder = hold(&python, &held, &managed, "os.O_RDWR");
-    let copy = scratch.dir("plain").join("copy");
-    let (input, output) = (format!("if={}", held.display()), format!("of={}", copy.display()));
-    let cases: [(&str, Vec<&std::ffi::OsStr>); 5] = [
-        ("cp", vec![held.as_os_str(), copy.as_os_str()]),
-        ("dd", vec![input.as_ref(), output.as_ref()]),
-        ("cat", vec![held.as_os_str()]),
-        ("truncate", vec!["-s".as_ref(), "0".as_ref(), held.as_os_str()]),
-        ("sqlite3", vec![held.as_os_str(), "PRAGMA user_version".as_ref()]),
-    ];
-    for (program, args) in cases {
-        let Some(path) = tool(program) else { continue };
+    let create = libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC;
+    let holder = Holder::writing(&python, &held, &managed, create, &data);
+    assert!(holder.dirty_bytes >= data.len() as u64, "the holder's bytes are not dirty in its cache");
+    assert_eq!(std::fs::metadata(&held).unwrap().len(), 0, "the holder's bytes reached the kernel already");
+    let seen = common::privileged();
+    let program = |name: &str, args: &[&std::ffi::OsStr], stdout: Option<&Path>| -> Option<(String, String)> {
+        let path = tool(name)?;
+        let before = common::stats_lines(&stats).len();
         let mut cmd = preloaded(path, &[&managed], OPTIONS);
-        cmd.args(args);
-        let out = run(cmd, TIMEOUT);
-        assert!(!out.status.success(), "{program} opened a file another process caches\n{}", out.details());
-        assert!(out.stderr.contains(&refusal(&held)), "{program}: no refusal line\n{}", out.details());
+        cmd.env("WBCACHE_STATS", &stats).args(args);
+        let group = match stdout {
+            Some(file) => Group::spawn_to(cmd, std::fs::File::create(file).unwrap()),
+            None => Group::spawn(cmd),
+        };
+        let out = group.wait(TIMEOUT).ok().no_complaints(&[]);
+        Some((out.stdout, last_stats_line(&stats, before, name)))
+    };
+
+    let probe = managed.join("probe");
+    let probe_data = b"a managed file nobody holds\n";
+    std::fs::write(&probe, probe_data).unwrap();
+    let copies = scratch.dir("managed/copies");
+    if let Some((_, line)) = program("cp", &[held.as_os_str(), probe.as_os_str(), copies.as_os_str()], None) {
+        assert!(stat(&line, "written_bytes_total") > 0, "cp did not write through the cache: {line}");
+        assert_file(&copies.join("probe"), probe_data);
+        if seen {
+            assert_file(&copies.join("held"), &data);
+        }
     }
-    drop(holder);
-    assert_file(&held, &pattern(10_000, 6));
+
+    let dd_copy = plain_dir.join("dd-copy");
+    let (input, output) = (format!("if={}", held.display()), format!("of={}", dd_copy.display()));
+    if program("dd", &[input.as_ref(), output.as_ref()], None).is_some() && seen {
+        assert_file(&dd_copy, &data);
+    }
+
+    let cat_out = plain_dir.join("cat-out");
+    if let Some((_, line)) = program("cat", &[held.as_os_str(), probe.as_os_str()], Some(&cat_out)) {
+        assert!(stat(&line, "hits") + stat(&line, "misses") > 0, "cat did not read through the cache: {line}");
+        if seen {
+            let mut expected = data.clone();
+            expected.extend_from_slice(probe_data);
+            assert_file(&cat_out, &expected);
+        }
+    }
+
+    // Relative to the size it sees: the holder's 100,000 bytes, then 1000
+    // zeros.
+    let mut expected = data.clone();
+    if let Some((_, line)) =
+        program("truncate", &["-s".as_ref(), "+1000".as_ref(), held.as_os_str(), probe.as_os_str()], None)
+    {
+        assert!(stat(&line, "open_inodes") > 0, "truncate did not open a file through the cache: {line}");
+        if seen {
+            expected.resize(data.len() + 1000, 0);
+            assert_file(&held, &expected);
+        }
+    }
+    holder.finish();
+    if seen {
+        assert_file(&held, &expected);
+    }
+
+    if !seen {
+        return println!("sqlite3 left out: without the watcher's privilege it would read an empty file");
+    }
+    let Some(sqlite3) = tool("sqlite3") else { return };
+    let source = plain_dir.join("source.db");
+    let mut cmd = common::plain(&sqlite3);
+    cmd.arg(&source).arg("PRAGMA user_version = 42; CREATE TABLE t(x); INSERT INTO t VALUES('from the holder');");
+    run(cmd, TIMEOUT).ok();
+    let db = managed.join("db");
+    let holder = Holder::writing(&python, &db, &managed, create, &std::fs::read(&source).unwrap());
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0, "the holder's database reached the kernel already");
+    let sql = "PRAGMA user_version; SELECT x FROM t; INSERT INTO t VALUES('from sqlite3');";
+    let (printed, line) = program("sqlite3", &[db.as_os_str(), sql.as_ref()], None).expect("sqlite3 was found");
+    assert_eq!(printed.trim(), "42\nfrom the holder", "sqlite3 did not read the holder's database");
+    assert!(stat(&line, "written_bytes_total") > 0, "sqlite3 did not write its journal through the cache: {line}");
+    holder.finish();
+    let mut cmd = common::plain(&sqlite3);
+    cmd.arg(&db).arg("SELECT x FROM t;");
+    let rows = run(cmd, TIMEOUT).ok().stdout;
+    assert_eq!(rows.trim(), "from the holder\nfrom sqlite3", "the database after both");
 }
 
 /// `wbcache run` (the binary the workspace's `cargo test` builds) runs a
-/// program with the library preloaded on the directories of `--paths`.
+/// program with the library preloaded on the directories of `--paths`:
+/// with `--stats FILE`, the program leaves one statistics line there,
+/// which counts what it wrote through the cache.
 #[test]
 fn wbcache_run_runs_a_program_preloaded() {
     let (Some(python), Some(wbcache)) = (python(), wbcache_run()) else { return };
     let scratch = Scratch::new("run");
     let managed = scratch.dir("managed");
-    let code = "import fcntl, os, sys\n\
+    let stats = scratch.dir("plain").join("stats.jsonl");
+    let code = "import os, sys\n\
                 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)\n\
-                os.write(fd, b'through wbcache run\\n' * 1000)\n\
-                try:\n    fcntl.ioctl(fd, 0x541B, b'1234')\n    sys.exit('ioctl was not refused')\n\
-                except OSError as e:\n    assert e.errno == 95, e\n";
+                os.write(fd, b'through wbcache run\\n' * 1000)\n";
     let file = managed.join("out");
     let mut cmd = Command::new(wbcache);
     // The library this `cargo test` built (`wbcache run` looks beside
     // itself by default, where `cargo build` leaves one that may be older).
     cmd.env("WBCACHE_PRELOAD", common::library()).arg("run").arg("--paths").arg(&managed);
-    cmd.args(["--set", "capacity=16M", "--"]).arg(python).arg("-c").arg(code).arg(&file);
-    let out = run(cmd, TIMEOUT).ok().no_complaints(&["ioctl 0x541b"]);
-    assert!(out.stderr.contains("ioctl"), "the program ran without the library\n{}", out.details());
+    cmd.args(["--set", "capacity=16M", "--stats"]).arg(&stats);
+    cmd.arg("--").arg(python).arg("-c").arg(code).arg(&file);
+    let out = run(cmd, TIMEOUT).ok().no_complaints(&[]);
+    let lines = common::stats_lines(&stats);
+    assert_eq!(lines.len(), 1, "one statistics line (did the program run without the library?)\n{}", out.details());
+    let written = stat(&lines[0], "written_bytes_total");
+    assert!(written >= 20_000, "written through the cache: {written} bytes, not the program's 20,000\n{}", lines[0]);
+    assert_eq!(stat(&lines[0], "capacity_bytes"), 16 * MIB as u64, "--set capacity=16M\n{}", lines[0]);
     assert_file(&file, &b"through wbcache run\n".repeat(1000));
 }
 

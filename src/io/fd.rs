@@ -475,14 +475,18 @@ impl FdStore {
             device_id,
             store_id,
         };
-        Ok(FdStore {
+        let store = FdStore {
             fd,
             info,
             engine,
             tail_fd: std::sync::OnceLock::new(),
             buffered_start: AtomicU64::new(u64::MAX),
             buffered_end: AtomicU64::new(0),
-        })
+        };
+        // Its tail descriptor now, on the opener's thread, not later on a
+        // flusher's (see `io::spawn_io_thread` for why).
+        store.tail_descriptor();
+        Ok(store)
     }
 }
 

@@ -255,6 +255,41 @@ pub trait Io: Send + Sync {
     fn write_queue(&self) -> Box<dyn queue::WriteQueue> {
         Box::<queue::BatchQueue>::default()
     }
+    /// Makes the calling thread's I/O resources now (its io_uring, whose
+    /// descriptor would otherwise be made at its first I/O): see
+    /// [`spawn_io_thread`]. The default has none.
+    fn prepare_thread(&self) {}
+}
+
+/// A cache thread's promise to say when its descriptors exist.
+pub struct Ready(std::sync::mpsc::SyncSender<()>);
+
+impl Ready {
+    /// The thread made every descriptor it keeps (its rings): its spawner
+    /// may go on.
+    pub fn done(self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// Spawns a cache thread named `name` running `body`, and returns once
+/// the thread said [`Ready::done`] (or ended). Why: a descriptor is made
+/// at the lowest free number, and a thread of the cache that made one
+/// while the program's own thread runs could take a number the program
+/// has just closed to `dup2` onto (a shell's `exec >f`, a redirection
+/// before `exec`), and lose it, or its file, to the program. So every
+/// thread makes its descriptors before its spawner, the program's thread,
+/// goes on; and moves them above the program's numbers
+/// ([`crate::sys::above_program_descriptors`]).
+pub fn spawn_io_thread(
+    name: String,
+    body: impl FnOnce(Ready) + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    let (ready, made) = std::sync::mpsc::sync_channel(1);
+    let handle = std::thread::Builder::new().name(name).spawn(move || body(Ready(ready)))?;
+    // An error means the thread ended without saying: nothing to wait for.
+    let _ = made.recv();
+    Ok(handle)
 }
 
 /// One open backing store (file or block device).

@@ -32,6 +32,7 @@ use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 use super::fd::{ioprio_of, open_fd_store, rw_once, FdEngine, SyncEngine};
 use super::queue::{complete_without_backend, BatchQueue, Completion, QueuedWrite, SlotTable, WriteQueue};
 use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
+use crate::sys;
 
 /// The kernel's limit on ring entries (`IORING_MAX_ENTRIES`).
 const MAX_RING_ENTRIES: u32 = 32_768;
@@ -87,6 +88,10 @@ impl Io for UringIo {
 
     fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>> {
         open_fd_store(path, how, self.engine.clone())
+    }
+
+    fn prepare_thread(&self) {
+        self.engine.with_thread_ring(|_| ((), RingState::Usable));
     }
 
     /// A ring of its own (the size of the thread rings) when one can be
@@ -147,6 +152,22 @@ fn new_thread_ring(entries: u32) -> io::Result<IoUring> {
         .build(entries)
         .or_else(|_| IoUring::builder().setup_coop_taskrun().build(entries))
         .or_else(|_| IoUring::new(entries))
+        .and_then(above_program_descriptors)
+}
+
+/// `ring` on a descriptor above the program's numbers
+/// ([`sys::above_program_descriptors`] says why), mapped anew from it;
+/// `ring` itself where it cannot be moved. A failed mapping fails the
+/// ring (the thread then does its I/O without one).
+fn above_program_descriptors(ring: IoUring) -> io::Result<IoUring> {
+    use std::os::fd::AsRawFd;
+    let Some(high) = sys::duplicate_above_floor(ring.as_raw_fd()) else { return Ok(ring) };
+    let params = ring.params().clone();
+    drop(ring);
+    // SAFETY: `high` is a descriptor of the ring just dropped, which it
+    // keeps alive, owned by nothing else (`from_fd` takes it, and closes
+    // it on failure); `params` are the kernel's for that ring.
+    unsafe { IoUring::from_fd(high, params) }
 }
 
 /// The engine shared by every store a [`UringIo`] opened.
@@ -171,35 +192,56 @@ thread_local! {
     static RINGS: RefCell<ThreadRings> = RefCell::new(ThreadRings::default());
 }
 
+impl UringEngine {
+    /// Runs `f` on this thread's ring of this engine's size, made on
+    /// first use; `None` without one (its creation failed here, or the
+    /// thread's storage is being torn down).
+    fn with_thread_ring<T>(&self, f: impl FnOnce(&mut IoUring) -> (T, RingState)) -> Option<T> {
+        RINGS
+            .try_with(|rings| {
+                // Busy only if re-entered, which cannot happen; stay safe anyway.
+                let mut rings = rings.try_borrow_mut().ok()?;
+                let pid = std::process::id();
+                if rings.pid != pid {
+                    // Closing our copies leaves the parent's rings alone.
+                    rings.rings.clear();
+                    rings.pid = pid;
+                }
+                let slot = match rings.rings.iter().position(|(entries, _)| *entries == self.entries) {
+                    Some(i) => i,
+                    None => {
+                        rings.rings.push((self.entries, new_thread_ring(self.entries).ok()));
+                        rings.rings.len() - 1
+                    }
+                };
+                let (result, state) = f(rings.rings[slot].1.as_mut()?);
+                if state == RingState::Broken {
+                    // Dropping the ring discards entries the kernel never
+                    // consumed; the next attempt on this thread gets a new one.
+                    rings.rings.remove(slot);
+                }
+                Some(result)
+            })
+            .ok()
+            .flatten()
+    }
+}
+
+/// Whether a ring can be used again after a submission.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RingState {
+    Usable,
+    Broken,
+}
+
 impl FdEngine for UringEngine {
     fn submit_once(&self, fd: RawFd, ops: &mut [IoOp<'_>]) -> Vec<Attempt> {
-        let on_ring = RINGS.try_with(|rings| {
-            // Busy only if re-entered, which cannot happen; stay safe anyway.
-            let mut rings = rings.try_borrow_mut().ok()?;
-            let pid = std::process::id();
-            if rings.pid != pid {
-                // Closing our copies leaves the parent's rings alone.
-                rings.rings.clear();
-                rings.pid = pid;
-            }
-            let slot = match rings.rings.iter().position(|(entries, _)| *entries == self.entries) {
-                Some(i) => i,
-                None => {
-                    rings.rings.push((self.entries, new_thread_ring(self.entries).ok()));
-                    rings.rings.len() - 1
-                }
-            };
-            let ring = rings.rings[slot].1.as_mut()?;
+        let on_ring = self.with_thread_ring(|ring| {
             let (attempts, ring_ok) = submit_on_ring(ring, fd, ops);
-            if !ring_ok {
-                // Dropping the ring discards entries the kernel never
-                // consumed; the next attempt on this thread gets a new one.
-                rings.rings.remove(slot);
-            }
-            Some(attempts)
+            (attempts, if ring_ok { RingState::Usable } else { RingState::Broken })
         });
         match on_ring {
-            Ok(Some(mut attempts)) => {
+            Some(mut attempts) => {
                 // Cancelled by the kernel, not failed: do those here.
                 for (op, attempt) in ops.iter_mut().zip(attempts.iter_mut()) {
                     if op.result.is_none() && is_cancelled(attempt) {
@@ -211,7 +253,7 @@ impl FdEngine for UringEngine {
             }
             // No ring on this thread (creation failed, or thread-local storage
             // is being torn down): do the attempt synchronously.
-            _ => {
+            None => {
                 self.fallback_attempts.fetch_add(1, Ordering::Relaxed);
                 SyncEngine.submit_once(fd, ops)
             }

@@ -52,18 +52,24 @@ pub struct RangeWriter {
 }
 
 impl RangeWriter {
-    pub fn start() -> io::Result<RangeWriter> {
+    pub fn start(io: &Arc<dyn crate::io::Io>) -> io::Result<RangeWriter> {
         let (tx, rx) = sync_channel::<Job>(QUEUED_PASSES_MAX);
         let rx = Arc::new(Mutex::new(rx));
         let writer = RangeWriter { tx: Mutex::new(Some(tx)), threads: Mutex::new(Vec::new()) };
         for n in 0..RANGE_WRITERS {
             let rx = rx.clone();
-            let thread = std::thread::Builder::new().name(format!("wbc-range-writer-{n}")).spawn(move || loop {
-                // The receiver's lock is held only while waiting for a
-                // job, never while writing one.
-                let job = locks::lock(&rx).recv();
-                let Ok(Job { inode, pass }) = job else { break };
-                inode.write_gated_pass(pass, IoPriority::Async, SizeFix::Try);
+            let io = io.clone();
+            let thread = crate::io::spawn_io_thread(format!("wbc-range-writer-{n}"), move |ready| {
+                io.prepare_thread();
+                drop(io);
+                ready.done();
+                loop {
+                    // The receiver's lock is held only while waiting for a
+                    // job, never while writing one.
+                    let job = locks::lock(&rx).recv();
+                    let Ok(Job { inode, pass }) = job else { break };
+                    inode.write_gated_pass(pass, IoPriority::Async, SizeFix::Try);
+                }
             });
             // The spawn's error is the OS's (EAGAIN), its errno kept.
             match thread {

@@ -61,7 +61,7 @@ pub fn start_domain(
         // No thread to be had (RLIMIT_NPROC, memory): the open that
         // needed this domain fails with the spawn's error, the OS's EAGAIN
         // as it is.
-        let spawned = std::thread::Builder::new().name(name).spawn(move || run(for_thread, n, for_stats));
+        let spawned = crate::io::spawn_io_thread(name, move |ready| run(for_thread, n, for_stats, ready));
         match spawned {
             Ok(handle) => {
                 domain.add_worker(handle);
@@ -78,7 +78,7 @@ pub fn start_domain(
 }
 
 /// Runs worker `worker` of `domain` until the domain shuts down.
-pub fn run(domain: Arc<Domain>, worker: usize, stats: Arc<WorkerCounters>) {
+pub fn run(domain: Arc<Domain>, worker: usize, stats: Arc<WorkerCounters>, ready: crate::io::Ready) {
     let config = &domain.config;
     let interval = policy::flusher_interval(config.expire_ms);
     let limits = PassLimits::new(config.io_max_bytes, config.io_depth);
@@ -91,6 +91,9 @@ pub fn run(domain: Arc<Domain>, worker: usize, stats: Arc<WorkerCounters>) {
         limits.queued_bytes_max,
         policy::queue_ios_max(config.io_depth),
     );
+    // Its write queue's ring exists; its ring for other I/O too, now.
+    domain.io.prepare_thread();
+    ready.done();
     let mut cpu_sampled_at = Instant::now();
     // Failures in a row, reset once writeback succeeds again.
     let mut consecutive_failures = 0u32;

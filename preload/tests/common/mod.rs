@@ -177,7 +177,7 @@ impl Output {
     }
 
     /// Fails the test if the library complained about anything but what a
-    /// line containing one of `expected` says (a refused `ioctl`, ...), or
+    /// line containing one of `expected` says, or
     /// if the dynamic linker could not preload it.
     pub fn no_complaints(self, expected: &[&str]) -> Output {
         for line in self.stderr.lines() {
@@ -310,29 +310,181 @@ pub fn assert_file(path: &Path, expected: &[u8]) {
     }
 }
 
-/// A preloaded Python process holding `file` (under `managed`) open with
-/// `flags` (a Python expression: `os.O_RDWR`...) until dropped; while it
-/// writes it, another preloaded process that opens it is refused. Returns
-/// once it holds it.
-pub fn hold(python: &Path, file: &Path, managed: &Path, flags: &str) -> Group {
-    let code = format!(
-        "import os, sys, time\n\
-         fd = os.open(sys.argv[1], {flags})\n\
-         print('held', flush=True)\n\
-         time.sleep(600)\n"
-    );
-    let mut cmd = preloaded(python, &[managed], OPTIONS);
-    cmd.arg("-c").arg(code).arg(file);
-    let mut holder = Group::spawn(cmd);
-    let lines = holder.lines();
-    match lines.recv_timeout(TIMEOUT) {
-        Ok(line) if line == "held" => holder,
-        other => panic!("the holder of {} did not start: {other:?}", file.display()),
+/// Whether this process may watch other processes' opens (`fanotify`
+/// permission events need `CAP_SYS_ADMIN`: root here): without it the
+/// library hands nothing over when another process opens a file it
+/// caches, and the opener sees what the kernel was given (docs/run.md).
+pub fn privileged() -> bool {
+    // SAFETY: a plain call.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The options a holder runs with (`Holder`): a cache far larger than what
+/// it writes, whose dirty data never expires within a test, so that what
+/// it wrote stays in its cache, unwritten, until another process's open
+/// makes it let go (or it exits).
+pub const HOLD_OPTIONS: &str = "capacity=64M,expire_ms=3600000";
+
+/// Python: `wbcache_stats()`, the statistics of the library preloaded into
+/// the process (`wbcache_preload_stats_json`) as a dict.
+pub const PY_STATS: &str = r#"
+import ctypes as _ctypes, json as _json
+def wbcache_stats():
+    call = _ctypes.CDLL(None).wbcache_preload_stats_json
+    call.restype = _ctypes.c_ssize_t
+    call.argtypes = [_ctypes.c_char_p, _ctypes.c_size_t]
+    buf = _ctypes.create_string_buffer(1 << 16)
+    n = call(buf, len(buf))
+    assert 0 < n < len(buf), n
+    return _json.loads(buf.value[:n])
+"#;
+
+/// The lines of a `WBCACHE_STATS` file: one JSON object per preloaded
+/// process that opened a managed file, appended at its exit; none when
+/// the file does not exist.
+pub fn stats_lines(path: &Path) -> Vec<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.lines().map(str::to_string).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("{}: {e}", path.display()),
     }
 }
 
-/// The line the library prints when it refuses a file another process
-/// caches.
-pub fn refusal(file: &Path) -> String {
-    format!("wbcache: {}: cached by another process; refused (EBUSY)", file.display())
+/// A top-level number of a statistics line (`"key":N`); fails the test
+/// when the line has none.
+pub fn stat(line: &str, key: &str) -> u64 {
+    let tag = format!("\"{key}\":");
+    let at = line.find(&tag).unwrap_or_else(|| panic!("no {key} in the statistics line {line}")) + tag.len();
+    let digits: String = line[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("{key} is not a number in the statistics line {line}"))
+}
+
+impl Group {
+    /// The group leader's process id.
+    pub fn pid(&self) -> libc::pid_t {
+        self.child.id() as libc::pid_t
+    }
+
+    /// Sends `signal` to the group's leader only.
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: a signal to the child this `Group` started (not reaped
+        // while the `Group` lives).
+        unsafe { libc::kill(self.pid(), signal) };
+    }
+}
+
+/// The holder's program: `FILE FLAGS [DATA]` opens FILE with FLAGS (a
+/// number) and writes the bytes of the file DATA (unmanaged) through it,
+/// or without DATA reads FILE whole; says `held DIRTY HEX` (its cache's
+/// dirty bytes, what it read in hex), then holds the file open. SIGUSR1:
+/// reads it again from offset 0 (`pread`), says `reread HEX`. SIGTERM:
+/// exits normally (its exit path, the library's too, runs).
+const HOLDER: &str = r#"
+import os, signal, sys, time
+wake = []
+signal.signal(signal.SIGUSR1, lambda *_: wake.append(1))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+def whole(fd):
+    out, at = [], 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, at)
+        if not chunk:
+            return b"".join(out)
+        out.append(chunk)
+        at += len(chunk)
+fd = os.open(sys.argv[1], int(sys.argv[2]), 0o644)
+seen = b""
+if len(sys.argv) > 3:
+    with open(sys.argv[3], "rb") as f:
+        data = f.read()
+    done = 0
+    while done < len(data):
+        done += os.write(fd, data[done:])
+else:
+    seen = whole(fd)
+print("held", wbcache_stats()["dirty_bytes"], seen.hex(), flush=True)
+while True:
+    if wake:
+        wake.clear()
+        print("reread", whole(fd).hex(), flush=True)
+    time.sleep(0.01)
+"#;
+
+/// A preloaded Python process (`HOLD_OPTIONS`) holding a managed file
+/// open, having written to it through its cache or read it; in its own
+/// process group, killed when dropped.
+pub struct Holder {
+    group: Group,
+    lines: std::sync::mpsc::Receiver<String>,
+    /// Its cache's dirty bytes once it held the file: what it wrote and
+    /// had not written back.
+    pub dirty_bytes: u64,
+    /// What it read when it opened the file (nothing when it wrote).
+    pub read: Vec<u8>,
+}
+
+impl Holder {
+    /// Opens `file` (under `managed`) with `flags` (`O_CREAT` creates it
+    /// 0644), writes `data` through the cache, and holds it; returns once
+    /// it holds it.
+    pub fn writing(python: &Path, file: &Path, managed: &Path, flags: libc::c_int, data: &[u8]) -> Holder {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let source = std::env::temp_dir().join(format!("wbcache-preload-holder-{}-{n}", std::process::id()));
+        std::fs::write(&source, data).unwrap();
+        let holder = Holder::start(python, file, managed, flags, Some(&source));
+        let _ = std::fs::remove_file(&source);
+        holder
+    }
+
+    /// Opens `file` (under `managed`) read-only, reads it whole through
+    /// the cache, and holds it; returns once it holds it.
+    pub fn reading(python: &Path, file: &Path, managed: &Path) -> Holder {
+        Holder::start(python, file, managed, libc::O_RDONLY, None)
+    }
+
+    fn start(python: &Path, file: &Path, managed: &Path, flags: libc::c_int, source: Option<&Path>) -> Holder {
+        let mut cmd = preloaded(python, &[managed], HOLD_OPTIONS);
+        cmd.arg("-c").arg(format!("{PY_STATS}{HOLDER}")).arg(file).arg(flags.to_string());
+        if let Some(source) = source {
+            cmd.arg(source);
+        }
+        let mut group = Group::spawn(cmd);
+        let lines = group.lines();
+        let line = lines.recv_timeout(TIMEOUT);
+        let words: Vec<&str> = line.as_deref().map(|l| l.split(' ').collect()).unwrap_or_default();
+        let (dirty_bytes, read) = match words[..] {
+            ["held", dirty, hex] => (dirty.parse().expect("a number of bytes"), from_hex(hex)),
+            _ => {
+                group.kill();
+                let out = group.wait(TIMEOUT);
+                panic!("the holder of {} did not start: {line:?}\n{}", file.display(), out.details())
+            }
+        };
+        Holder { group, lines, dirty_bytes, read }
+    }
+
+    /// What the holder reads of its file now, from offset 0 through the
+    /// descriptor it holds.
+    pub fn reread(&self) -> Vec<u8> {
+        self.group.signal(libc::SIGUSR1);
+        match self.lines.recv_timeout(TIMEOUT) {
+            Ok(line) if line.starts_with("reread ") => from_hex(&line["reread ".len()..]),
+            other => panic!("the holder did not read its file again: {other:?}"),
+        }
+    }
+
+    /// Ends the holder as a program ends (SIGTERM: a normal exit, the
+    /// library's exit path with it) and waits for it: it must exit 0, the
+    /// library complaining of nothing.
+    pub fn finish(self) -> Output {
+        self.group.signal(libc::SIGTERM);
+        self.group.wait(TIMEOUT).ok().no_complaints(&[])
+    }
+}
+
+/// Bytes from their lowercase hex.
+fn from_hex(hex: &str) -> Vec<u8> {
+    let digit = |c: u8| (c as char).to_digit(16).expect("a hex digit") as u8;
+    hex.as_bytes().chunks(2).map(|pair| digit(pair[0]) << 4 | digit(pair[1])).collect()
 }
