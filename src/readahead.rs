@@ -212,22 +212,16 @@ impl Workers {
         for n in 0..READAHEAD_WORKERS {
             let rx = rx.clone();
             let batch_bytes = workers.batch_bytes;
-            let io = io.clone();
-            let worker = crate::io::spawn_io_thread(format!("wbc-readahead-{n}"), move |ready| {
-                io.prepare_thread();
-                drop(io);
-                ready.done();
-                loop {
-                    let job = match locks::lock(&rx).recv() {
-                        Ok(WorkerJob::Readahead(job)) => job,
-                        Ok(WorkerJob::Run(job)) => {
-                            job();
-                            continue;
-                        }
-                        Err(_) => break,
-                    };
-                    fill_window(&job, batch_bytes);
-                }
+            let worker = crate::io::spawn_io_worker(format!("wbc-readahead-{n}"), io, move || loop {
+                let job = match locks::lock(&rx).recv() {
+                    Ok(WorkerJob::Readahead(job)) => job,
+                    Ok(WorkerJob::Run(job)) => {
+                        job();
+                        continue;
+                    }
+                    Err(_) => break,
+                };
+                fill_window(&job, batch_bytes);
             });
             // The spawn's error is the OS's (EAGAIN), its errno kept.
             let worker = worker?;

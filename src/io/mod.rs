@@ -292,6 +292,22 @@ pub fn spawn_io_thread(
     Ok(handle)
 }
 
+/// [`spawn_io_thread`] for a thread whose only descriptors are `io`'s for
+/// the thread ([`Io::prepare_thread`]), made before `body` runs.
+pub fn spawn_io_worker(
+    name: String,
+    io: &Arc<dyn Io>,
+    body: impl FnOnce() + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    let io = io.clone();
+    spawn_io_thread(name, move |ready| {
+        io.prepare_thread();
+        drop(io);
+        ready.done();
+        body();
+    })
+}
+
 /// One open backing store (file or block device).
 #[allow(clippy::len_without_is_empty)]
 pub trait BackingStore: Send + Sync {

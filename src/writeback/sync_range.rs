@@ -58,11 +58,7 @@ impl RangeWriter {
         let writer = RangeWriter { tx: Mutex::new(Some(tx)), threads: Mutex::new(Vec::new()) };
         for n in 0..RANGE_WRITERS {
             let rx = rx.clone();
-            let io = io.clone();
-            let thread = crate::io::spawn_io_thread(format!("wbc-range-writer-{n}"), move |ready| {
-                io.prepare_thread();
-                drop(io);
-                ready.done();
+            let thread = crate::io::spawn_io_worker(format!("wbc-range-writer-{n}"), io, move || {
                 loop {
                     // The receiver's lock is held only while waiting for a
                     // job, never while writing one.
