@@ -301,3 +301,39 @@ pub fn membarrier_private_expedited() -> io::Result<()> {
     // SAFETY: a command number and a zero flag; no memory is passed.
     check(unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) }).map(drop)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A descriptor the engine opens lands at or above the floor, and the
+    /// number the kernel first gave it is free again (the program's).
+    #[test]
+    fn opened_descriptors_stay_above_the_programs() {
+        let floor = descriptor_floor();
+        assert!(floor >= 2, "a floor above the standard descriptors: {floor}");
+        let path = CStr::from_bytes_with_nul(b"/dev/null\0").unwrap();
+        let fd = Fd::new(open(path, libc::O_RDONLY | libc::O_CLOEXEC, 0).unwrap());
+        assert!(fd.0 >= floor, "descriptor {} below the floor {floor}", fd.0);
+        // The lowest free number now: a plain open gets it, below the floor.
+        let probe = open_low(path);
+        assert!(probe < floor, "the low numbers stay free for the program: got {probe}");
+        let _ = close(probe);
+        // Already high: left where it is.
+        assert_eq!(above_program_descriptors(fd.0), fd.0);
+    }
+
+    /// A plain `openat`, not moved (what a program's own open gets).
+    fn open_low(path: &CStr) -> RawFd {
+        // SAFETY: a NUL-terminated path.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_openat,
+                libc::c_long::from(libc::AT_FDCWD),
+                path.as_ptr(),
+                libc::c_long::from(libc::O_RDONLY),
+            )
+        };
+        check(rc).unwrap() as RawFd
+    }
+}

@@ -83,8 +83,11 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, (key, now): ((u64, u64), Fingerpr
     })?;
     table::insert(fd, Arc::new(Desc::new(file, flags & STATUS_FLAGS, key, path.to_path_buf())));
     if state.take_contended(key) {
-        // Another process opened it while this open was under way.
-        handover::hand_over(Some(key))?;
+        // Another process opened it while this open was under way. A
+        // failed writeback keeps it cached (the open itself succeeded).
+        if let Err(e) = handover::hand_over(Some(key)) {
+            state::complain(&format!("{}: another process opened it; it stays cached: {e}", path.display()));
+        }
     }
     Ok(())
 }
@@ -135,7 +138,7 @@ fn uncached(state: &state::State, fd: c_int, key: (u64, u64), flags: c_int) -> i
     }
     // SAFETY: plain calls on the descriptor the kernel just gave.
     let applied = unsafe {
-        (flags & libc::O_TRUNC == 0 || real::ftruncate(fd, 0) == 0)
+        (flags & libc::O_TRUNC == 0 || truncate_through_kernel(fd, flags))
             && (flags & libc::O_DIRECT == 0
                 || real::fcntl(
                     fd,
@@ -148,6 +151,22 @@ fn uncached(state: &state::State, fd: c_int, key: (u64, u64), flags: c_int) -> i
     }
     state.track_uncached(fd, key);
     Ok(())
+}
+
+/// `O_TRUNC` on a kernel-served descriptor: `ftruncate`, or for a
+/// read-only one (Linux truncates on a read-only open too, given write
+/// permission) through a writable open of the same file.
+fn truncate_through_kernel(fd: c_int, flags: c_int) -> bool {
+    if flags & libc::O_ACCMODE != libc::O_RDONLY {
+        // SAFETY: a plain call on the descriptor the kernel just gave.
+        return unsafe { real::ftruncate(fd, 0) } == 0;
+    }
+    let Ok(same) = std::ffi::CString::new(format!("/proc/self/fd/{fd}")) else { return false };
+    // SAFETY: a NUL-terminated path; the descriptor is closed at once.
+    unsafe {
+        let writable = real::open(same.as_ptr(), libc::O_WRONLY | libc::O_TRUNC | libc::O_CLOEXEC, 0);
+        writable >= 0 && real::close(writable) == 0
+    }
 }
 
 /// `O_TRUNC`: the file emptied through `file` (`writable`), or, when
