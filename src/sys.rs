@@ -312,7 +312,7 @@ mod tests {
     fn opened_descriptors_stay_above_the_programs() {
         let floor = descriptor_floor();
         assert!(floor >= 2, "a floor above the standard descriptors: {floor}");
-        let path = CStr::from_bytes_with_nul(b"/dev/null\0").unwrap();
+        let path = c"/dev/null";
         let fd = Fd::new(open(path, libc::O_RDONLY | libc::O_CLOEXEC, 0).unwrap());
         assert!(fd.0 >= floor, "descriptor {} below the floor {floor}", fd.0);
         // The lowest free number now: a plain open gets it, below the floor.

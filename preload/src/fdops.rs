@@ -39,10 +39,16 @@ fn share(old: c_int, new: c_int) -> c_int {
     }
     open::fresh(new);
     if let Some(desc) = table::get(old) {
-        if let Some(state) = state::built() {
-            state.add_descriptor(desc.key);
+        let key = desc.key;
+        if table::insert(new, desc) {
+            if let Some(state) = state::built() {
+                state.add_descriptor(key);
+            }
+        } else {
+            // Its description is being handed over: once that ends, `old`
+            // is the kernel's, and so is `new` (below).
+            handover::wait_for_hand_overs();
         }
-        table::insert(new, desc);
     }
     handover::after_duplicate(old, new);
     new
@@ -86,12 +92,21 @@ pub unsafe extern "C" fn dup3(fd: c_int, target: c_int, flags: c_int) -> c_int {
 /// kernel's.
 fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong, kernel: impl Fn(c_int, c_ulong) -> c_int) -> c_int {
     let Some(inside) = guard::enter() else { return kernel(cmd, arg) };
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        // Managed or served by the kernel, the duplicate is what `fd` is
+        // (`share` counts it either way; a hand-over it starts waits for
+        // the calls holding a description, so none is held here).
+        drop(inside);
+        return share(fd, kernel(cmd, arg));
+    }
+    // Only the flags need the description; every other command (a lock
+    // that waits, above all) runs without holding it, so a hand-over on
+    // another thread never waits for the kernel's call.
+    if !matches!(cmd, libc::F_GETFL | libc::F_SETFL) {
+        return kernel(cmd, arg);
+    }
     let Some(desc) = table::get(fd) else { return kernel(cmd, arg) };
     match cmd {
-        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
-            drop(inside);
-            share(fd, kernel(cmd, arg))
-        }
         libc::F_GETFL => {
             let kernel_flags = kernel(cmd, arg);
             if kernel_flags < 0 {
@@ -112,7 +127,7 @@ fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong, kernel: impl Fn(c_int, c_ulong
             }
             rc
         }
-        _ => kernel(cmd, arg),
+        _ => unreachable!("only the flags commands reach here"),
     }
 }
 

@@ -10,8 +10,8 @@
 //!   caches the files opened after it;
 //! - `vfork` is a `fork`: a `vfork` child shares the parent's memory, and
 //!   the cache in it must not be touched from the child (`fork` runs the
-//!   hooks that write back in the parent and keep the child off the
-//!   cache).
+//!   hooks that hand the open files to the kernel in the parent and keep
+//!   the child off the cache).
 //!
 //! What no library can save is documented beside the kernel's behaviour
 //! in docs/run.md: a process killed by a signal loses the data it did not

@@ -6,10 +6,12 @@
 //! A path is managed when it names, or will name (`O_CREAT`), a regular
 //! file or a block device under a managed directory, and the call asks
 //! for neither `O_PATH` nor `O_DIRECTORY`. The kernel opens it first with
-//! the program's flags less `O_TRUNC`, `O_APPEND` and `O_DIRECT` (so
-//! every error, permission and `O_CREAT`/`O_EXCL` answer is the kernel's,
-//! and the descriptor number is a real one); then the cache opens it and
-//! does the truncation itself, so no cached byte outlives it.
+//! the program's flags less `O_TRUNC` and `O_DIRECT` (so every error,
+//! permission and `O_CREAT`/`O_EXCL` answer is the kernel's, and the
+//! descriptor number is a real one); then the cache opens it and does the
+//! truncation itself, so no cached byte outlives it. Where the cache
+//! cannot see through the descriptor (0-2) or another process holds the
+//! file, the kernel serves it instead (`uncached`), with those flags.
 //!
 //! Closing the last managed descriptor of a file writes its dirty data
 //! back to the kernel and drops the cache's copy before the file's
@@ -157,6 +159,14 @@ fn uncached(state: &state::State, fd: c_int, key: (u64, u64), flags: c_int) -> i
 /// read-only one (Linux truncates on a read-only open too, given write
 /// permission) through a writable open of the same file.
 fn truncate_through_kernel(fd: c_int, flags: c_int) -> bool {
+    // SAFETY: an all-zero `stat` is a valid value for fstat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is valid for one `stat`.
+    if unsafe { real::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        // The kernel ignores `O_TRUNC` on anything but a regular file (a
+        // block device among them).
+        return true;
+    }
     if flags & libc::O_ACCMODE != libc::O_RDONLY {
         // SAFETY: a plain call on the descriptor the kernel just gave.
         return unsafe { real::ftruncate(fd, 0) } == 0;

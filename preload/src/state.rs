@@ -57,6 +57,8 @@ struct Files {
     /// Files another process opened while this one was starting to cache
     /// them (the watcher saw the open before the file was in the table).
     contended: std::collections::HashSet<(u64, u64)>,
+    /// Files being handed to the kernel: opened through the kernel.
+    handing: std::collections::HashSet<(u64, u64)>,
     /// Files whose last descriptor closed here while the cache kept their
     /// (clean) data: how the file looked then.
     closed: HashMap<(u64, u64), Fingerprint>,
@@ -75,6 +77,10 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
+    /// Matches no file: what the cache kept of a file handed to the
+    /// kernel is stale whatever the file looks like later.
+    pub const STALE: Fingerprint = Fingerprint { size: -1, mtime_ns: 0, ctime_ns: 0 };
+
     pub fn of(st: &libc::stat) -> Fingerprint {
         let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
         Fingerprint {
@@ -200,6 +206,20 @@ extern "C" fn hand_over_before_fork() {
 extern "C" fn forked_child() {
     crate::guard::mark_forked_child();
     crate::watch::forget_in_child();
+    // The child holds none of the parent's locks: its copies of the
+    // registries would keep them held after the parent let them go (an
+    // open-file-description lock lives while a descriptor of it does).
+    if let Some(state) = built() {
+        if let Ok(files) = state.files.try_lock() {
+            for registries in files.registries.values() {
+                // SAFETY: the child's copies of the registries, closed once.
+                unsafe {
+                    real::close(registries.cache);
+                    real::close(registries.users);
+                }
+            }
+        }
+    }
 }
 
 extern "C" fn write_back_at_exit() {
@@ -246,12 +266,33 @@ impl State {
             lock.descriptors += 1;
             return Ok(());
         }
-        if files.uncached.contains_key(&key) || held_elsewhere(registries.users, key.1)? {
-            return Err(std::io::Error::from_raw_os_error(libc::EBUSY));
+        let busy = || Err(std::io::Error::from_raw_os_error(libc::EBUSY));
+        if files.uncached.contains_key(&key) || files.handing.contains(&key) {
+            return busy();
         }
+        // The cache lock first, then the users lock: a cacher elsewhere
+        // that hands the file over takes its users lock before it gives
+        // its cache lock up, so one of the two is always seen.
         set_lock(registries.cache, key.1, if writable { libc::F_WRLCK } else { libc::F_RDLCK })?;
+        if held_elsewhere(registries.users, key.1)? {
+            let _ = set_lock(registries.cache, key.1, libc::F_UNLCK);
+            return busy();
+        }
         files.locks.insert(key, FileLock { exclusive: writable, descriptors: 1 });
         Ok(())
+    }
+
+    /// Marks the files `keys` as being handed to the kernel (`true`), or
+    /// no longer.
+    pub fn set_handing(&self, keys: &[(u64, u64)], handing: bool) {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        for key in keys {
+            if handing {
+                files.handing.insert(*key);
+            } else {
+                files.handing.remove(key);
+            }
+        }
     }
 
     /// Counts `fd`, a descriptor of the managed file `key` that the

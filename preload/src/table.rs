@@ -4,8 +4,8 @@
 //! as the kernel's descriptions are shared.
 //!
 //! The descriptor number itself is a real descriptor of the file, opened
-//! by the kernel with the program's flags (less `O_TRUNC`, `O_APPEND` and
-//! `O_DIRECT`, which the cache does): the number stays reserved, and calls
+//! by the kernel with the program's flags (less `O_TRUNC` and `O_DIRECT`,
+//! which the cache does): the number stays reserved, and calls
 //! this library does not serve on it (`flock`, `fchmod`, POSIX record
 //! locks) reach the real file.
 //!
@@ -90,10 +90,11 @@ fn wait_for_hand_over(fd: libc::c_int) -> Option<Arc<Desc>> {
     }
 }
 
-/// The descriptors of the file `key` (those `only`, if given, selects),
+/// The descriptors of the file `key` (of every file when `None`),
 /// marked as being handed to the kernel, once no call uses their
 /// descriptions any more: each with its description, in descriptor
-/// order. They stay in the table (lookups wait) until [`end_hand_over`].
+/// order. They stay in the table until [`end_hand_over`]: lookups and
+/// removals wait, and no duplicate joins them ([`insert`] refuses).
 pub fn begin_hand_over(key: Option<(u64, u64)>) -> Vec<(libc::c_int, Arc<Desc>)> {
     let marked: Vec<(libc::c_int, Arc<Desc>)> = {
         let table = TABLE.write().unwrap_or_else(|e| e.into_inner());
@@ -143,9 +144,14 @@ pub fn end_hand_over(marked: &[(libc::c_int, Arc<Desc>)]) {
 }
 
 /// Makes `fd` a managed descriptor of `desc` (replacing what it was).
-pub fn insert(fd: libc::c_int, desc: Arc<Desc>) {
+/// `false`, and nothing done, when `desc` is being handed to the kernel
+/// (a duplicate made while the hand-over runs is the kernel's too).
+pub fn insert(fd: libc::c_int, desc: Arc<Desc>) -> bool {
     assert!(fd >= 0, "a descriptor number");
     let mut table = TABLE.write().unwrap_or_else(|e| e.into_inner());
+    if desc.handed.load(Ordering::Acquire) {
+        return false;
+    }
     let at = fd as usize;
     if table.len() <= at {
         table.resize(at + 1, None);
@@ -154,19 +160,30 @@ pub fn insert(fd: libc::c_int, desc: Arc<Desc>) {
         MANAGED.fetch_add(1, Ordering::AcqRel);
     }
     debug_assert!(table[at].is_some());
+    true
 }
 
-/// Takes `fd` out of the table; its description, if it was managed.
+/// Takes `fd` out of the table; its description, if it was managed. A
+/// descriptor being handed over is taken out once the hand-over ended
+/// (then it is not managed any more): its entries stay put meanwhile.
 pub fn remove(fd: libc::c_int) -> Option<Arc<Desc>> {
     if fd < 0 || MANAGED.load(Ordering::Acquire) == 0 {
         return None;
     }
-    let mut table = TABLE.write().unwrap_or_else(|e| e.into_inner());
-    let taken = table.get_mut(fd as usize).and_then(Option::take);
-    if taken.is_some() {
-        MANAGED.fetch_sub(1, Ordering::AcqRel);
+    loop {
+        let mut table = TABLE.write().unwrap_or_else(|e| e.into_inner());
+        let slot = table.get_mut(fd as usize)?;
+        if slot.as_ref().is_some_and(|d| d.handed.load(Ordering::Acquire)) {
+            drop(table);
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            continue;
+        }
+        let taken = slot.take();
+        if taken.is_some() {
+            MANAGED.fetch_sub(1, Ordering::AcqRel);
+        }
+        return taken;
     }
-    taken
 }
 
 /// A description of the file `key`, if a descriptor here has it open.

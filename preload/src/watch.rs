@@ -62,16 +62,23 @@ fn start() -> Option<libc::c_int> {
             respond(group, pending.event_fd);
             answered().push(pending.event_fd);
         }
+        // The watcher ended: with its copy, this one is the group's last,
+        // and closing it lets every waiting open go and drops the marks.
+        GROUP.store(-1, Ordering::Release);
+        // SAFETY: the group's descriptor in the shared table, closed once.
+        unsafe { real::close(group) };
     });
-    let spawned = worker.and_then(|_| {
-        std::thread::Builder::new().name("wbcache-watcher".into()).spawn(move || serve(group, to_hand_over))
-    });
-    if spawned.is_err() {
+    if worker.is_err() {
         // SAFETY: the group made just above, closed once.
         unsafe { real::close(group) };
         return None;
     }
-    Some(group)
+    let (ready, watching) = std::sync::mpsc::sync_channel::<bool>(1);
+    let watcher =
+        std::thread::Builder::new().name("wbcache-watcher".into()).spawn(move || serve(group, to_hand_over, ready));
+    // Without a watcher (no thread, or no table of its own) the sender
+    // went with it, and the hand-over thread closes the group.
+    (watcher.is_ok() && watching.recv() == Ok(true)).then_some(group)
 }
 
 /// Another process's open, waiting for the hand-over of its file.
@@ -127,7 +134,7 @@ pub fn forget_in_child() {
 /// program is about to `dup2` onto, which would close the event's
 /// descriptor under the watcher, and the watcher's close would then close
 /// the program's file.
-fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<Pending>) {
+fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<Pending>, ready: std::sync::mpsc::SyncSender<bool>) {
     let _inside = guard::enter();
     // SAFETY: plain system calls on this thread's own (unshared) table.
     let private = unsafe {
@@ -135,10 +142,16 @@ fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<Pending>) {
             && (group == 0 || libc::close_range(0, group as libc::c_uint - 1, 0) == 0)
             && libc::close_range(group as libc::c_uint + 1, libc::c_uint::MAX, 0) == 0
     };
-    if !private {
-        state::complain("the watcher has no descriptor table of its own; other processes' opens go unwatched");
-        return;
+    let _ = ready.send(private);
+    if private {
+        watch_events(group, &to_hand_over);
+        // SAFETY: this table's copy of the group, closed once.
+        unsafe { real::close(group) };
     }
+}
+
+/// Reads and sorts events until the group fails.
+fn watch_events(group: libc::c_int, to_hand_over: &std::sync::mpsc::Sender<Pending>) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         for fd in answered().drain(..) {
@@ -148,8 +161,11 @@ fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<Pending>) {
         let mut ready = libc::pollfd { fd: group, events: libc::POLLIN, revents: 0 };
         // SAFETY: one live `pollfd`; a short timeout closes answered
         // events' descriptors soon (each holds its file open).
-        if unsafe { libc::poll(&mut ready, 1, 100) } <= 0 {
-            continue;
+        match unsafe { libc::poll(&mut ready, 1, 100) } {
+            0 => continue,
+            rc if rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
+            rc if rc < 0 => return,
+            _ => {}
         }
         // SAFETY: reading into a live buffer of its length.
         let n = unsafe { real::read(group, buf.as_mut_ptr().cast(), buf.len()) };
@@ -160,7 +176,7 @@ fn serve(group: libc::c_int, to_hand_over: std::sync::mpsc::Sender<Pending>) {
             return;
         }
         for event in events(&buf[..n as usize]) {
-            sort(group, &event, &to_hand_over);
+            sort(group, &event, to_hand_over);
         }
     }
 }
@@ -196,6 +212,8 @@ fn sort(group: libc::c_int, event: &libc::fanotify_event_metadata, to_hand_over:
     let pending = key.map(|key| Pending { key, event_fd: event.fd });
     if let Some(Err(refused)) = pending.map(|p| to_hand_over.send(p)) {
         respond(group, refused.0.event_fd);
+        // SAFETY: the event's descriptor, in this table, closed once.
+        unsafe { real::close(refused.0.event_fd) };
     } else if key.is_none() {
         if event.mask & libc::FAN_OPEN_PERM != 0 {
             respond(group, event.fd);
@@ -229,11 +247,13 @@ fn respond(group: libc::c_int, event_fd: libc::c_int) {
 /// a descriptor closed behind this library's back, or is that starting
 /// open's, which the note covers.
 fn cached_here(key: (u64, u64), event_fd: libc::c_int) -> bool {
-    if table::any_of(key).is_some() {
-        return true;
-    }
+    // Noted before the table is looked at: an open here that inserts the
+    // file after the look finds the note when it checks afterwards.
     if let Some(state) = state::built() {
         state.mark_contended(key);
+    }
+    if table::any_of(key).is_some() {
+        return true;
     }
     unwatch(event_fd);
     false

@@ -266,7 +266,7 @@ fn record(i: usize) -> Vec<u8> {
 /// two threads write the rest (thread k the records `FIRST + k`,
 /// `FIRST + k + 2`, ...) as fast as they can; the records of the second
 /// half only once the main thread saw the file handed over (the cache
-/// keeps no file open: `open_inodes` 0), so that some are always written
+/// dropped its pages: `cached_bytes` 0), so that some are always written
 /// after it, however late the first open comes. Says `done` after.
 const BURST: &str = r#"
 import os, sys, threading, time
@@ -285,7 +285,7 @@ def worker(k):
         assert os.pwrite(fd, record(i), i * 64) == 64
 threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
 [t.start() for t in threads]
-while wbcache_stats()["open_inodes"] != 0:
+while wbcache_stats()["cached_bytes"] != 0:
     time.sleep(0.005)
 handed.set()
 [t.join() for t in threads]

@@ -578,6 +578,24 @@ const PYTHON: &[Case] = &[
         ",
     ),
     Case::python(
+        "python_dup_onto_a_closed_standard_descriptor",
+        r"
+        import os, subprocess
+        fd = os.open('d', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, b'before\n')
+        os.close(1)
+        # os.dup is fcntl(F_DUPFD_CLOEXEC): the lowest free number, 1.
+        assert os.dup(fd) == 1
+        os.write(1, b'through one\n')
+        os.write(fd, b'through fd\n')
+        os.close(fd)
+        subprocess.run(['/bin/echo', 'child'], stdout=1, close_fds=False)
+        os.close(1)
+        with open('d') as source, open('copy', 'w') as copy:
+            copy.write(source.read())
+        ",
+    ),
+    Case::python(
         "python_dup2_onto_fds_3_to_9",
         r"
         import os, subprocess
