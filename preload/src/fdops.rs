@@ -435,6 +435,7 @@ enum IoctlKind {
 const FIBMAP: c_ulong = 1;
 const FIGETBSZ: c_ulong = 2;
 const FIONREAD: c_ulong = 0x541b;
+const FIONBIO: c_ulong = 0x5421;
 const FIOQSIZE: c_ulong = 0x5460;
 const FS_IOC_FIEMAP: c_ulong = 0xc020_660b;
 const FICLONE: c_ulong = 0x4004_9409;
@@ -489,6 +490,19 @@ fn ioctl_managed(
     kernel: impl FnOnce() -> c_int,
 ) -> c_int {
     match ioctl_kind(request) {
+        IoctlKind::Harmless if request == FIONBIO && !arg.is_null() => {
+            // The description's `O_NONBLOCK` follows, as `F_GETFL` reports
+            // it (a call that cannot wait: holding the description is fine).
+            let rc = kernel();
+            if rc == 0 {
+                // SAFETY: FIONBIO's argument is the program's `int`.
+                let on = unsafe { *(arg as *const c_int) } != 0;
+                let flags = desc.flags();
+                let flags = if on { flags | libc::O_NONBLOCK } else { flags & !libc::O_NONBLOCK };
+                desc.status_flags.store(flags, std::sync::atomic::Ordering::Release);
+            }
+            rc
+        }
         IoctlKind::Harmless => {
             drop(desc);
             kernel()
