@@ -29,11 +29,9 @@ use common::{
 
 /// Whether the watcher can run (else prints why the test is skipped).
 fn privileged(test: &str) -> bool {
-    let ok = common::privileged();
-    if !ok {
-        println!("skipped {test}: the library's watcher (fanotify) needs CAP_SYS_ADMIN; not root");
-    }
-    ok
+    common::privileged()
+        || common::missing::<()>(&format!("{test}: the library's watcher (fanotify) needs CAP_SYS_ADMIN; not root"))
+            .is_some()
 }
 
 /// A group's standard output, line by line, each with when this process
