@@ -19,11 +19,14 @@
 //! kernel. A file that another process holds is opened through the
 //! kernel instead, never refused. The cache lock is given up when the
 //! file's last cached descriptor closes, after its dirty data was written
-//! back to the kernel. The locks are open-file-description locks in
-//! registry files per device (`/dev/shm/wbcache-locks-DEV` and
-//! `/dev/shm/wbcache-users-DEV`, one byte per inode number), not on the
-//! file itself: there they would conflict with the program's own record
-//! locks (RocksDB locks its whole `LOCK` file).
+//! back to the kernel. The locks are open-file-description locks in one
+//! registry file per device (`/dev/shm/wbcache-locks-DEV`, empty: only
+//! its byte ranges are locked, one byte per inode number in each of two
+//! regions, cache and users), not on the file itself: there they would
+//! conflict with the program's own record locks (RocksDB locks its whole
+//! `LOCK` file). The registry outlives the processes on purpose: removing
+//! it while one process locks it would let the next process lock a new
+//! file, unseen by the first.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -46,9 +49,9 @@ pub struct State {
 #[derive(Default)]
 struct Files {
     locks: HashMap<(u64, u64), FileLock>,
-    /// Per device, the registry files' descriptors (kept for the process's
-    /// life: their locks are released one by one).
-    registries: HashMap<u64, Registries>,
+    /// Per device, the registry file's descriptor (kept for the process's
+    /// life: its locks are released one by one).
+    registries: HashMap<u64, Registry>,
     /// Descriptors of managed files that the kernel serves, by number.
     uncached_fds: HashMap<libc::c_int, (u64, u64)>,
     /// Per file, how many of `uncached_fds` it has (its users lock is held
@@ -91,14 +94,18 @@ impl Fingerprint {
     }
 }
 
-/// A device's two lock registries.
+/// A device's lock registry (its descriptor).
 #[derive(Clone, Copy)]
-struct Registries {
+struct Registry(libc::c_int);
+
+/// The two regions of a registry: which lock a byte is.
+#[derive(Clone, Copy)]
+enum Region {
     /// Bytes locked by the process that caches each file.
-    cache: libc::c_int,
+    Cache,
     /// Bytes read-locked by every process that has the file open through
     /// the kernel.
-    users: libc::c_int,
+    Users,
 }
 
 /// Uncached descriptors of managed files open: while 0, `close` looks up
@@ -211,12 +218,9 @@ extern "C" fn forked_child() {
     // open-file-description lock lives while a descriptor of it does).
     if let Some(state) = built() {
         if let Ok(files) = state.files.try_lock() {
-            for registries in files.registries.values() {
-                // SAFETY: the child's copies of the registries, closed once.
-                unsafe {
-                    real::close(registries.cache);
-                    real::close(registries.users);
-                }
+            for registry in files.registries.values() {
+                // SAFETY: the child's copy of the registry, closed once.
+                unsafe { real::close(registry.0) };
             }
         }
     }
@@ -257,10 +261,10 @@ impl State {
     /// then opened through the kernel here too.
     pub fn lock_file(&self, key: (u64, u64), writable: bool) -> std::io::Result<()> {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        let registries = files.registries_of(key.0)?;
+        let registry = files.registries_of(key.0)?;
         if let Some(lock) = files.locks.get_mut(&key) {
             if writable && !lock.exclusive {
-                set_lock(registries.cache, key.1, libc::F_WRLCK)?;
+                set_lock(registry, Region::Cache, key.1, libc::F_WRLCK)?;
                 lock.exclusive = true;
             }
             lock.descriptors += 1;
@@ -273,9 +277,9 @@ impl State {
         // The cache lock first, then the users lock: a cacher elsewhere
         // that hands the file over takes its users lock before it gives
         // its cache lock up, so one of the two is always seen.
-        set_lock(registries.cache, key.1, if writable { libc::F_WRLCK } else { libc::F_RDLCK })?;
-        if held_elsewhere(registries.users, key.1)? {
-            let _ = set_lock(registries.cache, key.1, libc::F_UNLCK);
+        set_lock(registry, Region::Cache, key.1, if writable { libc::F_WRLCK } else { libc::F_RDLCK })?;
+        if held_elsewhere(registry, Region::Users, key.1)? {
+            let _ = set_lock(registry, Region::Cache, key.1, libc::F_UNLCK);
             return busy();
         }
         files.locks.insert(key, FileLock { exclusive: writable, descriptors: 1 });
@@ -299,7 +303,7 @@ impl State {
     /// kernel serves, taking the file's users lock with the first.
     pub fn track_uncached(&self, fd: libc::c_int, key: (u64, u64)) {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok(registries) = files.registries_of(key.0) else { return };
+        let Ok(registry) = files.registries_of(key.0) else { return };
         if let Some(earlier) = files.uncached_fds.insert(fd, key) {
             files.drop_uncached(earlier);
         } else {
@@ -310,7 +314,7 @@ impl State {
         if *count == 1 {
             // Shared with every other process that has the file open
             // through the kernel; only a would-be cacher is kept out.
-            let _ = set_lock(registries.users, key.1, libc::F_RDLCK);
+            let _ = set_lock(registry, Region::Users, key.1, libc::F_RDLCK);
         }
     }
 
@@ -395,27 +399,22 @@ impl State {
             return false;
         }
         files.locks.remove(&key);
-        if let Some(registries) = files.registries.get(&key.0) {
-            let _ = set_lock(registries.cache, key.1, libc::F_UNLCK);
+        if let Some(&registry) = files.registries.get(&key.0) {
+            let _ = set_lock(registry, Region::Cache, key.1, libc::F_UNLCK);
         }
         true
     }
 }
 
 impl Files {
-    /// Device `dev`'s registries, opened on first use.
-    fn registries_of(&mut self, dev: u64) -> std::io::Result<Registries> {
+    /// Device `dev`'s registry, opened on first use.
+    fn registries_of(&mut self, dev: u64) -> std::io::Result<Registry> {
         if let Some(&found) = self.registries.get(&dev) {
             return Ok(found);
         }
-        let cache = open_registry("locks", dev)?;
-        let users = open_registry("users", dev).inspect_err(|_| {
-            // SAFETY: the descriptor opened just above, closed once.
-            unsafe { real::close(cache) };
-        })?;
-        let registries = Registries { cache, users };
-        self.registries.insert(dev, registries);
-        Ok(registries)
+        let registry = Registry(open_registry(dev)?);
+        self.registries.insert(dev, registry);
+        Ok(registry)
     }
 
     /// One kernel-served descriptor of `key` fewer; the users lock goes
@@ -428,17 +427,16 @@ impl Files {
             return;
         }
         self.uncached.remove(&key);
-        if let Some(registries) = self.registries.get(&key.0) {
-            let _ = set_lock(registries.users, key.1, libc::F_UNLCK);
+        if let Some(&registry) = self.registries.get(&key.0) {
+            let _ = set_lock(registry, Region::Users, key.1, libc::F_UNLCK);
         }
     }
 }
 
-/// A lock registry of device `dev` (`kind`: `locks` or `users`): a file
-/// in `/dev/shm` that every process using this library on that device
-/// locks bytes of.
-fn open_registry(kind: &str, dev: u64) -> std::io::Result<libc::c_int> {
-    let path = CString::new(format!("/dev/shm/wbcache-{kind}-{dev:x}")).expect("no NUL in the name");
+/// The lock registry of device `dev`: a file in `/dev/shm` that every
+/// process using this library on that device locks bytes of.
+fn open_registry(dev: u64) -> std::io::Result<libc::c_int> {
+    let path = CString::new(format!("/dev/shm/wbcache-locks-{dev:x}")).expect("no NUL in the name");
     // SAFETY: a NUL-terminated path; the mode lets every user lock it.
     let fd = unsafe { real::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o666) };
     if fd < 0 {
@@ -472,28 +470,37 @@ pub fn above_program_descriptors(fd: libc::c_int) -> libc::c_int {
     }
 }
 
-/// The lock request for byte `ino` of a registry.
-fn byte_lock(ino: u64, kind: libc::c_int) -> libc::flock {
+/// A region's size: inode numbers past it share bytes with smaller ones
+/// (ext4's are 32 bits; a shared byte only keeps a file from being cached
+/// while another process caches its namesake).
+const REGION_BYTES: u64 = 1 << 62;
+
+/// The lock request for inode `ino`'s byte of `region`.
+fn byte_lock(region: Region, ino: u64, kind: libc::c_int) -> libc::flock {
     // SAFETY: an all-zero `flock` is a valid value to fill in.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    // One byte per inode number: below i64::MAX, so that the byte's end
-    // is a valid offset (a mask clearing bit 0 would give inodes 2k and
-    // 2k+1 one byte, and keep one of them from being cached while another
-    // process caches the other).
-    lock.l_start = (ino % (i64::MAX as u64)) as i64;
+    // One byte per inode number in each region, both below i64::MAX, so
+    // that a byte's end is a valid offset (a mask clearing bit 0 would give
+    // inodes 2k and 2k+1 one byte, and keep one of them from being cached
+    // while another process caches the other).
+    let base = match region {
+        Region::Cache => 0,
+        Region::Users => REGION_BYTES,
+    };
+    lock.l_start = (base + ino % REGION_BYTES) as i64;
     lock.l_len = 1;
     lock
 }
 
-/// Sets (`F_RDLCK`, `F_WRLCK`) or clears (`F_UNLCK`) the lock on byte
-/// `ino` of `registry`, without waiting; `EBUSY` when another process
-/// holds a conflicting one.
-fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int) -> std::io::Result<()> {
-    let mut lock = byte_lock(ino, kind);
+/// Sets (`F_RDLCK`, `F_WRLCK`) or clears (`F_UNLCK`) the lock on inode
+/// `ino`'s byte of `region`, without waiting; `EBUSY` when another
+/// process holds a conflicting one.
+fn set_lock(registry: Registry, region: Region, ino: u64, kind: libc::c_int) -> std::io::Result<()> {
+    let mut lock = byte_lock(region, ino, kind);
     // SAFETY: F_OFD_SETLK reads one live `flock`.
-    let rc = unsafe { real::fcntl(registry, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
+    let rc = unsafe { real::fcntl(registry.0, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
     if rc == 0 {
         return Ok(());
     }
@@ -504,11 +511,11 @@ fn set_lock(registry: libc::c_int, ino: u64, kind: libc::c_int) -> std::io::Resu
     Err(e)
 }
 
-/// Whether another process holds a lock on byte `ino` of `registry`.
-fn held_elsewhere(registry: libc::c_int, ino: u64) -> std::io::Result<bool> {
-    let mut lock = byte_lock(ino, libc::F_WRLCK);
+/// Whether another process holds a lock on inode `ino`'s byte of `region`.
+fn held_elsewhere(registry: Registry, region: Region, ino: u64) -> std::io::Result<bool> {
+    let mut lock = byte_lock(region, ino, libc::F_WRLCK);
     // SAFETY: F_OFD_GETLK reads and fills one live `flock`.
-    let rc = unsafe { real::fcntl(registry, libc::F_OFD_GETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
+    let rc = unsafe { real::fcntl(registry.0, libc::F_OFD_GETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
