@@ -44,147 +44,45 @@ pub unsafe extern "C" fn __pread64_chk(
     unsafe { rw::pread64(fd, buf, len, off) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    // SAFETY: the same call.
-    unsafe { rw::read(fd, buf, len) }
+/// Exports each alias as a call of the served function it names, with
+/// its arguments; one in brackets is taken and not passed (the `stat`
+/// entry points' version).
+macro_rules! forward {
+    ($($alias:ident($([$taken:ident: $tty:ty])? $($arg:ident: $ty:ty),*) -> $ret:ty => $served:path;)*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $alias($($taken: $tty,)? $($arg: $ty),*) -> $ret {
+                // SAFETY: the served call under another name, with the
+                // program's arguments: the alias's contract is its own.
+                unsafe { $served($($arg),*) }
+            }
+        )*
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    // SAFETY: the same call.
-    unsafe { rw::write(fd, buf, len) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __pread64(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t {
-    // SAFETY: the same call.
-    unsafe { rw::pread64(fd, buf, len, off) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
-    // SAFETY: the same call.
-    unsafe { rw::pwrite64(fd, buf, len, off) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    // SAFETY: the same call.
-    unsafe { rw::lseek(fd, off, whence) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __open(path: *const c_char, flags: c_int, mode: libc::c_uint) -> c_int {
-    // SAFETY: the same call.
-    unsafe { open::open(path, flags, mode) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __open64(path: *const c_char, flags: c_int, mode: libc::c_uint) -> c_int {
-    // SAFETY: the same call.
-    unsafe { open::open64(path, flags, mode) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __close(fd: c_int) -> c_int {
-    // SAFETY: the same call.
-    unsafe { open::close(fd) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    // SAFETY: the same call.
-    unsafe { fdops::fcntl(fd, cmd, arg) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __dup2(fd: c_int, target: c_int) -> c_int {
-    // SAFETY: the same call.
-    unsafe { fdops::dup2(fd, target) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    // SAFETY: the same call.
-    unsafe { fdops::mmap(addr, len, prot, flags, fd, off) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fstat64(fd: c_int, st: *mut libc::stat) -> c_int {
-    // SAFETY: the same call.
-    unsafe { meta::fstat64(fd, st) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __vfork() -> libc::pid_t {
-    // SAFETY: the same call.
-    unsafe { crate::lifetime::vfork() }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __xstat(_version: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: the same call (one `struct stat` layout, see the module's doc).
-    unsafe { meta::stat(path, st) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __xstat64(_version: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: as `__xstat`.
-    unsafe { meta::stat64(path, st) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __lxstat(_version: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: as `__xstat`.
-    unsafe { meta::lstat(path, st) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __lxstat64(_version: c_int, path: *const c_char, st: *mut libc::stat) -> c_int {
-    // SAFETY: as `__xstat`.
-    unsafe { meta::lstat64(path, st) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstat(_version: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
-    // SAFETY: as `__xstat`.
-    unsafe { meta::fstat(fd, st) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstat64(_version: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
-    // SAFETY: as `__xstat`.
-    unsafe { meta::fstat64(fd, st) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat(
-    _version: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: as `__xstat`.
-    unsafe { meta::fstatat(dirfd, path, st, flags) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(
-    _version: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    st: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: as `__xstat`.
-    unsafe { meta::fstatat64(dirfd, path, st, flags) }
+forward! {
+    __read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t => rw::read;
+    __write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t => rw::write;
+    __pread64(fd: c_int, buf: *mut c_void, len: size_t, off: off_t) -> ssize_t => rw::pread64;
+    __pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t => rw::pwrite64;
+    __lseek(fd: c_int, off: off_t, whence: c_int) -> off_t => rw::lseek;
+    __open(path: *const c_char, flags: c_int, mode: libc::c_uint) -> c_int => open::open;
+    __open64(path: *const c_char, flags: c_int, mode: libc::c_uint) -> c_int => open::open64;
+    __close(fd: c_int) -> c_int => open::close;
+    __fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int => fdops::fcntl;
+    __dup2(fd: c_int, target: c_int) -> c_int => fdops::dup2;
+    __mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void
+        => fdops::mmap;
+    __fstat64(fd: c_int, st: *mut libc::stat) -> c_int => meta::fstat64;
+    __vfork() -> libc::pid_t => crate::lifetime::vfork;
+    __xstat([_version: c_int] path: *const c_char, st: *mut libc::stat) -> c_int => meta::stat;
+    __xstat64([_version: c_int] path: *const c_char, st: *mut libc::stat) -> c_int => meta::stat64;
+    __lxstat([_version: c_int] path: *const c_char, st: *mut libc::stat) -> c_int => meta::lstat;
+    __lxstat64([_version: c_int] path: *const c_char, st: *mut libc::stat) -> c_int => meta::lstat64;
+    __fxstat([_version: c_int] fd: c_int, st: *mut libc::stat) -> c_int => meta::fstat;
+    __fxstat64([_version: c_int] fd: c_int, st: *mut libc::stat) -> c_int => meta::fstat64;
+    __fxstatat([_version: c_int] dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int
+        => meta::fstatat;
+    __fxstatat64([_version: c_int] dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) -> c_int
+        => meta::fstatat64;
 }
