@@ -578,6 +578,27 @@ const PYTHON: &[Case] = &[
         ",
     ),
     Case::python(
+        "python_ioctls_on_a_file",
+        r"
+        import fcntl, os, struct
+        fd = os.open('i', os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, b'abcdefgh')
+        os.lseek(fd, 3, os.SEEK_SET)
+        print('FIONREAD', struct.unpack('i', fcntl.ioctl(fd, 0x541B, bytes(4)))[0])
+        for name, request in (('TCGETS', 0x5401), ('TIOCGWINSZ', 0x5413)):
+            try:
+                fcntl.ioctl(fd, request, bytes(64))
+            except OSError as e:
+                print(name, e.errno)
+        fcntl.ioctl(fd, 0x5421, struct.pack('i', 1))  # FIONBIO
+        print('nonblock', bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK))
+        fcntl.ioctl(fd, 0x5421, struct.pack('i', 0))
+        print('nonblock', bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK))
+        os.write(fd, b'XY')
+        os.close(fd)
+        ",
+    ),
+    Case::python(
         "python_dup_onto_a_closed_standard_descriptor",
         r"
         import os, subprocess
