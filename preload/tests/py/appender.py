@@ -48,7 +48,9 @@ def main():
             os.fsync(fd)
         else:
             os.fdatasync(fd)
-        print("acked", i - 1, flush=True)
+        # One write: a kill cannot cut the line (print() may write it in
+        # pieces, e.g. under PYTHONUNBUFFERED).
+        os.write(1, b"acked %d\n" % (i - 1))
 
 
 main()
