@@ -33,6 +33,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
+use std::sync::Arc;
+
+use crate::guardian::arena::{Arena, Slot};
 use crate::locks;
 use crate::sys;
 
@@ -73,6 +76,9 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     origin: Origin,
+    /// A slot of a cache's guarded memory (see [`crate::guardian`]): the
+    /// arena it goes back to, and the slot its record is kept under.
+    guarded: Option<(Arc<Arena>, Slot)>,
 }
 
 /// Where a buffer's memory came from, so drop gives it back there.
@@ -84,6 +90,9 @@ enum Origin {
     Mapped,
     /// A slot of a slab (smaller power-of-two sizes).
     Slab,
+    /// A slot of a cache's guarded memory (shared memory that outlives
+    /// the process).
+    Guarded,
 }
 
 /// Smaller power-of-two buffers are slots of [`SLAB_BYTES`] populated
@@ -447,6 +456,19 @@ impl AlignedBuf {
         Self::allocate(len).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))
     }
 
+    /// As [`AlignedBuf::try_zeroed`], for written data: from `arena`'s
+    /// guarded memory when it has room (contents stale, as a pooled
+    /// buffer's), else the process's own memory, zeroed.
+    pub(crate) fn try_written(arena: Option<&Arc<Arena>>, len: usize) -> std::io::Result<AlignedBuf> {
+        if len > 0 && allocation_refused() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        if let Some(buf) = arena.and_then(|arena| AlignedBuf::guarded_stale(arena, len)) {
+            return Ok(buf);
+        }
+        Self::allocate(len).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))
+    }
+
     /// Test hook (the `sim` feature): the next `count` fresh buffers that
     /// [`AlignedBuf::try_zeroed`] is asked for, anywhere in the process,
     /// fail with `ENOMEM` as if `mmap` and the heap had both refused;
@@ -464,28 +486,69 @@ impl AlignedBuf {
     fn allocate(len: usize) -> Option<AlignedBuf> {
         assert_eq!(len % BLOCK_SIZE, 0, "folio buffers are whole blocks");
         if len == 0 {
-            return Some(AlignedBuf { ptr: NonNull::dangling(), len: 0, origin: Origin::Heap });
+            return Some(AlignedBuf { ptr: NonNull::dangling(), len: 0, origin: Origin::Heap, guarded: None });
         }
         if let Some(class) = slab_class(len) {
             if let Some(ptr) = slab_alloc(class) {
-                return Some(AlignedBuf { ptr, len, origin: Origin::Slab });
+                return Some(AlignedBuf { ptr, len, origin: Origin::Slab, guarded: None });
             }
         } else if len == SLAB_BYTES {
             // A slab from the stash is this buffer exactly: populated ahead
             // of demand by the refill thread, off the reader's path.
             if let Some(ptr) = stashed_slab().or_else(|| map_populated(len, Populate::Bulk)) {
-                return Some(AlignedBuf { ptr, len, origin: Origin::Mapped });
+                return Some(AlignedBuf { ptr, len, origin: Origin::Mapped, guarded: None });
             }
         } else if len >= MAPPED_BUF_MIN_BYTES {
             if let Some(ptr) = map_populated(len, Populate::Bulk) {
-                return Some(AlignedBuf { ptr, len, origin: Origin::Mapped });
+                return Some(AlignedBuf { ptr, len, origin: Origin::Mapped, guarded: None });
             }
         }
         // Out of mappings or memory: the heap may still have room.
         let layout = Layout::from_size_align(len, BLOCK_SIZE).ok()?;
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        Some(AlignedBuf { ptr: NonNull::new(raw)?, len, origin: Origin::Heap })
+        Some(AlignedBuf { ptr: NonNull::new(raw)?, len, origin: Origin::Heap, guarded: None })
+    }
+
+    /// A buffer of `len` bytes in `arena`'s guarded memory, its contents
+    /// stale (as a pooled buffer's: folio code fills or zeroes what it
+    /// exposes); `None` when the arena is full.
+    pub(crate) fn guarded_stale(arena: &Arc<Arena>, len: usize) -> Option<AlignedBuf> {
+        let (slot, ptr) = arena.allocate(len)?;
+        debug_assert_eq!(slot.blocks as usize * BLOCK_SIZE, len);
+        Some(AlignedBuf { ptr, len, origin: Origin::Guarded, guarded: Some((arena.clone(), slot)) })
+    }
+
+    /// The guarded memory slot this buffer is, if it is one.
+    pub(crate) fn guard_slot(&self) -> Option<(&Arena, Slot)> {
+        self.guarded.as_ref().map(|(arena, slot)| (&**arena, *slot))
+    }
+
+    pub(crate) fn is_guarded(&self) -> bool {
+        self.guarded.is_some()
+    }
+
+    /// Records in the crash table that this (guarded) buffer holds the
+    /// folio at `offset` of file `file`; nothing for another buffer.
+    pub(crate) fn record_owner(&self, file: (u32, u32), offset: u64) {
+        if let Some((arena, slot)) = self.guard_slot() {
+            arena.record_owner(slot, file, offset);
+        }
+    }
+
+    /// Records blocks `[first, last)` as dirty (held only here) or clean
+    /// (on the store, or discarded).
+    pub(crate) fn record_blocks(&self, blocks: (usize, usize), dirty: bool) {
+        if let Some((arena, slot)) = self.guard_slot() {
+            arena.mark(slot, blocks, dirty);
+        }
+    }
+
+    /// Forgets this buffer's record: it left its folio.
+    pub(crate) fn forget_record(&self) {
+        if let Some((arena, slot)) = self.guard_slot() {
+            arena.forget(slot);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -545,8 +608,20 @@ impl std::ops::DerefMut for AlignedBuf {
     }
 }
 
+/// A guarded buffer's copy is guarded too, and takes over its record:
+/// folio code copies a buffer only to write into the copy while a
+/// writeback still holds the original, whose bytes are then no longer the
+/// newest (the guardian must write the copy's).
 impl Clone for AlignedBuf {
     fn clone(&self) -> Self {
+        if let Some((arena, slot)) = &self.guarded {
+            if let Some(mut copy) = AlignedBuf::guarded_stale(arena, self.len) {
+                copy.copy_from_slice(self);
+                let to = copy.guard_slot().expect("a guarded copy").1;
+                arena.move_record(*slot, to);
+                return copy;
+            }
+        }
         let mut copy = AlignedBuf::zeroed(self.len);
         copy.copy_from_slice(self);
         copy
@@ -563,6 +638,10 @@ impl Drop for AlignedBuf {
                 debug_assert!(rc.is_ok(), "munmap of our own mapping");
             }
             Origin::Slab => slab_free(self.ptr, self.len),
+            Origin::Guarded => {
+                let (arena, slot) = self.guarded.take().expect("a guarded buffer knows its slot");
+                arena.free(slot);
+            }
             Origin::Heap if self.len > 0 => {
                 let layout = Layout::from_size_align(self.len, BLOCK_SIZE).expect("valid layout");
                 // SAFETY: allocated in `zeroed` with this exact layout.

@@ -198,6 +198,24 @@ impl Cache {
         self.shared.sync_everything(Reason::Close)
     }
 
+    /// Test hook (the `sim` feature): the process dies now, as far as
+    /// `sim` can tell. Its stores die (their calls fail), and the cache's
+    /// guardian replays what the crash table records into the simulated
+    /// disk's written images, as the guardian process would through the
+    /// kernel's page cache: afterwards every write the cache acknowledged
+    /// is there. The cache itself is then only good for dropping (on a
+    /// thread of its own, as a crashed one). Returns the bytes replayed
+    /// and the failures (without a guardian, `guardian=off`: nothing).
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub fn simulate_process_crash(&self, sim: &crate::io::sim::SimIo) -> (u64, Vec<String>) {
+        sim.process_crash();
+        let Some(guardian) = &self.shared.memory.guardian else { return (0, Vec::new()) };
+        let store_of = |slot: u32| guardian.store_of(slot);
+        let report = guardian.replay_into(&mut crate::io::sim::SimReplay { sim, store_of: &store_of });
+        (report.bytes, report.failures)
+    }
+
     /// Writes back and syncs everything, stops the threads and frees the
     /// cache. Files still open afterwards fail with `EBADF`. Returns the
     /// first writeback or sync error (that data is lost with the cache).

@@ -155,6 +155,16 @@ pub struct Config {
     /// allows; a write the stream makes at another offset starts a new
     /// stream.
     pub stream_dropbehind: bool,
+    /// Whether a crash of the process keeps what `write` acknowledged, as
+    /// the kernel's page cache does (`guardian`): written data lives in
+    /// shared memory and a guardian process writes it to the files if the
+    /// process dies without closing the cache. Default on. `off` keeps
+    /// written data in the process's own memory (a process crash then
+    /// loses what was not written back, as a machine crash does), saving
+    /// the guardian process, a copy of a read-filled folio on its first
+    /// write, and transparent huge pages for written data where shared
+    /// memory gets none.
+    pub guardian: bool,
 }
 
 /// How a domain's writeback workers share its dirty data (see
@@ -206,6 +216,7 @@ pub const OPTION_KEYS: &[&str] = &[
     "region_size",
     "scan_dropbehind",
     "stream_dropbehind",
+    "guardian",
 ];
 
 /// The default of [`Config::sync_latency_target_us`].
@@ -266,6 +277,7 @@ impl Config {
             region_size_bytes: 64 * MIB,
             scan_dropbehind: true,
             stream_dropbehind: true,
+            guardian: true,
         }
     }
 
@@ -376,6 +388,7 @@ impl Config {
             ("region_size", Bytes(self.region_size_bytes)),
             ("scan_dropbehind", Name(if self.scan_dropbehind { "on" } else { "off" })),
             ("stream_dropbehind", Name(if self.stream_dropbehind { "on" } else { "off" })),
+            ("guardian", Name(if self.guardian { "on" } else { "off" })),
         ]
     }
 
@@ -421,6 +434,7 @@ impl Config {
             "region_size" => self.region_size_bytes = parse_size(key, value)?,
             "scan_dropbehind" => self.scan_dropbehind = parse_switch(key, value)?,
             "stream_dropbehind" => self.stream_dropbehind = parse_switch(key, value)?,
+            "guardian" => self.guardian = parse_switch(key, value)?,
             "io" => {
                 self.io = match value {
                     "uring" => IoKind::Uring,
@@ -822,7 +836,7 @@ mod tests {
             "capacity=256M,dirty_limit=64M,dirty_background=32M,expire_ms=1000,folio_max=2M,io_max=1M,\
              io=threads,io_depth=128,readahead_max=16M,throttle_pause_ms_max=200,bridge_gap=8K,\
              async_depth_while_sync=1,sync_latency_target_us=200,writeback_workers=2,\
-             writeback_routing=region,region_size=64M,scan_dropbehind=on,stream_dropbehind=on"
+             writeback_routing=region,region_size=64M,scan_dropbehind=on,stream_dropbehind=on,guardian=on"
         );
         let keys: Vec<&str> = c.option_values().iter().map(|(k, _)| *k).collect();
         assert_eq!(keys, OPTION_KEYS);

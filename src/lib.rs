@@ -48,6 +48,7 @@ mod errseq;
 mod evict;
 mod file;
 mod folio;
+mod guardian;
 mod inode;
 mod io;
 mod locks;

@@ -279,6 +279,7 @@ impl Mapping {
         assert!(!st.removed, "a folio is removed once");
         assert_eq!(st.nr_dirty, 0, "removed folios are clean");
         debug_assert!(!st.read_in_flight, "a folio being filled is not removed");
+        st.buf().forget_record();
         let buf = folio.change(st, |st| {
             st.removed = true;
             std::mem::replace(st.buf_mut(), Arc::new(AlignedBuf::zeroed(0)))

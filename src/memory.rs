@@ -25,6 +25,7 @@ use crate::dirty::{CacheDirty, WORK_RECLAIM};
 use crate::epoch;
 use crate::evict::Evictor;
 use crate::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
+use crate::guardian::Guardian;
 use crate::io::BLOCK_SIZE;
 use crate::mapping::MappingOwner;
 use crate::stats::Counters;
@@ -42,8 +43,19 @@ const EVICT_AHEAD_CAPACITY_SHARE: u64 = 256;
 /// (the only way dirty folios become evictable).
 const WRITEBACK_FAILING_GIVE_UP: Duration = Duration::from_secs(1);
 
+/// What a reserved buffer is for: data read from the store, or data a
+/// write brings (kept in guarded memory when the cache has it).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BufUse {
+    Read,
+    Written,
+}
+
 pub struct Memory {
     capacity_bytes: u64,
+    /// Where written data lives so that it outlives the process (see
+    /// [`crate::guardian`]); `None` with `guardian=off`.
+    pub guardian: Option<Arc<Guardian>>,
     /// Folio buffers in mappings, buffers still held by in-flight
     /// writeback, and reservations being turned into folios, in bytes.
     /// Kept here, next to `capacity_bytes`, because every file operation
@@ -62,8 +74,16 @@ pub struct Memory {
 }
 
 impl Memory {
+    #[cfg(test)]
     pub fn new(capacity_bytes: u64, dirty: Arc<CacheDirty>) -> Memory {
+        Memory::with_guardian(capacity_bytes, dirty, None)
+    }
+
+    /// As [`Memory::new`], written data kept in `guardian`'s guarded
+    /// memory.
+    pub fn with_guardian(capacity_bytes: u64, dirty: Arc<CacheDirty>, guardian: Option<Arc<Guardian>>) -> Memory {
         Memory {
+            guardian,
             capacity_bytes,
             cached_bytes: AtomicU64::new(0),
             pool: Arc::default(),
@@ -97,6 +117,25 @@ impl Memory {
     /// Without `may_wait` (asynchronous readahead, which is optional work)
     /// it fails with `ENOMEM` at once instead of waiting for writeback.
     pub fn reserve_folio_buf(&self, len: usize, may_wait: bool) -> io::Result<AlignedBuf> {
+        self.reserve(len, may_wait, BufUse::Read)
+    }
+
+    /// As [`Memory::reserve_folio_buf`], for a folio a write creates or
+    /// copies: a fresh buffer comes from guarded memory when the cache has
+    /// it (its contents stale, as a pooled one's).
+    pub fn reserve_written_buf(&self, len: usize, may_wait: bool) -> io::Result<AlignedBuf> {
+        self.reserve(len, may_wait, BufUse::Written)
+    }
+
+    /// A fresh buffer of `len` bytes for `usage`.
+    fn fresh_buf(&self, len: usize, usage: BufUse) -> io::Result<AlignedBuf> {
+        match usage {
+            BufUse::Written => AlignedBuf::try_written(self.guardian.as_ref().map(|g| g.arena()), len),
+            BufUse::Read => AlignedBuf::try_zeroed(len),
+        }
+    }
+
+    fn reserve(&self, len: usize, may_wait: bool, usage: BufUse) -> io::Result<AlignedBuf> {
         debug_assert!(len.is_power_of_two() && len >= BLOCK_SIZE, "a folio's buffer, not {len} bytes");
         let capacity = self.capacity_bytes;
         let bytes = len as u64;
@@ -114,7 +153,7 @@ impl Memory {
                 if self.cached_bytes.compare_exchange(cur, cur + bytes, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     // No mapping and no heap for it: ENOMEM to the caller,
                     // and the reservation given back.
-                    return AlignedBuf::try_zeroed(len).inspect_err(|_| {
+                    return self.fresh_buf(len, usage).inspect_err(|_| {
                         self.cached_bytes.fetch_sub(bytes, Ordering::AcqRel);
                     });
                 }

@@ -21,6 +21,7 @@ use crate::buf::BulkFree;
 use crate::config::Config;
 use crate::dirty::{CacheDirty, DomainDirty, Progress};
 use crate::dropbehind::DropBehind;
+use crate::guardian::Guardian;
 use crate::inode::{Inode, InodeHandles};
 use crate::io::{BackingStore, Io};
 use crate::locks;
@@ -67,7 +68,8 @@ impl Shared {
         crate::epoch::init();
         let counters = Arc::new(Counters::default());
         let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
-        let memory = Arc::new(Memory::new(config.capacity_bytes, dirty.clone()));
+        let guardian = start_guardian(&config, &*io);
+        let memory = Arc::new(Memory::with_guardian(config.capacity_bytes, dirty.clone(), guardian));
         let workers = Workers::start(config.io_max_bytes, &io)?;
         let range_writer = RangeWriter::start(&io)?;
         let dropbehind = DropBehind::start(memory.clone(), counters.clone())?;
@@ -402,6 +404,39 @@ impl Shared {
         drop(bulk);
         self.dirty.progress.made();
         debug_assert_eq!(self.nr_inodes(), 0);
+        // Everything is written and synced (or reported lost with the
+        // cache): the guardian has nothing to keep.
+        if let Some(guardian) = &self.memory.guardian {
+            guardian.closed();
+        }
         result
+    }
+}
+
+/// The cache's guardian (see [`crate::guardian`]), unless `guardian=off`:
+/// with a process over a real backend, the table alone over the simulated
+/// one. A cache that cannot have one (no `memfd`, no `fork`) runs without,
+/// and says so once on standard error: a crash of the process then loses
+/// what was not written back.
+fn start_guardian(config: &Config, io: &dyn Io) -> Option<Arc<Guardian>> {
+    if !config.guardian {
+        return None;
+    }
+    #[cfg(any(test, feature = "sim"))]
+    let spawn = io.kind() != crate::io::IoKind::Sim;
+    #[cfg(not(any(test, feature = "sim")))]
+    let spawn = {
+        let _ = io;
+        true
+    };
+    match Guardian::start(config.capacity_bytes, spawn) {
+        Ok(guardian) => Some(guardian),
+        Err(e) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!("wbcache: no guardian ({e}): a crash of this process loses the data not yet written back")
+            });
+            None
+        }
     }
 }

@@ -693,7 +693,7 @@ mod tests {
              \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
              \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":1,\
              \"sync_latency_target_us\":200,\"writeback_workers\":2,\"writeback_routing\":\"region\",\"region_size\":{},\
-             \"scan_dropbehind\":\"on\",\"stream_dropbehind\":\"on\"}}}}",
+             \"scan_dropbehind\":\"on\",\"stream_dropbehind\":\"on\",\"guardian\":\"on\"}}}}",
             256 << 20,
             64 << 20,
             32 << 20,

@@ -151,6 +151,51 @@ pub fn fstatat(dirfd: RawFd, path: &CStr, out: *mut libc::stat, flags: libc::c_i
     check(rc).map(drop)
 }
 
+/// `mmap(MAP_SHARED | MAP_NORESERVE)` of `len` bytes of `fd` from offset 0.
+pub fn map_shared(fd: RawFd, len: usize, prot: libc::c_int) -> io::Result<std::ptr::NonNull<u8>> {
+    // SAFETY: a fresh mapping the kernel places; no existing memory changes.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED | libc::MAP_NORESERVE, fd, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    std::ptr::NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))
+}
+
+/// `madvise(ptr, len, advice)`.
+///
+/// # Safety
+/// `[ptr, ptr + len)` is a mapping of the caller's, and `advice` does
+/// nothing to it that its users do not expect.
+pub unsafe fn advise(ptr: *mut libc::c_void, len: usize, advice: libc::c_int) -> io::Result<()> {
+    // SAFETY: the caller's contract.
+    check(unsafe { libc::madvise(ptr, len, advice) } as libc::c_long).map(drop)
+}
+
+/// Where the symbolic link at `path` points, as text.
+pub fn read_link(path: &str) -> Option<String> {
+    std::fs::read_link(path).ok().map(|p| p.display().to_string())
+}
+
+/// `fstat(fd)`'s size and whether `fd` is a block device.
+fn fstat_kind(fd: RawFd) -> io::Result<(u64, bool)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` has room for a stat the kernel fills in.
+    check(unsafe { libc::fstat(fd, st.as_mut_ptr()) } as libc::c_long)?;
+    // SAFETY: fstat succeeded and filled it in.
+    let st = unsafe { st.assume_init() };
+    Ok((st.st_size as u64, st.st_mode & libc::S_IFMT == libc::S_IFBLK))
+}
+
+/// `fd`'s size (`st_size`).
+pub fn fstat_size(fd: RawFd) -> io::Result<u64> {
+    fstat_kind(fd).map(|(size, _)| size)
+}
+
+/// Whether `fd` is a block device.
+pub fn is_block_device(fd: RawFd) -> io::Result<bool> {
+    fstat_kind(fd).map(|(_, block)| block)
+}
+
 /// `pwrite64(fd, buf, len, offset)`.
 pub fn pwrite(fd: RawFd, buf: &[u8], offset: i64) -> io::Result<usize> {
     // SAFETY: `buf` is valid for reads of its length for the call.

@@ -104,7 +104,12 @@ impl Inode {
             let len = BLOCK_SIZE << order;
             // Get the memory (may evict) before taking the mapping lock:
             // eviction takes mapping locks itself.
-            let buf = self.memory.reserve_folio_buf(len, may_wait)?;
+            // A folio a write creates takes guarded memory at once (see
+            // `Inode::guard_folio`), one a fill creates the process's own.
+            let buf = match for_fill {
+                true => self.memory.reserve_folio_buf(len, may_wait)?,
+                false => self.memory.reserve_written_buf(len, may_wait)?,
+            };
             let mut map = self.mapping.write();
             // Only an insertion can cover `block` or crowd the chosen folio
             // (removals only make room): without one, the choice stands.

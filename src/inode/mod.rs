@@ -61,6 +61,7 @@ use crate::config::Config;
 use crate::dirty::DomainDirty;
 use crate::dropbehind::DropBehind;
 use crate::errseq::ErrSeq;
+use crate::guardian::GuardedFile;
 use crate::io::{BackingInfo, BackingStore, BLOCK_SIZE};
 use crate::locks::{self, Rank};
 use crate::mapping::{Mapping, MappingOwner};
@@ -168,6 +169,10 @@ pub struct Inode {
     unlinked: AtomicBool,
     /// Where each worker's next cyclic writeback pass starts (block).
     writeback_cursors: Box<[AtomicU64]>,
+    /// The inode's file slot in the crash table, when the cache has a
+    /// guardian (see [`crate::guardian`]): written blocks and the size are
+    /// recorded there.
+    guarded: Option<GuardedFile>,
 }
 
 impl Inode {
@@ -176,6 +181,7 @@ impl Inode {
         let info = store.info().clone();
         let len = info.len_at_open;
         let mapping = Mapping::with_regions(id, config.region_tracking(), Some(counters.clone()));
+        let guarded = memory.guardian.as_ref().and_then(|g| g.open_file(store.raw_fd(), info.store_id, len));
         let writeback_cursors = (0..config.writeback_workers).map(|_| AtomicU64::new(0)).collect();
         Inode {
             id,
@@ -211,6 +217,7 @@ impl Inode {
             handles: AtomicUsize::new(0),
             unlinked: AtomicBool::new(false),
             writeback_cursors,
+            guarded,
         }
     }
 

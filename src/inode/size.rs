@@ -125,6 +125,9 @@ impl Inode {
     pub(crate) fn raise_size(&self, new_size: u64) {
         debug_assert!(locks::holds(Rank::Size), "this thread holds the size lock");
         self.size.fetch_max(new_size, Ordering::AcqRel);
+        if let Some(guarded) = &self.guarded {
+            guarded.record_size_at_least(new_size);
+        }
         self.size_changed.store(true, Ordering::Release);
         debug_assert!(self.size() >= new_size);
     }
@@ -161,6 +164,9 @@ impl Inode {
             }
             None => self.size.store(new_size, Ordering::Release),
         }
+        if let Some(guarded) = &self.guarded {
+            guarded.record_size(new_size);
+        }
         // From now on fills treat bytes past the new size as zeros, even
         // before the store is truncated below.
         self.on_disk_len_max.fetch_min(new_size, Ordering::AcqRel);
@@ -179,6 +185,9 @@ impl Inode {
         }
         self.store().set_len(new_size)?;
         self.store_padded.store(false, Ordering::Release);
+        if let Some(guarded) = &self.guarded {
+            guarded.record_padded(false);
+        }
         // Raised only by writeback taking blocks, which the gate holds off.
         debug_assert!(self.on_disk_len_max.load(Ordering::Acquire) <= new_size, "nothing on disk past the cut");
         drop(no_io);

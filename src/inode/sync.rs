@@ -129,6 +129,9 @@ impl Inode {
             self.size_changed.store(true, Ordering::Release);
         }
         self.store_padded.store(false, Ordering::Release);
+        if let Some(guarded) = &self.guarded {
+            guarded.record_padded(false);
+        }
         // Only writeback taking blocks raises it, and the gate holds that off.
         debug_assert!(!self.store_padded.load(Ordering::Acquire), "the padding is cut");
         Ok(())

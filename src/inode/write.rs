@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Inode;
+use crate::buf::AlignedBuf;
 use crate::dirty::DirtyRoom;
 use crate::folio::{DirtyMark, Folio, FolioGuard, FolioState};
 use crate::io::BLOCK_SIZE;
@@ -100,6 +101,7 @@ impl Inode {
         debug_assert!(room.bytes() <= room_max, "a retried part holds at most the room it waited for");
         let (folio, _) = self.find_or_create(part.pos / BLOCK, part.end_block, false, true)?;
         let Some(mut st) = self.lock_private(&folio)? else { return Ok(None) };
+        self.guard_folio(&folio, &mut st);
         let folio_off = (part.pos - folio.offset()) as usize;
         let n = (folio.size_bytes() - folio_off).min(part.len).min((part_end - part.pos) as usize);
         let (first, last) = (folio_off / BLOCK_SIZE, (folio_off + n).div_ceil(BLOCK_SIZE));
@@ -131,6 +133,12 @@ impl Inode {
             data.copy_out(part.done, n, dst, folio_off, fresh_blocks);
             st.set_uptodate(folio.nr_blocks(), first, last);
         });
+        // In the crash table after the copy, before the size covers the
+        // bytes: a guardian that finds the new size finds them too (never
+        // zeros where an acknowledged write put data).
+        if self.guarded.is_some() {
+            st.buf().record_blocks((first, last), true);
+        }
         // The size covers these bytes before they can be written back, so a
         // backing-size fix never cuts them off.
         let new_end = part.pos + n as u64;
@@ -204,6 +212,9 @@ impl Inode {
     /// of `write_folio_part`'s time under random writes).
     fn extend_size_for_write(&self, new_end: u64) {
         if self.size.load(Ordering::Acquire) < new_end && self.size.fetch_max(new_end, Ordering::AcqRel) < new_end {
+            if let Some(guarded) = &self.guarded {
+                guarded.record_size_at_least(new_end);
+            }
             self.size_changed.store(true, Ordering::Release);
         }
         debug_assert!(self.size() >= new_end, "the size covers the write");
@@ -221,13 +232,17 @@ impl Inode {
         }
         drop(st);
         let folio_len = folio.size_bytes();
-        let mut fresh = self.memory.reserve_folio_buf(folio_len, true)?;
+        let mut fresh = self.memory.reserve_written_buf(folio_len, true)?;
         let Some(mut st) = folio.lock_filled() else {
             self.memory.release_reserved_buf(fresh, folio_len);
             return Ok(None);
         };
         if Arc::strong_count(st.buf()) > 1 {
             fresh.copy_from_slice(st.buf());
+            // The copy is the folio's newest bytes: its record moves with it.
+            if let (Some((arena, from)), Some((_, to))) = (st.buf().guard_slot(), fresh.guard_slot()) {
+                arena.move_record(from, to);
+            }
             folio.change(&mut st, |st| *st.buf_mut() = Arc::new(fresh));
             Counters::add(&self.counters.cow_copies, 1);
         } else {
@@ -236,6 +251,24 @@ impl Inode {
         }
         debug_assert_eq!(Arc::strong_count(st.buf()), 1);
         Ok(Some(st))
+    }
+
+    /// Before a write copies into a locked, private folio (a cache with a
+    /// guardian): its buffer is guarded memory, recorded as this folio's,
+    /// so the bytes the write copies outlive the process. A read-filled
+    /// folio's buffer moves there on its first write (one copy of the
+    /// folio); when guarded memory is full the write goes on unguarded.
+    fn guard_folio(&self, folio: &Folio, st: &mut FolioState) {
+        let Some(guarded) = &self.guarded else { return };
+        if !st.buf().is_guarded() {
+            let Some(mut moved) = AlignedBuf::guarded_stale(guarded.arena(), folio.size_bytes()) else { return };
+            moved.copy_from_slice(st.buf());
+            let old = folio.change(st, |st| std::mem::replace(st.buf_mut(), Arc::new(moved)));
+            // Lock-free readers may still be copying from the old buffer.
+            crate::epoch::defer_bytes(old.len(), move || drop(old));
+        }
+        st.buf().record_owner(guarded.id(), folio.offset());
+        debug_assert!(st.buf().is_guarded() && Arc::strong_count(st.buf()) == 1);
     }
 
     /// Marks blocks `[first, last)` of a locked folio dirty and accounts

@@ -488,3 +488,34 @@ fn from_hex(hex: &str) -> Vec<u8> {
     let digit = |c: u8| (c as char).to_digit(16).expect("a hex digit") as u8;
     hex.as_bytes().chunks(2).map(|pair| digit(pair[0]) << 4 | digit(pair[1])).collect()
 }
+
+/// The guardian processes (`wbc-guardian`) alive now, with their owners'
+/// pids (from their `WBCACHE_GUARDIAN` setting).
+pub fn guardians() -> Vec<(libc::pid_t, libc::pid_t)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else { continue };
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "wbc-guardian" {
+            continue;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let owner = environ
+            .split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(b"WBCACHE_GUARDIAN="))
+            .and_then(|v| String::from_utf8_lossy(v).split(',').next().and_then(|p| p.parse().ok()));
+        found.push((pid, owner.unwrap_or(0)));
+    }
+    found
+}
+
+/// Waits (at most `TIMEOUT`) until no guardian of `owner` is left: it
+/// has written the dead owner's data, or found nothing to write.
+pub fn wait_for_guardians_of(owner: libc::pid_t) {
+    let deadline = Instant::now() + TIMEOUT;
+    while guardians().iter().any(|&(_, o)| o == owner) {
+        assert!(Instant::now() < deadline, "the guardian of {owner} is still running after {TIMEOUT:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

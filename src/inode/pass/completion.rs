@@ -150,7 +150,13 @@ impl Inode {
             assert_eq!(cleared, c.end - c.start, "blocks under writeback complete once");
             st.nr_writeback -= cleared;
             match c.result.take().expect("every chunk has a result") {
-                Ok(()) => outcome.written_bytes += bytes,
+                Ok(()) => {
+                    outcome.written_bytes += bytes;
+                    // On the store now, unless written again meanwhile.
+                    if !st.removed {
+                        record_clean_blocks(&st, c.start, c.end);
+                    }
+                }
                 Err(e) => {
                     outcome.failed_bytes += bytes;
                     self.record_error(&e, outcome);
@@ -220,5 +226,21 @@ impl Inode {
             st.nr_dirty > 0 && c.folio.dirty_mark.load(Ordering::Relaxed) == DirtyMark::DIRTY,
             "failed blocks are dirty again, and their folio marked dirty"
         );
+    }
+}
+
+/// Blocks `[start, end)` of a folio were written back: those not dirty
+/// again are clean in the crash table too.
+fn record_clean_blocks(st: &FolioState, start: usize, end: usize) {
+    if !st.buf().is_guarded() {
+        return;
+    }
+    let mut b = start;
+    while b < end {
+        let run_end = st.dirty.next(b, end, true).unwrap_or(end);
+        if run_end > b {
+            st.buf().record_blocks((b, run_end), false);
+        }
+        b = st.dirty.next(run_end, end, false).unwrap_or(end);
     }
 }

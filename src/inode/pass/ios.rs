@@ -229,6 +229,9 @@ impl Inode {
     pub(super) fn note_padding(&self, chunks: &[WbChunk]) {
         let size = self.size();
         if chunks.iter().any(|c| c.buffered_len.is_none() && c.offset() + c.len_bytes() as u64 > size) {
+            if let Some(guarded) = &self.guarded {
+                guarded.record_padded(true);
+            }
             self.store_padded.store(true, Ordering::Release);
         }
     }

@@ -188,6 +188,54 @@ impl SimIo {
         }
     }
 
+    /// Simulates the death of the process using the stores (not of the
+    /// machine): every store open now is dead (its calls fail, as a dead
+    /// process makes none), and the written images stay as they are, the
+    /// kernel's page cache keeping them. A guardian's replay then writes
+    /// into them with [`SimIo::replay_write`] and [`SimIo::replay_set_len`].
+    pub fn process_crash(&self) {
+        let mut st = self.shared.lock();
+        st.crash_epoch += 1;
+        self.shared.gate_opened.notify_all();
+    }
+
+    /// A guardian's write into store `ino`'s written image, as a buffered
+    /// `pwrite` through the kernel's page cache (not durable until a later
+    /// sync or shutdown). Fails as every write does while the disk fails.
+    pub fn replay_write(&self, ino: u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut st = self.shared.lock();
+        if let Some(errno) = st.write_error_all {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let inode = st.inodes.get_mut(&ino).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        let (start, end) = (offset as usize, offset as usize + data.len());
+        if inode.written.len() < end {
+            if inode.is_block_device {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            inode.written.resize(end, 0);
+        }
+        inode.written[start..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Store `ino`'s written length, as a guardian's `fstat` sees it.
+    pub fn replay_len(&self, ino: u64) -> io::Result<u64> {
+        let st = self.shared.lock();
+        let inode = st.inodes.get(&ino).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        Ok(inode.written.len() as u64)
+    }
+
+    /// A guardian's `ftruncate` of store `ino` (nothing for a block device).
+    pub fn replay_set_len(&self, ino: u64, len: u64) -> io::Result<()> {
+        let mut st = self.shared.lock();
+        let inode = st.inodes.get_mut(&ino).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        if !inode.is_block_device {
+            inode.written.resize(len as usize, 0);
+        }
+        Ok(())
+    }
+
     /// What would survive a crash now, or `None` if `path` does not exist.
     pub fn durable_image(&self, path: &Path) -> Option<Vec<u8>> {
         let st = self.shared.lock();
@@ -293,5 +341,37 @@ impl Io for SimIo {
             epoch,
             info,
         }))
+    }
+}
+
+/// A guardian's replay into a simulated disk (see [`SimIo::process_crash`]).
+pub struct SimReplay<'a> {
+    pub sim: &'a SimIo,
+    /// The store (device, inode) of each file slot.
+    pub store_of: &'a dyn Fn(u32) -> Option<(u64, u64)>,
+}
+
+impl crate::guardian::replay::ReplaySink for SimReplay<'_> {
+    fn has_file(&self, file: u32) -> bool {
+        (self.store_of)(file).is_some()
+    }
+
+    fn name(&self, file: u32) -> String {
+        format!("file slot {file}")
+    }
+
+    fn len(&mut self, file: u32) -> io::Result<u64> {
+        let (_, ino) = (self.store_of)(file).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        self.sim.replay_len(ino)
+    }
+
+    fn set_len(&mut self, file: u32, len: u64) -> io::Result<()> {
+        let (_, ino) = (self.store_of)(file).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        self.sim.replay_set_len(ino, len)
+    }
+
+    fn write(&mut self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        let (_, ino) = (self.store_of)(file).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        self.sim.replay_write(ino, offset, data)
     }
 }

@@ -66,7 +66,7 @@ mod rng;
 mod stats;
 mod store;
 
-pub use backend::SimIo;
+pub use backend::{SimIo, SimReplay};
 pub use config::{Fault, SimConfig};
 pub use stats::{SimStats, SimWrite};
 

@@ -1,0 +1,502 @@
+//! Guarded memory: the folio buffers that hold written data, in shared
+//! memory that outlives the process, and the crash table that says what
+//! they hold.
+//!
+//! Two `memfd`s, both also mapped by the guardian process:
+//! - the *arena*: buffers, carved from 2 MiB chunks, one size class per
+//!   chunk (a buffer of more than a chunk takes a run of whole chunks);
+//! - the *table*, laid out with offsets and versioned ([`TableHeader`]):
+//!   per managed file its size as the cache knows it; per chunk its slot
+//!   length; per arena block a descriptor (for a slot's first block: the
+//!   file and offset its folio holds) and a dirty byte (the block holds
+//!   data the file does not have yet).
+//!
+//! Recording is plain stores (relaxed atomics compile to `mov`): a dirty
+//! byte is set after the data is copied and before the write returns, and
+//! cleared only when the block is known to be on the store (writeback done
+//! and not dirtied again) or its data was discarded. Nothing reads the
+//! table while the owner lives; after the owner's death the guardian reads
+//! it, and the process's exit orders every store before that. A write
+//! still in progress at the death may be found in part: as on the kernel,
+//! a write that did not return may land as any part of its bytes.
+//!
+//! Ownership: an [`Arena`] owns both mappings and the slot allocator; a
+//! buffer owns its slot (see `buf::AlignedBuf`) and gives it back on drop,
+//! which forgets its record.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+/// The unit of dirty tracking (as `io::BLOCK_SIZE`, which sits above).
+pub const BLOCK_BYTES: usize = 4096;
+/// Arena chunk: one size class per chunk.
+pub const CHUNK_BYTES: usize = 2 << 20;
+const CHUNK_BLOCKS: usize = CHUNK_BYTES / BLOCK_BYTES;
+
+/// `TableHeader::magic`: "wbcguard".
+pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"wbcguard");
+/// Bumped whenever the layout changes: a guardian refuses a table of
+/// another version.
+pub const TABLE_VERSION: u32 = 1;
+/// The owner is running: a death leaves dirty data to write.
+pub const STATE_RUNNING: u32 = 1;
+/// The owner closed the cache (everything written and synced).
+pub const STATE_CLOSED: u32 = 2;
+/// A descriptor's `file` when no file owns the slot: the zero a fresh
+/// table reads as (file slots start at 1).
+pub const NO_FILE: u32 = 0;
+/// Managed files the table has room for (16 bytes each, touched as used);
+/// a file opened beyond them is not guarded.
+pub const FILE_SLOTS: u32 = 1 << 14;
+
+/// The table's first bytes. Offsets are from the table's start.
+#[repr(C)]
+pub struct TableHeader {
+    pub magic: u64,
+    pub version: u32,
+    pub state: AtomicU32,
+    pub owner_pid: u32,
+    pub file_slots: u32,
+    pub arena_bytes: u64,
+    pub files_at: u64,
+    pub chunks_at: u64,
+    pub descs_at: u64,
+    pub dirty_at: u64,
+    pub table_bytes: u64,
+}
+
+/// A managed file: in use, its generation (bumped when the slot is
+/// released, so records of an earlier file are ignored), its size as the
+/// cache knows it, and whether writeback may have padded the store's tail
+/// block past that size (O_DIRECT writes whole blocks; the cache cuts the
+/// padding off later).
+#[repr(C)]
+pub struct FileRecord {
+    pub used: AtomicU32,
+    pub generation: AtomicU32,
+    pub size: AtomicU64,
+    pub padded: AtomicU32,
+    pub reserved: AtomicU32,
+}
+
+/// A slot's first block: which file (and generation) its folio belongs
+/// to, and the folio's offset in that file.
+#[repr(C)]
+pub struct SlotDesc {
+    pub file: AtomicU32,
+    pub generation: AtomicU32,
+    pub offset: AtomicU64,
+}
+
+/// Where each part of a table of `arena_bytes` lies, and its total size.
+pub fn table_layout(arena_bytes: u64) -> TableHeader {
+    let blocks = arena_bytes / BLOCK_BYTES as u64;
+    let chunks = arena_bytes / CHUNK_BYTES as u64;
+    let files_at = std::mem::size_of::<TableHeader>().next_multiple_of(64) as u64;
+    let chunks_at = files_at + FILE_SLOTS as u64 * std::mem::size_of::<FileRecord>() as u64;
+    let descs_at = (chunks_at + chunks * 4).next_multiple_of(64);
+    let dirty_at = descs_at + blocks * std::mem::size_of::<SlotDesc>() as u64;
+    let table_bytes = (dirty_at + blocks).next_multiple_of(BLOCK_BYTES as u64);
+    TableHeader {
+        magic: TABLE_MAGIC,
+        version: TABLE_VERSION,
+        state: AtomicU32::new(STATE_RUNNING),
+        owner_pid: std::process::id(),
+        file_slots: FILE_SLOTS,
+        arena_bytes,
+        files_at,
+        chunks_at,
+        descs_at,
+        dirty_at,
+        table_bytes,
+    }
+}
+
+/// A read view of a mapped table (the owner's or the guardian's).
+pub struct TableView {
+    base: NonNull<u8>,
+}
+
+// SAFETY: the view only hands out references to atomics.
+unsafe impl Send for TableView {}
+// SAFETY: as above.
+unsafe impl Sync for TableView {}
+
+impl TableView {
+    /// # Safety
+    /// `base` maps a whole table (its `table_bytes`) laid out by
+    /// [`table_layout`], for as long as the view lives.
+    pub unsafe fn new(base: NonNull<u8>) -> TableView {
+        TableView { base }
+    }
+
+    pub fn header(&self) -> &TableHeader {
+        // SAFETY: the table starts with its header (`new`'s contract).
+        unsafe { &*self.base.as_ptr().cast::<TableHeader>() }
+    }
+
+    fn at<T>(&self, offset: u64, index: u64) -> &T {
+        // SAFETY: callers index within the part `offset` starts (checked
+        // against the header's counts), inside the mapping.
+        unsafe { &*self.base.as_ptr().add(offset as usize + index as usize * std::mem::size_of::<T>()).cast::<T>() }
+    }
+
+    pub fn file(&self, slot: u32) -> &FileRecord {
+        assert!(slot < self.header().file_slots, "file slot {slot} in the table");
+        self.at(self.header().files_at, slot as u64)
+    }
+
+    /// The slot length (in blocks) of chunk `chunk`'s size class; 0 for a
+    /// free chunk or one continuing a larger buffer.
+    pub fn chunk_slot_blocks(&self, chunk: u64) -> &AtomicU32 {
+        assert!(chunk < self.chunks(), "chunk {chunk} in the arena");
+        self.at(self.header().chunks_at, chunk)
+    }
+
+    pub fn desc(&self, block: u64) -> &SlotDesc {
+        assert!(block < self.blocks(), "block {block} in the arena");
+        self.at(self.header().descs_at, block)
+    }
+
+    pub fn dirty(&self, block: u64) -> &AtomicU8 {
+        debug_assert!(block < self.blocks(), "block {block} in the arena");
+        self.at(self.header().dirty_at, block)
+    }
+
+    pub fn blocks(&self) -> u64 {
+        self.header().arena_bytes / BLOCK_BYTES as u64
+    }
+
+    pub fn chunks(&self) -> u64 {
+        self.header().arena_bytes / CHUNK_BYTES as u64
+    }
+
+    /// Whether the header is one this build lays out.
+    pub fn is_valid(&self, table_bytes: u64) -> bool {
+        let h = self.header();
+        let expected = table_layout(h.arena_bytes);
+        h.magic == TABLE_MAGIC
+            && h.version == TABLE_VERSION
+            && h.table_bytes == expected.table_bytes
+            && h.table_bytes <= table_bytes
+            && h.files_at == expected.files_at
+            && h.dirty_at == expected.dirty_at
+    }
+}
+
+/// A `memfd` of `bytes`, mapped shared and kept from fork children.
+fn map_memfd(name: &std::ffi::CStr, bytes: u64) -> io::Result<(OwnedFd, NonNull<u8>)> {
+    // SAFETY: a valid NUL-terminated name; the flags are memfd_create's.
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let raw = crate::sys::above_program_descriptors(raw);
+    // SAFETY: a descriptor we just created and own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    crate::sys::ftruncate(fd.as_raw_fd(), bytes as i64)?;
+    let base = crate::sys::map_shared(fd.as_raw_fd(), bytes as usize, libc::PROT_READ | libc::PROT_WRITE)?;
+    // A fork child gets none of it: the guardian watches this process,
+    // not its children, and a fork need not copy the cache's page tables.
+    // SAFETY: our own mapping of exactly this length.
+    let _ = unsafe { crate::sys::advise(base.as_ptr().cast(), bytes as usize, libc::MADV_DONTFORK) };
+    Ok((fd, base))
+}
+
+/// Which chunks hold which size class, and their free slots.
+#[derive(Default)]
+struct SlotAlloc {
+    /// Per chunk: its slot length in blocks (0: free), live slots, free
+    /// slot indices.
+    chunks: Vec<ChunkState>,
+    /// Per size class (4 KiB << class): chunks with a free slot.
+    partial: Vec<Vec<u32>>,
+}
+
+#[derive(Default, Clone)]
+struct ChunkState {
+    slot_blocks: u32,
+    live: u32,
+    free: Vec<u16>,
+}
+
+/// The guarded memory of one cache: the arena, the table, the allocator.
+pub struct Arena {
+    arena_fd: OwnedFd,
+    arena: NonNull<u8>,
+    arena_bytes: u64,
+    table_fd: OwnedFd,
+    table: TableView,
+    table_bytes: u64,
+    alloc: Mutex<SlotAlloc>,
+}
+
+// SAFETY: the mappings are shared memory that lives as long as the arena;
+// slots are handed out once (under the allocator's lock) and the table is
+// atomics only.
+unsafe impl Send for Arena {}
+// SAFETY: as above.
+unsafe impl Sync for Arena {}
+
+/// A slot handed out by [`Arena::allocate`]: its first block and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub first_block: u32,
+    pub blocks: u32,
+}
+
+impl Arena {
+    /// An arena for a cache of `capacity_bytes`: half as much again (slot
+    /// sizes fragment it) plus 32 MiB, all sparse until touched.
+    pub fn new(capacity_bytes: u64) -> io::Result<Arena> {
+        let arena_bytes = (capacity_bytes + capacity_bytes / 2).next_multiple_of(CHUNK_BYTES as u64) + (32 << 20);
+        let layout = table_layout(arena_bytes);
+        let (arena_fd, arena) = map_memfd(c"wbcache-guarded", arena_bytes)?;
+        let (table_fd, table_base) = map_memfd(c"wbcache-table", layout.table_bytes).inspect_err(|_| {
+            // SAFETY: the mapping made just above, unmapped once.
+            let _ = unsafe { crate::sys::unmap(arena.as_ptr().cast(), arena_bytes as usize) };
+        })?;
+        let table_bytes = layout.table_bytes;
+        // SAFETY: a fresh mapping of `table_bytes`, large enough for the
+        // header; nobody else writes it yet.
+        unsafe { table_base.as_ptr().cast::<TableHeader>().write(layout) };
+        // SAFETY: the mapping holds the whole table just laid out.
+        let table = unsafe { TableView::new(table_base) };
+        let chunks = (arena_bytes / CHUNK_BYTES as u64) as usize;
+        let alloc = SlotAlloc { chunks: vec![ChunkState::default(); chunks], partial: vec![Vec::new(); 10] };
+        Ok(Arena { arena_fd, arena, arena_bytes, table_fd, table, table_bytes, alloc: Mutex::new(alloc) })
+    }
+
+    pub fn table(&self) -> &TableView {
+        &self.table
+    }
+
+    /// The whole arena, for a replay in this process (the simulation's
+    /// process crash; no thread writes it any more).
+    #[cfg(any(test, feature = "sim"))]
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the arena mapping, `arena_bytes` long, lives as long as
+        // `self`; its writers stopped (the caller's contract).
+        unsafe { std::slice::from_raw_parts(self.arena.as_ptr(), self.arena_bytes as usize) }
+    }
+
+    pub fn table_fd(&self) -> RawFd {
+        self.table_fd.as_raw_fd()
+    }
+
+    pub fn arena_fd(&self) -> RawFd {
+        self.arena_fd.as_raw_fd()
+    }
+
+    /// A slot of `len` bytes (a power-of-two multiple of a block), its
+    /// contents stale; `None` when the arena has no room left.
+    pub fn allocate(&self, len: usize) -> Option<(Slot, NonNull<u8>)> {
+        assert!(len >= BLOCK_BYTES && len.is_power_of_two(), "guarded buffers are power-of-two blocks");
+        let slot = if len > CHUNK_BYTES { self.allocate_chunks(len / CHUNK_BYTES)? } else { self.allocate_slot(len)? };
+        debug_assert!(self.table.desc(slot.first_block as u64).file.load(Ordering::Relaxed) == NO_FILE);
+        // SAFETY: the slot lies inside the arena mapping.
+        let ptr = unsafe { self.arena.add(slot.first_block as usize * BLOCK_BYTES) };
+        Some((slot, ptr))
+    }
+
+    fn allocate_slot(&self, len: usize) -> Option<Slot> {
+        let slot_blocks = (len / BLOCK_BYTES) as u32;
+        let class = slot_blocks.trailing_zeros() as usize;
+        let mut alloc = crate::locks::lock(&self.alloc);
+        while let Some(&chunk) = alloc.partial[class].last() {
+            let state = &mut alloc.chunks[chunk as usize];
+            if let Some(index) = state.free.pop() {
+                state.live += 1;
+                if state.free.is_empty() {
+                    alloc.partial[class].pop();
+                }
+                return Some(Slot {
+                    first_block: chunk * CHUNK_BLOCKS as u32 + index as u32 * slot_blocks,
+                    blocks: slot_blocks,
+                });
+            }
+            alloc.partial[class].pop();
+        }
+        let chunk = alloc.chunks.iter().position(|c| c.slot_blocks == 0)? as u32;
+        let per_chunk = CHUNK_BLOCKS as u32 / slot_blocks;
+        let state = &mut alloc.chunks[chunk as usize];
+        state.slot_blocks = slot_blocks;
+        state.live = 1;
+        state.free = (1..per_chunk as u16).rev().collect();
+        if !state.free.is_empty() {
+            alloc.partial[class].push(chunk);
+        }
+        self.table.chunk_slot_blocks(chunk as u64).store(slot_blocks, Ordering::Relaxed);
+        Some(Slot { first_block: chunk * CHUNK_BLOCKS as u32, blocks: slot_blocks })
+    }
+
+    fn allocate_chunks(&self, count: usize) -> Option<Slot> {
+        let mut alloc = crate::locks::lock(&self.alloc);
+        let start = alloc.chunks.windows(count).position(|w| w.iter().all(|c| c.slot_blocks == 0))?;
+        let slot_blocks = (count * CHUNK_BLOCKS) as u32;
+        for (i, c) in alloc.chunks[start..start + count].iter_mut().enumerate() {
+            // Continuation chunks are marked taken with a slot length the
+            // guardian never starts a slot at (it is not a chunk's class).
+            c.slot_blocks = if i == 0 { slot_blocks } else { u32::MAX };
+            c.live = 1;
+        }
+        self.table.chunk_slot_blocks(start as u64).store(slot_blocks, Ordering::Relaxed);
+        Some(Slot { first_block: (start * CHUNK_BLOCKS) as u32, blocks: slot_blocks })
+    }
+
+    /// Gives `slot` back: its record is forgotten first, and a chunk left
+    /// with no live slot returns its memory to the kernel.
+    pub fn free(&self, slot: Slot) {
+        self.forget(slot);
+        let chunk = slot.first_block as usize / CHUNK_BLOCKS;
+        let mut alloc = crate::locks::lock(&self.alloc);
+        let emptied = if slot.blocks as usize > CHUNK_BLOCKS {
+            let count = slot.blocks as usize / CHUNK_BLOCKS;
+            for c in &mut alloc.chunks[chunk..chunk + count] {
+                *c = ChunkState::default();
+            }
+            Some(count)
+        } else {
+            let class = slot.blocks.trailing_zeros() as usize;
+            let state = &mut alloc.chunks[chunk];
+            assert_eq!(state.slot_blocks, slot.blocks, "a slot goes back to its chunk's class");
+            state.live -= 1;
+            state.free.push(((slot.first_block as usize % CHUNK_BLOCKS) / slot.blocks as usize) as u16);
+            if state.live == 0 {
+                *state = ChunkState::default();
+                alloc.partial[class].retain(|&c| c as usize != chunk);
+                Some(1)
+            } else {
+                if state.free.len() == 1 {
+                    alloc.partial[class].push(chunk as u32);
+                }
+                None
+            }
+        };
+        if let Some(count) = emptied {
+            self.table.chunk_slot_blocks(chunk as u64).store(0, Ordering::Relaxed);
+            drop(alloc);
+            // A whole free chunk: its pages go back (shared memory is not
+            // freed by MADV_DONTNEED; a hole is).
+            let (at, len) = ((chunk * CHUNK_BYTES) as i64, (count * CHUNK_BYTES) as i64);
+            let _ = crate::sys::fallocate(
+                self.arena_fd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                at,
+                len,
+            );
+        }
+    }
+
+    /// Records that `slot` holds the folio at `offset` of file `file`.
+    pub fn record_owner(&self, slot: Slot, file: (u32, u32), offset: u64) {
+        let desc = self.table.desc(slot.first_block as u64);
+        if desc.file.load(Ordering::Relaxed) != file.0
+            || desc.generation.load(Ordering::Relaxed) != file.1
+            || desc.offset.load(Ordering::Relaxed) != offset
+        {
+            desc.offset.store(offset, Ordering::Relaxed);
+            desc.generation.store(file.1, Ordering::Relaxed);
+            desc.file.store(file.0, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks blocks `[first, last)` of `slot` dirty (`true`) or clean.
+    pub fn mark(&self, slot: Slot, (first, last): (usize, usize), dirty: bool) {
+        debug_assert!(first <= last && last <= slot.blocks as usize, "blocks of the slot");
+        for b in first..last {
+            self.table.dirty(slot.first_block as u64 + b as u64).store(dirty as u8, Ordering::Relaxed);
+        }
+    }
+
+    /// Moves `from`'s record (owner and dirty blocks) to `to`, which holds
+    /// the same bytes from now on; `from` is left unrecorded (a writeback
+    /// may still be writing from it, its bytes no longer the newest).
+    pub fn move_record(&self, from: Slot, to: Slot) {
+        assert_eq!(from.blocks, to.blocks, "a record moves between slots of one size");
+        let (src, dst) = (self.table.desc(from.first_block as u64), self.table.desc(to.first_block as u64));
+        dst.offset.store(src.offset.load(Ordering::Relaxed), Ordering::Relaxed);
+        dst.generation.store(src.generation.load(Ordering::Relaxed), Ordering::Relaxed);
+        for b in 0..from.blocks as u64 {
+            let d = self.table.dirty(from.first_block as u64 + b).load(Ordering::Relaxed);
+            self.table.dirty(to.first_block as u64 + b).store(d, Ordering::Relaxed);
+        }
+        dst.file.store(src.file.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.forget(from);
+    }
+
+    /// Forgets `slot`'s record: no owner, nothing dirty.
+    pub fn forget(&self, slot: Slot) {
+        self.table.desc(slot.first_block as u64).file.store(NO_FILE, Ordering::Relaxed);
+        self.mark(slot, (0, slot.blocks as usize), false);
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: the two mappings made in `new`, of these lengths, unmapped
+        // once; every buffer holds an `Arc` of the arena, so none is left.
+        unsafe {
+            let _ = crate::sys::unmap(self.arena.as_ptr().cast(), self.arena_bytes as usize);
+            let _ = crate::sys::unmap(self.table.base.as_ptr().cast(), self.table_bytes as usize);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_of_every_class_are_distinct_and_come_back() {
+        let arena = Arena::new(16 << 20).unwrap();
+        let mut slots = Vec::new();
+        for class in 0..=10 {
+            for _ in 0..3 {
+                let (slot, ptr) = arena.allocate(BLOCK_BYTES << class).unwrap();
+                // SAFETY: the slot is ours and `blocks` long.
+                unsafe { ptr.as_ptr().write_bytes(class as u8, slot.blocks as usize * BLOCK_BYTES) };
+                slots.push(slot);
+            }
+        }
+        let mut ranges: Vec<(u32, u32)> = slots.iter().map(|s| (s.first_block, s.first_block + s.blocks)).collect();
+        ranges.sort();
+        assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0), "slots never overlap: {ranges:?}");
+        for s in slots {
+            arena.free(s);
+        }
+        let alloc = arena.alloc.lock().unwrap();
+        assert!(alloc.chunks.iter().all(|c| c.slot_blocks == 0 && c.live == 0), "every chunk is free again");
+    }
+
+    #[test]
+    fn records_move_and_are_forgotten() {
+        let arena = Arena::new(16 << 20).unwrap();
+        let (a, _) = arena.allocate(4 * BLOCK_BYTES).unwrap();
+        let (b, _) = arena.allocate(4 * BLOCK_BYTES).unwrap();
+        arena.record_owner(a, (7, 3), 1 << 20);
+        arena.mark(a, (1, 3), true);
+        arena.move_record(a, b);
+        let t = arena.table();
+        assert_eq!(t.desc(a.first_block as u64).file.load(Ordering::Relaxed), NO_FILE);
+        assert_eq!(t.desc(b.first_block as u64).file.load(Ordering::Relaxed), 7);
+        assert_eq!(t.desc(b.first_block as u64).offset.load(Ordering::Relaxed), 1 << 20);
+        let dirty: Vec<u8> = (0..4).map(|i| t.dirty(b.first_block as u64 + i).load(Ordering::Relaxed)).collect();
+        assert_eq!(dirty, [0, 1, 1, 0]);
+        assert!((0..4).all(|i| t.dirty(a.first_block as u64 + i).load(Ordering::Relaxed) == 0));
+        arena.free(b);
+        assert!((0..4).all(|i| t.dirty(b.first_block as u64 + i).load(Ordering::Relaxed) == 0));
+        arena.free(a);
+    }
+
+    #[test]
+    fn the_table_costs_under_one_percent_of_the_capacity() {
+        for capacity in [256u64 << 20, 1 << 30, 8 << 30] {
+            let layout = table_layout((capacity + capacity / 2).next_multiple_of(CHUNK_BYTES as u64) + (32 << 20));
+            assert!(layout.table_bytes * 100 <= capacity, "{} bytes of table for {capacity}", layout.table_bytes);
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The guardian: what makes a crash of the process lose nothing a write
+//! acknowledged, as on the kernel's page cache.
+//!
+//! Written data lives in guarded memory ([`arena`]): shared memory whose
+//! table records, for every buffer holding dirty blocks, its file and
+//! offset, and every managed file's size. A guardian process per cache
+//! ([`process`]) maps both, holds a descriptor of every managed file (sent
+//! over a Unix socket as each is opened) and waits for the owner's death;
+//! if the owner dies without closing the cache it writes the dirty blocks
+//! and sizes through the kernel's page cache ([`replay`]) and exits. On a
+//! clean close it exits with nothing to do.
+//!
+//! Ownership: a [`Guardian`] belongs to one cache (its `Memory`); each
+//! inode holds a [`GuardedFile`], its file slot in the table, released
+//! when the inode goes.
+
+pub mod arena;
+pub mod process;
+pub mod replay;
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arena::{Arena, FILE_SLOTS, STATE_CLOSED};
+
+/// One cache's guarded memory and the link to its guardian process.
+pub struct Guardian {
+    arena: Arc<Arena>,
+    /// The guardian process, started with the first managed file (a
+    /// process that never opens one, such as a shell under `wbcache run`,
+    /// costs no process); `None` inside when it could not start. Unset for
+    /// good without a process (a simulated backend: the table alone,
+    /// replayed by the simulation's process-crash event).
+    link: OnceLock<Option<process::Link>>,
+    spawn: bool,
+    files: Mutex<FileSlots>,
+}
+
+#[derive(Default)]
+struct FileSlots {
+    free: Vec<u32>,
+    next: u32,
+    /// The store (device, inode) of each slot in use: what a replay
+    /// without a process (the simulation's) writes to.
+    stores: std::collections::HashMap<u32, (u64, u64)>,
+}
+
+/// An inode's place in the crash table: its file slot and generation.
+pub struct GuardedFile {
+    guardian: Arc<Guardian>,
+    slot: u32,
+    generation: u32,
+}
+
+impl Guardian {
+    /// Guarded memory for a cache of `capacity_bytes`, and (with
+    /// `spawn`) its guardian process.
+    pub fn start(capacity_bytes: u64, spawn: bool) -> io::Result<Arc<Guardian>> {
+        let arena = Arc::new(Arena::new(capacity_bytes)?);
+        let files = Mutex::new(FileSlots { next: 1, ..FileSlots::default() });
+        Ok(Arc::new(Guardian { arena, link: OnceLock::new(), spawn, files }))
+    }
+
+    pub fn arena(&self) -> &Arc<Arena> {
+        &self.arena
+    }
+
+    /// The guardian process's link, started on first use.
+    fn link(&self) -> Option<&process::Link> {
+        if !self.spawn {
+            return None;
+        }
+        self.link
+            .get_or_init(|| {
+                process::Link::spawn(&self.arena)
+                    .inspect_err(|e| {
+                        eprintln!(
+                            "wbcache: the guardian process did not start ({e}): a crash of this process loses \
+                             the data not yet written back"
+                        )
+                    })
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// A file slot for a new inode of `size` bytes whose store is `fd`
+    /// (its identity `store_id`):
+    /// the descriptor goes to the guardian, which writes through it if
+    /// the owner dies. `None` when the table is full or the guardian
+    /// cannot take the descriptor (the file is then not guarded).
+    pub fn open_file(self: &Arc<Self>, fd: Option<RawFd>, store_id: (u64, u64), size: u64) -> Option<GuardedFile> {
+        let slot = {
+            let mut files = crate::locks::lock(&self.files);
+            let slot = match files.free.pop() {
+                Some(slot) => slot,
+                None if files.next < FILE_SLOTS => {
+                    files.next += 1;
+                    files.next - 1
+                }
+                None => return None,
+            };
+            files.stores.insert(slot, store_id);
+            slot
+        };
+        let record = self.arena.table().file(slot);
+        debug_assert_eq!(record.used.load(Ordering::Relaxed), 0, "a free file slot");
+        let generation = record.generation.load(Ordering::Relaxed);
+        record.size.store(size, Ordering::Relaxed);
+        record.used.store(1, Ordering::Release);
+        let file = GuardedFile { guardian: self.clone(), slot, generation };
+        if let (Some(fd), Some(link)) = (fd, self.link()) {
+            if let Err(e) = link.send_file(slot, fd) {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    eprintln!(
+                        "wbcache: the guardian process is gone ({e}): a crash of this process loses the data \
+                         not yet written back"
+                    )
+                });
+                return None;
+            }
+        }
+        Some(file)
+    }
+
+    /// The cache closed cleanly: everything is written and synced, the
+    /// guardian exits with nothing to do.
+    pub fn closed(&self) {
+        self.arena.table().header().state.store(STATE_CLOSED, Ordering::Release);
+        if let Some(Some(link)) = self.link.get() {
+            link.closed();
+        }
+    }
+}
+
+impl Guardian {
+    /// Replays the crash table into `sink` now, as the guardian process
+    /// does after its owner's death: the simulation's process crash.
+    /// Other threads must have stopped writing (they died).
+    #[cfg(any(test, feature = "sim"))]
+    pub fn replay_into(&self, sink: &mut dyn replay::ReplaySink) -> replay::ReplayReport {
+        replay::replay(self.arena.table(), self.arena.bytes(), sink)
+    }
+
+    /// The store (device, inode) of file slot `slot`, if in use.
+    #[cfg(any(test, feature = "sim"))]
+    pub fn store_of(&self, slot: u32) -> Option<(u64, u64)> {
+        crate::locks::lock(&self.files).stores.get(&slot).copied()
+    }
+}
+
+impl GuardedFile {
+    /// (slot, generation), as buffer records name the file.
+    pub fn id(&self) -> (u32, u32) {
+        (self.slot, self.generation)
+    }
+
+    /// The file's size as the cache knows it now.
+    pub fn record_size(&self, size: u64) {
+        self.guardian.arena.table().file(self.slot).size.store(size, Ordering::Relaxed);
+    }
+
+    /// Whether writeback may have padded the store's tail block past the
+    /// size (the guardian cuts it back, as the cache would).
+    pub fn record_padded(&self, padded: bool) {
+        self.guardian.arena.table().file(self.slot).padded.store(padded as u32, Ordering::Relaxed);
+    }
+
+    /// The file grew to at least `size` (concurrent writers each raise
+    /// it; the largest wins, as with the inode's own size).
+    pub fn record_size_at_least(&self, size: u64) {
+        self.guardian.arena.table().file(self.slot).size.fetch_max(size, Ordering::Relaxed);
+    }
+
+    pub fn arena(&self) -> &Arc<Arena> {
+        &self.guardian.arena
+    }
+}
+
+impl Drop for GuardedFile {
+    fn drop(&mut self) {
+        let record = self.guardian.arena.table().file(self.slot);
+        record.used.store(0, Ordering::Relaxed);
+        // Records of this file left in buffers are ignored from now on.
+        record.generation.store(self.generation.wrapping_add(1), Ordering::Release);
+        if let Some(Some(link)) = self.guardian.link.get() {
+            link.release_file(self.slot);
+        }
+        let mut files = crate::locks::lock(&self.guardian.files);
+        files.stores.remove(&self.slot);
+        files.free.push(self.slot);
+    }
+}

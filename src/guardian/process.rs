@@ -1,0 +1,492 @@
+//! The guardian process: started per cache, it waits for its owner's
+//! death and then replays the crash table into the files.
+//!
+//! Starting it: a double fork by raw `clone` (no `pthread_atfork`
+//! handlers run, so a library that hands files over at `fork` is not
+//! triggered), the middle process starting a new session and exiting at
+//! once, so the guardian is never a child the program can reap and is not
+//! in the program's process group (a shell's Ctrl-C, `timeout` and a
+//! killed group miss it). It ignores SIGINT, SIGTERM, SIGHUP and SIGPIPE,
+//! keeps no descriptor of the program's but standard error (for its
+//! reports; standard input and output become `/dev/null`), and `exec`s
+//! this very program (`/proc/self/exe`, with this library preloaded when
+//! it is a shared object): a constructor in the library sees
+//! [`GUARDIAN_ENV`] and runs [`serve`] before any program code, so the
+//! guardian never runs the program's code and shares none of its memory.
+//!
+//! Protocol on a `SOCK_SEQPACKET` pair: `FILE slot` with the file's
+//! descriptor (`SCM_RIGHTS`), `RELEASE slot`, `CLOSED`. The guardian
+//! learns of the death by a `pidfd` (a socket's end-of-file never comes
+//! while a fork child of the owner still holds the socket). It writes
+//! nothing until the owner has exited: a process exits after its threads,
+//! so no thread-pool write is in flight; before its first write to a file
+//! it waits for the file system's direct I/O in flight there (an
+//! `fallocate` over the range it writes: `inode_dio_wait`), so an
+//! io_uring write still landing cannot overwrite the guardian's data.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+use super::arena::{Arena, TableView};
+use super::replay::{replay, ReplaySink};
+
+/// The environment variable that makes a process the guardian:
+/// `owner_pid,socket,table,arena` (descriptor numbers).
+pub const GUARDIAN_ENV: &str = "WBCACHE_GUARDIAN";
+
+const MSG_FILE: u32 = 1;
+const MSG_RELEASE: u32 = 2;
+const MSG_CLOSED: u32 = 3;
+
+/// The owner's end of the link to its guardian.
+pub struct Link {
+    sock: OwnedFd,
+}
+
+fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    let rc = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (a, b) = (crate::sys::above_program_descriptors(fds[0]), crate::sys::above_program_descriptors(fds[1]));
+    // SAFETY: two fresh descriptors we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(a), OwnedFd::from_raw_fd(b)) })
+}
+
+/// The file this library was loaded from, when it is a shared object
+/// (the guardian must load it too); `None` when it is part of the program.
+fn library_path() -> Option<CString> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: the address of a function of this library; `info` is ours.
+    let found = unsafe { libc::dladdr(guardian_entry as *const libc::c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr returned a NUL-terminated name that lives as long as
+    // the object is loaded.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    let bytes = name.to_bytes();
+    let is_shared_object = bytes.ends_with(b".so") || bytes.windows(4).any(|w| w == b".so.");
+    is_shared_object.then(|| name.to_owned())
+}
+
+/// The guardian's environment: the program's (its libraries may need
+/// `LD_LIBRARY_PATH`), less wbcache's own settings, plus [`GUARDIAN_ENV`]
+/// and the preload of this library.
+fn guardian_environment(spec: &str) -> Vec<CString> {
+    let mut env: Vec<CString> = std::env::vars_os()
+        .filter(|(k, _)| {
+            let k = k.as_bytes();
+            !k.starts_with(b"WBCACHE_") && k != b"LD_PRELOAD"
+        })
+        .filter_map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+    env.push(CString::new(format!("{GUARDIAN_ENV}={spec}")).expect("no NUL"));
+    if let Some(lib) = library_path() {
+        let mut kv = b"LD_PRELOAD=".to_vec();
+        kv.extend_from_slice(lib.to_bytes());
+        env.push(CString::new(kv).expect("no NUL"));
+    }
+    env
+}
+
+impl Link {
+    /// Starts the guardian of `arena`.
+    pub fn spawn(arena: &Arena) -> io::Result<Link> {
+        let (ours, theirs) = socket_pair()?;
+        let spec = format!("{},{},{},{}", std::process::id(), theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd());
+        let env = guardian_environment(&spec);
+        let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        let argv: [*const libc::c_char; 2] = [c"wbcache-guardian".as_ptr(), std::ptr::null()];
+        let devnull = crate::sys::open(c"/dev/null", libc::O_RDWR | libc::O_CLOEXEC, 0)?;
+        // SAFETY: the descriptor just opened, ours.
+        let devnull = unsafe { OwnedFd::from_raw_fd(devnull) };
+        let keep = [theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd()];
+        let image = ExecImage { argv: &argv, envp: &envp, devnull: devnull.as_raw_fd(), keep };
+        // SAFETY: a raw fork: the child runs only `middle_process`, which
+        // makes system calls and nothing else (no allocation, no lock).
+        let pid = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0) };
+        match pid {
+            -1 => return Err(io::Error::last_os_error()),
+            0 => middle_process(&image),
+            pid => reap(pid as libc::pid_t),
+        }
+        drop(theirs);
+        Ok(Link { sock: ours })
+    }
+
+    fn send(&self, kind: u32, file: u32, fd: Option<RawFd>) -> io::Result<()> {
+        let msg = [kind, file];
+        let mut iov = libc::iovec { iov_base: msg.as_ptr() as *mut libc::c_void, iov_len: std::mem::size_of_val(&msg) };
+        // Room for one descriptor's control message.
+        let mut control = [0u64; 4];
+        // SAFETY: an all-zero msghdr is a valid empty one.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        if let Some(fd) = fd {
+            // SAFETY: CMSG_* compute sizes and positions within `control`,
+            // which is large enough for one descriptor.
+            unsafe {
+                hdr.msg_control = control.as_mut_ptr().cast();
+                hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+                let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+                (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+                libc::CMSG_DATA(cmsg).cast::<RawFd>().write_unaligned(fd);
+            }
+        }
+        loop {
+            // SAFETY: `hdr` points at live buffers for the call.
+            let n = unsafe { libc::sendmsg(self.sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Hands file slot `file`'s descriptor to the guardian.
+    pub fn send_file(&self, file: u32, fd: RawFd) -> io::Result<()> {
+        self.send(MSG_FILE, file, Some(fd))
+    }
+
+    /// The guardian closes its descriptor of file slot `file`.
+    pub fn release_file(&self, file: u32) {
+        let _ = self.send(MSG_RELEASE, file, None);
+    }
+
+    /// The cache closed: the guardian exits.
+    pub fn closed(&self) {
+        let _ = self.send(MSG_CLOSED, 0, None);
+    }
+}
+
+/// What the forked processes need, prepared before the fork.
+struct ExecImage<'a> {
+    argv: &'a [*const libc::c_char; 2],
+    envp: &'a [*const libc::c_char],
+    devnull: RawFd,
+    keep: [RawFd; 3],
+}
+
+/// The first child: a new session, then the guardian's fork, then exit.
+/// System calls only: this is a fork of a threaded process.
+fn middle_process(image: &ExecImage<'_>) -> ! {
+    // SAFETY: plain system calls on values prepared before the fork.
+    unsafe {
+        libc::setsid();
+        let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+        if pid == 0 {
+            guardian_exec(image);
+        }
+        libc::syscall(libc::SYS_exit_group, 0);
+    }
+    unreachable!("exit_group returned")
+}
+
+/// The guardian before its `exec`: standard input and output on
+/// `/dev/null`, every other descriptor closed at exec but the three it
+/// serves, the stop signals ignored. System calls only.
+///
+/// # Safety
+/// Runs in a fork child of a threaded process: calls nothing but system
+/// calls.
+unsafe fn guardian_exec(image: &ExecImage<'_>) -> ! {
+    libc::syscall(libc::SYS_dup3, image.devnull, 0, 0);
+    libc::syscall(libc::SYS_dup3, image.devnull, 1, 0);
+    libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+    for fd in image.keep {
+        libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFD, 0);
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE, libc::SIGQUIT, libc::SIGTSTP] {
+        libc::signal(sig, libc::SIG_IGN);
+    }
+    let empty: libc::sigset_t = std::mem::zeroed();
+    libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &empty, std::ptr::null_mut::<libc::sigset_t>(), 8);
+    libc::syscall(libc::SYS_execve, c"/proc/self/exe".as_ptr(), image.argv.as_ptr(), image.envp.as_ptr());
+    libc::syscall(libc::SYS_exit_group, 127);
+    unreachable!("exit_group returned")
+}
+
+/// Waits for the middle process (it exits at once). Another waiter of the
+/// program may reap it first (ECHILD): fine.
+fn reap(pid: libc::pid_t) {
+    loop {
+        // SAFETY: waits for our own child; no status wanted.
+        let rc = unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// Runs first in every process that loads this library: the guardian's
+/// entry point when [`GUARDIAN_ENV`] is set, nothing otherwise.
+#[used]
+#[link_section = ".init_array"]
+static GUARDIAN_ENTRY: extern "C" fn() = guardian_entry;
+
+extern "C" fn guardian_entry() {
+    let Some(spec) = std::env::var_os(GUARDIAN_ENV) else { return };
+    let code = match parse_spec(spec.as_bytes()) {
+        Some(spec) => serve(spec),
+        None => {
+            eprintln!("wbcache guardian: bad {GUARDIAN_ENV} value {spec:?}");
+            2
+        }
+    };
+    // SAFETY: ends this process, which exists only to serve.
+    unsafe { libc::_exit(code) }
+}
+
+struct Spec {
+    owner: libc::pid_t,
+    sock: RawFd,
+    table: RawFd,
+    arena: RawFd,
+}
+
+fn parse_spec(spec: &[u8]) -> Option<Spec> {
+    let text = std::str::from_utf8(spec).ok()?;
+    let n: Vec<i32> = text.split(',').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    match n[..] {
+        [owner, sock, table, arena] => Some(Spec { owner, sock, table, arena }),
+        _ => None,
+    }
+}
+
+/// The guardian's life: collect descriptors until the owner closes its
+/// cache (exit 0) or dies (replay, exit 0, or 1 after a failure).
+fn serve(spec: Spec) -> i32 {
+    // SAFETY: a NUL-terminated name of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"wbc-guardian".as_ptr()) };
+    // SAFETY: the descriptors the owner passed us, ours alone now.
+    let (sock, table_fd, arena_fd) = unsafe {
+        (OwnedFd::from_raw_fd(spec.sock), OwnedFd::from_raw_fd(spec.table), OwnedFd::from_raw_fd(spec.arena))
+    };
+    // SAFETY: pidfd_open takes a pid and flags.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, spec.owner, 0) } as RawFd;
+    let pidfd = (pidfd >= 0).then(|| {
+        // SAFETY: a fresh descriptor, ours.
+        unsafe { OwnedFd::from_raw_fd(pidfd) }
+    });
+    let mut files: HashMap<u32, OwnedFd> = HashMap::new();
+    // Without a pidfd the owner is gone already (ESRCH): replay at once.
+    if let Some(pidfd) = &pidfd {
+        if wait_for_death(pidfd, &sock, &mut files) == Ending::Closed {
+            return 0;
+        }
+    }
+    match replay_files(&table_fd, &arena_fd, files) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("wbcache guardian: cannot read the dead owner's cache: {e}");
+            1
+        }
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum Ending {
+    Closed,
+    OwnerDied,
+}
+
+/// Serves the owner's messages until it closes the cache or dies.
+fn wait_for_death(pidfd: &OwnedFd, sock: &OwnedFd, files: &mut HashMap<u32, OwnedFd>) -> Ending {
+    let mut sock_open = true;
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: if sock_open { sock.as_raw_fd() } else { -1 }, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two pollfds we own.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            continue; // EINTR
+        }
+        if fds[1].revents != 0 {
+            match receive(sock, files) {
+                Received::Closed => return Ending::Closed,
+                Received::EndOfFile => sock_open = false,
+                Received::Message => {}
+            }
+            // Messages first: a file sent just before the death counts.
+            continue;
+        }
+        if fds[0].revents != 0 {
+            // Whatever the owner sent before it died is still queued.
+            while sock_open && matches!(receive_nonblocking(sock, files), Some(Received::Message)) {}
+            return Ending::OwnerDied;
+        }
+    }
+}
+
+enum Received {
+    Message,
+    Closed,
+    EndOfFile,
+}
+
+fn receive_nonblocking(sock: &OwnedFd, files: &mut HashMap<u32, OwnedFd>) -> Option<Received> {
+    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd we own.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 0) } > 0;
+    ready.then(|| receive(sock, files))
+}
+
+/// One message from the owner.
+fn receive(sock: &OwnedFd, files: &mut HashMap<u32, OwnedFd>) -> Received {
+    let mut msg = [0u32; 2];
+    let mut iov = libc::iovec { iov_base: msg.as_mut_ptr().cast(), iov_len: std::mem::size_of_val(&msg) };
+    let mut control = [0u64; 4];
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control.as_mut_ptr().cast();
+    hdr.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `hdr` points at live buffers.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+    if n == 0 {
+        return Received::EndOfFile;
+    }
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::EINTR) { Received::Message } else { Received::EndOfFile };
+    }
+    // SAFETY: CMSG_* walk the control data the kernel filled in.
+    let fd = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+        (!cmsg.is_null() && (*cmsg).cmsg_type == libc::SCM_RIGHTS)
+            .then(|| OwnedFd::from_raw_fd(libc::CMSG_DATA(cmsg).cast::<RawFd>().read_unaligned()))
+    };
+    match (msg[0], fd) {
+        (MSG_FILE, Some(fd)) => {
+            files.insert(msg[1], fd);
+        }
+        (MSG_RELEASE, _) => {
+            files.remove(&msg[1]);
+        }
+        (MSG_CLOSED, _) => return Received::Closed,
+        _ => {}
+    }
+    Received::Message
+}
+
+/// Maps the table and arena and replays them into `files`; `Ok(false)`
+/// after a failure (reported on standard error, naming file and offset).
+fn replay_files(table_fd: &OwnedFd, arena_fd: &OwnedFd, files: HashMap<u32, OwnedFd>) -> io::Result<bool> {
+    let table_bytes = crate::sys::fstat_size(table_fd.as_raw_fd())?;
+    let table_base = crate::sys::map_shared(table_fd.as_raw_fd(), table_bytes as usize, libc::PROT_READ)?;
+    // SAFETY: the table's whole memfd, mapped for the rest of this process.
+    let table = unsafe { TableView::new(table_base) };
+    if !table.is_valid(table_bytes) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "the crash table's layout is not this version's"));
+    }
+    let arena_bytes = table.header().arena_bytes as usize;
+    let arena_base = crate::sys::map_shared(arena_fd.as_raw_fd(), arena_bytes, libc::PROT_READ)?;
+    // SAFETY: the arena's whole memfd, mapped read-only for the rest of
+    // this process; nobody writes it any more (its owner is dead).
+    let arena = unsafe { std::slice::from_raw_parts(arena_base.as_ptr(), arena_bytes) };
+    let mut sink = FileSink { files, writable: HashMap::new(), drained: Default::default() };
+    let report = replay(&table, arena, &mut sink);
+    for failure in &report.failures {
+        eprintln!("wbcache guardian: {failure}");
+    }
+    Ok(report.failures.is_empty())
+}
+
+/// The guardian's sink: the files' descriptors, reopened without
+/// O_DIRECT (through `/proc/self/fd`, which reaches unlinked files too), so
+/// the data lands in the kernel's page cache.
+struct FileSink {
+    files: HashMap<u32, OwnedFd>,
+    writable: HashMap<u32, (OwnedFd, bool)>,
+    /// Files whose direct I/O in flight was waited for.
+    drained: std::collections::HashSet<u32>,
+}
+
+impl FileSink {
+    /// File slot `file`'s writable descriptor, and whether it is a block
+    /// device.
+    fn writable(&mut self, file: u32) -> io::Result<(RawFd, bool)> {
+        if let Some((fd, block)) = self.writable.get(&file) {
+            return Ok((fd.as_raw_fd(), *block));
+        }
+        let held = self.files.get(&file).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        let path = CString::new(format!("/proc/self/fd/{}", held.as_raw_fd())).expect("no NUL");
+        let fd = crate::sys::open(&path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+        // SAFETY: a fresh descriptor, ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let block = crate::sys::is_block_device(fd.as_raw_fd())?;
+        let raw = fd.as_raw_fd();
+        self.writable.insert(file, (fd, block));
+        Ok((raw, block))
+    }
+}
+
+impl ReplaySink for FileSink {
+    fn has_file(&self, file: u32) -> bool {
+        self.files.contains_key(&file)
+    }
+
+    /// The file's name now.
+    fn name(&self, file: u32) -> String {
+        let Some(fd) = self.files.get(&file) else { return format!("file slot {file}") };
+        crate::sys::read_link(&format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .unwrap_or_else(|| format!("file slot {file}"))
+    }
+
+    fn len(&mut self, file: u32) -> io::Result<u64> {
+        let (fd, _) = self.writable(file)?;
+        crate::sys::fstat_size(fd)
+    }
+
+    fn set_len(&mut self, file: u32, len: u64) -> io::Result<()> {
+        let (fd, block) = self.writable(file)?;
+        if block {
+            return Ok(());
+        }
+        crate::sys::ftruncate(fd, len as i64)
+    }
+
+    fn write(&mut self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        let (fd, block) = self.writable(file)?;
+        if !block && self.drained.insert(file) {
+            // Waits for the file system's direct I/O in flight on the file
+            // (ext4 and XFS wait in fallocate): an io_uring write of the
+            // dead owner still landing must not overwrite this data. The
+            // range is about to be written anyway; a file system without
+            // fallocate has nothing to wait for here.
+            let _ = crate::sys::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, offset as i64, data.len() as i64);
+        }
+        let mut done = 0;
+        while done < data.len() {
+            match crate::sys::pwrite(fd, &data[done..], (offset + done as u64) as i64) {
+                Ok(0) => return Err(io::Error::from_raw_os_error(libc::EIO)),
+                Ok(n) => done += n,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,179 @@
+//! Replay: what the guardian does when the owner died without closing its
+//! cache. From the crash table and the arena it gives each file the
+//! length the cache would have left (see `replay_len`), then writes every
+//! dirty block (clipped to the cache's size) at its file offset. The same function serves the guardian
+//! process (writing through the kernel's page cache) and the simulation's
+//! process-crash event (writing into the simulated store).
+//!
+//! Invariant: only records whose file slot is in use with the same
+//! generation are replayed: a slot released and reused for another file
+//! never receives an earlier file's blocks.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::Ordering;
+
+use super::arena::{TableView, BLOCK_BYTES, CHUNK_BYTES, NO_FILE, STATE_CLOSED};
+
+/// Where replayed data goes.
+pub trait ReplaySink {
+    /// Whether the sink can write file slot `file` (the guardian holds a
+    /// descriptor of it).
+    fn has_file(&self, file: u32) -> bool;
+    /// What reports call file slot `file` (its path where known).
+    fn name(&self, file: u32) -> String;
+    /// The file's length now (0 for one that cannot say, such as a block
+    /// device, whose length never changes).
+    fn len(&mut self, file: u32) -> io::Result<u64>;
+    /// Sets file `file`'s length.
+    fn set_len(&mut self, file: u32, len: u64) -> io::Result<()>;
+    /// Writes `data` at `offset` of file `file`, whole.
+    fn write(&mut self, file: u32, offset: u64, data: &[u8]) -> io::Result<()>;
+}
+
+/// What a replay did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Files with data or a length to replay.
+    pub files: u64,
+    pub bytes: u64,
+    /// One line per failure, naming the file and offset.
+    pub failures: Vec<String>,
+}
+
+/// A file in use in the table: its generation, size and padding flag.
+#[derive(Clone, Copy)]
+struct FileState {
+    generation: u32,
+    size: u64,
+    padded: bool,
+    dirty: bool,
+}
+
+/// Replays every dirty block the table records, and the lengths that go
+/// with them, unless the owner closed its cache (then there is nothing to
+/// do). `arena` is the whole arena.
+pub fn replay(table: &TableView, arena: &[u8], sink: &mut dyn ReplaySink) -> ReplayReport {
+    let mut report = ReplayReport::default();
+    if table.header().state.load(Ordering::Acquire) == STATE_CLOSED {
+        return report;
+    }
+    let mut files = HashMap::new();
+    for file in 1..table.header().file_slots {
+        let record = table.file(file);
+        if record.used.load(Ordering::Relaxed) != 0 && sink.has_file(file) {
+            let state = FileState {
+                generation: record.generation.load(Ordering::Relaxed),
+                size: record.size.load(Ordering::Relaxed),
+                padded: record.padded.load(Ordering::Relaxed) != 0,
+                dirty: false,
+            };
+            files.insert(file, state);
+        }
+    }
+    let slots = dirty_slots(table, &mut files);
+    for (&file, state) in &files {
+        replay_len(file, state, sink, &mut report);
+    }
+    for (first, blocks) in slots {
+        replay_slot(table, arena, (first, blocks), &files, sink, &mut report);
+    }
+    report
+}
+
+/// The slots holding dirty blocks of files in use (arena block, length),
+/// marking those files dirty.
+fn dirty_slots(table: &TableView, files: &mut HashMap<u32, FileState>) -> Vec<(u64, u64)> {
+    let chunk_blocks = (CHUNK_BYTES / BLOCK_BYTES) as u64;
+    let mut found = Vec::new();
+    for chunk in 0..table.chunks() {
+        let slot_blocks = table.chunk_slot_blocks(chunk).load(Ordering::Relaxed) as u64;
+        if slot_blocks == 0 || slot_blocks == u32::MAX as u64 {
+            continue;
+        }
+        let slots = if slot_blocks > chunk_blocks { 1 } else { chunk_blocks / slot_blocks };
+        for s in 0..slots {
+            let first = chunk * chunk_blocks + s * slot_blocks;
+            let desc = table.desc(first);
+            let file = desc.file.load(Ordering::Relaxed);
+            let Some(state) = files.get_mut(&file) else { continue };
+            if file == NO_FILE || desc.generation.load(Ordering::Relaxed) != state.generation {
+                continue;
+            }
+            if (0..slot_blocks).any(|b| table.dirty(first + b).load(Ordering::Relaxed) != 0) {
+                state.dirty = true;
+                found.push((first, slot_blocks));
+            }
+        }
+    }
+    found
+}
+
+/// A file's length, as the cache would have left it: grown to its size
+/// when it holds dirty data past the store's end (acknowledged writes
+/// extended it), cut back to its size when writeback padded the tail
+/// block. Anything else stays: truncations and `set_len` reached the
+/// store when they returned, and bytes past the size that the cache did
+/// not put there are another program's (as the cache itself leaves them).
+fn replay_len(file: u32, state: &FileState, sink: &mut dyn ReplaySink, report: &mut ReplayReport) {
+    if !state.dirty && !state.padded {
+        return;
+    }
+    let len = match sink.len(file) {
+        Ok(len) => len,
+        Err(e) => {
+            report.failures.push(format!("{}: reading the length: {e}", sink.name(file)));
+            return;
+        }
+    };
+    let size = state.size;
+    let grow = state.dirty && len < size;
+    let cut = state.padded && len > size && len <= size.next_multiple_of(BLOCK_BYTES as u64);
+    report.files += 1;
+    if grow || cut {
+        if let Err(e) = sink.set_len(file, size) {
+            report.failures.push(format!("{}: setting the length to {size}: {e}", sink.name(file)));
+        }
+    }
+}
+
+/// Writes the dirty runs of the slot at arena block `first`, clipped to
+/// its file's size.
+fn replay_slot(
+    table: &TableView,
+    arena: &[u8],
+    (first, blocks): (u64, u64),
+    files: &HashMap<u32, FileState>,
+    sink: &mut dyn ReplaySink,
+    report: &mut ReplayReport,
+) {
+    let desc = table.desc(first);
+    let file = desc.file.load(Ordering::Relaxed);
+    let Some(state) = files.get(&file) else { return };
+    let offset = desc.offset.load(Ordering::Relaxed);
+    let dirty = |b: u64| table.dirty(first + b).load(Ordering::Relaxed) != 0;
+    let mut b = 0;
+    while b < blocks {
+        if !dirty(b) {
+            b += 1;
+            continue;
+        }
+        let run_start = b;
+        while b < blocks && dirty(b) {
+            b += 1;
+        }
+        let at = offset + run_start * BLOCK_BYTES as u64;
+        let end = (offset + b * BLOCK_BYTES as u64).min(state.size);
+        if end <= at {
+            continue;
+        }
+        let from = ((first + run_start) * BLOCK_BYTES as u64) as usize;
+        let data = &arena[from..from + (end - at) as usize];
+        match sink.write(file, at, data) {
+            Ok(()) => report.bytes += data.len() as u64,
+            Err(e) => {
+                report.failures.push(format!("{}: writing {} bytes at offset {at}: {e}", sink.name(file), data.len()))
+            }
+        }
+    }
+}
