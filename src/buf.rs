@@ -530,10 +530,10 @@ impl AlignedBuf {
 
     /// Records in the crash table that this (guarded) buffer holds the
     /// folio at `offset` of file `file`; nothing for another buffer.
-    pub(crate) fn record_owner(&self, file: (u32, u32), offset: u64) {
-        if let Some((arena, slot)) = self.guard_slot() {
-            arena.record_owner(slot, file, offset);
-        }
+    /// Returns whether the record is new (its dirty blocks are then still
+    /// to be recorded).
+    pub(crate) fn record_owner(&self, file: (u32, u32), offset: u64) -> bool {
+        self.guard_slot().is_some_and(|(arena, slot)| arena.record_owner(slot, file, offset))
     }
 
     /// Records blocks `[first, last)` as dirty (held only here) or clean

@@ -33,8 +33,11 @@
 //! to that file before the call is on the backing store. A failed writeback
 //! keeps the data dirty and is reported once per handle by the next sync
 //! (errseq); later syncs retry. Dropping a [`File`] does not write back;
-//! closing the [`Cache`] writes back and syncs everything. A crash loses
-//! dirty data not yet written back; `expire_ms` (default 1 s) bounds it.
+//! closing the [`Cache`] writes back and syncs everything. A crash of the
+//! process loses nothing a call acknowledged (the cache's guardian process
+//! writes its dirty data to the files, `guardian=on`); a crash of the
+//! machine loses dirty data not yet written back, which `expire_ms`
+//! (default 1 s) bounds.
 
 mod background_budget;
 mod buf;

@@ -185,3 +185,54 @@ fn header_declares_exactly_the_exported_functions() {
     assert_eq!(wbcache::capi::WBC_DONTCACHE, wbcache::WriteFlags::DONTCACHE.bits());
     assert!(header.contains(&format!("#define WBC_O_DONTCACHE {:#x}", wbcache::capi::WBC_O_DONTCACHE)));
 }
+
+/// A C program writing through the C ABI (statically linked), never
+/// syncing, killed with SIGKILL: every record it reported written is on
+/// the file once its cache's guardian has finished.
+#[test]
+fn c_abi_writes_survive_a_sigkill_of_the_program() {
+    let work = TempDir::new("capi-crash");
+    let exe = work.0.join("crash_writer");
+    let root = manifest_dir();
+    let mut cmd = Command::new(c_compiler());
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg(root.join("tests/c/crash_writer.c"))
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg(static_library())
+        .args(["-lpthread", "-ldl", "-lm", "-lrt", "-o"])
+        .arg(&exe);
+    run(&mut cmd, "compiling tests/c/crash_writer.c");
+    let data = TempDir::new("capi-crash-data");
+    let mut child = Command::new(&exe)
+        .arg(&data.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the C writer starts");
+    let pid = child.id() as libc::pid_t;
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut acked = 0u64;
+    for _ in 0..200 {
+        let line = lines.next().expect("an acknowledgement").unwrap();
+        acked = line.strip_prefix("acked ").and_then(|n| n.parse().ok()).expect("acked N");
+    }
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // What it printed before it died was acknowledged too.
+    for line in lines.map_while(Result::ok) {
+        acked = line.strip_prefix("acked ").and_then(|n| n.parse().ok()).unwrap_or(acked);
+    }
+    let _ = child.wait();
+    common::wait_for_guardians_of(pid);
+    let file = std::fs::read(data.0.join("log")).unwrap();
+    let whole = file.chunks_exact(100).enumerate().take_while(|(i, r)| {
+        let mut want = [(*i % 251) as u8; 100];
+        let head = format!("record {i:08} ");
+        want[..head.len()].copy_from_slice(head.as_bytes());
+        *r == &want[..]
+    });
+    let whole = whole.count() as u64;
+    println!("C ABI writer killed: {} records acknowledged, {whole} whole records on the file", acked + 1);
+    assert!(whole > acked, "record {whole} of {acked} acknowledged is missing or wrong");
+}

@@ -15,7 +15,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{guardians, preloaded, python, wait_for_guardians_of, Group, Scratch, TIMEOUT};
+use common::{guardians, plain, preloaded, privileged, python, run, wait_for_guardians_of, Group, Scratch, TIMEOUT};
 
 const CRASHER: &str = include_str!("py/crasher.py");
 
@@ -228,4 +228,105 @@ fn random_writes_and_truncations_survive_a_sigkill_as_acknowledged() {
             model.data.len()
         );
     }
+}
+
+/// Python's `sqlite3` under the library, WAL with `synchronous=NORMAL`
+/// (commits are not synced): after a SIGKILL every acknowledged commit is
+/// in the database, which passes `integrity_check` when opened without
+/// the library.
+#[test]
+fn sqlite_commits_with_synchronous_normal_survive_a_sigkill() {
+    let Some(python) = python() else { return };
+    let seed = seed();
+    let mut state = seed;
+    for (round, kill) in [Kill::Program, Kill::Group].into_iter().enumerate() {
+        let scratch = Scratch::new(&format!("crash-sqlite-{round}"));
+        let db = scratch.dir("managed").join("db.sqlite");
+        let (acks, delay) = (20 + next(&mut state) % 400, Duration::from_micros(next(&mut state) % 20_000));
+        let last = run_then_kill(&python, &scratch, &["sqlite", db.to_str().unwrap()], acks, delay, kill);
+        let mut cmd = plain(&python);
+        cmd.arg(scratch.path("crasher.py")).args(["check", db.to_str().unwrap()]);
+        let out = run(cmd, TIMEOUT).ok();
+        let value = |key: &str| {
+            let line = out.stdout.lines().find_map(|l| l.strip_prefix(&format!("{key} "))).unwrap_or_default();
+            line.to_string()
+        };
+        println!(
+            "round {round} ({kill:?} killed): {} commits acknowledged, {} rows in the database, counter {}, integrity {}",
+            last + 1,
+            value("rows"),
+            value("counter"),
+            value("integrity")
+        );
+        let (rows, counter): (u64, u64) = (value("rows").parse().unwrap(), value("counter").parse().unwrap());
+        assert_eq!(value("integrity"), "ok", "PROCESS_CRASH_SEED={seed}, round {round}\n{}", out.details());
+        assert_eq!(value("bad"), "0", "PROCESS_CRASH_SEED={seed}, round {round}: payloads\n{}", out.details());
+        assert!(
+            counter >= last && rows == counter + 1,
+            "PROCESS_CRASH_SEED={seed}, round {round}: commit {last} was acknowledged, the database holds {rows} rows \
+             up to {counter}"
+        );
+    }
+}
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mount -t tmpfs on {}: {status}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The guardian's own failure: the file system fills up while it writes a
+/// dead owner's data (8 MiB into a 4 MiB tmpfs). It says so on standard
+/// error, naming the file and the offset, and still writes everything
+/// else (an overwrite of another file, which needs no new space).
+#[test]
+fn a_full_file_system_under_the_guardian_is_reported_and_loses_nothing_else() {
+    let Some(python) = python() else { return };
+    if !privileged() && common::missing::<()>("mounting a small tmpfs needs root").is_none() {
+        return;
+    }
+    let scratch = Scratch::new("crash-enospc");
+    let managed = scratch.dir("managed");
+    let _tmpfs = Tmpfs::mount(&managed, "4m");
+    std::fs::write(managed.join("b"), vec![0x11u8; 1 << 20]).unwrap();
+    let script = scratch.script("crasher.py", CRASHER);
+    let mut cmd = preloaded(&python, &[&managed], OPTIONS);
+    cmd.arg(script).args(["fill", managed.to_str().unwrap()]);
+    let mut group = Group::spawn(cmd);
+    let pid = group.child.id() as libc::pid_t;
+    let lines = group.lines();
+    for want in ["acked 0", "acked 1"] {
+        assert_eq!(lines.recv_timeout(TIMEOUT).expect("an acknowledgement"), want);
+    }
+    group.kill();
+    let out = group.wait(TIMEOUT);
+    wait_for_guardians_of(pid);
+    let a = managed.join("a");
+    println!("the guardian said: {}", out.stderr.trim());
+    assert!(
+        out.stderr.contains("wbcache guardian:")
+            && out.stderr.contains(&a.display().to_string())
+            && out.stderr.contains("at offset")
+            && out.stderr.contains("No space left on device"),
+        "the guardian reports the failure with the file and offset\n{}",
+        out.details()
+    );
+    assert_eq!(std::fs::read(managed.join("b")).unwrap(), vec![0xbbu8; 1 << 20], "the other file is whole");
+    let written = std::fs::read(&a).unwrap();
+    assert!(written.iter().all(|&b| b == 0xaa || b == 0), "file a holds only its own bytes or holes");
 }

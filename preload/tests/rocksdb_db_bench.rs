@@ -17,7 +17,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{plain, preloaded, run, tool, Scratch, OPTIONS, TIMEOUT};
+use common::{plain, preloaded, run, tool, wait_for_guardians_of, Group, Scratch, OPTIONS, TIMEOUT};
 
 /// db_bench's arguments: a small write buffer and target file size, so a
 /// fill of 20,000 keys flushes and compacts SST files, not only the WAL.
@@ -62,4 +62,48 @@ fn db_bench_fillrandom_reads_back_without_the_preload() {
     let reference = fill_and_read(&db_bench, &scratch.dir("plain").join("db"), None);
     assert_eq!(cached, reference, "keys read back: filled under the preload vs without it");
     assert!(cached > 10_000, "fillrandom of 20,000 keys left {cached}");
+}
+
+/// Operations db_bench reported done in its report file
+/// (`secs_elapsed,interval_qps` per one-second interval).
+fn reported_ops(report: &Path) -> u64 {
+    let text = std::fs::read_to_string(report).unwrap_or_default();
+    text.lines().skip(1).filter_map(|l| l.split(',').nth(1)?.trim().parse::<f64>().ok()).sum::<f64>() as u64
+}
+
+/// `db_bench fillseq --sync=0` under the library (no sync at all: the WAL
+/// lives in the cache until written back), killed with SIGKILL after it
+/// reported two seconds of progress. RocksDB documents that a crash of
+/// the process loses no write even with `sync=false`; once the guardian
+/// has written the dead process's data, a plain `db_bench` opens the
+/// database, `verifychecksum` passes and `readseq` finds at least every
+/// key reported written (keys are sequential, so the prefix).
+#[test]
+fn db_bench_killed_without_sync_loses_no_write() {
+    let Some(db_bench) = tool("db_bench") else { return };
+    let scratch = Scratch::new("db-bench-kill");
+    let managed = scratch.dir("managed");
+    let (db, report) = (managed.join("db"), scratch.path("report.csv"));
+    let num = "--num=50000000";
+    let mut cmd = preloaded(&db_bench, &[&managed], "capacity=256M,expire_ms=3600000");
+    cmd.args(["--benchmarks=fillseq", num, "--value_size=100", "--sync=0", "--report_interval_seconds=1"])
+        .arg(format!("--db={}", db.display()))
+        .arg(format!("--report_file={}", report.display()));
+    let group = Group::spawn(cmd);
+    let pid = group.child.id() as libc::pid_t;
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while std::fs::read_to_string(&report).unwrap_or_default().lines().count() < 3 {
+        assert!(std::time::Instant::now() < deadline, "db_bench reported no progress");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let written = reported_ops(&report);
+    group.kill();
+    let _ = group.wait(TIMEOUT);
+    wait_for_guardians_of(pid);
+    let mut cmd = plain(&db_bench);
+    cmd.args(["--use_existing_db=1", "--benchmarks=readseq,verifychecksum", num]).arg(format!("--db={}", db.display()));
+    let out = run(cmd, TIMEOUT).ok();
+    let read = keys_read(&out.stdout);
+    println!("db_bench killed: {written} keys reported written, {read} keys read back without the library");
+    assert!(read >= written, "{written} keys were reported written, {read} read back\n{}", out.details());
 }

@@ -44,6 +44,7 @@ const MODE_ENV: &str = "WBCACHE_SQLITE_CHILD_MODE";
 const SEED_ENV: &str = "WBCACHE_SQLITE_CHILD_SEED";
 const OPTIONS_ENV: &str = "WBCACHE_SQLITE_CHILD_OPTIONS";
 const CRASH_SEED_ENV: &str = "WBCACHE_SQLITE_CRASH_SEED";
+const SYNC_ENV: &str = "WBCACHE_SQLITE_CHILD_SYNCHRONOUS";
 
 const CHILD_VFS: &str = "wbcache-crash-child";
 const KILLS: u64 = 20;
@@ -117,7 +118,8 @@ fn writer(path: &Path, mode: &str, seed: u64) {
     conn.busy_timeout(Duration::from_secs(10)).unwrap();
     set_journal_mode(&conn, mode);
     // A page cache smaller than a big transaction: it spills.
-    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA cache_size = -1000;").unwrap();
+    let synchronous = std::env::var(SYNC_ENV).unwrap_or_else(|_| "FULL".into());
+    conn.execute_batch(&format!("PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -1000;")).unwrap();
     conn.execute_batch(
         "BEGIN;
          CREATE TABLE IF NOT EXISTS rows(n INTEGER PRIMARY KEY, payload BLOB NOT NULL);
@@ -232,6 +234,18 @@ impl Drop for ChildGuard {
 
 /// Starts this binary as a child in `role`; its stderr goes to `stderr`.
 fn spawn_child(role: &str, db: &Path, mode: &str, seed: u64, options: &str, stderr: &Path) -> ChildGuard {
+    spawn_child_with(role, db, (mode, "FULL"), seed, options, stderr)
+}
+
+/// As `spawn_child`, with `synchronous` set as `(journal mode, synchronous)` say.
+fn spawn_child_with(
+    role: &str,
+    db: &Path,
+    (mode, synchronous): (&str, &str),
+    seed: u64,
+    options: &str,
+    stderr: &Path,
+) -> ChildGuard {
     let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
         .env(ROLE_ENV, role)
@@ -239,6 +253,7 @@ fn spawn_child(role: &str, db: &Path, mode: &str, seed: u64, options: &str, stde
         .env(MODE_ENV, mode)
         .env(SEED_ENV, seed.to_string())
         .env(OPTIONS_ENV, options)
+        .env(SYNC_ENV, synchronous)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(stderr).unwrap())
@@ -326,10 +341,10 @@ fn copy_database(db: &Path, dir: &Path) -> PathBuf {
     dir.join(name)
 }
 
-fn crash_rounds(mode: &str) {
+fn crash_rounds(mode: &str, synchronous: &str) {
     let seed = common::seed_from_env(CRASH_SEED_ENV, common::clock_seed());
-    eprintln!("crash test ({mode}) seed {seed} (rerun with {CRASH_SEED_ENV}={seed})");
-    let dir = common::scratch(&format!("crash-{mode}"));
+    eprintln!("crash test ({mode}, synchronous={synchronous}) seed {seed} (rerun with {CRASH_SEED_ENV}={seed})");
+    let dir = common::scratch(&format!("crash-{mode}-{synchronous}"));
     let db = dir.join("crash.db");
     let mut rng = Rng::new(seed);
     let started = Instant::now();
@@ -338,10 +353,18 @@ fn crash_rounds(mode: &str) {
     // kills between a COMMIT and its announcement.
     let (mut hot, mut unannounced) = (0, 0);
     for round in 0..KILLS {
-        let options = CHILD_CACHES[round as usize % CHILD_CACHES.len()];
+        // Unsynced commits (synchronous=NORMAL) live only in the cache
+        // until writeback: no periodic writeback may save them.
+        let options = match synchronous {
+            "FULL" => CHILD_CACHES[round as usize % CHILD_CACHES.len()].to_string(),
+            _ => format!("{},expire_ms=3600000", CHILD_CACHES[1]),
+        };
+        let options = options.as_str();
         let what = format!("{mode} round {round}, child cache {options} (seed {seed}; {CRASH_SEED_ENV}={seed})");
         let stderr = dir.join(format!("child-{round}.stderr"));
-        let mut child = spawn_child("writer", &db, mode, seed.wrapping_add(round), options, &stderr);
+        let mut child =
+            spawn_child_with("writer", &db, (mode, synchronous), seed.wrapping_add(round), options, &stderr);
+        let pid = child.id() as libc::pid_t;
         let (rx, reader) = tagged_lines(&mut child, "COMMITTED ");
         let mut reported = floor;
         let note = |reported: &mut u64, s: String| {
@@ -379,6 +402,8 @@ fn crash_rounds(mode: &str) {
             "{what}: the child ended on its own ({status}); its stderr:\n{}",
             child_stderr(&stderr)
         );
+        // The cache's guardian writes what the child's writes left dirty.
+        common::wait_for_guardians_of(pid);
         let leftover = ["-journal", "-wal"].iter().any(|suffix| {
             let mut name = db.clone().into_os_string();
             name.push(suffix);
@@ -398,7 +423,7 @@ fn crash_rounds(mode: &str) {
         let _ = std::fs::remove_file(&stderr);
     }
     eprintln!(
-        "crash test ({mode}): {KILLS} kills, {floor} transactions committed, {hot} kills left a journal or WAL, \
+        "crash test ({mode}, synchronous={synchronous}): {KILLS} kills, {floor} transactions committed, {hot} kills left a journal or WAL, \
          {unannounced} came between a COMMIT and its announcement; {:.1?}",
         started.elapsed()
     );
@@ -410,7 +435,18 @@ fn sigkill_wal() {
     if is_child() {
         return;
     }
-    crash_rounds("WAL");
+    crash_rounds("WAL", "FULL");
+}
+
+/// WAL with `synchronous=NORMAL`: commits are not synced, and a crash of
+/// the application must keep them all (as SQLite documents for the
+/// kernel's cache); the cache's guardian writes them after the kill.
+#[test]
+fn sigkill_wal_synchronous_normal() {
+    if is_child() {
+        return;
+    }
+    crash_rounds("WAL", "NORMAL");
 }
 
 #[test]
@@ -418,7 +454,7 @@ fn sigkill_delete() {
     if is_child() {
         return;
     }
-    crash_rounds("DELETE");
+    crash_rounds("DELETE", "FULL");
 }
 
 /// Waits for the child's next line with `tag` (the reader sends whole

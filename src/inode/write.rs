@@ -267,7 +267,16 @@ impl Inode {
             // Lock-free readers may still be copying from the old buffer.
             crate::epoch::defer_bytes(old.len(), move || drop(old));
         }
-        st.buf().record_owner(guarded.id(), folio.offset());
+        if st.buf().record_owner(guarded.id(), folio.offset()) {
+            // Blocks dirtied before the buffer was guarded (guarded memory
+            // was full then) are recorded now.
+            let mut b = 0;
+            while let Some(start) = st.dirty.next(b, folio.nr_blocks(), true) {
+                let end = st.dirty.next(start, folio.nr_blocks(), false).unwrap_or(folio.nr_blocks());
+                st.buf().record_blocks((start, end), true);
+                b = end;
+            }
+        }
         debug_assert!(st.buf().is_guarded() && Arc::strong_count(st.buf()) == 1);
     }
 

@@ -133,3 +133,31 @@ pub fn written_bytes_disagree(st: &wbcache::Stats) -> Option<String> {
         st.written_bytes_by_class, st.written_bytes_by_reason
     ))
 }
+
+/// How many guardian processes (`wbc-guardian`, see `wbcache run`'s docs)
+/// guard caches of process `owner` now (their `WBCACHE_GUARDIAN` names it).
+pub fn guardians_of(owner: libc::pid_t) -> usize {
+    let prefix = format!("WBCACHE_GUARDIAN={owner},");
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            comm.trim() == "wbc-guardian"
+                && std::fs::read(entry.path().join("environ"))
+                    .unwrap_or_default()
+                    .split(|&b| b == 0)
+                    .any(|kv| kv.starts_with(prefix.as_bytes()))
+        })
+        .count()
+}
+
+/// Waits (at most two minutes) until no guardian of `owner` is left: a
+/// killed owner's data is on its files once its guardian is gone.
+pub fn wait_for_guardians_of(owner: libc::pid_t) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while guardians_of(owner) > 0 {
+        assert!(Instant::now() < deadline, "the guardian of {owner} still runs after two minutes");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

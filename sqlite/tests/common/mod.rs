@@ -127,3 +127,25 @@ pub fn first_dump_difference(a: &[String], b: &[String]) -> Option<String> {
     }
     (a.len() != b.len()).then(|| format!("{} lines against {}", a.len(), b.len()))
 }
+
+/// Waits (at most two minutes) until no guardian process of the cache of
+/// process `owner` is left (`wbc-guardian`, its `WBCACHE_GUARDIAN` naming
+/// the owner): a killed owner's data is on the files once it is gone.
+pub fn wait_for_guardians_of(owner: libc::pid_t) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let prefix = format!("WBCACHE_GUARDIAN={owner},");
+    let guarding = || {
+        std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|entry| {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            comm.trim() == "wbc-guardian"
+                && std::fs::read(entry.path().join("environ"))
+                    .unwrap_or_default()
+                    .split(|&b| b == 0)
+                    .any(|kv| kv.starts_with(prefix.as_bytes()))
+        })
+    };
+    while guarding() {
+        assert!(std::time::Instant::now() < deadline, "the guardian of {owner} still runs after two minutes");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
