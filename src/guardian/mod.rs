@@ -59,6 +59,9 @@ impl Guardian {
     /// `spawn`) its guardian process.
     pub fn start(capacity_bytes: u64, spawn: bool) -> io::Result<Arc<Guardian>> {
         let arena = Arc::new(Arena::new(capacity_bytes)?);
+        if spawn {
+            Arena::start_filler(&arena);
+        }
         let files = Mutex::new(FileSlots { next: 1, ..FileSlots::default() });
         Ok(Arc::new(Guardian { arena, link: OnceLock::new(), spawn, files }))
     }
