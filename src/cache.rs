@@ -179,6 +179,23 @@ impl Cache {
         Ok(file)
     }
 
+    /// Hands a duplicate of `fd` to the cache's guardian process (see
+    /// `guardian` in the options), which keeps it open until it exits: if
+    /// this process dies, the open file description, and the
+    /// open-file-description locks (`F_OFD_SETLK`) held on it, live on
+    /// until the guardian has written the dead process's data to the
+    /// files. For a lock that tells other processes to keep off a file
+    /// until its data is there. Without a guardian (`guardian=off`, or a
+    /// simulated backend) it does nothing. Errors: `EBADF` for a closed
+    /// cache or a bad `fd`, and the errors of `sendmsg(2)`.
+    pub fn keep_for_guardian(&self, fd: std::os::fd::RawFd) -> io::Result<()> {
+        self.shared.check_open()?;
+        match &self.shared.memory.guardian {
+            Some(guardian) => guardian.keep(fd),
+            None => Ok(()),
+        }
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
         let s = &self.shared;

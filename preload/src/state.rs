@@ -21,12 +21,16 @@
 //! file's last cached descriptor closes, after its dirty data was written
 //! back to the kernel. The locks are open-file-description locks in one
 //! registry file per device (`/dev/shm/wbcache-locks-DEV`, empty: only
-//! its byte ranges are locked, one byte per inode number in each of two
-//! regions, cache and users), not on the file itself: there they would
-//! conflict with the program's own record locks (RocksDB locks its whole
-//! `LOCK` file). The registry outlives the processes on purpose: removing
-//! it while one process locks it would let the next process lock a new
-//! file, unseen by the first.
+//! its byte ranges are locked, one byte per inode number in each of three
+//! regions, cache, users and alive), not on the file itself: there they
+//! would conflict with the program's own record locks (RocksDB locks its
+//! whole `LOCK` file). The registry outlives the processes on purpose:
+//! removing it while one process locks it would let the next process lock
+//! a new file, unseen by the first. When a process that caches a file
+//! dies, its cache lock lives on in its guardian (which holds the
+//! registry's description) until the data the process left is on the
+//! file, and its alive lock goes at once: an open that finds the one
+//! without the other waits for the guardian (see `lock_file`).
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -65,6 +69,8 @@ struct Files {
     /// Files whose last descriptor closed here while the cache kept their
     /// (clean) data: how the file looked then.
     closed: HashMap<(u64, u64), Fingerprint>,
+    /// Registry descriptors not yet handed to the cache's guardian.
+    unkept: Vec<libc::c_int>,
 }
 
 /// What tells a file changed by someone else: its size and its
@@ -94,11 +100,29 @@ impl Fingerprint {
     }
 }
 
-/// A device's lock registry (its descriptor).
+/// A device's lock registry: two descriptors of it, two open file
+/// descriptions. The cache and users locks are taken on `fd`, which the
+/// cache's guardian keeps too (`Cache::keep_for_guardian`): when this
+/// process dies they last until the guardian has written its data. The
+/// alive locks are taken on `alive`, which only this process has: they
+/// go with it.
 #[derive(Clone, Copy)]
-struct Registry(libc::c_int);
+struct Registry {
+    fd: libc::c_int,
+    alive: libc::c_int,
+}
 
-/// The two regions of a registry: which lock a byte is.
+impl Registry {
+    /// The descriptor `region`'s locks are taken on.
+    fn of(self, region: Region) -> libc::c_int {
+        match region {
+            Region::Alive => self.alive,
+            Region::Cache | Region::Users => self.fd,
+        }
+    }
+}
+
+/// The three regions of a registry: which lock a byte is.
 #[derive(Clone, Copy)]
 enum Region {
     /// Bytes locked by the process that caches each file.
@@ -106,7 +130,16 @@ enum Region {
     /// Bytes read-locked by every process that has the file open through
     /// the kernel.
     Users,
+    /// Bytes read-locked by the process that caches each file, on a
+    /// description only it has: held means that process lives. A cache
+    /// lock held with no alive lock is a dead process's, held by its
+    /// guardian while it writes the dead process's data.
+    Alive,
 }
+
+/// How long an open waits for a dead process's guardian to write its
+/// data before it opens the file through the kernel anyway.
+const GUARDIAN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Uncached descriptors of managed files open: while 0, `close` looks up
 /// nothing.
@@ -220,7 +253,10 @@ extern "C" fn forked_child() {
         if let Ok(files) = state.files.try_lock() {
             for registry in files.registries.values() {
                 // SAFETY: the child's copy of the registry, closed once.
-                unsafe { real::close(registry.0) };
+                unsafe {
+                    real::close(registry.fd);
+                    real::close(registry.alive);
+                }
             }
         }
     }
@@ -259,7 +295,43 @@ impl State {
     /// `EBUSY` when another process holds it (its cache lock, or its
     /// users lock: it has the file open through the kernel): the file is
     /// then opened through the kernel here too.
+    ///
+    /// A file a dead process cached is locked by that process's guardian
+    /// until the data it left is on the file: the open waits for that (at
+    /// most [`GUARDIAN_WAIT`]), so it never reads the file half written.
     pub fn lock_file(&self, key: (u64, u64), writable: bool) -> std::io::Result<()> {
+        let deadline = std::time::Instant::now() + GUARDIAN_WAIT;
+        loop {
+            let result = self.try_lock_file(key, writable);
+            self.keep_registries_for_guardian();
+            let busy = matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EBUSY));
+            if !busy || !self.held_by_a_guardian(key) || std::time::Instant::now() > deadline {
+                return result;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Whether the file `key`'s cache lock is a dead process's, kept by
+    /// its guardian (no process that lives holds the alive lock).
+    fn held_by_a_guardian(&self, key: (u64, u64)) -> bool {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(registry) = files.registries_of(key.0) else { return false };
+        held_elsewhere(registry, Region::Cache, key.1).unwrap_or(false)
+            && !held_elsewhere(registry, Region::Alive, key.1).unwrap_or(true)
+    }
+
+    /// Registries opened since the last call go to the cache's guardian.
+    fn keep_registries_for_guardian(&self) {
+        let fresh = std::mem::take(&mut self.files.lock().unwrap_or_else(|e| e.into_inner()).unkept);
+        for fd in fresh {
+            if let Err(e) = self.with_cache(|cache| cache.keep_for_guardian(fd)) {
+                complain(&format!("the guardian cannot keep the lock registry: {e}"));
+            }
+        }
+    }
+
+    fn try_lock_file(&self, key: (u64, u64), writable: bool) -> std::io::Result<()> {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
         let registry = files.registries_of(key.0)?;
         if let Some(lock) = files.locks.get_mut(&key) {
@@ -282,6 +354,7 @@ impl State {
             let _ = set_lock(registry, Region::Cache, key.1, libc::F_UNLCK);
             return busy();
         }
+        let _ = set_lock(registry, Region::Alive, key.1, libc::F_RDLCK);
         files.locks.insert(key, FileLock { exclusive: writable, descriptors: 1 });
         Ok(())
     }
@@ -401,6 +474,7 @@ impl State {
         files.locks.remove(&key);
         if let Some(&registry) = files.registries.get(&key.0) {
             let _ = set_lock(registry, Region::Cache, key.1, libc::F_UNLCK);
+            let _ = set_lock(registry, Region::Alive, key.1, libc::F_UNLCK);
         }
         true
     }
@@ -412,8 +486,14 @@ impl Files {
         if let Some(&found) = self.registries.get(&dev) {
             return Ok(found);
         }
-        let registry = Registry(open_registry(dev)?);
+        let fd = open_registry(dev)?;
+        let alive = open_registry(dev).inspect_err(|_| {
+            // SAFETY: the descriptor opened just above, ours.
+            unsafe { real::close(fd) };
+        })?;
+        let registry = Registry { fd, alive };
         self.registries.insert(dev, registry);
+        self.unkept.push(fd);
         Ok(registry)
     }
 
@@ -473,7 +553,7 @@ pub fn above_program_descriptors(fd: libc::c_int) -> libc::c_int {
 /// A region's size: inode numbers past it share bytes with smaller ones
 /// (ext4's are 32 bits; a shared byte only keeps a file from being cached
 /// while another process caches its namesake).
-const REGION_BYTES: u64 = 1 << 62;
+const REGION_BYTES: u64 = 1 << 61;
 
 /// The lock request for inode `ino`'s byte of `region`.
 fn byte_lock(region: Region, ino: u64, kind: libc::c_int) -> libc::flock {
@@ -481,13 +561,14 @@ fn byte_lock(region: Region, ino: u64, kind: libc::c_int) -> libc::flock {
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    // One byte per inode number in each region, both below i64::MAX, so
+    // One byte per inode number in each region, all three below i64::MAX, so
     // that a byte's end is a valid offset (a mask clearing bit 0 would give
     // inodes 2k and 2k+1 one byte, and keep one of them from being cached
     // while another process caches the other).
     let base = match region {
         Region::Cache => 0,
         Region::Users => REGION_BYTES,
+        Region::Alive => 2 * REGION_BYTES,
     };
     lock.l_start = (base + ino % REGION_BYTES) as i64;
     lock.l_len = 1;
@@ -500,7 +581,8 @@ fn byte_lock(region: Region, ino: u64, kind: libc::c_int) -> libc::flock {
 fn set_lock(registry: Registry, region: Region, ino: u64, kind: libc::c_int) -> std::io::Result<()> {
     let mut lock = byte_lock(region, ino, kind);
     // SAFETY: F_OFD_SETLK reads one live `flock`.
-    let rc = unsafe { real::fcntl(registry.0, libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
+    let rc =
+        unsafe { real::fcntl(registry.of(region), libc::F_OFD_SETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
     if rc == 0 {
         return Ok(());
     }
@@ -515,7 +597,8 @@ fn set_lock(registry: Registry, region: Region, ino: u64, kind: libc::c_int) -> 
 fn held_elsewhere(registry: Registry, region: Region, ino: u64) -> std::io::Result<bool> {
     let mut lock = byte_lock(region, ino, libc::F_WRLCK);
     // SAFETY: F_OFD_GETLK reads and fills one live `flock`.
-    let rc = unsafe { real::fcntl(registry.0, libc::F_OFD_GETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
+    let rc =
+        unsafe { real::fcntl(registry.of(region), libc::F_OFD_GETLK, &mut lock as *mut libc::flock as libc::c_ulong) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }

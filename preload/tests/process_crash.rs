@@ -330,3 +330,31 @@ fn a_full_file_system_under_the_guardian_is_reported_and_loses_nothing_else() {
     let written = std::fs::read(&a).unwrap();
     assert!(written.iter().all(|&b| b == 0xaa || b == 0), "file a holds only its own bytes or holes");
 }
+
+/// The next process to open a file a killed process cached waits until
+/// the guardian has written it: a preloaded reader started the moment the
+/// writer (32 MiB acknowledged, none written back) is killed reads all of
+/// it. The dead process's cache lock lives on in its guardian; its alive
+/// lock went with it.
+#[test]
+fn the_next_opener_waits_for_the_guardian() {
+    let Some(python) = python() else { return };
+    let scratch = Scratch::new("crash-next-opener");
+    let managed = scratch.dir("managed");
+    let file = managed.join("bulk");
+    let script = scratch.script("crasher.py", CRASHER);
+    let mut cmd = preloaded(&python, &[&managed], OPTIONS);
+    cmd.arg(&script).args(["bulk", file.to_str().unwrap()]);
+    let mut group = Group::spawn(cmd);
+    let pid = group.child.id() as libc::pid_t;
+    let lines = group.lines();
+    assert_eq!(lines.recv_timeout(TIMEOUT).expect("an acknowledgement"), "acked 0");
+    group.kill();
+    let mut cmd = preloaded(&python, &[&managed], OPTIONS);
+    cmd.arg(&script).args(["verify", file.to_str().unwrap()]);
+    let out = run(cmd, TIMEOUT).ok();
+    let _ = group.wait(TIMEOUT);
+    wait_for_guardians_of(pid);
+    println!("the reader started at the kill saw: {}", out.stdout.split_whitespace().collect::<Vec<_>>().join(" "));
+    assert!(out.stdout.contains("size 33554432") && out.stdout.contains("bad 0"), "{}", out.details());
+}

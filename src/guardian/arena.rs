@@ -70,16 +70,17 @@ pub struct TableHeader {
 
 /// A managed file: in use, its generation (bumped when the slot is
 /// released, so records of an earlier file are ignored), its size as the
-/// cache knows it, and whether writeback may have padded the store's tail
+/// cache knows it, whether writeback may have padded the store's tail
 /// block past that size (O_DIRECT writes whole blocks; the cache cuts the
-/// padding off later).
+/// padding off later), and whether a truncation to that size is under way
+/// (the store is cut last).
 #[repr(C)]
 pub struct FileRecord {
     pub used: AtomicU32,
     pub generation: AtomicU32,
     pub size: AtomicU64,
     pub padded: AtomicU32,
-    pub reserved: AtomicU32,
+    pub cut_owed: AtomicU32,
 }
 
 /// A slot's first block: which file (and generation) its folio belongs
@@ -210,8 +211,14 @@ fn map_memfd(name: &std::ffi::CStr, bytes: u64) -> io::Result<(OwnedFd, NonNull<
 /// the next buffers: a streaming writer frees and takes chunks at its
 /// write rate, and each fresh chunk costs a page fault and a zeroing per
 /// 4 KiB of shared memory (no transparent huge pages there, usually).
-/// At most this many (64 MiB), and at most an eighth of the arena.
+/// At most this many (64 MiB), and at most a sixteenth of the arena.
 const IDLE_CHUNKS_MAX: usize = 32;
+
+/// Freed slots of chunks still in use wait until this many bytes of them
+/// are free, then give their pages back to the kernel together (holes
+/// punched in the `memfd`) and become free for reuse: as the process's
+/// slabs do, so memory a cache no longer uses does not stay resident.
+const PUNCH_BATCH_BYTES: usize = 4 << 20;
 
 /// Populated free chunks the filler thread keeps ready (16 MiB), so a
 /// writer that needs a fresh chunk finds its pages faulted in off its
@@ -237,6 +244,10 @@ struct SlotAlloc {
     /// never writes, such as a shell's under `wbcache run`, costs no
     /// memory).
     in_use: bool,
+    /// Freed slots whose pages go back in the next batch (see
+    /// [`PUNCH_BATCH_BYTES`]); not reusable until then.
+    pending: Vec<Slot>,
+    pending_bytes: usize,
 }
 
 impl SlotAlloc {
@@ -246,8 +257,10 @@ impl SlotAlloc {
             partial: vec![Vec::new(); 10],
             fresh: (0..chunks as u32).rev().collect(),
             idle: Vec::new(),
-            idle_max: IDLE_CHUNKS_MAX.min(chunks / 8),
+            idle_max: IDLE_CHUNKS_MAX.min(chunks / 16),
             in_use: false,
+            pending: Vec::new(),
+            pending_bytes: 0,
         }
     }
 
@@ -473,13 +486,15 @@ impl Arena {
         };
     }
 
-    /// Gives `slot` back: its record is forgotten first, and a chunk left
-    /// with no live slot returns its memory to the kernel.
+    /// Gives `slot` back: its record is forgotten first. A chunk left with
+    /// no live slot becomes free (keeping its pages while few are kept,
+    /// see [`IDLE_CHUNKS_MAX`]); a slot of a chunk still in use waits for
+    /// the next batch of holes (see [`PUNCH_BATCH_BYTES`]).
     pub fn free(&self, slot: Slot) {
         self.forget(slot);
         let chunk = slot.first_block as usize / CHUNK_BLOCKS;
         let mut alloc = crate::locks::lock(&self.alloc);
-        let emptied = if slot.blocks as usize > CHUNK_BLOCKS {
+        if slot.blocks as usize > CHUNK_BLOCKS {
             // Large buffers are rare (folio_max above 2 MiB): their chunks
             // go back at once.
             let count = slot.blocks as usize / CHUNK_BLOCKS;
@@ -487,38 +502,78 @@ impl Arena {
                 alloc.chunks[c] = ChunkState::default();
                 alloc.fresh.push(c as u32);
             }
-            Some(count)
-        } else {
-            let class = slot.blocks.trailing_zeros() as usize;
-            let state = &mut alloc.chunks[chunk];
-            assert_eq!(state.slot_blocks, slot.blocks, "a slot goes back to its chunk's class");
-            state.live -= 1;
-            state.free.push(((slot.first_block as usize % CHUNK_BLOCKS) / slot.blocks as usize) as u16);
-            if state.live == 0 {
-                alloc.partial[class].retain(|&c| c as usize != chunk);
-                alloc.give_back_chunk(chunk as u32).then_some(1)
-            } else {
-                if state.free.len() == 1 {
-                    alloc.partial[class].push(chunk as u32);
-                }
-                None
-            }
-        };
-        if alloc.chunks[chunk].slot_blocks == 0 {
             self.table.chunk_slot_blocks(chunk as u64).store(0, Ordering::Relaxed);
+            self.punch(chunk * CHUNK_BLOCKS, count * CHUNK_BLOCKS);
+            return;
         }
-        if let Some(count) = emptied {
-            drop(alloc);
-            // A whole free chunk: its pages go back (shared memory is not
-            // freed by MADV_DONTNEED; a hole is).
-            let (at, len) = ((chunk * CHUNK_BYTES) as i64, (count * CHUNK_BYTES) as i64);
-            let _ = crate::sys::fallocate(
-                self.arena_fd.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                at,
-                len,
-            );
+        let class = slot.blocks.trailing_zeros() as usize;
+        let state = &mut alloc.chunks[chunk];
+        assert_eq!(state.slot_blocks, slot.blocks, "a slot goes back to its chunk's class");
+        state.live -= 1;
+        if state.live > 0 {
+            alloc.pending.push(slot);
+            alloc.pending_bytes += slot.blocks as usize * BLOCK_BYTES;
+            if alloc.pending_bytes >= PUNCH_BATCH_BYTES {
+                self.punch_pending(&mut alloc);
+            }
+            return;
         }
+        // The chunk's last slot: the chunk goes whole, with the slots of
+        // it still waiting for their hole.
+        alloc.partial[class].retain(|&c| c as usize != chunk);
+        let before = alloc.pending.len();
+        alloc.pending.retain(|s| s.first_block as usize / CHUNK_BLOCKS != chunk);
+        let dropped = (before - alloc.pending.len()) * slot.blocks as usize * BLOCK_BYTES;
+        alloc.pending_bytes -= dropped;
+        self.table.chunk_slot_blocks(chunk as u64).store(0, Ordering::Relaxed);
+        if alloc.give_back_chunk(chunk as u32) {
+            self.punch(chunk * CHUNK_BLOCKS, CHUNK_BLOCKS);
+        }
+    }
+
+    /// Gives the pending slots' pages back (coalesced runs, under the
+    /// allocator's lock so no slot is reused before its hole is punched)
+    /// and makes the slots free.
+    fn punch_pending(&self, alloc: &mut SlotAlloc) {
+        let mut slots = std::mem::take(&mut alloc.pending);
+        alloc.pending_bytes = 0;
+        slots.sort_unstable_by_key(|s| s.first_block);
+        let mut run: Option<(usize, usize)> = None;
+        for s in &slots {
+            let (start, len) = (s.first_block as usize, s.blocks as usize);
+            run = match run {
+                Some((rs, rl)) if rs + rl == start => Some((rs, rl + len)),
+                Some((rs, rl)) => {
+                    self.punch(rs, rl);
+                    Some((start, len))
+                }
+                None => Some((start, len)),
+            };
+        }
+        if let Some((rs, rl)) = run {
+            self.punch(rs, rl);
+        }
+        for s in slots {
+            let chunk = s.first_block as usize / CHUNK_BLOCKS;
+            let state = &mut alloc.chunks[chunk];
+            debug_assert_eq!(state.slot_blocks, s.blocks, "a pending slot's chunk keeps its class");
+            state.free.push(((s.first_block as usize % CHUNK_BLOCKS) / s.blocks as usize) as u16);
+            if state.free.len() == 1 {
+                alloc.partial[s.blocks.trailing_zeros() as usize].push(chunk as u32);
+            }
+        }
+    }
+
+    /// Punches a hole over `blocks` blocks of the arena from block `first`:
+    /// their pages go back to the kernel (shared memory is not freed by
+    /// `MADV_DONTNEED`; a hole is), and read as zeros.
+    fn punch(&self, first: usize, blocks: usize) {
+        let _ = crate::sys::fallocate(
+            self.arena_fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            (first * BLOCK_BYTES) as i64,
+            (blocks * BLOCK_BYTES) as i64,
+        );
     }
 
     /// Records that `slot` holds the folio at `offset` of file `file`;

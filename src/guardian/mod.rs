@@ -129,6 +129,15 @@ impl Guardian {
         Some(file)
     }
 
+    /// Hands a duplicate of `fd` to the guardian process (started if it
+    /// was not), which keeps it open until it exits.
+    pub fn keep(&self, fd: RawFd) -> io::Result<()> {
+        match self.link() {
+            Some(link) => link.keep(fd),
+            None => Ok(()),
+        }
+    }
+
     /// The cache closed cleanly: everything is written and synced, the
     /// guardian exits with nothing to do.
     pub fn closed(&self) {
@@ -161,9 +170,14 @@ impl GuardedFile {
         (self.slot, self.generation)
     }
 
-    /// The file's size as the cache knows it now.
-    pub fn record_size(&self, size: u64) {
-        self.guardian.arena.table().file(self.slot).size.store(size, Ordering::Relaxed);
+    /// A truncation to `size` begins (`true`: the size is recorded first,
+    /// and a guardian cuts the store to it) or reached the store (`false`).
+    pub fn record_cut(&self, size: u64, owed: bool) {
+        let record = self.guardian.arena.table().file(self.slot);
+        if owed {
+            record.size.store(size, Ordering::Relaxed);
+        }
+        record.cut_owed.store(owed as u32, Ordering::Relaxed);
     }
 
     /// Whether writeback may have padded the store's tail block past the

@@ -15,7 +15,10 @@
 //! guardian never runs the program's code and shares none of its memory.
 //!
 //! Protocol on a `SOCK_SEQPACKET` pair: `FILE slot` with the file's
-//! descriptor (`SCM_RIGHTS`), `RELEASE slot`, `CLOSED`. The guardian
+//! descriptor (`SCM_RIGHTS`), `RELEASE slot`, `KEEP` with a descriptor the
+//! guardian holds until it exits (the owner's lock registries: their
+//! open-file-description locks outlive the owner until the dead owner's
+//! data is written), `CLOSED`. The guardian
 //! learns of the death by a `pidfd` (a socket's end-of-file never comes
 //! while a fork child of the owner still holds the socket). It writes
 //! nothing until the owner has exited: a process exits after its threads,
@@ -40,6 +43,7 @@ pub const GUARDIAN_ENV: &str = "WBCACHE_GUARDIAN";
 const MSG_FILE: u32 = 1;
 const MSG_RELEASE: u32 = 2;
 const MSG_CLOSED: u32 = 3;
+const MSG_KEEP: u32 = 4;
 
 /// The owner's end of the link to its guardian.
 pub struct Link {
@@ -173,6 +177,11 @@ impl Link {
     /// The guardian closes its descriptor of file slot `file`.
     pub fn release_file(&self, file: u32) {
         let _ = self.send(MSG_RELEASE, file, None);
+    }
+
+    /// The guardian keeps a duplicate of `fd` open until it exits.
+    pub fn keep(&self, fd: RawFd) -> io::Result<()> {
+        self.send(MSG_KEEP, 0, Some(fd))
     }
 
     /// The cache closed: the guardian exits.
@@ -388,6 +397,10 @@ fn receive(sock: &OwnedFd, files: &mut HashMap<u32, OwnedFd>) -> Received {
         }
         (MSG_RELEASE, _) => {
             files.remove(&msg[1]);
+        }
+        (MSG_KEEP, Some(fd)) => {
+            // Held (never used) until this process exits.
+            std::mem::forget(fd);
         }
         (MSG_CLOSED, _) => return Received::Closed,
         _ => {}

@@ -47,6 +47,7 @@ struct FileState {
     generation: u32,
     size: u64,
     padded: bool,
+    cut_owed: bool,
     dirty: bool,
 }
 
@@ -66,6 +67,7 @@ pub fn replay(table: &TableView, arena: &[u8], sink: &mut dyn ReplaySink) -> Rep
                 generation: record.generation.load(Ordering::Relaxed),
                 size: record.size.load(Ordering::Relaxed),
                 padded: record.padded.load(Ordering::Relaxed) != 0,
+                cut_owed: record.cut_owed.load(Ordering::Relaxed) != 0,
                 dirty: false,
             };
             files.insert(file, state);
@@ -112,11 +114,13 @@ fn dirty_slots(table: &TableView, files: &mut HashMap<u32, FileState>) -> Vec<(u
 /// A file's length, as the cache would have left it: grown to its size
 /// when it holds dirty data past the store's end (acknowledged writes
 /// extended it), cut back to its size when writeback padded the tail
-/// block. Anything else stays: truncations and `set_len` reached the
-/// store when they returned, and bytes past the size that the cache did
-/// not put there are another program's (as the cache itself leaves them).
+/// block, or when a truncation was under way (it completes: a truncation
+/// records its size before it drops anything). Anything else stays:
+/// truncations and `set_len` reached the store when they returned, and
+/// bytes past the size that the cache did not put there are another
+/// program's (as the cache itself leaves them).
 fn replay_len(file: u32, state: &FileState, sink: &mut dyn ReplaySink, report: &mut ReplayReport) {
-    if !state.dirty && !state.padded {
+    if !state.dirty && !state.padded && !state.cut_owed {
         return;
     }
     let len = match sink.len(file) {
@@ -128,7 +132,7 @@ fn replay_len(file: u32, state: &FileState, sink: &mut dyn ReplaySink, report: &
     };
     let size = state.size;
     let grow = state.dirty && len < size;
-    let cut = state.padded && len > size && len <= size.next_multiple_of(BLOCK_BYTES as u64);
+    let cut = len > size && (state.cut_owed || (state.padded && len <= size.next_multiple_of(BLOCK_BYTES as u64)));
     report.files += 1;
     if grow || cut {
         if let Err(e) = sink.set_len(file, size) {

@@ -136,6 +136,12 @@ impl Inode {
     fn shrink(&self, new_size: u64) -> io::Result<()> {
         debug_assert!(locks::holds(Rank::Size), "this thread holds the size lock");
         debug_assert!(new_size < self.size(), "a shrink cuts");
+        // In the crash table before anything is dropped: a guardian that
+        // finds the data half gone finds the cut to finish, never a file of
+        // the old length with a hole in it.
+        if let Some(guarded) = &self.guarded {
+            guarded.record_cut(new_size, true);
+        }
         // No writeback I/O from before the new size is published until the
         // store is cut: a writer may extend the file again meanwhile, and a
         // block of its extension written back before the cut would be lost
@@ -164,9 +170,6 @@ impl Inode {
             }
             None => self.size.store(new_size, Ordering::Release),
         }
-        if let Some(guarded) = &self.guarded {
-            guarded.record_size(new_size);
-        }
         // From now on fills treat bytes past the new size as zeros, even
         // before the store is truncated below.
         self.on_disk_len_max.fetch_min(new_size, Ordering::AcqRel);
@@ -187,6 +190,7 @@ impl Inode {
         self.store_padded.store(false, Ordering::Release);
         if let Some(guarded) = &self.guarded {
             guarded.record_padded(false);
+            guarded.record_cut(new_size, false);
         }
         // Raised only by writeback taking blocks, which the gate holds off.
         debug_assert!(self.on_disk_len_max.load(Ordering::Acquire) <= new_size, "nothing on disk past the cut");

@@ -15,6 +15,10 @@ the line), then goes on until killed.
   crasher.py fill DIR          rewrites DIR/b (1 MiB, which exists) with
                                bytes 0xbb, prints "acked 0", writes 8 MiB
                                of 0xaa to DIR/a, prints "acked 1", sleeps
+  crasher.py bulk FILE         writes 32 MiB (MiB i all bytes 1 + i),
+                               prints "acked 0", sleeps
+  crasher.py verify FILE       reads FILE and prints "size S" and
+                               "bad B" (MiB blocks not as bulk wrote them)
   crasher.py check FILE        (run without the library) prints
                                "integrity ok|...", "rows R", "counter C",
                                "bad B" (rows whose payload is wrong)
@@ -79,6 +83,22 @@ def model(path, seed):
         step += 1
 
 
+def bulk(path):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    for i in range(32):
+        assert os.pwrite(fd, bytes([1 + i]) * (1 << 20), i << 20) == 1 << 20
+    ack(0)
+    while True:
+        __import__("time").sleep(3600)
+
+
+def verify(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    print("size", len(data))
+    print("bad", sum(1 for i in range(32) if data[i << 20:(i + 1) << 20] != bytes([1 + i]) * (1 << 20)))
+
+
 def payload(n):
     return bytes([n % 251]) * (100 + n * 37 % 3000)
 
@@ -129,6 +149,10 @@ if sys.argv[1] == "append":
     append(sys.argv[2])
 elif sys.argv[1] == "sqlite":
     sqlite(sys.argv[2])
+elif sys.argv[1] == "bulk":
+    bulk(sys.argv[2])
+elif sys.argv[1] == "verify":
+    verify(sys.argv[2])
 elif sys.argv[1] == "fill":
     fill(sys.argv[2])
 elif sys.argv[1] == "check":
