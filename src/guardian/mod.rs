@@ -112,6 +112,9 @@ impl Guardian {
         debug_assert_eq!(record.used.load(Ordering::Relaxed), 0, "a free file slot");
         let generation = record.generation.load(Ordering::Relaxed);
         record.size.store(size, Ordering::Relaxed);
+        // A reused slot starts clean of the earlier file's flags.
+        record.padded.store(0, Ordering::Relaxed);
+        record.cut_owed.store(0, Ordering::Relaxed);
         record.used.store(1, Ordering::Release);
         let file = GuardedFile { guardian: self.clone(), slot, generation };
         if let (Some(fd), Some(link)) = (fd, self.link()) {

@@ -293,18 +293,14 @@ fn serve(spec: Spec) -> i32 {
     let (sock, table_fd, arena_fd) = unsafe {
         (OwnedFd::from_raw_fd(spec.sock), OwnedFd::from_raw_fd(spec.table), OwnedFd::from_raw_fd(spec.arena))
     };
-    // SAFETY: pidfd_open takes a pid and flags.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, spec.owner, 0) } as RawFd;
-    let pidfd = (pidfd >= 0).then(|| {
-        // SAFETY: a fresh descriptor, ours.
-        unsafe { OwnedFd::from_raw_fd(pidfd) }
-    });
+    // One descriptor per managed file: the owner's limit may be lower
+    // than the files it opens.
+    raise_descriptor_limit();
+    let watch = OwnerWatch::open(spec.owner);
     let mut files: HashMap<u32, OwnedFd> = HashMap::new();
-    // Without a pidfd the owner is gone already (ESRCH): replay at once.
-    if let Some(pidfd) = &pidfd {
-        if wait_for_death(pidfd, &sock, &mut files) == Ending::Closed {
-            return 0;
-        }
+    // Gone already (ESRCH from pidfd_open): replay at once.
+    if !matches!(watch, OwnerWatch::Gone) && wait_for_death(&watch, &sock, &mut files) == Ending::Closed {
+        return 0;
     }
     match replay_files(&table_fd, &arena_fd, files) {
         Ok(true) => 0,
@@ -322,16 +318,78 @@ enum Ending {
     OwnerDied,
 }
 
+/// How the guardian learns of its owner's death.
+enum OwnerWatch {
+    /// A pidfd, readable once the owner has exited.
+    Pidfd(OwnedFd),
+    /// No pidfd to be had (`ENOSYS` before Linux 5.3, a seccomp filter):
+    /// `kill(owner, 0)` every 50 ms, `ESRCH` once it is gone. A guardian
+    /// never takes a failure to watch for a death.
+    Polled(libc::pid_t),
+    /// The owner was gone before the guardian looked.
+    Gone,
+}
+
+impl OwnerWatch {
+    fn open(owner: libc::pid_t) -> OwnerWatch {
+        // SAFETY: pidfd_open takes a pid and flags.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner, 0) } as RawFd;
+        if fd >= 0 {
+            // SAFETY: a fresh descriptor, ours.
+            return OwnerWatch::Pidfd(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => OwnerWatch::Gone,
+            _ => OwnerWatch::Polled(owner),
+        }
+    }
+
+    /// The descriptor to poll, and the poll timeout (ms).
+    fn poll_args(&self) -> (RawFd, libc::c_int) {
+        match self {
+            OwnerWatch::Pidfd(fd) => (fd.as_raw_fd(), -1),
+            OwnerWatch::Polled(_) | OwnerWatch::Gone => (-1, 50),
+        }
+    }
+
+    /// Whether the owner is gone, after a poll that returned `revents`
+    /// for the pidfd.
+    fn gone(&self, revents: libc::c_short) -> bool {
+        match self {
+            OwnerWatch::Pidfd(_) => revents != 0,
+            OwnerWatch::Polled(pid) => {
+                // SAFETY: signal 0 only checks that the process exists.
+                let rc = unsafe { libc::kill(*pid, 0) };
+                rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+            }
+            OwnerWatch::Gone => true,
+        }
+    }
+}
+
+/// `RLIMIT_NOFILE`'s soft limit raised to the hard one.
+fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills one live `rlimit`; setrlimit reads it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 /// Serves the owner's messages until it closes the cache or dies.
-fn wait_for_death(pidfd: &OwnedFd, sock: &OwnedFd, files: &mut HashMap<u32, OwnedFd>) -> Ending {
+fn wait_for_death(watch: &OwnerWatch, sock: &OwnedFd, files: &mut HashMap<u32, OwnedFd>) -> Ending {
     let mut sock_open = true;
+    let (watch_fd, timeout_ms) = watch.poll_args();
     loop {
         let mut fds = [
-            libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: watch_fd, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: if sock_open { sock.as_raw_fd() } else { -1 }, events: libc::POLLIN, revents: 0 },
         ];
         // SAFETY: two pollfds we own.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
         if n < 0 {
             continue; // EINTR
         }
@@ -344,7 +402,7 @@ fn wait_for_death(pidfd: &OwnedFd, sock: &OwnedFd, files: &mut HashMap<u32, Owne
             // Messages first: a file sent just before the death counts.
             continue;
         }
-        if fds[0].revents != 0 {
+        if watch.gone(fds[0].revents) {
             // Whatever the owner sent before it died is still queued.
             while sock_open && matches!(receive_nonblocking(sock, files), Some(Received::Message)) {}
             return Ending::OwnerDied;

@@ -197,6 +197,18 @@ impl SimIo {
         let mut st = self.shared.lock();
         st.crash_epoch += 1;
         self.shared.gate_opened.notify_all();
+        // Unlinked files lived on through the dead process's descriptors.
+        let named: HashSet<u64> = st.names.values().copied().collect();
+        st.inodes.retain(|ino, _| named.contains(ino));
+    }
+
+    /// The kernel writes back what it holds: every written image becomes
+    /// durable (after a process crash, before the next power loss).
+    pub fn settle(&self) {
+        let mut st = self.shared.lock();
+        for inode in st.inodes.values_mut() {
+            inode.durable.clone_from(&inode.written);
+        }
     }
 
     /// A guardian's write into store `ino`'s written image, as a buffered
