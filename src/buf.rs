@@ -622,6 +622,10 @@ impl Clone for AlignedBuf {
                 return copy;
             }
         }
+        // No room in guarded memory: the copy is the process's own, and the
+        // original's record goes (its bytes are no longer the newest); the
+        // folio's next write records the copy's dirty blocks.
+        self.forget_record();
         let mut copy = AlignedBuf::zeroed(self.len);
         copy.copy_from_slice(self);
         copy

@@ -464,10 +464,14 @@ impl Arena {
             return;
         }
         let Some(chunk) = alloc.fresh.pop() else { return };
+        // Taken while it fills: a large buffer's search for free chunks
+        // must not find it.
+        alloc.chunks[chunk as usize].slot_blocks = u32::MAX;
         drop(alloc);
         self.populate(chunk as usize, 1);
         let mut alloc = crate::locks::lock(&self.alloc);
-        debug_assert_eq!(alloc.chunks[chunk as usize].slot_blocks, 0, "a chunk being filled is nobody's");
+        assert_eq!(alloc.chunks[chunk as usize].slot_blocks, u32::MAX, "a chunk being filled is nobody's");
+        alloc.chunks[chunk as usize].slot_blocks = 0;
         alloc.idle.push(chunk);
     }
 

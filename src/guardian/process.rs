@@ -65,6 +65,7 @@ fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 /// The file this library was loaded from, when it is a shared object
 /// (the guardian must load it too); `None` when it is part of the program.
 fn library_path() -> Option<CString> {
+    // SAFETY: an all-zero `Dl_info` (null pointers) is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: the address of a function of this library; `info` is ours.
     let found = unsafe { libc::dladdr(guardian_entry as *const libc::c_void, &mut info) };

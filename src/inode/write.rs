@@ -239,9 +239,15 @@ impl Inode {
         };
         if Arc::strong_count(st.buf()) > 1 {
             fresh.copy_from_slice(st.buf());
-            // The copy is the folio's newest bytes: its record moves with it.
-            if let (Some((arena, from)), Some((_, to))) = (st.buf().guard_slot(), fresh.guard_slot()) {
-                arena.move_record(from, to);
+            // The copy is the folio's newest bytes: its record moves with
+            // it. Into a buffer that is not guarded (one from the pool), it
+            // is forgotten: two records of one folio would leave the
+            // guardian to choose between old and new bytes;
+            // `guard_folio` records the copy's dirty blocks next.
+            match (st.buf().guard_slot(), fresh.guard_slot()) {
+                (Some((arena, from)), Some((_, to))) => arena.move_record(from, to),
+                (Some(_), None) => st.buf().forget_record(),
+                _ => {}
             }
             folio.change(&mut st, |st| *st.buf_mut() = Arc::new(fresh));
             Counters::add(&self.counters.cow_copies, 1);
