@@ -349,10 +349,26 @@ fn the_next_opener_waits_for_the_guardian() {
     let pid = group.child.id() as libc::pid_t;
     let lines = group.lines();
     assert_eq!(lines.recv_timeout(TIMEOUT).expect("an acknowledgement"), "acked 0");
-    group.kill();
+    // The reader is started (and its interpreter loaded) before the kill,
+    // and opens the file the moment after it: well inside the guardian's
+    // writing of 32 MiB.
     let mut cmd = preloaded(&python, &[&managed], OPTIONS);
-    cmd.arg(&script).args(["verify", file.to_str().unwrap()]);
-    let out = run(cmd, TIMEOUT).ok();
+    cmd.arg(&script).args(["verify", file.to_str().unwrap()]).stdin(std::process::Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut reader = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut go = reader.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    group.kill();
+    std::io::Write::write_all(&mut go, b"go\n").unwrap();
+    drop(go);
+    let out = reader.wait_with_output().unwrap();
+    let out = common::Output {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        what: "the reader".into(),
+    };
+    assert!(out.status.success(), "{}", out.details());
     let _ = group.wait(TIMEOUT);
     wait_for_guardians_of(pid);
     println!("the reader started at the kill saw: {}", out.stdout.split_whitespace().collect::<Vec<_>>().join(" "));

@@ -17,7 +17,8 @@ the line), then goes on until killed.
                                of 0xaa to DIR/a, prints "acked 1", sleeps
   crasher.py bulk FILE         writes 32 MiB (MiB i all bytes 1 + i),
                                prints "acked 0", sleeps
-  crasher.py verify FILE       reads FILE and prints "size S" and
+  crasher.py verify FILE       once a line arrives on standard input,
+                               reads FILE and prints "size S" and
                                "bad B" (MiB blocks not as bulk wrote them)
   crasher.py check FILE        (run without the library) prints
                                "integrity ok|...", "rows R", "counter C",
@@ -93,6 +94,7 @@ def bulk(path):
 
 
 def verify(path):
+    sys.stdin.readline()  # started ahead, opens when told
     with open(path, "rb") as f:
         data = f.read()
     print("size", len(data))
