@@ -12,8 +12,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::config::{Config, OptionValue};
 
+mod device;
+mod histogram;
 mod per_thread;
 
+pub use device::{DeviceAccount, DeviceClass, DeviceClassSummary, InFlightIo};
+pub use histogram::{LatencyHistogram, LatencySummary};
 pub use per_thread::PerThreadCount;
 
 /// Why a writeback happened; written bytes are counted per reason.
@@ -81,83 +85,6 @@ impl IoClass {
             IoClass::Async => "async",
         }
     }
-}
-
-/// A latency histogram that many threads record into without a lock:
-/// buckets of a quarter power of two of microseconds (each about 19%
-/// wide), from 1 µs to about 2^40 µs, and the exact maximum.
-pub struct LatencyHistogram {
-    buckets: [AtomicU64; LatencyHistogram::BUCKETS],
-    max_us: AtomicU64,
-}
-
-impl Default for LatencyHistogram {
-    fn default() -> Self {
-        LatencyHistogram { buckets: std::array::from_fn(|_| AtomicU64::new(0)), max_us: AtomicU64::new(0) }
-    }
-}
-
-impl LatencyHistogram {
-    const SUB_BUCKETS: u32 = 4;
-    const BUCKETS: usize = 40 * LatencyHistogram::SUB_BUCKETS as usize;
-
-    /// The bucket of `us`: one per microsecond below 4 µs, then a quarter
-    /// power of two each, by the two bits below the leading one.
-    fn bucket_of(us: u64) -> usize {
-        if us < 4 {
-            return us as usize;
-        }
-        let log2 = 63 - us.leading_zeros();
-        let sub = (us >> (log2 - 2)) & 3;
-        (4 + ((log2 - 2) * Self::SUB_BUCKETS) as usize + sub as usize).min(Self::BUCKETS - 1)
-    }
-
-    /// The largest value bucket `i` holds.
-    fn bucket_upper_us(i: usize) -> u64 {
-        if i < 4 {
-            return i as u64;
-        }
-        let (log2, sub) = ((i as u32 - 4) / Self::SUB_BUCKETS + 2, (i as u64 - 4) % Self::SUB_BUCKETS as u64);
-        let base = 1u64 << log2;
-        base + (sub + 1) * (base / 4) - 1
-    }
-
-    pub fn record(&self, us: u64) {
-        self.buckets[Self::bucket_of(us)].fetch_add(1, Relaxed);
-        self.max_us.fetch_max(us, Relaxed);
-    }
-
-    /// p50, p99 and max: the percentiles as their bucket's upper bound
-    /// (capped at the maximum), all 0 when nothing was recorded.
-    pub fn summary(&self) -> LatencySummary {
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
-        let total: u64 = counts.iter().sum();
-        let max_us = self.max_us.load(Relaxed);
-        let percentile = |p: f64| -> u64 {
-            if total == 0 {
-                return 0;
-            }
-            let rank = ((total as f64 * p).ceil() as u64).clamp(1, total);
-            let mut seen = 0;
-            for (i, &n) in counts.iter().enumerate() {
-                seen += n;
-                if seen >= rank {
-                    return Self::bucket_upper_us(i).min(max_us);
-                }
-            }
-            max_us
-        };
-        LatencySummary { count: total, p50_us: percentile(0.50), p99_us: percentile(0.99), max_us }
-    }
-}
-
-/// A latency histogram summed up: the count, p50, p99 and max.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LatencySummary {
-    pub count: u64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-    pub max_us: u64,
 }
 
 /// Live counters shared by the whole cache.
@@ -233,6 +160,8 @@ pub struct Counters {
     pub foreground_latency_us_p99: AtomicU64,
     /// Every writeback worker's own counters, in the order they started.
     pub writeback_workers: std::sync::Mutex<Vec<std::sync::Arc<WorkerCounters>>>,
+    /// What the engine asked of its devices, per class of work.
+    pub device: DeviceAccount,
 }
 
 /// One writeback worker's counters, kept by the worker itself.
@@ -407,6 +336,16 @@ pub struct Stats {
     /// Each writeback worker of each domain (device), in start order: the
     /// JSON's `writeback_workers` array.
     pub writeback_workers: Vec<WorkerStats>,
+    /// The device account, per [`DeviceClass`] (index `class as usize`):
+    /// the JSON's `device` object.
+    pub device: [DeviceClassSummary; DeviceClass::COUNT],
+    /// Background KiB each flush (store sync) covered: written back and
+    /// completed since the previous flush (p50, p99, max in the `_us`
+    /// fields, which count KiB here).
+    pub flush_covered_background_kib: LatencySummary,
+    /// How long fsync / fdatasync calls waited inside the engine for
+    /// writeback the flusher had started, microseconds.
+    pub sync_engine_wait_us: LatencySummary,
     /// The cache's effective configuration (every option, derived defaults
     /// included), printed as the JSON's `config` object when present.
     pub config: Option<Config>,
@@ -459,6 +398,9 @@ impl Stats {
             foreground_latency_us_min: c.foreground_latency_us_min.load(Relaxed),
             foreground_latency_us_p99: c.foreground_latency_us_p99.load(Relaxed),
             writeback_workers: crate::locks::lock(&c.writeback_workers).iter().map(|w| w.snapshot()).collect(),
+            device: DeviceClass::ALL.map(|class| c.device.summary(class)),
+            flush_covered_background_kib: c.device.flush_covered_background_kib(),
+            sync_engine_wait_us: c.device.sync_engine_wait_us(),
             ..Stats::default()
         }
     }
@@ -511,6 +453,7 @@ impl Stats {
         num("background_scaled_up", self.background_scaled_up);
         num("foreground_latency_us_min", self.foreground_latency_us_min);
         num("foreground_latency_us_p99", self.foreground_latency_us_p99);
+        self.write_device_json(&mut s);
         self.write_breakdowns_json(&mut s);
         let _ = write!(s, "],\"io_backend\":\"{}\",\"direct_io\":{}", self.io_backend, self.direct_io);
         if let Some(config) = &self.config {
@@ -529,6 +472,35 @@ impl Stats {
         }
         s.push('}');
         s
+    }
+
+    /// [`Stats::to_json`]'s device account: a `device` object keyed by
+    /// class name, then the flush coverage and the engine wait of syncs.
+    fn write_device_json(&self, s: &mut String) {
+        let summary = |l: &LatencySummary| format!("{{\"p50\":{},\"p99\":{},\"max\":{}}}", l.p50_us, l.p99_us, l.max_us);
+        let classes: Vec<String> = DeviceClass::ALL
+            .iter()
+            .map(|&class| {
+                let d = &self.device[class as usize];
+                format!(
+                    "\"{}\":{{\"ios\":{},\"bytes\":{},\"in_flight_max\":{},\"latency_us_total\":{},\"lat_us\":{},\"background_ahead_kib\":{}}}",
+                    class.name(),
+                    d.ios,
+                    d.bytes,
+                    d.in_flight_max,
+                    d.latency_us_total,
+                    summary(&d.latency_us),
+                    summary(&d.background_ahead_kib)
+                )
+            })
+            .collect();
+        let _ = write!(
+            s,
+            "\"device\":{{{}}},\"flush_covered_background_kib\":{},\"sync_engine_wait_us\":{},",
+            classes.join(","),
+            summary(&self.flush_covered_background_kib),
+            summary(&self.sync_engine_wait_us)
+        );
     }
 
     /// [`Stats::to_json`]'s nested part: the fsync latency summary, the
@@ -612,6 +584,24 @@ mod tests {
         assert!(json.contains("\"fsync_lat_us\":{\"p50\":0,\"p99\":0,\"max\":0}"), "{json}");
         assert!(json.contains("\"written_bytes_by_class\":{\"sync\":0,\"async\":0}"), "{json}");
         assert!(json.contains("\"writeback_workers\":[]"), "{json}");
+        st.device[DeviceClass::Flush as usize].ios = 3;
+        st.device[DeviceClass::Flush as usize].latency_us.p99_us = 900;
+        st.flush_covered_background_kib.max_us = 2048;
+        let json = st.to_json();
+        assert!(
+            json.contains(
+                "\"flush\":{\"ios\":3,\"bytes\":0,\"in_flight_max\":0,\"latency_us_total\":0,\
+                 \"lat_us\":{\"p50\":0,\"p99\":900,\"max\":0},\"background_ahead_kib\":{\"p50\":0,\"p99\":0,\"max\":0}}}"
+            ),
+            "{json}"
+        );
+        for class in DeviceClass::ALL {
+            assert!(json.contains(&format!("\"{}\":{{\"ios\":", class.name())), "{json}");
+        }
+        assert!(json.contains("\"flush_covered_background_kib\":{\"p50\":0,\"p99\":0,\"max\":2048}"), "{json}");
+        assert!(json.contains("\"sync_engine_wait_us\":{\"p50\":0,"), "{json}");
+        let parsed_device = json.split("\"device\":{").nth(1).expect("a device object");
+        assert!(parsed_device.starts_with("\"read\":"), "{json}");
         st.writeback_workers = vec![
             WorkerStats { device_id: 7, worker: 0, written_bytes: 4096, ios: 1, passes: 1, busy_us: 10, cpu_us: 3 },
             WorkerStats { device_id: 7, worker: 1, ..WorkerStats::default() },

@@ -16,7 +16,7 @@ use crate::buf::AlignedBuf;
 use crate::epoch::ReadSection;
 use crate::folio::{Folio, FolioState, OptimisticCopy};
 use crate::io::{run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
-use crate::stats::Counters;
+use crate::stats::{Counters, DeviceClass};
 use crate::userbuf::ReadTarget;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -52,7 +52,10 @@ impl Inode {
         if read_end > abs {
             let n = ((read_end - abs) * BLOCK) as usize;
             let store = self.store();
-            crate::io::read_full(&*store, &mut bytes[..n], abs * BLOCK, IoPriority::Sync)?;
+            let io = self.counters.device.begin(DeviceClass::Read, n as u64);
+            let read = crate::io::read_full(&*store, &mut bytes[..n], abs * BLOCK, IoPriority::Sync);
+            self.counters.device.end(io);
+            read?;
             // A short read is a hole or end of file: the zeros stand.
             // Bytes past `on_disk_len_max` (a truncate not yet applied to
             // the store) are zeros whatever the store still holds.
@@ -235,8 +238,12 @@ impl Inode {
         // buffered writeback for reads the same way, `wbt`). No inode has
         // the waiter's id: nothing is promoted for it.
         let _reader = (priority == IoPriority::Sync).then(|| self.dirty.enter_sync(READER_SYNC_WAITER_ID));
+        let class = if priority == IoPriority::Sync { DeviceClass::Read } else { DeviceClass::Readahead };
+        let device = &self.counters.device;
+        let in_flight: Vec<_> = ops.iter().map(|op| device.begin(class, op.len() as u64)).collect();
         let started = std::time::Instant::now();
         run_batch(&*store, &mut ops);
+        in_flight.into_iter().for_each(|io| device.end(io));
         if priority == IoPriority::Sync {
             self.dirty.background_budget.record(started.elapsed());
         }

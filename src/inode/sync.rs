@@ -22,7 +22,7 @@ use crate::inode::Inode;
 use crate::inode::WritebackOutcome;
 use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::locks::{self, Ordered, Rank};
-use crate::stats::{Counters, Reason};
+use crate::stats::{Counters, DeviceClass, Reason};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -166,12 +166,15 @@ impl Inode {
     pub fn write_and_sync(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
         let _waiter = self.dirty.enter_sync(self.id);
         let err_sample = self.errseq.sample();
+        let mut engine_wait_us = 0;
         for _pass in 0..2 {
             self.writeback(reason, u64::MAX, IoPriority::Sync);
             // Writeback the flusher started, in its async or promoted I/O.
             let waited = self.wait_writeback_before_now();
-            Counters::add(&self.counters.sync_wait_async_us_total, waited.as_micros() as u64);
+            engine_wait_us += waited.as_micros() as u64;
         }
+        Counters::add(&self.counters.sync_wait_async_us_total, engine_wait_us);
+        self.counters.device.record_sync_engine_wait(engine_wait_us);
         if let Some(errno) = self.errseq.error_since(err_sample) {
             return Err(io::Error::from_raw_os_error(errno));
         }
@@ -182,7 +185,9 @@ impl Inode {
         self.written_since_sync.store(false, Ordering::Release);
         let result = self.fix_backing_size().and_then(|_| {
             let size_changed = self.size_changed.swap(false, Ordering::AcqRel);
+            let flush = self.counters.device.begin(DeviceClass::Flush, 0);
             let r = self.store().sync(data_only && !size_changed);
+            self.counters.device.end(flush);
             if r.is_err() && size_changed {
                 self.size_changed.store(true, Ordering::Release);
             }

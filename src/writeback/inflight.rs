@@ -45,7 +45,7 @@ use crate::inode::Inode;
 use crate::inode::{PassScope, SizeFix, WbPass};
 use crate::io::queue::{Completion, QueuedWrite, WriteQueue};
 use crate::io::IoPriority;
-use crate::stats::{Counters, IoClass, Reason, WorkerCounters};
+use crate::stats::{Counters, DeviceClass, InFlightIo, IoClass, Reason, WorkerCounters};
 use crate::writeback::domain::Domain;
 use crate::writeback::policy;
 
@@ -66,6 +66,8 @@ struct Pending {
     /// The class each I/O went to the queue in (`None` while held), and
     /// its length.
     classes: Vec<Option<(IoClass, u64)>>,
+    /// Each I/O in the queue in the device account, until it completes.
+    device_ios: Vec<Option<InFlightIo>>,
     remaining: usize,
 }
 
@@ -204,6 +206,7 @@ impl InFlight {
                 pass,
                 results: (0..n).map(|_| None).collect(),
                 classes: vec![None; n],
+                device_ios: (0..n).map(|_| None).collect(),
                 remaining: n,
             },
         );
@@ -325,6 +328,13 @@ impl InFlight {
         let len = w.len() as u64;
         let p = self.passes.get_mut(&id).expect("held I/O belongs to a pass in flight");
         assert!(p.classes[index].replace((class, len)).is_none(), "an I/O goes to the queue once");
+        let device_class = match class {
+            IoClass::Sync => DeviceClass::SyncWrite,
+            IoClass::Async => DeviceClass::BackgroundWrite,
+        };
+        let io = self.domain.dirty.cache.counters.device.begin(device_class, len);
+        debug_assert!(p.device_ios[index].is_none(), "counted once");
+        p.device_ios[index] = Some(io);
         self.in_queue += 1;
         if class == IoClass::Async {
             self.async_in_queue += 1;
@@ -349,6 +359,8 @@ impl InFlight {
             let p = self.passes.get_mut(&id).expect("a completion belongs to a pass in flight");
             assert!(p.results[index].is_none(), "an I/O completes once");
             let (class, len) = p.classes[index].expect("a completed I/O went to the queue");
+            let io = p.device_ios[index].take().expect("a queued I/O is in the device account");
+            self.domain.dirty.cache.counters.device.end(io);
             self.in_queue -= 1;
             if class == IoClass::Async {
                 self.async_in_queue -= 1;

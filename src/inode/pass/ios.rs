@@ -14,7 +14,7 @@ use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{run_batch, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::locks::{self, Rank};
-use crate::stats::Counters;
+use crate::stats::{Counters, DeviceAccount, DeviceClass};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -47,7 +47,13 @@ const SYNC_APPEND_BUFFERED_MAX: usize = 64 * 1024;
 
 /// Writes a pass's I/Os in the calling thread and returns their results
 /// in group order: the O_DIRECT ones as one batch, then the buffered ones.
-pub(super) fn write_groups(store: &dyn BackingStore, pass: &WbPass, priority: IoPriority) -> Vec<io::Result<usize>> {
+pub(super) fn write_groups(
+    store: &dyn BackingStore,
+    pass: &WbPass,
+    priority: IoPriority,
+    device: &DeviceAccount,
+) -> Vec<io::Result<usize>> {
+    let class = if priority == IoPriority::Sync { DeviceClass::SyncWrite } else { DeviceClass::BackgroundWrite };
     let is_buffered = |&(i, _): &(usize, usize)| pass.chunks[i].buffered_len.is_some();
     let mut ops: Vec<IoOp<'_>> = pass
         .groups
@@ -58,7 +64,9 @@ pub(super) fn write_groups(store: &dyn BackingStore, pass: &WbPass, priority: Io
             IoOp::write(pass.chunks[i].offset(), bufs, priority)
         })
         .collect();
+    let in_flight: Vec<_> = ops.iter().map(|op| device.begin(class, op.len() as u64)).collect();
     run_batch(store, &mut ops);
+    in_flight.into_iter().for_each(|io| device.end(io));
     let mut direct = ops.iter_mut().map(|op| op.result.take().expect("run_batch completes every op"));
     let results: Vec<io::Result<usize>> = pass
         .groups
@@ -70,7 +78,11 @@ pub(super) fn write_groups(store: &dyn BackingStore, pass: &WbPass, priority: Io
             debug_assert_eq!(j, i + 1, "a buffered chunk is an I/O of its own");
             let c = &pass.chunks[i];
             let from = c.start * BLOCK_SIZE;
-            store.write_tail(c.offset(), &c.buf[from..from + c.buffered_len.unwrap_or(c.len_bytes())])
+            let data = &c.buf[from..from + c.buffered_len.unwrap_or(c.len_bytes())];
+            let io = device.begin(class, data.len() as u64);
+            let written = store.write_tail(c.offset(), data);
+            device.end(io);
+            written
         })
         .collect();
     debug_assert!(direct.next().is_none(), "every direct result used");

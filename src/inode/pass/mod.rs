@@ -402,7 +402,7 @@ impl Inode {
         self.grow_store_for_writeback(&pass);
         let store = self.store();
         let started = Instant::now();
-        let results = write_groups(&*store, &pass, priority);
+        let results = write_groups(&*store, &pass, priority, &self.counters.device);
         let elapsed = started.elapsed();
         let class = if priority == IoPriority::Sync { IoClass::Sync } else { IoClass::Async };
         pass.set_results(results.into_iter().map(|r| (r, class)).collect());
