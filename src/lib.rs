@@ -78,4 +78,4 @@ pub use file::{
 #[cfg(feature = "sim")]
 pub use io::sim;
 pub use io::{errno_of, IoKind};
-pub use stats::{IoClass, LatencySummary, Reason, Stats, WorkerStats};
+pub use stats::{DeviceClass, DeviceClassSummary, IoClass, LatencySummary, Reason, Stats, WorkerStats};

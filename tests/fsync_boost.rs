@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wbcache::sim::{IoPriority, SimConfig, SimIo, SimWrite};
-use wbcache::{Cache, Config, File, IoClass, OpenOptions};
+use wbcache::{Cache, Config, DeviceClass, File, IoClass, OpenOptions};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -160,6 +160,20 @@ fn fsync_of_a_small_file_goes_ahead_of_a_background_backlog() {
     assert!(st.written_bytes_by_class[IoClass::Sync as usize] >= 4 * KIB as u64, "{st:?}");
     assert!(st.sync_wait_async_us_total > 0, "the fsync waited for the flusher's I/O: {st:?}");
     assert_eq!((st.fsyncs, st.fsync_lat_us.max_us > 0), (1, true), "{st:?}");
+    // The device account saw the same: the fsync's write was submitted
+    // once the big writes at the gate completed, with at most the cap's
+    // one 64 KiB background write ahead of it; its flush covered the
+    // background writes completed before it; it waited in the engine.
+    let device = |class: DeviceClass| st.device[class as usize];
+    let sync_write = device(DeviceClass::SyncWrite);
+    assert!(sync_write.ios >= 1 && sync_write.bytes >= 4 * KIB as u64, "{st:?}");
+    assert!(sync_write.background_ahead_kib.max_us <= 64, "{st:?}");
+    assert_eq!(device(DeviceClass::Flush).ios, 1, "one fsync, one store sync: {st:?}");
+    assert!(st.flush_covered_background_kib.max_us >= 256, "{st:?}");
+    assert!(st.sync_engine_wait_us.count == 1 && st.sync_engine_wait_us.max_us > 0, "{st:?}");
+    let background = device(DeviceClass::BackgroundWrite);
+    assert!(background.ios >= 5 && background.in_flight_max >= 4, "{st:?}");
+    assert!(DeviceClass::ALL.iter().all(|&c| device(c).latency_us.count <= device(c).ios), "{st:?}");
     assert_same(&sim.durable_image(Path::new(SMALL)).unwrap(), &small_data, "small after its fsync");
 }
 

@@ -333,9 +333,109 @@ pub fn fmt_size(bytes: u64) -> String {
     format!("{bytes}")
 }
 
+/// The block layer's counters of one device (`/sys/dev/block/MAJ:MIN/stat`,
+/// Documentation/block/stat.rst): requests completed, bytes, and the
+/// milliseconds they spent from their allocation (scheduler queue
+/// included) to their completion, per direction, and the flushes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockStat {
+    pub reads: u64,
+    pub read_sectors: u64,
+    pub read_ms: u64,
+    pub writes: u64,
+    pub write_sectors: u64,
+    pub write_ms: u64,
+    /// Milliseconds the device had requests in flight.
+    pub busy_ms: u64,
+    pub flushes: u64,
+    pub flush_ms: u64,
+}
+
+/// What the device holding `path` did between two [`BlockStat`]s, as the
+/// bench JSON's `block_device` object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct BlockDelta {
+    pub device: String,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub read_ms: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub write_ms: u64,
+    pub busy_ms: u64,
+    pub flushes: u64,
+    pub flush_ms: u64,
+}
+
+/// Parses a `stat` file's fields (11 on old kernels, 17 with flushes).
+pub fn parse_block_stat(text: &str) -> Option<BlockStat> {
+    let f: Vec<u64> = text.split_whitespace().map(|v| v.parse().ok()).collect::<Option<_>>()?;
+    if f.len() < 11 {
+        return None;
+    }
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    Some(BlockStat {
+        reads: at(0),
+        read_sectors: at(2),
+        read_ms: at(3),
+        writes: at(4),
+        write_sectors: at(6),
+        write_ms: at(7),
+        busy_ms: at(9),
+        flushes: at(15),
+        flush_ms: at(16),
+    })
+}
+
+/// The device `path` lives on (the device itself for a block device
+/// node): its name and its counters now; `None` where it has none (tmpfs).
+pub fn block_stat_of(path: &Path) -> Option<(String, BlockStat)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(path).ok()?;
+    let dev = if meta.file_type().is_block_device() { meta.rdev() } else { meta.dev() };
+    let dir = PathBuf::from(format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev)));
+    let name = fs::read_link(&dir).ok()?.file_name()?.to_string_lossy().into_owned();
+    Some((name, parse_block_stat(&fs::read_to_string(dir.join("stat")).ok()?)?))
+}
+
+impl BlockStat {
+    pub fn since(&self, before: &BlockStat, device: String) -> BlockDelta {
+        const SECTOR: u64 = 512;
+        BlockDelta {
+            device,
+            reads: self.reads.saturating_sub(before.reads),
+            read_bytes: self.read_sectors.saturating_sub(before.read_sectors) * SECTOR,
+            read_ms: self.read_ms.saturating_sub(before.read_ms),
+            writes: self.writes.saturating_sub(before.writes),
+            write_bytes: self.write_sectors.saturating_sub(before.write_sectors) * SECTOR,
+            write_ms: self.write_ms.saturating_sub(before.write_ms),
+            busy_ms: self.busy_ms.saturating_sub(before.busy_ms),
+            flushes: self.flushes.saturating_sub(before.flushes),
+            flush_ms: self.flush_ms.saturating_sub(before.flush_ms),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_stat_fields_and_deltas() {
+        // Linux 6.18's 17 fields for vda: reads, merges, sectors, ms; the
+        // same of writes; in flight, busy ms, queue ms; discards (4); flushes, ms.
+        let before = parse_block_stat("100 5 800 40 200 9 4000 300 0 250 340 0 0 0 0 10 20\n").unwrap();
+        let after = parse_block_stat("110 5 880 44 260 9 6000 900 2 700 950 0 0 0 0 16 50").unwrap();
+        let d = after.since(&before, "vda".into());
+        assert_eq!((d.reads, d.read_bytes, d.read_ms), (10, 80 * 512, 4));
+        assert_eq!((d.writes, d.write_bytes, d.write_ms), (60, 2000 * 512, 600));
+        assert_eq!((d.busy_ms, d.flushes, d.flush_ms), (450, 6, 30));
+        // Old kernels: 11 fields, no flushes.
+        let old = parse_block_stat("1 0 8 1 2 0 16 3 0 4 5").unwrap();
+        assert_eq!((old.writes, old.flushes), (2, 0));
+        assert_eq!(parse_block_stat("1 2 x"), None);
+        assert_eq!(parse_block_stat("1 2 3"), None);
+    }
 
     #[test]
     fn busy_cpu_time_from_proc_stat() {

@@ -102,6 +102,10 @@ pub struct Outcome {
     /// included, in bytes.
     #[serde(default)]
     pub peak_rss_bytes: Option<u64>,
+    /// What the block layer counted on the device of the measurement's
+    /// files from the start of the timed phase until the last job ended.
+    #[serde(default)]
+    pub block_device: Option<crate::sys::BlockDelta>,
 }
 
 impl Outcome {
@@ -117,6 +121,7 @@ impl Outcome {
             io_backend: None,
             cpu_busy_s: None,
             peak_rss_bytes: None,
+            block_device: None,
         }
     }
 }
@@ -202,17 +207,28 @@ pub fn run(spec: &Spec) -> Outcome {
     };
     let shared = Shared::new(spec.jobs.len());
     let mut sampler = Sampler::new(spec.jobs.len());
-    let (raws, peak_before, cpu_start) = std::thread::scope(|s| {
+    let device_path = spec.jobs.first().map(|j| j.target.path.clone());
+    let block_stat = || {
+        device_path
+            .as_deref()
+            .and_then(|p| crate::sys::block_stat_of(p).or_else(|| p.parent().and_then(crate::sys::block_stat_of)))
+    };
+    let (raws, peak_before, cpu_start, block_start) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.jobs.len()).map(|i| spawn_job(s, &sys, spec, workload, &shared, i)).collect();
         shared.barrier.wait();
         let t0 = Instant::now();
         let cpu_start = crate::sys::cpu_busy_ticks();
+        let block_start = block_stat();
         let peak_before = sys.peak_dirty_bytes();
         sampler.sample_until_done(&sys, spec, &shared, t0);
         let raws: Vec<io::Result<JobRaw>> =
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("job panicked")))).collect();
-        (raws, peak_before, cpu_start)
+        (raws, peak_before, cpu_start, block_start)
     });
+    let block_device = match (block_start, block_stat()) {
+        (Some((device, before)), Some((_, after))) => Some(after.since(&before, device)),
+        _ => None,
+    };
     let cpu_end = *shared.cpu_end.lock().unwrap_or_else(|e| e.into_inner());
     let cpu_busy_s = match (cpu_start, cpu_end) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / crate::sys::clock_ticks_per_s()),
@@ -250,6 +266,7 @@ pub fn run(spec: &Spec) -> Outcome {
         io_backend,
         cpu_busy_s,
         peak_rss_bytes,
+        block_device,
     }
 }
 

@@ -5,7 +5,10 @@
 //! and the generic table, [`targets`] the check of wbcache's goals; each
 //! workload's own rows, table and goals are in its module.
 
+mod device;
 mod table;
+
+pub use device::device_tables;
 mod targets;
 
 use serde::Serialize;
@@ -145,6 +148,22 @@ pub struct ResultRow {
     pub reads_per_s: Option<f64>,
     /// `rand-read`'s `cached-4k-readers` rows: the reader threads.
     pub reader_threads: Option<u32>,
+    /// The block layer's counters of the device under the measurement's
+    /// files, from the start of its timed phase until its last job ended
+    /// (every engine; absent where the files are on no block device):
+    /// requests, bytes and milliseconds (scheduler queue included) per
+    /// direction, flushes, and the device's busy milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_device: Option<crate::sys::BlockDelta>,
+    /// wbcache rows: the cache's device account over the measurement (its
+    /// setup included), as its stats JSON gives it: `device` (per class:
+    /// read, readahead, sync_write, background_write, flush: I/Os, bytes,
+    /// the most in flight, latency from submission to completion, and the
+    /// background KiB in flight ahead of each), `flush_covered_background_kib`
+    /// (background KiB completed since the previous flush, per flush) and
+    /// `sync_engine_wait_us` (what fsyncs waited inside the engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_account: Option<serde_json::Value>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -227,6 +246,8 @@ impl ResultRow {
             op_us_p99: None,
             reads_per_s: None,
             reader_threads: None,
+            block_device: None,
+            device_account: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -319,7 +340,24 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
         return vec![row];
     }
     let jobs: Vec<&JobResult> = o.jobs.iter().collect();
-    group.owner.rows(group, engine, &jobs, o)
+    let mut rows = group.owner.rows(group, engine, &jobs, o);
+    let account = o.wbcache_stats.as_deref().and_then(device_account_of);
+    for row in &mut rows {
+        row.block_device = o.block_device.clone();
+        row.device_account = account.clone();
+    }
+    rows
+}
+
+/// The device account's keys of a wbcache stats JSON (see
+/// [`ResultRow::device_account`]); `None` for stats without them.
+pub fn device_account_of(stats_json: &str) -> Option<serde_json::Value> {
+    let stats: serde_json::Value = serde_json::from_str(stats_json).ok()?;
+    let mut account = serde_json::Map::new();
+    for key in ["device", "flush_covered_background_kib", "sync_engine_wait_us"] {
+        account.insert(key.to_string(), stats.get(key)?.clone());
+    }
+    Some(serde_json::Value::Object(account))
 }
 
 /// The jobs of `jobs` with role `role`.
@@ -468,6 +506,14 @@ pub(crate) mod test_support {
         }
     }
 
+    /// A successful `sqlite/wal-streaming` row of `engine` with no figures,
+    /// its variant shown as `v`.
+    pub fn ok_row(engine: &str) -> ResultRow {
+        let group = crate::workloads::groups_for("sqlite", None).expect("sqlite's groups").remove(0);
+        let kind = EngineKind::parse(engine).expect("an engine's name");
+        ResultRow::empty(&group, kind, Some("v".into()), Status::Ok, None)
+    }
+
     /// A successful outcome of `jobs`, with the cache's `stats`.
     pub fn ok_outcome(jobs: Vec<JobResult>, stats: Option<&str>) -> Outcome {
         Outcome {
@@ -480,6 +526,7 @@ pub(crate) mod test_support {
             io_backend: None,
             cpu_busy_s: None,
             peak_rss_bytes: None,
+            block_device: None,
         }
     }
 

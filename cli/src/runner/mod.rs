@@ -651,8 +651,16 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &Param
     let mine: Vec<&Group> = groups.iter().filter(|g| g.workload == group.workload).collect();
     let about = format!("{}.{}\n\n{}", w.about(&mine, p), w.context(), run_settings(p));
     let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.is_of(w)).collect();
-    w.table(&about, &table_rows)
+    let mut table = w.table(&about, &table_rows);
+    if SHARES_THE_DISK.contains(&group.workload) {
+        table.push_str(&crate::report::device_tables(&table_rows));
+    }
+    table
 }
+
+/// The workloads whose foreground reads or commits share the disk with
+/// writeback: their tables are followed by the device tables.
+const SHARES_THE_DISK: &[&str] = &["sqlite", "fsync-under-load", "fio", "fio-jobfile", "rocksdb", "hot-set"];
 
 /// The sizes and times behind a table, printed with each one so that a
 /// table read alone (or a workload run alone) says what it measured.

@@ -645,6 +645,7 @@ mod tests {
             io_backend: None,
             cpu_busy_s: None,
             peak_rss_bytes: None,
+            block_device: None,
         };
         let rows = rows_from(&fsync_group("small/load"), EngineKind::Wbcache, &o);
         assert_eq!(rows.len(), 2, "{rows:?}");

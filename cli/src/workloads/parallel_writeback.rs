@@ -785,6 +785,7 @@ mod tests {
             io_backend: None,
             cpu_busy_s: Some(3.75),
             peak_rss_bytes: None,
+            block_device: None,
         };
         let rows = rows_from(&pw_group("files/rotor-2"), EngineKind::Wbcache, &o);
         assert_eq!(rows.len(), 1);
