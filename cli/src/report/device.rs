@@ -139,5 +139,7 @@ mod tests {
             "{t}"
         );
         assert_eq!(device_tables(&[&ok_row("kernel-buffered")]), "", "nothing to show");
+        let idle = r#"{"device":{"read":{"ios":0},"flush":{"ios":0}},"flush_covered_background_kib":{},"sync_engine_wait_us":{}}"#;
+        assert_eq!(crate::report::device_account_of(idle), None, "a cache that did no I/O is not shown");
     }
 }

@@ -350,9 +350,16 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
 }
 
 /// The device account's keys of a wbcache stats JSON (see
-/// [`ResultRow::device_account`]); `None` for stats without them.
+/// [`ResultRow::device_account`]); `None` for stats without them, or of a
+/// cache that submitted no I/O.
 pub fn device_account_of(stats_json: &str) -> Option<serde_json::Value> {
     let stats: serde_json::Value = serde_json::from_str(stats_json).ok()?;
+    // A cache that submitted nothing is not the one that did the I/O (a
+    // program run under the preload has its own, in its own process).
+    let ios: u64 = stats.get("device")?.as_object()?.values().filter_map(|c| c["ios"].as_u64()).sum();
+    if ios == 0 {
+        return None;
+    }
     let mut account = serde_json::Map::new();
     for key in ["device", "flush_covered_background_kib", "sync_engine_wait_us"] {
         account.insert(key.to_string(), stats.get(key)?.clone());
