@@ -80,7 +80,8 @@ struct ClassAccount {
     background_ahead_kib: LatencyHistogram,
 }
 
-/// One class summed up (see [`DeviceAccount`]).
+/// One class of [`crate::Stats::device`] summed up: I/Os, bytes, the most
+/// in flight, and latencies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceClassSummary {
     pub ios: u64,
