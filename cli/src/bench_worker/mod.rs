@@ -207,12 +207,7 @@ pub fn run(spec: &Spec) -> Outcome {
     };
     let shared = Shared::new(spec.jobs.len());
     let mut sampler = Sampler::new(spec.jobs.len());
-    let device_path = spec.jobs.first().map(|j| j.target.path.clone());
-    let block_stat = || {
-        device_path
-            .as_deref()
-            .and_then(|p| crate::sys::block_stat_of(p).or_else(|| p.parent().and_then(crate::sys::block_stat_of)))
-    };
+    let block_stat = || block_stat_of_spec(spec);
     let (raws, peak_before, cpu_start, block_start) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.jobs.len()).map(|i| spawn_job(s, &sys, spec, workload, &shared, i)).collect();
         shared.barrier.wait();
@@ -268,6 +263,13 @@ pub fn run(spec: &Spec) -> Outcome {
         peak_rss_bytes,
         block_device,
     }
+}
+
+/// The block layer's counters of the device under `spec`'s first file
+/// (or its directory, before the file exists).
+fn block_stat_of_spec(spec: &Spec) -> Option<(String, crate::sys::BlockStat)> {
+    let path = &spec.jobs.first()?.target.path;
+    crate::sys::block_stat_of(path).or_else(|| path.parent().and_then(crate::sys::block_stat_of))
 }
 
 /// Starts job `i` of `spec` on a thread of its own: the generic runner for

@@ -18,6 +18,13 @@ use super::ResultRow;
 /// device figure.
 pub fn device_tables(rows: &[&ResultRow]) -> String {
     let mut out = String::new();
+    push_block_table(&mut out, rows);
+    push_account_table(&mut out, rows);
+    out
+}
+
+/// The block layer's table: every engine's row with a `block_device`.
+fn push_block_table(out: &mut String, rows: &[&ResultRow]) {
     let with_block: Vec<&&ResultRow> = rows.iter().filter(|r| r.ok() && r.block_device.is_some()).collect();
     if !with_block.is_empty() {
         let device = with_block[0].block_device.as_ref().map(|b| b.device.as_str()).unwrap_or("?");
@@ -26,7 +33,7 @@ pub fn device_tables(rows: &[&ResultRow]) -> String {
             "\nBlock layer (`{device}`, the timed phase): requests, MB and mean ms per request from allocation to completion, busy ms\n"
         );
         push_table_head(
-            &mut out,
+            out,
             &[
                 "variant", "engine", "reads", "read ms", "writes", "write MB", "write ms", "flushes", "flush ms",
                 "busy ms",
@@ -51,6 +58,10 @@ pub fn device_tables(rows: &[&ResultRow]) -> String {
             );
         }
     }
+}
+
+/// wbcache's own account: its rows with a `device_account`.
+fn push_account_table(out: &mut String, rows: &[&ResultRow]) {
     let with_account: Vec<&&ResultRow> = rows.iter().filter(|r| r.ok() && r.device_account.is_some()).collect();
     if !with_account.is_empty() {
         out.push_str(
@@ -59,7 +70,7 @@ pub fn device_tables(rows: &[&ResultRow]) -> String {
              covered (p50/p99); what fsyncs waited inside the engine (p99 µs)\n\n",
         );
         push_table_head(
-            &mut out,
+            out,
             &[
                 "variant",
                 "engine",
@@ -95,7 +106,6 @@ pub fn device_tables(rows: &[&ResultRow]) -> String {
             );
         }
     }
-    out
 }
 
 fn num(v: &Value) -> String {
