@@ -237,7 +237,10 @@ pub fn run(spec: &Spec) -> Outcome {
         (Some(before), Some(after)) if after > before => sampler.peak_sampled.max(after),
         _ => sampler.peak_sampled,
     };
-    let wbcache_stats = sys.stats_json();
+    // A program run under the preload has its own cache, in its own
+    // process: its stats, when it left them, are the measurement's.
+    let program_stats = spec.jobs.iter().find_map(|j| crate::workloads::external::take_program_stats(&j.target.path));
+    let wbcache_stats = program_stats.or_else(|| sys.stats_json());
     let io_backend = sys.io_backend();
     let peak_rss_bytes = crate::sys::peak_rss_bytes();
     let close = sys.close();
