@@ -103,6 +103,9 @@ pub struct InFlight {
     /// When a sync waiter last came or went (see
     /// [`policy::ASYNC_QUEUE_BYTES_WHILE_SYNC`]).
     sync_seen_at: Option<Instant>,
+    /// The last two gaps between those events (see
+    /// [`policy::sync_recent_window`]).
+    sync_gaps: [std::time::Duration; 2],
     /// Set when a pass completed with failed writes; cleared by
     /// [`InFlight::clear_failed`].
     failed: bool,
@@ -145,6 +148,7 @@ impl InFlight {
             sync_inodes: Vec::new(),
             sync_generation_seen: 0,
             sync_seen_at: None,
+            sync_gaps: [std::time::Duration::ZERO; 2],
             failed: false,
             busy_since: None,
         }
@@ -259,7 +263,10 @@ impl InFlight {
         if dirty.sync_waiters_generation() == self.sync_generation_seen {
             return;
         }
-        self.sync_seen_at = Some(Instant::now());
+        let now = Instant::now();
+        if let Some(before) = self.sync_seen_at.replace(now) {
+            self.sync_gaps = [self.sync_gaps[1], now.duration_since(before)];
+        }
         (self.sync_generation_seen, self.sync_inodes) = dirty.sync_waiter_inodes();
         if self.sync_inodes.is_empty() || self.held_async.is_empty() {
             return;
@@ -292,7 +299,8 @@ impl InFlight {
         let domain = self.domain.clone();
         let waiters = domain.dirty.has_sync_waiters();
         let cap = domain.config.async_depth_while_sync;
-        let sync_recent = waiters || self.sync_seen_at.is_some_and(|at| at.elapsed() < policy::SYNC_RECENT);
+        let window = policy::sync_recent_window(self.sync_gaps);
+        let sync_recent = waiters || self.sync_seen_at.is_some_and(|at| at.elapsed() < window);
         let bytes_max = if sync_recent { policy::ASYNC_QUEUE_BYTES_WHILE_SYNC } else { u64::MAX };
         while let Some(next_len) = self.held_async.front().map(|(_, w)| w.len() as u64) {
             let queue = policy::AsyncQueue {

@@ -131,9 +131,25 @@ pub fn queue_ios_max(io_depth: u32) -> usize {
 pub const ASYNC_QUEUE_BYTES_WHILE_SYNC: u64 = 1 << 20;
 
 /// How long after the last sync caller came or went
-/// [`ASYNC_QUEUE_BYTES_WHILE_SYNC`] still applies: an application that
-/// reads or commits every few milliseconds keeps it on between calls.
+/// [`ASYNC_QUEUE_BYTES_WHILE_SYNC`] still applies at least: an application
+/// that reads or commits every few milliseconds keeps it on between calls.
 pub const SYNC_RECENT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The longest [`sync_recent_window`].
+pub const SYNC_RECENT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the queue stays capped after a sync caller came or went,
+/// given the last two gaps between such events (an fsync's arrival and
+/// its end make two; the longer is the time between calls): twice the
+/// longer gap, within [`SYNC_RECENT`]..=[`SYNC_RECENT_MAX`]. A program that
+/// commits every 100 ms to 500 ms then finds the queue capped at every
+/// commit, not refilled to its full depth in between: `fsync-under-load`'s
+/// small fsyncs, every 100 ms next to two streams, found 8 MiB of
+/// background writes ahead at the p99 with a fixed 100 ms, and waited for
+/// them in their flush.
+pub fn sync_recent_window(gaps: [std::time::Duration; 2]) -> std::time::Duration {
+    (gaps[0].max(gaps[1]) * 2).clamp(SYNC_RECENT, SYNC_RECENT_MAX)
+}
 
 /// A worker's queue as [`may_submit_async`] sees it.
 #[derive(Clone, Copy, Debug)]
@@ -186,6 +202,16 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_sync_window_spans_the_gap_between_calls() {
+        let ms = |n: u64| std::time::Duration::from_millis(n);
+        assert_eq!(sync_recent_window([ms(0), ms(0)]), SYNC_RECENT, "no history: the floor");
+        assert_eq!(sync_recent_window([ms(1), ms(100)]), ms(200), "commits every 100 ms, each 1 ms long");
+        assert_eq!(sync_recent_window([ms(300), ms(2)]), ms(600), "either order");
+        assert_eq!(sync_recent_window([ms(5), ms(20)]), SYNC_RECENT, "frequent calls: the floor");
+        assert_eq!(sync_recent_window([ms(10_000), ms(1)]), SYNC_RECENT_MAX, "rare calls: the ceiling");
+    }
 
     #[test]
     fn failures_back_off_exponentially_up_to_a_second() {
