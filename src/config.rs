@@ -67,7 +67,8 @@ pub struct Config {
     /// Background (async) writeback I/Os a domain keeps in flight while an
     /// fsync, fdatasync or read miss waits on it, in I/Os (of up to
     /// `io_max`). With nobody waiting, background writeback uses the full
-    /// `io_depth` (within 100 ms of a waiter, at most 1 MiB per worker);
+    /// `io_depth` (after a waiter, for twice the gap between waiters, 100 ms
+    /// to 1 s, at most 1 MiB per worker);
     /// the moment a sync waiter comes, no further async I/O is submitted until
     /// fewer than this many are in flight, so the waiter's own I/O and its
     /// store flush queue behind at most this many, and its blocks that the

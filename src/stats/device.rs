@@ -23,7 +23,8 @@ use std::time::Instant;
 
 use super::histogram::{LatencyHistogram, LatencySummary};
 
-/// What an I/O the engine submits is for.
+/// What an I/O the engine submits is for (the last, a buffered write, is
+/// not a device request: see its documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DeviceClass {
     /// A read miss a caller waits for.
@@ -37,16 +38,23 @@ pub enum DeviceClass {
     BackgroundWrite = 3,
     /// The store sync (`fdatasync` / `fsync`) that ends a commit.
     Flush = 4,
+    /// A write through the kernel's page cache (a file's partial last
+    /// block, a commit's small append past the store's end): a copy into
+    /// the kernel's cache that the next flush writes, not a device request
+    /// of its own; counted apart, so that the device classes hold device
+    /// requests only and a slow copy (the file system blocking it) shows.
+    BufferedWrite = 5,
 }
 
 impl DeviceClass {
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
     pub const ALL: [DeviceClass; DeviceClass::COUNT] = [
         DeviceClass::Read,
         DeviceClass::Readahead,
         DeviceClass::SyncWrite,
         DeviceClass::BackgroundWrite,
         DeviceClass::Flush,
+        DeviceClass::BufferedWrite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,12 +64,13 @@ impl DeviceClass {
             DeviceClass::SyncWrite => "sync_write",
             DeviceClass::BackgroundWrite => "background_write",
             DeviceClass::Flush => "flush",
+            DeviceClass::BufferedWrite => "buffered_write",
         }
     }
 
     /// Whether a caller waits for it now.
     pub fn is_foreground(self) -> bool {
-        matches!(self, DeviceClass::Read | DeviceClass::SyncWrite | DeviceClass::Flush)
+        matches!(self, DeviceClass::Read | DeviceClass::SyncWrite | DeviceClass::Flush | DeviceClass::BufferedWrite)
     }
 }
 

@@ -66,6 +66,11 @@ pub struct Measured {
     pub fsync: Option<Histogram>,
     /// The workload's own figures, passed on to its rows as JSON.
     pub own: Option<serde_json::Value>,
+    /// Dirty (and writeback) bytes of its engine when its I/O ended, before
+    /// its final fsync (jobs that end with one): what the engine had not
+    /// yet written when the stream stopped. The fsync's time is then how
+    /// long the stream took to become durable.
+    pub dirty_bytes_at_io_end: Option<u64>,
 }
 
 impl Measured {
@@ -177,6 +182,7 @@ impl JobContext<'_> {
             }
         }
         if (job.fsync_at_end || job.fsync_after_all) && !self.cancel.load(Relaxed) {
+            measured.dirty_bytes_at_io_end = Some(self.sys.dirty_bytes());
             let t = Instant::now();
             file.fsync()?;
             for other in &mut others {

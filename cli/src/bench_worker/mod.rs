@@ -73,6 +73,9 @@ pub struct JobResult {
     /// [`Measured::own`]), read back by its rows.
     #[serde(default)]
     pub own: Option<serde_json::Value>,
+    /// See [`Measured::dirty_bytes_at_io_end`].
+    #[serde(default)]
+    pub dirty_bytes_at_io_end: Option<u64>,
 }
 
 impl JobResult {
@@ -389,6 +392,7 @@ impl Sampler {
                         series: std::mem::take(&mut st.series),
                         samples: std::mem::take(&mut st.samples),
                         own: m.own,
+                        dirty_bytes_at_io_end: m.dirty_bytes_at_io_end,
                     });
                 }
                 Err(e) => {

@@ -30,13 +30,24 @@ fn push_block_table(out: &mut String, rows: &[&ResultRow]) {
         let device = with_block[0].block_device.as_ref().map(|b| b.device.as_str()).unwrap_or("?");
         let _ = writeln!(
             out,
-            "\nBlock layer (`{device}`, the timed phase): requests, MB and mean ms per request from allocation to completion, busy ms\n"
+            "\nBlock layer (`{device}`, the timed phase): requests, MB and mean ms per request from allocation to completion, busy ms; \
+             a stream's dirty MiB left when it stopped, and the seconds until it was durable\n"
         );
         push_table_head(
             out,
             &[
-                "variant", "engine", "reads", "read ms", "writes", "write MB", "write ms", "flushes", "flush ms",
+                "variant",
+                "engine",
+                "reads",
+                "read ms",
+                "writes",
+                "write MB",
+                "write ms",
+                "flushes",
+                "flush ms",
                 "busy ms",
+                "dirty left MiB",
+                "durable after s",
             ],
         );
         for r in with_block {
@@ -44,7 +55,7 @@ fn push_block_table(out: &mut String, rows: &[&ResultRow]) {
             let mean = |ms: u64, n: u64| if n == 0 { "-".to_string() } else { format!("{:.2}", ms as f64 / n as f64) };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
                 r.variant.as_deref().unwrap_or("-"),
                 r.engine,
                 b.reads,
@@ -54,7 +65,11 @@ fn push_block_table(out: &mut String, rows: &[&ResultRow]) {
                 mean(b.write_ms, b.writes),
                 b.flushes,
                 mean(b.flush_ms, b.flushes),
-                b.busy_ms
+                b.busy_ms,
+                r.dirty_bytes_at_end
+                    .map(|d| format!("{:.1}", d as f64 / (1u64 << 20) as f64))
+                    .unwrap_or_else(|| "-".into()),
+                r.durable_s.map(|s| format!("{s:.3}")).unwrap_or_else(|| "-".into())
             );
         }
     }
@@ -66,7 +81,7 @@ fn push_account_table(out: &mut String, rows: &[&ResultRow]) {
     if !with_account.is_empty() {
         out.push_str(
             "\nwbcache's device account (the whole measurement, setup included): I/Os, p50/p99 µs from submission \
-             to completion; background KiB in flight ahead of a sync write (p99); background KiB each flush \
+             to completion (a buffered write: the copy into the kernel's cache); background KiB in flight ahead of a sync write (p99); background KiB each flush \
              covered (p50/p99); what fsyncs waited inside the engine (p99 µs)\n\n",
         );
         push_table_head(
@@ -78,6 +93,7 @@ fn push_account_table(out: &mut String, rows: &[&ResultRow]) {
                 "sync write",
                 "background write",
                 "flush",
+                "buffered write",
                 "ahead of sync writes",
                 "flush covered",
                 "engine wait",
@@ -92,13 +108,14 @@ fn push_account_table(out: &mut String, rows: &[&ResultRow]) {
             let covered = &a["flush_covered_background_kib"];
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {}/{} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} |",
                 r.variant.as_deref().unwrap_or("-"),
                 r.engine,
                 class("read"),
                 class("sync_write"),
                 class("background_write"),
                 class("flush"),
+                class("buffered_write"),
                 num(&a["device"]["sync_write"]["background_ahead_kib"]["p99"]),
                 num(&covered["p50"]),
                 num(&covered["p99"]),
@@ -133,18 +150,22 @@ mod tests {
             busy_ms: 40,
             ..BlockDelta::default()
         });
+        (kernel.dirty_bytes_at_end, kernel.durable_s) = (Some(512 << 20), Some(1.25));
         let mut wbcache = ok_row("wbcache");
         wbcache.device_account = crate::report::device_account_of(
             r#"{"device":{"read":{"ios":7,"lat_us":{"p50":100,"p99":900}},"sync_write":{"ios":3,"lat_us":{"p50":50,"p99":70},
                 "background_ahead_kib":{"p99":1024}},"background_write":{"ios":9,"lat_us":{"p50":800,"p99":2000}},
-                "flush":{"ios":3,"lat_us":{"p50":400,"p99":600}}},
+                "flush":{"ios":3,"lat_us":{"p50":400,"p99":600}},"buffered_write":{"ios":2,"lat_us":{"p50":9,"p99":60000}}},
                 "flush_covered_background_kib":{"p50":512,"p99":4096},"sync_engine_wait_us":{"p99":1500}}"#,
         );
         let t = device_tables(&[&kernel, &wbcache]);
-        assert!(t.contains("| v | kernel-buffered | 4 | 2.50 | 10 | 5 | 2.50 | 2 | 1.50 | 40 |"), "{t}");
+        assert!(
+            t.contains("| v | kernel-buffered | 4 | 2.50 | 10 | 5 | 2.50 | 2 | 1.50 | 40 | 512.0 | 1.250 |"),
+            "{t}"
+        );
         assert!(
             t.contains(
-                "| v | wbcache | 7 · 100/900 | 3 · 50/70 | 9 · 800/2000 | 3 · 400/600 | 1024 | 512/4096 | 1500 |"
+                "| v | wbcache | 7 · 100/900 | 3 · 50/70 | 9 · 800/2000 | 3 · 400/600 | 2 · 9/60000 | 1024 | 512/4096 | 1500 |"
             ),
             "{t}"
         );

@@ -157,13 +157,23 @@ pub struct ResultRow {
     pub block_device: Option<crate::sys::BlockDelta>,
     /// wbcache rows: the cache's device account over the measurement (its
     /// setup included), as its stats JSON gives it: `device` (per class:
-    /// read, readahead, sync_write, background_write, flush: I/Os, bytes,
+    /// read, readahead, sync_write, background_write, flush, buffered_write: I/Os, bytes,
     /// the most in flight, latency from submission to completion, and the
     /// background KiB in flight ahead of each), `flush_covered_background_kib`
     /// (background KiB completed since the previous flush, per flush) and
     /// `sync_engine_wait_us` (what fsyncs waited inside the engine).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_account: Option<serde_json::Value>,
+    /// Measurements whose jobs end with a final fsync (the streams):
+    /// the engine's dirty and writeback bytes when the last such job's
+    /// I/O ended, and the seconds from then until that job's data was
+    /// durable (its final fsync). At 1G the kernel keeps a stream in
+    /// memory where wbcache writes it back as it comes: these say what
+    /// each left to write at the end, and what that cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dirty_bytes_at_end: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durable_s: Option<f64>,
     /// `(seconds, bytes)` dirty + writeback samples of the measurement.
     #[serde(skip)]
     pub dirty: Vec<(f64, u64)>,
@@ -248,6 +258,8 @@ impl ResultRow {
             reader_threads: None,
             block_device: None,
             device_account: None,
+            dirty_bytes_at_end: None,
+            durable_s: None,
             dirty: Vec::new(),
             rate_points: Vec::new(),
             fsync_tail_s: None,
@@ -342,9 +354,14 @@ pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRo
     let jobs: Vec<&JobResult> = o.jobs.iter().collect();
     let mut rows = group.owner.rows(group, engine, &jobs, o);
     let account = o.wbcache_stats.as_deref().and_then(device_account_of);
+    // The job that stopped last with a final fsync: its leftovers.
+    let last_stream =
+        jobs.iter().filter(|j| j.dirty_bytes_at_io_end.is_some()).max_by(|a, b| a.io_end_s.total_cmp(&b.io_end_s));
     for row in &mut rows {
         row.block_device = o.block_device.clone();
         row.device_account = account.clone();
+        row.dirty_bytes_at_end = last_stream.and_then(|j| j.dirty_bytes_at_io_end);
+        row.durable_s = last_stream.map(|j| round6(j.end_s - j.io_end_s));
     }
     rows
 }

@@ -79,7 +79,7 @@ pub(super) fn write_groups(
             let c = &pass.chunks[i];
             let from = c.start * BLOCK_SIZE;
             let data = &c.buf[from..from + c.buffered_len.unwrap_or(c.len_bytes())];
-            let io = device.begin(class, data.len() as u64);
+            let io = device.begin(DeviceClass::BufferedWrite, data.len() as u64);
             let written = store.write_tail(c.offset(), data);
             device.end(io);
             written
