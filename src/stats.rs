@@ -592,7 +592,7 @@ mod tests {
         assert!(
             json.contains(
                 "\"flush\":{\"ios\":3,\"bytes\":0,\"in_flight_max\":0,\"latency_us_total\":0,\
-                 \"lat_us\":{\"p50\":0,\"p99\":900,\"max\":0},\"background_ahead_kib\":{\"p50\":0,\"p99\":0,\"max\":0}}}"
+                 \"lat_us\":{\"p50\":0,\"p99\":900,\"max\":0},\"background_ahead_kib\":{\"p50\":0,\"p99\":0,\"max\":0}},\"buffered_write\":{"
             ),
             "{json}"
         );
