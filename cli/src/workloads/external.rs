@@ -98,7 +98,11 @@ pub fn command<S: AsRef<OsStr>>(
     if let Some(options) = preload_options {
         let lib = crate::run::library().map_err(unsupported)?;
         c.env("LD_PRELOAD", crate::run::preload_list(&lib)).env("WBCACHE_PATHS", dir).env("WBCACHE_OPTIONS", options);
-        c.env("WBCACHE_STATS", program_stats_path(dir));
+        // A report left by an earlier run that did not get to take it
+        // (a killed worker) is not this run's.
+        let stats_path = program_stats_path(dir);
+        let _ = fs::remove_file(&stats_path);
+        c.env("WBCACHE_STATS", stats_path);
     } else {
         c.env_remove("WBCACHE_PATHS").env_remove("WBCACHE_STATS");
     }
