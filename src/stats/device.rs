@@ -7,8 +7,9 @@
 //! foreground classes, how many background bytes were in flight when it
 //! was submitted. A flush (the store sync after an fsync's writes) also
 //! records how many background bytes completed since the previous flush:
-//! a device flush makes every completed write durable, so those are bytes
-//! the commit paid for. Together with the time an fsync waited inside the
+//! a device flush makes every completed write durable, so on a disk whose
+//! flush costs more the more it makes durable, those are what a commit
+//! pays for. Together with the time an fsync waited inside the
 //! engine for writeback the flusher had started, that says whether a slow
 //! commit waited in the engine, behind background writes in the device
 //! queue, or on the flush.
