@@ -61,7 +61,13 @@ fn run_then_kill(python: &Path, scratch: &Scratch, args: &[&str], acks: u64, del
         last = Some(lines.recv_timeout(TIMEOUT).unwrap_or_else(|e| panic!("no acknowledgement ({e})")));
     }
     std::thread::sleep(delay);
-    assert!(guardians().iter().any(|&(_, owner)| owner == pid), "the program has a guardian");
+    // The guardian is started at the first guarded write and shows as one
+    // only once its exec is done: wait for it, a while at most.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !guardians().iter().any(|&(_, owner)| owner == pid) {
+        assert!(std::time::Instant::now() < deadline, "the program has a guardian");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     match kill {
         // SAFETY: a signal to the child this test started.
         Kill::Program => {
