@@ -83,7 +83,8 @@ typedef struct wbc_file wbc_file;
  * Keys: capacity, dirty_limit, dirty_background, expire_ms, folio_max,
  * io_max, io (uring or threads), io_depth, readahead_max,
  * throttle_pause_ms_max, bridge_gap, async_depth_while_sync,
- * sync_latency_target_us (0 turns it off), writeback_workers, writeback_routing (single, rotor or region),
+ * sync_latency_target_us (0 turns it off), background_ioprio (be or idle),
+ * writeback_workers, writeback_routing (single, rotor or region),
  * region_size, scan_dropbehind (on or off), stream_dropbehind (on or off),
  * guardian (on or off: whether a crash of the process keeps what writes
  * acknowledged, written to the files by a guardian process).

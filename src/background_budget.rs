@@ -1,7 +1,9 @@
 //! Background writeback that yields to foreground latency, after the block
 //! layer's writeback throttling (blk-wbt, `block/blk-wbt.c`): callers that
-//! wait for the device (a whole fsync / fdatasync: its writes and the
-//! store sync after them; a read miss) report how long they waited; every window of
+//! wait for the device (a commit: a whole fsync / fdatasync of a file with
+//! at most `io_max` dirty or under writeback when it began, its writes and
+//! the store sync after them; a read miss) report how long they waited;
+//! every window of
 //! [`WINDOW`] is judged by its median wait. blk-wbt judges by the fastest
 //! read, which only writes queued ahead can make slow; here the fastest
 //! said nothing: next to a stream of 1 MiB writes whose median commit
@@ -9,7 +11,9 @@
 //! the device idle between two passes). A window whose median
 //! missed `sync_latency_target_us` halves the largest background I/O a domain
 //! submits, down to [`IO_BYTES_MIN`]; a window that met it, or saw no
-//! foreground wait at all, doubles it back towards `io_max`.
+//! foreground wait at all, doubles it back towards `io_max`. The
+//! background bytes a worker keeps queued while such callers are recent
+//! scale with it (`writeback::policy::async_queue_bytes_while_sync`).
 //!
 //! Why the I/O size and not the depth: on this project's virtio disk a
 //! request waits for the whole of every request ahead of it, and a 4 KiB
@@ -38,8 +42,10 @@ pub const WINDOW: Duration = Duration::from_millis(100);
 /// The smallest background I/O the budget goes down to. Below it a stream
 /// loses more throughput than a commit gains: next to a stream, 32 KiB
 /// I/Os left it 1.4 GB/s against 1.8 at 64 KiB, for a commit 0.04 ms
-/// faster.
-pub const IO_BYTES_MIN: u64 = 32 << 10;
+/// faster. Since the queue kept while sync callers are recent scales with
+/// the I/O size (`writeback::policy::async_queue_bytes_while_sync`), the
+/// floor is also the fewest bytes a worker keeps queued then.
+pub const IO_BYTES_MIN: u64 = 64 << 10;
 
 /// What one window saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -228,7 +234,7 @@ mod tests {
         let t0 = b.epoch;
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         assert_eq!(b.io_bytes_max_at(at(0)), MIB);
-        // Windows whose median wait was 2 ms or more: 1 MiB → 32 KiB, no lower.
+        // Windows whose median wait was 2 ms or more: 1 MiB → 64 KiB, no lower.
         let mut expected = MIB;
         for window in 0..7u64 {
             b.record_at(at(window * 100 + 10), Duration::from_millis(2));
@@ -237,7 +243,7 @@ mod tests {
             assert_eq!(b.io_bytes_max_at(at(window * 100 + 100)), expected, "after window {window}");
         }
         let c = &b.counters;
-        assert_eq!(c.background_scaled_down.load(Ordering::Relaxed), 5);
+        assert_eq!(c.background_scaled_down.load(Ordering::Relaxed), u64::from((MIB / IO_BYTES_MIN).ilog2()));
         assert_eq!(c.foreground_latency_us_min.load(Ordering::Relaxed), 2000);
         assert_eq!(c.foreground_latency_us_p99.load(Ordering::Relaxed), 3000);
         // A window whose median met the target: one step back.

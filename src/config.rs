@@ -68,7 +68,8 @@ pub struct Config {
     /// fsync, fdatasync or read miss waits on it, in I/Os (of up to
     /// `io_max`). With nobody waiting, background writeback uses the full
     /// `io_depth` (after a waiter, for twice the gap between waiters, 100 ms
-    /// to 1 s, at most 1 MiB per worker);
+    /// to 1 s, at most 1 MiB per worker, and within 100 ms of one less
+    /// while `sync_latency_target_us` shrinks background I/O);
     /// the moment a sync waiter comes, no further async I/O is submitted until
     /// fewer than this many are in flight, so the waiter's own I/O and its
     /// store flush queue behind at most this many, and its blocks that the
@@ -81,10 +82,14 @@ pub struct Config {
     /// Foreground latency background writeback yields to, in
     /// microseconds; 0 turns the adaptation off. The block layer's
     /// writeback throttling (blk-wbt) is the model: the latencies of what
-    /// callers wait for (whole fsync / fdatasync calls, read misses) are
+    /// callers wait for (whole fsync / fdatasync calls of a file with at
+    /// most `io_max` dirty or under writeback when they began, read
+    /// misses) are
     /// gathered in windows of 100 ms; when a window's median exceeds this
     /// target, the largest background I/O a domain submits is halved
-    /// (from `io_max` down to 32 KiB), and it doubles again after each
+    /// (from `io_max` down to 64 KiB), and so are the background bytes
+    /// each worker keeps queued within 100 ms of a foreground call (1 MiB
+    /// at `io_max`, one I/O at least); both double again after each
     /// window that met the target or had no foreground call. Large
     /// background writes are what a commit waits behind on a device that
     /// serves requests in order: on a 2-core VM's virtio disk (Linux 6.18), next to a
@@ -97,6 +102,21 @@ pub struct Config {
     /// the stream at 0.85× and 0.72× of its speed; docs/performance.md has the
     /// figures.
     pub sync_latency_target_us: u64,
+    /// The I/O priority class background writeback carries to the
+    /// device's scheduler: `be` (best effort, as reads and fsyncs; the
+    /// default) or `idle`. Schedulers that know only classes, such as
+    /// mq-deadline, serve best-effort reads, sync writes and background
+    /// writes from one queue (preferring reads); an idle-class request
+    /// waits there until no other request does. A request in the kernel
+    /// cannot be promoted, so with `idle` the flusher sends in that class
+    /// only periodic and over-threshold writeback, never writeback that an
+    /// fsync, a writer waiting for dirty room, an uncached writer or
+    /// reclaim needs, at most 4 I/Os per worker, and none while one of
+    /// them has waited 100 ms or more (and for 1 s after): then background
+    /// writeback goes best effort. An fsync that needs a block already
+    /// sent in the idle class still waits for it. The `none` scheduler
+    /// (NVMe's usual) ignores classes.
+    pub background_ioprio: BackgroundIoprio,
     /// Writeback workers (flusher threads) per domain, each with its own
     /// submission queue, 1..=64. `writeback_routing` says how they share
     /// the work; `single` runs one. Default 2, one per core of this
@@ -188,6 +208,26 @@ impl Routing {
     }
 }
 
+/// The I/O priority class of background writeback (see
+/// [`Config::background_ioprio`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackgroundIoprio {
+    /// Best effort, the class of everything else the engine submits.
+    BestEffort,
+    /// The idle class, bounded by the flusher.
+    Idle,
+}
+
+impl BackgroundIoprio {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackgroundIoprio::BestEffort => "be",
+            BackgroundIoprio::Idle => "idle",
+        }
+    }
+}
+
 /// The most a sequential scan of a file larger than the cache caches
 /// before `scan_dropbehind` drops the rest behind it. Every byte a scan
 /// caches in a cache not yet full is fresh memory, which a 2-core VM
@@ -212,6 +252,7 @@ pub const OPTION_KEYS: &[&str] = &[
     "bridge_gap",
     "async_depth_while_sync",
     "sync_latency_target_us",
+    "background_ioprio",
     "writeback_workers",
     "writeback_routing",
     "region_size",
@@ -273,6 +314,7 @@ impl Config {
             bridge_gap_bytes: 2 * BLOCK_SIZE as u64,
             async_depth_while_sync: 1,
             sync_latency_target_us: DEFAULT_SYNC_LATENCY_TARGET_US,
+            background_ioprio: BackgroundIoprio::BestEffort,
             writeback_workers: 2,
             writeback_routing: Routing::Region,
             region_size_bytes: 64 * MIB,
@@ -384,6 +426,7 @@ impl Config {
             ("bridge_gap", Bytes(self.bridge_gap_bytes)),
             ("async_depth_while_sync", Number(u64::from(self.async_depth_while_sync))),
             ("sync_latency_target_us", Number(self.sync_latency_target_us)),
+            ("background_ioprio", Name(self.background_ioprio.name())),
             ("writeback_workers", Number(u64::from(self.writeback_workers))),
             ("writeback_routing", Name(self.writeback_routing.name())),
             ("region_size", Bytes(self.region_size_bytes)),
@@ -415,6 +458,13 @@ impl Config {
                     .map_err(|_| invalid(format!("async_depth_while_sync={depth} is too large")))?;
             }
             "sync_latency_target_us" => self.sync_latency_target_us = parse_number(key, value)?,
+            "background_ioprio" => {
+                self.background_ioprio = match value {
+                    "be" => BackgroundIoprio::BestEffort,
+                    "idle" => BackgroundIoprio::Idle,
+                    other => return Err(invalid(format!("background_ioprio must be 'be' or 'idle', not '{other}'"))),
+                }
+            }
             "writeback_workers" => {
                 let n = parse_number(key, value)?;
                 self.writeback_workers =
@@ -809,6 +859,10 @@ mod tests {
         assert_eq!((c.writeback_routing, c.writeback_workers, c.region_size_bytes), (Routing::Region, 4, 8 << 20));
         let c = Config::from_options("writeback_routing=single").unwrap();
         assert_eq!((c.writeback_routing, c.writeback_workers), (Routing::Single, 1));
+        assert_eq!(Config::default().background_ioprio, BackgroundIoprio::BestEffort);
+        let c = Config::from_options("background_ioprio=idle").unwrap();
+        assert_eq!(c.background_ioprio, BackgroundIoprio::Idle);
+        assert!(c.to_options().contains("background_ioprio=idle"), "{}", c.to_options());
         for (opts, words) in [
             ("writeback_routing=single,writeback_workers=2", "needs writeback_routing=rotor or region"),
             ("writeback_routing=rotor,writeback_workers=0", "writeback_workers must be 1 to 64"),
@@ -822,6 +876,8 @@ mod tests {
             ("writeback_workers=x", "option writeback_workers"),
             ("sync_latency_target_us=10000001", "sync_latency_target_us must be 0 (off) to 10000000"),
             ("sync_latency_target_us=-1", "option sync_latency_target_us"),
+            ("background_ioprio=rt", "background_ioprio must be 'be' or 'idle', not 'rt'"),
+            ("background_ioprio=", "background_ioprio must be 'be' or 'idle'"),
         ] {
             let err = Config::from_options(opts).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{opts}");
@@ -836,7 +892,7 @@ mod tests {
             c.to_options(),
             "capacity=256M,dirty_limit=64M,dirty_background=32M,expire_ms=1000,folio_max=2M,io_max=1M,\
              io=threads,io_depth=128,readahead_max=16M,throttle_pause_ms_max=200,bridge_gap=8K,\
-             async_depth_while_sync=1,sync_latency_target_us=200,writeback_workers=2,\
+             async_depth_while_sync=1,sync_latency_target_us=200,background_ioprio=be,writeback_workers=2,\
              writeback_routing=region,region_size=64M,scan_dropbehind=on,stream_dropbehind=on,guardian=on"
         );
         let keys: Vec<&str> = c.option_values().iter().map(|(k, _)| *k).collect();

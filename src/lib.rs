@@ -67,7 +67,7 @@ mod writeback;
 
 pub use buf::AlignedBuf;
 pub use cache::Cache;
-pub use config::{parse_size, Config, Routing, OPTION_KEYS};
+pub use config::{parse_size, BackgroundIoprio, Config, Routing, OPTION_KEYS};
 pub use file::{
     Advice, Allocation, File, FileCursor, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY,
     RESIDENT_WRITEBACK,

@@ -154,6 +154,14 @@ pub struct Counters {
     pub background_io_bytes_max: AtomicU64,
     pub background_scaled_down: AtomicU64,
     pub background_scaled_up: AtomicU64,
+    /// The async bytes one flusher keeps queued while sync callers are
+    /// recent, as last applied (scaled with the background I/O size).
+    pub background_queue_bytes_while_sync: AtomicU64,
+    /// Background writeback I/Os sent in the idle class
+    /// (`background_ioprio=idle`), and the times a worker found one waiting
+    /// 100 ms and sent its background writeback best effort for a second.
+    pub idle_class_ios: AtomicU64,
+    pub idle_class_waits_over: AtomicU64,
     /// The fastest and the p99 foreground wait of the last window that had
     /// one, in microseconds.
     pub foreground_latency_us_min: AtomicU64,
@@ -323,6 +331,18 @@ pub struct Stats {
     /// it back.
     pub background_scaled_down: u64,
     pub background_scaled_up: u64,
+    /// The async bytes one flusher keeps queued while sync callers are
+    /// recent (fsyncs or read misses within the last 100 ms to 1 s), as
+    /// last applied: 1 MiB scaled down with `background_io_bytes_max`; 0
+    /// before any.
+    pub background_queue_bytes_while_sync: u64,
+    /// Background writeback I/Os sent in the idle class
+    /// (`background_ioprio=idle`).
+    pub idle_class_ios: u64,
+    /// Times a writeback worker found an idle-class I/O waiting 100 ms
+    /// (the device's scheduler was busy with other requests) and sent its
+    /// background writeback best effort for the next second.
+    pub idle_class_waits_over: u64,
     /// The fastest and the p99 foreground wait (a whole fsync or
     /// fdatasync, a read miss) of the last window that had one, in
     /// microseconds; 0 before any.
@@ -395,6 +415,9 @@ impl Stats {
             background_io_bytes_max: c.background_io_bytes_max.load(Relaxed),
             background_scaled_down: c.background_scaled_down.load(Relaxed),
             background_scaled_up: c.background_scaled_up.load(Relaxed),
+            background_queue_bytes_while_sync: c.background_queue_bytes_while_sync.load(Relaxed),
+            idle_class_ios: c.idle_class_ios.load(Relaxed),
+            idle_class_waits_over: c.idle_class_waits_over.load(Relaxed),
             foreground_latency_us_min: c.foreground_latency_us_min.load(Relaxed),
             foreground_latency_us_p99: c.foreground_latency_us_p99.load(Relaxed),
             writeback_workers: crate::locks::lock(&c.writeback_workers).iter().map(|w| w.snapshot()).collect(),
@@ -451,6 +474,9 @@ impl Stats {
         num("background_io_bytes_max", self.background_io_bytes_max);
         num("background_scaled_down", self.background_scaled_down);
         num("background_scaled_up", self.background_scaled_up);
+        num("background_queue_bytes_while_sync", self.background_queue_bytes_while_sync);
+        num("idle_class_ios", self.idle_class_ios);
+        num("idle_class_waits_over", self.idle_class_waits_over);
         num("foreground_latency_us_min", self.foreground_latency_us_min);
         num("foreground_latency_us_p99", self.foreground_latency_us_p99);
         self.write_device_json(&mut s);
@@ -577,6 +603,9 @@ mod tests {
             "background_io_bytes_max",
             "background_scaled_down",
             "background_scaled_up",
+            "background_queue_bytes_while_sync",
+            "idle_class_ios",
+            "idle_class_waits_over",
             "foreground_latency_us_min",
             "foreground_latency_us_p99",
         ] {
@@ -656,7 +685,7 @@ mod tests {
             ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\
              \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
              \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":1,\
-             \"sync_latency_target_us\":200,\"writeback_workers\":2,\"writeback_routing\":\"region\",\"region_size\":{},\
+             \"sync_latency_target_us\":200,\"background_ioprio\":\"be\",\"writeback_workers\":2,\"writeback_routing\":\"region\",\"region_size\":{},\
              \"scan_dropbehind\":\"on\",\"stream_dropbehind\":\"on\",\"guardian\":\"on\"}}}}",
             256 << 20,
             64 << 20,

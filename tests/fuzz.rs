@@ -271,6 +271,7 @@ fn plausible(rng: &mut Rng, key: &str) -> String {
         "writeback_routing" => sizes(rng, &["single", "rotor", "region", "Region", ""]),
         "region_size" => sizes(rng, &["64M", "2M", "1G", "1T", "3M", "4K"]),
         "scan_dropbehind" | "stream_dropbehind" => sizes(rng, &["on", "off", "On", "yes", ""]),
+        "background_ioprio" => sizes(rng, &["be", "idle", "rt", "IDLE", ""]),
         _ => sizes(rng, &["0", "8K", "4K", "64K"]),
     }
 }

@@ -152,6 +152,10 @@ pub struct Inode {
     size_changed: AtomicBool,
     /// Writeback wrote data since the last successful store sync.
     written_since_sync: AtomicBool,
+    /// Bytes of this inode's writeback passes between collecting and
+    /// completing (what an fsync that comes now waits for besides what is
+    /// still dirty).
+    writeback_pass_bytes: AtomicU64,
     errseq: ErrSeq,
     tickets: Mutex<Tickets>,
     tickets_done: locks::WaitQueue,
@@ -209,6 +213,7 @@ impl Inode {
             store_writes_end: Mutex::new(0),
             size_changed: AtomicBool::new(false),
             written_since_sync: AtomicBool::new(false),
+            writeback_pass_bytes: AtomicU64::new(0),
             errseq: ErrSeq::default(),
             tickets: Mutex::new(Tickets::default()),
             tickets_done: locks::WaitQueue::default(),

@@ -86,16 +86,18 @@ pub unsafe fn rw_iovecs(fd: RawFd, offset: u64, iovecs: &[libc::iovec], write: b
 }
 
 /// The `ioprio` value a request of `priority` carries to the device:
-/// best-effort class, level 0 (highest) for sync, level 7 (lowest) for async,
-/// so background writeback never starves a waiting reader or fsync.
+/// best-effort class, level 0 (highest) for sync, level 7 (lowest) for async;
+/// the idle class for idle. Schedulers that know only classes (mq-deadline)
+/// serve sync and async alike; the idle class waits for everything else.
 pub fn ioprio_of(priority: IoPriority) -> u16 {
     const IOPRIO_CLASS_BE: u16 = 2;
+    const IOPRIO_CLASS_IDLE: u16 = 3;
     const IOPRIO_CLASS_SHIFT: u16 = 13;
-    let level = match priority {
-        IoPriority::Sync => 0,
-        IoPriority::Async => 7,
-    };
-    (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | level
+    match priority {
+        IoPriority::Sync => IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT,
+        IoPriority::Async => (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | 7,
+        IoPriority::Idle => IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT,
+    }
 }
 
 /// An OS error this module detected itself: an errno plus a message that
@@ -1213,6 +1215,7 @@ mod tests {
     fn ioprio_values() {
         assert_eq!(ioprio_of(IoPriority::Sync), 2 << 13);
         assert_eq!(ioprio_of(IoPriority::Async), (2 << 13) | 7);
+        assert_eq!(ioprio_of(IoPriority::Idle), 3 << 13);
     }
 
     #[test]

@@ -123,6 +123,11 @@ pub enum IoPriority {
     Sync,
     /// Background writeback, readahead.
     Async,
+    /// Background writeback that the device's scheduler may serve after
+    /// everything else (the idle class, `background_ioprio=idle`). The
+    /// flusher bounds it (`crate::writeback::policy::background_class`):
+    /// a request in the kernel cannot be promoted.
+    Idle,
 }
 
 /// How to open a backing store; mirrors `open(2)` flags.

@@ -203,6 +203,13 @@ pub trait WriteQueue {
     /// Returns the completions available now. With `wait`, blocks until at
     /// least one is available, unless nothing is queued.
     fn reap(&mut self, wait: bool) -> Vec<Completion>;
+    /// As `reap(true)`, but returns once `timeout` has passed, with no
+    /// completion if none came. A queue that completes what it reaps on
+    /// the calling thread (the batches) has no wait to cut short.
+    fn reap_within(&mut self, timeout: std::time::Duration) -> Vec<Completion> {
+        let _ = timeout;
+        self.reap(true)
+    }
 }
 
 /// Runs queued writes in batches, one [`run_batch`] per store, when `reap`

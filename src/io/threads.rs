@@ -206,7 +206,7 @@ impl JobQueue {
         }
         match job.priority {
             IoPriority::Sync => jobs.sync.push_back(SendJob(job)),
-            IoPriority::Async => jobs.background.push_back(SendJob(job)),
+            IoPriority::Async | IoPriority::Idle => jobs.background.push_back(SendJob(job)),
         }
         drop(jobs);
         self.ready.notify_one();
@@ -544,6 +544,16 @@ impl WriteQueue for PoolQueue {
         let done = std::mem::take(&mut self.ready);
         self.queued -= done.len();
         done
+    }
+
+    fn reap_within(&mut self, timeout: std::time::Duration) -> Vec<Completion> {
+        self.dispatch_backlog();
+        if self.ready.is_empty() && self.backlog.is_empty() && self.in_pool > 0 {
+            if let Ok(answer) = self.answers.recv_timeout(timeout) {
+                self.take_answer(answer);
+            }
+        }
+        self.reap(false)
     }
 }
 

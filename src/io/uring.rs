@@ -632,6 +632,31 @@ impl UringQueue {
     }
 }
 
+impl UringQueue {
+    /// As [`UringQueue::enter`] with a wait, for at most `timeout` (a ring
+    /// without the kernel's timed wait, before Linux 5.11, waits in full).
+    fn enter_within(&mut self, timeout: Duration) {
+        self.fill();
+        let in_ring = self.in_ring;
+        let Some(ring) = self.ring.as_mut() else { return };
+        if in_ring == 0 || !ring.params().is_feature_ext_arg() {
+            return self.enter(true);
+        }
+        let ts = types::Timespec::from(timeout);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => {}
+            Err(e) if is_busy(&e) => {
+                if self.reap_cqes() == 0 {
+                    std::thread::sleep(BUSY_BACKOFF);
+                }
+            }
+            Err(e) => self.abandon_ring(&e),
+        }
+    }
+}
+
 impl WriteQueue for UringQueue {
     fn push(&mut self, write: QueuedWrite) {
         self.queued += 1;
@@ -669,6 +694,20 @@ impl WriteQueue for UringQueue {
         let done = std::mem::take(&mut self.ready);
         self.queued -= done.len();
         done
+    }
+
+    fn reap_within(&mut self, timeout: Duration) -> Vec<Completion> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            self.reap_cqes();
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !self.ready.is_empty() || self.queued == 0 || left.is_zero() {
+                break;
+            }
+            assert!(self.ring.is_some(), "queued writes without a ring");
+            self.enter_within(left);
+        }
+        self.reap(false)
     }
 }
 

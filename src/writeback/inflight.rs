@@ -12,7 +12,14 @@
 //! I/Os in the queue. An fsync that arrives for an inode whose I/O is held
 //! here *promotes* it: it moves to the sync class (and carries the sync
 //! `ioprio`) and is submitted ahead of the rest, written once. I/O already
-//! in the queue is waited for, not rewritten.
+//! in the queue is waited for, not rewritten. While sync callers are
+//! recent the async bytes in the queue are capped ([`policy::sync_recency`]),
+//! within 100 ms of one scaled with the background I/O size
+//! ([`policy::async_queue_bytes_while_sync`]). With
+//! `background_ioprio=idle`, async I/O that nothing waits for goes in the
+//! idle class, at most [`policy::IDLE_IOS_MAX`] in the queue, the rest held
+//! until one completes or has waited [`policy::IDLE_WAIT_MAX`]
+//! ([`policy::background_class`]).
 //!
 //! Invariants:
 //! - A pass is completed ([`Inode::finish_pass`]) exactly once, after every
@@ -41,6 +48,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::config::BackgroundIoprio;
 use crate::inode::Inode;
 use crate::inode::{PassScope, SizeFix, WbPass};
 use crate::io::queue::{Completion, QueuedWrite, WriteQueue};
@@ -55,7 +63,7 @@ const TAG_SHIFT: u32 = 32;
 fn class_of(priority: IoPriority) -> IoClass {
     match priority {
         IoPriority::Sync => IoClass::Sync,
-        IoPriority::Async => IoClass::Async,
+        IoPriority::Async | IoPriority::Idle => IoClass::Async,
     }
 }
 
@@ -106,6 +114,11 @@ pub struct InFlight {
     /// The last two gaps between those events (see
     /// [`policy::sync_recent_window`]).
     sync_gaps: [std::time::Duration; 2],
+    /// The idle-class I/Os in the queue (`background_ioprio=idle`): their
+    /// tags and when each went in; and when one was last found waiting
+    /// [`policy::IDLE_WAIT_MAX`].
+    idle_in_queue: Vec<(u64, Instant)>,
+    idle_stuck_at: Option<Instant>,
     /// Set when a pass completed with failed writes; cleared by
     /// [`InFlight::clear_failed`].
     failed: bool,
@@ -149,6 +162,8 @@ impl InFlight {
             sync_generation_seen: 0,
             sync_seen_at: None,
             sync_gaps: [std::time::Duration::ZERO; 2],
+            idle_in_queue: Vec::new(),
+            idle_stuck_at: None,
             failed: false,
             busy_since: None,
         }
@@ -240,8 +255,25 @@ impl InFlight {
     pub fn reap_some(&mut self) {
         self.submit_held();
         debug_assert!(self.passes.is_empty() || self.in_queue > 0, "a pass in flight has I/O in the queue");
-        let done = self.queue.reap(true);
+        let done = match self.idle_wait_left() {
+            Some(left) => self.queue.reap_within(left),
+            None => self.queue.reap(true),
+        };
         self.complete(done);
+    }
+
+    /// While held background I/O waits for idle-class I/O in the queue
+    /// ([`policy::BackgroundClass::Wait`]), how long until the oldest of
+    /// those has waited [`policy::IDLE_WAIT_MAX`]: the worker looks again
+    /// then, and sends what it holds best effort if it is still there.
+    fn idle_wait_left(&self) -> Option<std::time::Duration> {
+        let oldest = self.idle_in_queue.iter().map(|(_, at)| *at).min()?;
+        let backing_off = self.idle_stuck_at.is_some_and(|at| at.elapsed() < policy::IDLE_BACKOFF);
+        if self.held_async.is_empty() || backing_off {
+            return None;
+        }
+        let left = policy::IDLE_WAIT_MAX.saturating_sub(oldest.elapsed());
+        Some(left.max(std::time::Duration::from_millis(1)))
     }
 
     /// Completes every pass in flight.
@@ -299,9 +331,12 @@ impl InFlight {
         let domain = self.domain.clone();
         let waiters = domain.dirty.has_sync_waiters();
         let cap = domain.config.async_depth_while_sync;
-        let window = policy::sync_recent_window(self.sync_gaps);
-        let sync_recent = waiters || self.sync_seen_at.is_some_and(|at| at.elapsed() < window);
-        let bytes_max = if sync_recent { policy::ASYNC_QUEUE_BYTES_WHILE_SYNC } else { u64::MAX };
+        let since_sync = self.sync_seen_at.map(|at| at.elapsed());
+        let bytes_max = match policy::sync_recency(waiters, since_sync, self.sync_gaps) {
+            policy::SyncRecency::Now => self.async_queue_bytes_while_sync(),
+            policy::SyncRecency::Recent => policy::ASYNC_QUEUE_BYTES_WHILE_SYNC,
+            policy::SyncRecency::Long => u64::MAX,
+        };
         while let Some(next_len) = self.held_async.front().map(|(_, w)| w.len() as u64) {
             let queue = policy::AsyncQueue {
                 ios: self.async_in_queue,
@@ -312,7 +347,16 @@ impl InFlight {
             if !policy::may_submit_async(&queue, next_len, waiters, cap, bytes_max) {
                 break;
             }
-            let Some((_, w)) = self.held_async.pop_front() else { break };
+            let Some((inode_id, mut w)) = self.held_async.pop_front() else { break };
+            match self.background_class(w.tag) {
+                policy::BackgroundClass::BestEffort => {}
+                policy::BackgroundClass::Idle => self.note_idle(&mut w),
+                policy::BackgroundClass::Wait => {
+                    debug_assert!(!self.idle_in_queue.is_empty(), "it waits for idle I/O in the queue");
+                    self.held_async.push_front((inode_id, w));
+                    break;
+                }
+            }
             self.push_to_queue(w);
             if waiters {
                 // What a waiter sees added: I/O submitted before it came
@@ -328,6 +372,55 @@ impl InFlight {
             self.in_queue > 0 || (self.held_sync.is_empty() && self.held_async.is_empty()),
             "held I/O always has a way into an empty queue"
         );
+    }
+
+    /// [`policy::async_queue_bytes_while_sync`] at the domain's budget now,
+    /// also shown in the stats.
+    fn async_queue_bytes_while_sync(&self) -> u64 {
+        let dirty = &self.domain.dirty;
+        let budget_io_bytes = dirty.background_budget.io_bytes_max();
+        let bytes = policy::async_queue_bytes_while_sync(budget_io_bytes, self.domain.config.io_max_bytes);
+        dirty.cache.counters.background_queue_bytes_while_sync.store(bytes, Ordering::Relaxed);
+        bytes
+    }
+
+    /// The class the async I/O tagged `tag` goes to the device in
+    /// ([`policy::background_class`]).
+    fn background_class(&mut self, tag: u64) -> policy::BackgroundClass {
+        let config = &self.domain.config;
+        if config.background_ioprio != BackgroundIoprio::Idle {
+            return policy::BackgroundClass::BestEffort;
+        }
+        let reason = self.passes.get(&(tag >> TAG_SHIFT)).expect("held I/O belongs to a pass in flight").pass.reason();
+        let now = Instant::now();
+        let oldest_idle_wait = self.idle_in_queue.iter().map(|(_, at)| now.duration_since(*at)).max();
+        let oldest_idle_wait = oldest_idle_wait.unwrap_or_default();
+        if oldest_idle_wait >= policy::IDLE_WAIT_MAX {
+            let counters = &self.domain.dirty.cache.counters;
+            if self.idle_stuck_at.is_none_or(|at| now.duration_since(at) >= policy::IDLE_BACKOFF) {
+                Counters::add(&counters.idle_class_waits_over, 1);
+            }
+            self.idle_stuck_at = Some(now);
+        }
+        let dirty = &self.domain.dirty;
+        policy::background_class(&policy::IdleClassInput {
+            configured: true,
+            reason,
+            has_sync_waiters: dirty.has_sync_waiters(),
+            has_dirty_waiters: dirty.cache.has_dirty_waiters(),
+            idle_in_queue: self.idle_in_queue.len(),
+            oldest_idle_wait,
+            since_idle_stuck: self.idle_stuck_at.map(|at| now.duration_since(at)),
+        })
+    }
+
+    /// `w` goes to the device in the idle class.
+    fn note_idle(&mut self, w: &mut QueuedWrite) {
+        debug_assert_eq!(w.priority, IoPriority::Async, "only async I/O goes idle");
+        w.priority = IoPriority::Idle;
+        self.idle_in_queue.push((w.tag, Instant::now()));
+        Counters::add(&self.domain.dirty.cache.counters.idle_class_ios, 1);
+        assert!(self.idle_in_queue.len() <= policy::IDLE_IOS_MAX, "idle-class I/O is bounded");
     }
 
     fn push_to_queue(&mut self, w: QueuedWrite) {
@@ -351,6 +444,21 @@ impl InFlight {
         self.queue.push(w);
     }
 
+    /// Accounts for the I/O tagged `tag` (of `class` and `len` bytes,
+    /// counted in the device account as `io`) leaving the queue.
+    fn left_queue(&mut self, tag: u64, class: IoClass, len: u64, io: InFlightIo) {
+        self.domain.dirty.cache.counters.device.end(io);
+        if let Some(at) = self.idle_in_queue.iter().position(|(t, _)| *t == tag) {
+            self.idle_in_queue.swap_remove(at);
+        }
+        self.in_queue -= 1;
+        self.ios_queued -= 1;
+        if class == IoClass::Async {
+            self.async_in_queue -= 1;
+            self.async_bytes_in_queue -= len;
+        }
+    }
+
     fn complete(&mut self, done: Vec<Completion>) {
         if done.is_empty() {
             return;
@@ -368,20 +476,15 @@ impl InFlight {
             assert!(p.results[index].is_none(), "an I/O completes once");
             let (class, len) = p.classes[index].expect("a completed I/O went to the queue");
             let io = p.device_ios[index].take().expect("a queued I/O is in the device account");
-            self.domain.dirty.cache.counters.device.end(io);
-            self.in_queue -= 1;
-            if class == IoClass::Async {
-                self.async_in_queue -= 1;
-                self.async_bytes_in_queue -= len;
-            }
             if let Ok(n) = &c.result {
                 completed_bytes += *n as u64;
                 written_bytes += p.pass.io_bytes(index);
             }
             p.results[index] = Some(c.result);
             p.remaining -= 1;
-            self.ios_queued -= 1;
-            if p.remaining > 0 {
+            let pass_done = p.remaining == 0;
+            self.left_queue(c.tag, class, len, io);
+            if !pass_done {
                 continue;
             }
             let Pending { inode, mut pass, results, classes, .. } = self.passes.remove(&id).expect("just found");

@@ -105,6 +105,11 @@ pub struct WbPass {
 }
 
 impl WbPass {
+    /// Why the pass writes.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+
     /// Bytes the pass writes.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -446,6 +451,7 @@ impl Inode {
         self.note_padding(&split);
         let (chunks, groups) = self.group_into_ios(split, io_max_bytes);
         let bytes = chunks.iter().map(|c| c.len_bytes() as u64).sum();
+        self.writeback_pass_bytes.fetch_add(bytes, Ordering::AcqRel);
         Some(WbPass { ticket, reason, chunks, groups, classes: Vec::new(), bytes })
     }
 }
