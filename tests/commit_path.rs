@@ -144,7 +144,7 @@ fn a_syncs_small_append_is_written_buffered_and_a_large_one_direct() {
 
 /// Background writeback yields to slow fsyncs: while fsyncs keep missing
 /// `sync_latency_target_us` (the sim's writes take up to 3 ms), each
-/// 100 ms window halves the largest background I/O down to 32 KiB, and
+/// 100 ms window halves the largest background I/O down to 64 KiB, and
 /// background writes go out no larger; once the fsyncs stop, quiet
 /// windows grow it back to `io_max`.
 #[test]
@@ -171,9 +171,9 @@ fn background_io_shrinks_while_fsyncs_miss_the_target_and_grows_back() {
     let budget_is = |bytes: u64| {
         common::wait_until(std::time::Duration::from_secs(20), || cache.stats().background_io_bytes_max == bytes)
     };
-    assert!(budget_is(32 * KIB), "budget after slow fsyncs: {:?}", cache.stats().background_io_bytes_max);
+    assert!(budget_is(64 * KIB), "budget after slow fsyncs: {:?}", cache.stats().background_io_bytes_max);
     let st = cache.stats();
-    assert!(st.background_scaled_down >= 3, "{st:?}");
+    assert!(st.background_scaled_down >= 2, "{st:?}");
     assert!(st.foreground_latency_us_p99 > 500 && st.foreground_latency_us_min > 0, "{st:?}");
 
     sim.record_writes();
@@ -188,7 +188,11 @@ fn background_io_shrinks_while_fsyncs_miss_the_target_and_grows_back() {
     };
     assert!(written_back(0), "background writeback ran");
     let largest = stream_writes(0).into_iter().max().unwrap_or(0);
-    assert!(largest <= 32 * KIB, "background writes of {largest} bytes while fsyncs are slow");
+    assert!(largest <= 64 * KIB, "background writes of {largest} bytes while fsyncs are slow");
+    // The queue kept next to the commits shrank with the I/O: 1 MiB at
+    // io_max (256 KiB), scaled by 64 KiB / 256 KiB.
+    let queue = cache.stats().background_queue_bytes_while_sync;
+    assert_eq!(queue, 256 * KIB, "the queue shrank with the I/O");
 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     committer.join().unwrap();
@@ -198,7 +202,7 @@ fn background_io_shrinks_while_fsyncs_miss_the_target_and_grows_back() {
     big.write_at(&vec![6u8; 4 << 20], 0).unwrap();
     assert!(written_back(from), "background writeback ran");
     let largest = stream_writes(from).into_iter().max().unwrap_or(0);
-    assert!(largest > 32 * KIB, "background writes grew back after quiet windows: {largest} bytes at most");
+    assert!(largest > 64 * KIB, "background writes grew back after quiet windows: {largest} bytes at most");
     let st = cache.stats();
     assert!(st.background_scaled_up >= 1, "{st:?}");
     drop(big);

@@ -185,8 +185,8 @@ pub enum SyncRecency {
 /// scaled cap is for callers that come again within 100 ms (a database
 /// committing); later in the window the queue keeps 1 MiB. Next to two
 /// streams, fsyncs every 100 ms (`fsync-under-load`, 256M, --repeat 3)
-/// still fall within it, and the streams kept 0.59-0.70× of their rate
-/// alone, against 0.86-0.91× with 1 MiB.
+/// still fall within it, and the streams kept 0.63-0.81× of their rate
+/// alone, against 0.86-0.95× with 1 MiB over the whole window.
 pub fn sync_recency(
     has_sync_waiters: bool,
     since_sync: Option<std::time::Duration>,
