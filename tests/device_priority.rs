@@ -268,7 +268,9 @@ fn background_writeback_reaches_the_scheduler_in_its_own_class() {
 }
 
 /// fio reading the device at random, 256 reads in flight, in a process
-/// group of its own (killed with it on drop).
+/// group of its own (killed with it on drop). Its job runs as a thread
+/// (`--thread`): a job process of its own starts a new session, which
+/// killing fio's group would leave running, holding the device.
 struct SaturatingReader(Child);
 
 impl SaturatingReader {
@@ -276,7 +278,7 @@ impl SaturatingReader {
         let mut cmd = Command::new("fio");
         cmd.args(["--name=reader", "--rw=randread", "--bs=64k", "--direct=1", "--ioengine=io_uring"])
             .args(["--iodepth=256", "--time_based", "--runtime=60", "--readonly"])
-            .args(["--offset=128M", "--size=64M"])
+            .args(["--offset=128M", "--size=64M", "--thread"])
             .arg(format!("--filename={}", device.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
