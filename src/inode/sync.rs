@@ -204,7 +204,7 @@ impl Inode {
     /// Whether what an fsync would wait for now, the folios in the dirty
     /// index and the passes in flight, is at most `bytes_max` (it stops
     /// counting past it).
-    fn dirty_bytes_at_most(&self, bytes_max: u64) -> bool {
+    fn outstanding_bytes_at_most(&self, bytes_max: u64) -> bool {
         let mut bytes = self.writeback_pass_bytes.load(Ordering::Acquire);
         if bytes > bytes_max {
             return false;
@@ -225,7 +225,7 @@ impl Inode {
     /// report any error since the handle's cursor (once per handle).
     pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
         let started = Instant::now();
-        let commit_sized = self.dirty_bytes_at_most(self.config.io_max_bytes);
+        let commit_sized = self.outstanding_bytes_at_most(self.config.io_max_bytes);
         let result = self.write_and_sync(data_only, Reason::Fsync);
         let latency = started.elapsed();
         self.counters.fsync_latency.record(latency.as_micros() as u64);
