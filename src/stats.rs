@@ -162,6 +162,9 @@ pub struct Counters {
     /// 100 ms and sent its background writeback best effort for a second.
     pub idle_class_ios: AtomicU64,
     pub idle_class_waits_over: AtomicU64,
+    /// Periodic writeback rounds that left data older than `expire` dirty
+    /// because a foreground caller was recent (`expire_busy_ms`).
+    pub periodic_waits_for_foreground: AtomicU64,
     /// The fastest and the p99 foreground wait of the last window that had
     /// one, in microseconds.
     pub foreground_latency_us_min: AtomicU64,
@@ -343,6 +346,10 @@ pub struct Stats {
     /// (the device's scheduler was busy with other requests) and sent its
     /// background writeback best effort for the next second.
     pub idle_class_waits_over: u64,
+    /// Rounds of a writeback worker's periodic writeback that left data
+    /// older than `expire_ms` dirty because a read miss or an fsync had
+    /// come within 100 ms: such data waits up to `expire_busy_ms`.
+    pub periodic_waits_for_foreground: u64,
     /// The fastest and the p99 foreground wait (a whole fsync or
     /// fdatasync, a read miss) of the last window that had one, in
     /// microseconds; 0 before any.
@@ -418,6 +425,7 @@ impl Stats {
             background_queue_bytes_while_sync: c.background_queue_bytes_while_sync.load(Relaxed),
             idle_class_ios: c.idle_class_ios.load(Relaxed),
             idle_class_waits_over: c.idle_class_waits_over.load(Relaxed),
+            periodic_waits_for_foreground: c.periodic_waits_for_foreground.load(Relaxed),
             foreground_latency_us_min: c.foreground_latency_us_min.load(Relaxed),
             foreground_latency_us_p99: c.foreground_latency_us_p99.load(Relaxed),
             writeback_workers: crate::locks::lock(&c.writeback_workers).iter().map(|w| w.snapshot()).collect(),
@@ -477,6 +485,7 @@ impl Stats {
         num("background_queue_bytes_while_sync", self.background_queue_bytes_while_sync);
         num("idle_class_ios", self.idle_class_ios);
         num("idle_class_waits_over", self.idle_class_waits_over);
+        num("periodic_waits_for_foreground", self.periodic_waits_for_foreground);
         num("foreground_latency_us_min", self.foreground_latency_us_min);
         num("foreground_latency_us_p99", self.foreground_latency_us_p99);
         self.write_device_json(&mut s);
@@ -606,6 +615,7 @@ mod tests {
             "background_queue_bytes_while_sync",
             "idle_class_ios",
             "idle_class_waits_over",
+            "periodic_waits_for_foreground",
             "foreground_latency_us_min",
             "foreground_latency_us_p99",
         ] {
@@ -682,7 +692,7 @@ mod tests {
         let counters = bare.to_json();
         assert!(json.starts_with(&counters[..counters.len() - 1]), "existing fields unchanged: {json}");
         let expected = format!(
-            ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\
+            ",\"config\":{{\"capacity\":{},\"dirty_limit\":{},\"dirty_background\":{},\"expire_ms\":1000,\"expire_busy_ms\":30000,\
              \"folio_max\":{},\"io_max\":{},\"io\":\"threads\",\"io_depth\":128,\"readahead_max\":{},\
              \"throttle_pause_ms_max\":200,\"bridge_gap\":8192,\"async_depth_while_sync\":1,\
              \"sync_latency_target_us\":200,\"background_ioprio\":\"be\",\"writeback_workers\":2,\"writeback_routing\":\"region\",\"region_size\":{},\

@@ -259,6 +259,7 @@ fn plausible(rng: &mut Rng, key: &str) -> String {
         "dirty_limit" => sizes(rng, &["512M", "64M", "16M", "8M", "12345678", "32MB"]),
         "dirty_background" => sizes(rng, &["0", "4K", "8M", "1M", "16380K", "100"]),
         "expire_ms" => sizes(rng, &["1", "7", "1000", "60000", "18446744073709551615"]),
+        "expire_busy_ms" => sizes(rng, &["1", "999", "1000", "30000", "18446744073709551615"]),
         "folio_max" => sizes(rng, &["4K", "64K", "2M", "1M", "8k"]),
         "io_max" => sizes(rng, &["1M", "64K", "4M", "1G", "16K"]),
         "io" => sizes(rng, &["uring", "threads"]),

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::Inode;
 use crate::buf::AlignedBuf;
+use crate::dirty::READER_SYNC_WAITER_ID;
 use crate::epoch::ReadSection;
 use crate::folio::{Folio, FolioState, OptimisticCopy};
 use crate::io::{run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
@@ -20,10 +21,6 @@ use crate::stats::{Counters, DeviceClass};
 use crate::userbuf::ReadTarget;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
-
-/// The sync-waiter id of a reader waiting for a fill (no inode's id:
-/// those count up from 1).
-const READER_SYNC_WAITER_ID: u64 = u64::MAX;
 
 /// The longest part of a read copied on the hit paths (see
 /// [`Inode::copy_cached_part`]): a few microseconds of copying at most,

@@ -153,6 +153,12 @@ impl Domain {
         expired
     }
 
+    /// Whether an inode on `worker`'s list joined it at or before
+    /// `cutoff_ns`.
+    pub fn has_dirtied_before(&self, worker: usize, cutoff_ns: u64) -> bool {
+        self.list(worker).iter().any(|l| l.dirtied_when_ns <= cutoff_ns)
+    }
+
     pub fn nr_dirty_inodes(&self, worker: usize) -> usize {
         self.list(worker).len()
     }

@@ -159,11 +159,23 @@ fn sleep_unless_shutdown(domain: &Domain, duration: std::time::Duration) {
 }
 
 /// Periodic writeback: every inode that joined the worker's list longer
-/// than `expire` ago, each in one pass of everything of it the worker
-/// writes (it is queued whole).
+/// than `expire` ago (`expire_busy` while foreground callers are recent,
+/// [`policy::periodic_cutoff`]), each in one pass of everything of it the
+/// worker writes (it is queued whole).
 fn write_expired(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight) {
-    let cutoff_ns = policy::expired_before_ns(domain.dirty.cache.now_ns(), domain.config.expire_ms);
-    for listed in domain.take_expired(worker, cutoff_ns) {
+    let cutoff = policy::periodic_cutoff(&policy::PeriodicInput {
+        now_ns: domain.dirty.cache.now_ns(),
+        expire_ms: domain.config.expire_ms,
+        expire_busy_ms: domain.config.expire_busy_ms,
+        foreground_seen_ns: domain.dirty.foreground_seen_ns(),
+    });
+    let expired = domain.take_expired(worker, cutoff.before_ns());
+    if let policy::PeriodicCutoff::Busy { expire_before_ns, .. } = cutoff {
+        if domain.has_dirtied_before(worker, expire_before_ns) {
+            Counters::add(&domain.dirty.cache.counters.periodic_waits_for_foreground, 1);
+        }
+    }
+    for listed in expired {
         inflight.start(&listed.inode, Reason::Periodic, u64::MAX, usize::MAX);
         domain.requeue(worker, listed);
     }
