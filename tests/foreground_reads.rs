@@ -8,7 +8,7 @@
 mod common;
 use common::wait_until;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -36,19 +36,22 @@ fn make_read_file(cache: &Cache) -> File {
 }
 
 /// A thread that reads a 4 KiB block of `file` it has not read before
-/// every millisecond (each a miss) until `stop` is set; returns how many it
-/// read.
-fn start_reader(file: File, stop: Arc<AtomicBool>) -> JoinHandle<u64> {
+/// every millisecond (each a miss) until `stop` is set, keeping the longest
+/// gap between two reads' ends in `gap_us_max`; returns how many it read.
+fn start_reader(file: File, stop: Arc<AtomicBool>, gap_us_max: Arc<AtomicU64>) -> JoinHandle<u64> {
     std::thread::spawn(move || {
         let blocks = READ_FILE_BYTES / 4096 - 1;
         let mut buf = vec![0u8; 4096];
         let mut n = 0u64;
+        let mut last = std::time::Instant::now();
         while !stop.load(Ordering::Relaxed) {
             // A stride coprime with the block count visits every block
             // once before any repeats, and never two neighbours in a row
             // (no readahead).
             let block = (n * 7919) % blocks;
             assert_eq!(file.read_at(&mut buf, block * 4096).unwrap(), 4096);
+            gap_us_max.fetch_max(last.elapsed().as_micros() as u64, Ordering::Relaxed);
+            last = std::time::Instant::now();
             n += 1;
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -68,7 +71,8 @@ fn periodic_writeback_waits_while_reads_miss() {
         let cache = cache(&sim, &options);
         let reader = make_read_file(&cache);
         let stop = Arc::new(AtomicBool::new(false));
-        let reading = start_reader(reader, stop.clone());
+        let gap_us_max = Arc::new(AtomicU64::new(0));
+        let reading = start_reader(reader, stop.clone(), gap_us_max.clone());
         // The reader's first miss comes before the write ages.
         assert!(wait_until(Duration::from_secs(5), || cache.stats().device[DeviceClass::Read as usize].ios > 0));
         let written = cache.open("/written", &OpenOptions::read_write_create()).unwrap();
@@ -76,9 +80,16 @@ fn periodic_writeback_waits_while_reads_miss() {
         // Twelve expire periods, each one flusher look (or more) at it.
         std::thread::sleep(Duration::from_millis(600));
         let st = cache.stats();
+        // A reader the machine stalled for 100 ms leaves a gap in which
+        // periodic writeback rightly goes: only then may the data be clean.
+        let gap_us = gap_us_max.load(Ordering::Relaxed);
         if waits {
-            assert_eq!(st.dirty_bytes, 64 * KIB as u64, "{what}: still dirty while reads miss: {st:?}");
             assert!(st.periodic_waits_for_foreground > 0, "{what}: {st:?}");
+            if gap_us < 90_000 {
+                assert_eq!(st.dirty_bytes, 64 * KIB as u64, "{what}: still dirty while reads miss: {st:?}");
+            } else {
+                eprintln!("{what}: the reader stalled {gap_us} µs; the data may have gone in that gap");
+            }
         } else {
             assert_eq!(st.dirty_bytes, 0, "{what}: written within expire_ms: {st:?}");
             assert_eq!(st.periodic_waits_for_foreground, 0, "{what}: {st:?}");
@@ -107,10 +118,10 @@ fn a_large_fsync_goes_in_batches_while_reads_miss() {
         let cache = cache(&sim, "capacity=128M,dirty_limit=64M,dirty_background=60M,expire_ms=600000,io_max=1M");
         let reader = make_read_file(&cache);
         let stop = Arc::new(AtomicBool::new(false));
-        let reader = reading.then(|| start_reader(reader, stop.clone()));
-        let reads_before = |n: u64| move |c: &Cache| c.stats().device[DeviceClass::Read as usize].ios >= n;
+        let reader = reading.then(|| start_reader(reader, stop.clone(), Arc::default()));
         if reader.is_some() {
-            assert!(wait_until(Duration::from_secs(5), || reads_before(3)(&cache)));
+            let read_misses = || cache.stats().device[DeviceClass::Read as usize].ios;
+            assert!(wait_until(Duration::from_secs(5), || read_misses() >= 3), "the reader misses");
         }
         let big = cache.open("/big", &OpenOptions::read_write_create()).unwrap();
         let data: Vec<u8> = (0..16 * MIB).map(|i| (i / 4096) as u8).collect();
