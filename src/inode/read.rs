@@ -16,7 +16,7 @@ use crate::buf::AlignedBuf;
 use crate::dirty::READER_SYNC_WAITER_ID;
 use crate::epoch::ReadSection;
 use crate::folio::{Folio, FolioState, OptimisticCopy};
-use crate::io::{run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
+use crate::io::{batch_len, run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
 use crate::stats::{Counters, DeviceClass};
 use crate::userbuf::ReadTarget;
 
@@ -148,12 +148,7 @@ impl Inode {
         let mut first_err = None;
         let mut rest = std::collections::VecDeque::from(created);
         while !rest.is_empty() {
-            let mut n = 0;
-            let mut bytes = 0;
-            while n < rest.len() && (n == 0 || bytes + rest[n].size_bytes() as u64 <= batch_bytes) {
-                bytes += rest[n].size_bytes() as u64;
-                n += 1;
-            }
+            let n = batch_len(rest.iter().map(|f| f.size_bytes() as u64), batch_bytes);
             let batch: Vec<Arc<Folio>> = rest.drain(..n).collect();
             if let Err(e) = self.fill_folios(&batch, priority) {
                 first_err.get_or_insert(e);

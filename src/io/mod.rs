@@ -376,6 +376,23 @@ pub(crate) fn is_retryable(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN))
 }
 
+/// How many of the leading items (of the given byte lengths) make one
+/// batch of at most `bytes_max` bytes: one at least, whatever its size,
+/// when there is one.
+pub fn batch_len(lens: impl IntoIterator<Item = u64>, bytes_max: u64) -> usize {
+    let mut bytes = 0u64;
+    let mut n = 0;
+    for len in lens {
+        let with = bytes.checked_add(len);
+        if n > 0 && with.is_none_or(|b| b > bytes_max) {
+            break;
+        }
+        bytes = with.unwrap_or(u64::MAX);
+        n += 1;
+    }
+    n
+}
+
 /// Runs every op of `ops` to completion: loops short transfers, retries
 /// `EINTR`/`EAGAIN`, treats a zero-byte read as end of file (the op's result
 /// is then the bytes read so far) and a zero-byte write as `EIO`.

@@ -25,6 +25,7 @@ use crate::dirty::DomainDirty;
 use crate::inode::{DirtyInodeList, Inode};
 use crate::io::Io;
 use crate::locks;
+use crate::writeback::policy::PeriodicCutoff;
 use crate::writeback::route::{workers_in, Route};
 
 /// What the domain does with an inode the flusher found clean: the cache
@@ -140,23 +141,22 @@ impl Domain {
         self.list(worker).pop_front()
     }
 
-    /// Takes every inode that joined `worker`'s list before `cutoff_ns` off
-    /// it.
-    pub fn take_expired(&self, worker: usize, cutoff_ns: u64) -> Vec<Listed> {
+    /// Takes every inode that joined `worker`'s list at or before
+    /// `cutoff`'s time off it; also says whether one older than `expire`
+    /// stays, left waiting by a [`PeriodicCutoff::Busy`] cutoff.
+    pub fn take_expired(&self, worker: usize, cutoff: PeriodicCutoff) -> (Vec<Listed>, bool) {
         let mut list = self.list(worker);
-        let (expired, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|l| l.dirtied_when_ns <= cutoff_ns);
+        let (expired, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|l| l.dirtied_when_ns <= cutoff.before_ns());
+        let waiting = match cutoff {
+            PeriodicCutoff::Busy { expire_before_ns, .. } => kept.iter().any(|l| l.dirtied_when_ns <= expire_before_ns),
+            PeriodicCutoff::Expire { .. } => false,
+        };
         list.extend(kept);
         debug_assert!(
             expired.iter().all(|l| l.inode.listed_workers() & (1 << worker) != 0),
             "a listed inode is flagged"
         );
-        expired
-    }
-
-    /// Whether an inode on `worker`'s list joined it at or before
-    /// `cutoff_ns`.
-    pub fn has_dirtied_before(&self, worker: usize, cutoff_ns: u64) -> bool {
-        self.list(worker).iter().any(|l| l.dirtied_when_ns <= cutoff_ns)
+        (expired, waiting)
     }
 
     pub fn nr_dirty_inodes(&self, worker: usize) -> usize {

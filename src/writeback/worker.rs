@@ -169,11 +169,9 @@ fn write_expired(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight) {
         expire_busy_ms: domain.config.expire_busy_ms,
         foreground_seen_ns: domain.dirty.foreground_seen_ns(),
     });
-    let expired = domain.take_expired(worker, cutoff.before_ns());
-    if let policy::PeriodicCutoff::Busy { expire_before_ns, .. } = cutoff {
-        if domain.has_dirtied_before(worker, expire_before_ns) {
-            Counters::add(&domain.dirty.cache.counters.periodic_waits_for_foreground, 1);
-        }
+    let (expired, some_wait) = domain.take_expired(worker, cutoff);
+    if some_wait {
+        Counters::add(&domain.dirty.cache.counters.periodic_waits_for_foreground, 1);
     }
     for listed in expired {
         inflight.start(&listed.inode, Reason::Periodic, u64::MAX, usize::MAX);

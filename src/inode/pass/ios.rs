@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use super::{WbChunk, WbPass};
 use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};
-use crate::io::{run_batch, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
+use crate::io::{batch_len, run_batch, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use crate::locks::{self, Rank};
 use crate::stats::{Counters, DeviceAccount, DeviceClass};
 
@@ -110,14 +110,9 @@ fn run_in_windows(
     };
     let mut rest = ops;
     while !rest.is_empty() {
-        let mut n = 1;
-        let mut bytes = rest[0].len() as u64;
-        while n < rest.len() && bytes + rest[n].len() as u64 <= bytes_max {
-            bytes += rest[n].len() as u64;
-            n += 1;
-        }
+        let n = batch_len(rest.iter().map(|op| op.len() as u64), bytes_max);
         let (batch, tail) = rest.split_at_mut(n);
-        debug_assert!(n == 1 || bytes <= bytes_max, "a batch holds one I/O or fits the window");
+        debug_assert!(n >= 1, "a batch holds one I/O at least");
         let in_flight: Vec<_> = batch.iter().map(|op| device.begin(class, op.len() as u64)).collect();
         run_batch(store, batch);
         in_flight.into_iter().for_each(|io| device.end(io));
@@ -492,6 +487,16 @@ impl Inode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_fits_its_bytes_and_holds_one_item_at_least() {
+        assert_eq!(batch_len([4, 4, 4, 4], 8), 2);
+        assert_eq!(batch_len([4, 4, 4], 100), 3, "all fit");
+        assert_eq!(batch_len([16, 4], 8), 1, "one too large goes alone");
+        assert_eq!(batch_len([4, 16], 8), 1);
+        assert_eq!(batch_len([], 8), 0);
+        assert_eq!(batch_len([u64::MAX, 1], u64::MAX), 1, "no overflow");
+    }
 
     #[test]
     fn a_large_pass_goes_in_windows_only_while_reads_are_recent() {
