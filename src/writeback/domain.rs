@@ -25,7 +25,6 @@ use crate::dirty::DomainDirty;
 use crate::inode::{DirtyInodeList, Inode};
 use crate::io::Io;
 use crate::locks;
-use crate::writeback::policy::PeriodicCutoff;
 use crate::writeback::route::{workers_in, Route};
 
 /// What the domain does with an inode the flusher found clean: the cache
@@ -142,15 +141,13 @@ impl Domain {
     }
 
     /// Takes every inode that joined `worker`'s list at or before
-    /// `cutoff`'s time off it; also says whether one older than `expire`
-    /// stays, left waiting by a [`PeriodicCutoff::Busy`] cutoff.
-    pub fn take_expired(&self, worker: usize, cutoff: PeriodicCutoff) -> (Vec<Listed>, bool) {
+    /// `cutoff_ns` off it; also says whether one that stays joined it at
+    /// or before `waiting_before_ns` (expired data a busy device left
+    /// waiting, `writeback::policy::PeriodicCutoff::Busy`).
+    pub fn take_expired(&self, worker: usize, cutoff_ns: u64, waiting_before_ns: Option<u64>) -> (Vec<Listed>, bool) {
         let mut list = self.list(worker);
-        let (expired, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|l| l.dirtied_when_ns <= cutoff.before_ns());
-        let waiting = match cutoff {
-            PeriodicCutoff::Busy { expire_before_ns, .. } => kept.iter().any(|l| l.dirtied_when_ns <= expire_before_ns),
-            PeriodicCutoff::Expire { .. } => false,
-        };
+        let (expired, kept): (Vec<_>, Vec<_>) = list.drain(..).partition(|l| l.dirtied_when_ns <= cutoff_ns);
+        let waiting = waiting_before_ns.is_some_and(|before| kept.iter().any(|l| l.dirtied_when_ns <= before));
         list.extend(kept);
         debug_assert!(
             expired.iter().all(|l| l.inode.listed_workers() & (1 << worker) != 0),

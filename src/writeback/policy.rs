@@ -106,6 +106,15 @@ impl PeriodicCutoff {
             PeriodicCutoff::Expire { before_ns } | PeriodicCutoff::Busy { before_ns, .. } => before_ns,
         }
     }
+
+    /// Data dirtied at or before this time is expired but left waiting
+    /// (`Busy` only).
+    pub fn waiting_before_ns(self) -> Option<u64> {
+        match self {
+            PeriodicCutoff::Expire { .. } => None,
+            PeriodicCutoff::Busy { expire_before_ns, .. } => Some(expire_before_ns),
+        }
+    }
 }
 
 /// Periodic writeback's cutoff now. Data older than `expire` goes to the
@@ -510,7 +519,8 @@ mod tests {
         assert_eq!(periodic_cutoff(&at(Some(100 * S - recent_ns + 1))), busy);
         assert_eq!(periodic_cutoff(&at(Some(100 * S))), busy, "one now");
         assert_eq!(periodic_cutoff(&at(Some(101 * S))), busy, "a clock read after now still counts");
-        assert_eq!(busy.before_ns(), 70 * S);
+        assert_eq!((busy.before_ns(), busy.waiting_before_ns()), (70 * S, Some(99 * S)));
+        assert_eq!(expire.waiting_before_ns(), None);
         let never_waits = PeriodicInput { expire_busy_ms: 1000, ..at(Some(100 * S)) };
         assert_eq!(periodic_cutoff(&never_waits), expire, "expire_busy at expire: no wait");
         let early = PeriodicInput { now_ns: S, ..at(Some(S)) };

@@ -169,7 +169,7 @@ fn write_expired(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight) {
         expire_busy_ms: domain.config.expire_busy_ms,
         foreground_seen_ns: domain.dirty.foreground_seen_ns(),
     });
-    let (expired, some_wait) = domain.take_expired(worker, cutoff);
+    let (expired, some_wait) = domain.take_expired(worker, cutoff.before_ns(), cutoff.waiting_before_ns());
     if some_wait {
         Counters::add(&domain.dirty.cache.counters.periodic_waits_for_foreground, 1);
     }
