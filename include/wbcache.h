@@ -81,7 +81,7 @@ typedef struct wbc_file wbc_file;
  * ',' or ';') with sizes taking K/M/G/T suffixes (powers of 1024; "4k",
  * "4KB" and "4KiB" alike), e.g. "capacity=256M,dirty_limit=64M,io=threads".
  * Keys: capacity, dirty_limit, dirty_background, expire_ms,
- * expire_busy_ms (how old dirty data may grow while reads and fsyncs keep
+ * expire_busy_ms (how old dirty data may grow while read misses keep
  * coming; 30 times expire_ms unless given), folio_max, io_max, io (uring or threads), io_depth, readahead_max,
  * throttle_pause_ms_max, bridge_gap, async_depth_while_sync,
  * sync_latency_target_us (0 turns it off), background_ioprio (be or idle),

@@ -37,15 +37,16 @@ pub struct Config {
     /// limit and wait there for the writeback they started).
     pub dirty_background_bytes: u64,
     /// Dirty data older than this is written back by periodic writeback, in
-    /// milliseconds, when no foreground caller is using the device (see
+    /// milliseconds, when no read miss is waiting on the device (see
     /// `expire_busy_ms`). Bounds how long written data stays in memory
     /// only. Default 1000.
     pub expire_ms: u64,
-    /// How old dirty data may grow, in milliseconds, while read misses or
-    /// fsyncs keep coming (one within the last 100 ms): periodic writeback
-    /// leaves data older than `expire_ms` dirty until it is this old or the
-    /// foreground callers pause, because each of its writes is a request
-    /// that reads and commits queue behind in the device. Writeback over
+    /// How old dirty data may grow, in milliseconds, while read misses keep
+    /// coming (one within the last 100 ms): periodic writeback leaves data
+    /// older than `expire_ms` dirty until it is this old or the reads
+    /// pause, because each of its writes is a request that reads queue
+    /// behind in the device. Fsyncs do not count: the background budget
+    /// (`sync_latency_target_us`) answers a commit's wait. Writeback over
     /// `dirty_background`, for a writer waiting at `dirty_limit`, for an
     /// fsync or on close does not wait. At or below `expire_ms`, periodic
     /// writeback never waits (a `Config` that raises `expire_ms` alone past

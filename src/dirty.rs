@@ -180,12 +180,11 @@ pub struct DomainDirty {
     /// Bumped on every change of `sync_waiters`, so the flusher looks at
     /// the list only when it changed.
     sync_waiters_generation: AtomicU64,
-    /// When a sync waiter (a read miss, an fsync) last came or left, in ns
-    /// since the cache's epoch, plus one (0: never): periodic writeback
-    /// waits while it is recent (`writeback::policy::periodic_cutoff`).
-    foreground_seen_ns_plus_one: AtomicU64,
-    /// The same for read misses alone: while one is recent, an fsync builds
-    /// small writes and a caller's writeback sends them in small batches
+    /// When a reader last came to wait for a fill or left, in ns since the
+    /// cache's epoch, plus one (0: never). While that is within
+    /// [`READ_RECENT`], periodic writeback waits
+    /// (`writeback::policy::periodic_cutoff`), an fsync builds small writes
+    /// and a caller's writeback sends them in small batches
     /// (`Inode::begin_pass`, `Inode::write_gated_pass`).
     read_seen_ns_plus_one: AtomicU64,
     /// The largest background I/O, scaled by foreground latency.
@@ -265,6 +264,12 @@ impl Drop for DirtyRoom<'_> {
 /// those count up from 1).
 pub const READER_SYNC_WAITER_ID: u64 = u64::MAX;
 
+/// How long after a read miss the device counts as read from: periodic
+/// writeback waits and a caller's writeback goes in small writes and
+/// batches until none came for this long (the window blk-wbt holds
+/// background writes back for after a read).
+pub const READ_RECENT: Duration = Duration::from_millis(100);
+
 /// One fsync / fdatasync counted in its domain's sync waiters for as long
 /// as it lives ([`DomainDirty::enter_sync`]), whichever way the call ends.
 pub struct SyncWaiter<'a> {
@@ -279,7 +284,7 @@ impl Drop for SyncWaiter<'_> {
         let pos = waiters.iter().position(|&id| id == self.inode_id).expect("a sync waiter is listed until it leaves");
         waiters.swap_remove(pos);
         Counters::sub(&d.cache.counters.sync_waiters, 1);
-        d.note_foreground(self.inode_id);
+        d.note_reader(self.inode_id);
         d.nr_sync_waiters.store(waiters.len() as u64, Ordering::Release);
         d.sync_waiters_generation.fetch_add(1, Ordering::AcqRel);
         debug_assert_eq!(d.nr_sync_waiters.load(Ordering::Relaxed), waiters.len() as u64);
@@ -305,7 +310,6 @@ impl DomainDirty {
             sync_waiters: Mutex::new(Vec::new()),
             nr_sync_waiters: AtomicU64::new(0),
             sync_waiters_generation: AtomicU64::new(0),
-            foreground_seen_ns_plus_one: AtomicU64::new(0),
             read_seen_ns_plus_one: AtomicU64::new(0),
             background_budget,
         });
@@ -437,33 +441,35 @@ impl DomainDirty {
         let mut waiters = locks::lock(&self.sync_waiters);
         waiters.push(inode_id);
         Counters::add(&self.cache.counters.sync_waiters, 1);
-        self.note_foreground(inode_id);
+        self.note_reader(inode_id);
         self.nr_sync_waiters.store(waiters.len() as u64, Ordering::Release);
         self.sync_waiters_generation.fetch_add(1, Ordering::AcqRel);
         debug_assert!(self.has_sync_waiters(), "the new waiter is counted");
         SyncWaiter { domain: self, inode_id }
     }
 
-    /// A foreground caller (sync waiter `waiter_id`) comes or goes now.
-    fn note_foreground(&self, waiter_id: u64) {
-        let now_ns = self.cache.now_ns();
-        self.foreground_seen_ns_plus_one.store(now_ns + 1, Ordering::Relaxed);
-        if waiter_id == READER_SYNC_WAITER_ID {
-            self.read_seen_ns_plus_one.store(now_ns + 1, Ordering::Relaxed);
+    /// Sync waiter `waiter_id` comes or goes now: the time, if it is a
+    /// reader. An fsync does not count: the background budget answers its
+    /// waits, and the flusher keeps writing a committer's streams.
+    fn note_reader(&self, waiter_id: u64) {
+        if waiter_id != READER_SYNC_WAITER_ID {
+            return;
         }
-        debug_assert!(self.foreground_seen_ns().is_some(), "seen once noted");
+        let now_ns = self.cache.now_ns();
+        self.read_seen_ns_plus_one.store(now_ns + 1, Ordering::Relaxed);
+        debug_assert!(self.read_seen_ns().is_some(), "seen once noted");
     }
 
-    /// Whether a reader waited on the device within `within` of now.
-    pub fn read_is_recent(&self, within: Duration) -> bool {
-        let Some(seen_ns) = self.read_seen_ns_plus_one.load(Ordering::Relaxed).checked_sub(1) else { return false };
-        self.cache.now_ns().saturating_sub(seen_ns) < within.as_nanos() as u64
+    /// Whether a reader waited on the device within [`READ_RECENT`].
+    pub fn read_is_recent(&self) -> bool {
+        let Some(seen_ns) = self.read_seen_ns() else { return false };
+        self.cache.now_ns().saturating_sub(seen_ns) < READ_RECENT.as_nanos() as u64
     }
 
-    /// When a foreground caller last came or went (ns since the cache's
-    /// epoch), if ever.
-    pub fn foreground_seen_ns(&self) -> Option<u64> {
-        self.foreground_seen_ns_plus_one.load(Ordering::Relaxed).checked_sub(1)
+    /// When a reader last came to wait for a fill or left (ns since the
+    /// cache's epoch), if ever.
+    pub fn read_seen_ns(&self) -> Option<u64> {
+        self.read_seen_ns_plus_one.load(Ordering::Relaxed).checked_sub(1)
     }
 
     pub fn has_sync_waiters(&self) -> bool {

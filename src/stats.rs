@@ -163,7 +163,7 @@ pub struct Counters {
     pub idle_class_ios: AtomicU64,
     pub idle_class_waits_over: AtomicU64,
     /// Periodic writeback rounds that left data older than `expire` dirty
-    /// because a foreground caller was recent (`expire_busy_ms`).
+    /// because a read miss was recent (`expire_busy_ms`).
     pub periodic_waits_for_foreground: AtomicU64,
     /// The fastest and the p99 foreground wait of the last window that had
     /// one, in microseconds.
@@ -347,8 +347,8 @@ pub struct Stats {
     /// background writeback best effort for the next second.
     pub idle_class_waits_over: u64,
     /// Rounds of a writeback worker's periodic writeback that left data
-    /// older than `expire_ms` dirty because a read miss or an fsync had
-    /// come within 100 ms: such data waits up to `expire_busy_ms`.
+    /// older than `expire_ms` dirty because a read miss had come within
+    /// 100 ms: such data waits up to `expire_busy_ms`.
     pub periodic_waits_for_foreground: u64,
     /// The fastest and the p99 foreground wait (a whole fsync or
     /// fdatasync, a read miss) of the last window that had one, in

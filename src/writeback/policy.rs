@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::dirty::READ_RECENT;
 use crate::stats::Reason;
 
 /// An inode pass takes at most this many `io_max` I/Os' worth of dirty data
@@ -81,19 +82,18 @@ pub struct PeriodicInput {
     pub now_ns: u64,
     pub expire_ms: u64,
     pub expire_busy_ms: u64,
-    /// When a foreground caller (a read miss, an fsync) last came to or
-    /// left the domain, in ns since the cache's epoch; `None` never.
-    pub foreground_seen_ns: Option<u64>,
+    /// When a read miss last came to or left the domain, in ns since the
+    /// cache's epoch; `None` never.
+    pub read_seen_ns: Option<u64>,
 }
 
-/// Whether periodic writeback waits for the device's foreground callers
-/// or goes now.
+/// Whether periodic writeback waits for the device's readers or goes now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PeriodicCutoff {
-    /// No foreground caller within [`SYNC_RECENT`]: data dirtied at or
+    /// No read miss within [`READ_RECENT`]: data dirtied at or
     /// before `before_ns` (`expire` ago) is written.
     Expire { before_ns: u64 },
-    /// A foreground caller is recent: only data dirtied at or before
+    /// A read miss is recent: only data dirtied at or before
     /// `before_ns` (`expire_busy` ago) is written, and what is older than
     /// `expire` but younger than that waits.
     Busy { before_ns: u64, expire_before_ns: u64 },
@@ -118,20 +118,23 @@ impl PeriodicCutoff {
 }
 
 /// Periodic writeback's cutoff now. Data older than `expire` goes to the
-/// device when nothing reads from or commits to it; while foreground
-/// callers are recent it waits up to `expire_busy`, as the kernel keeps
+/// device when nothing reads from it; while read misses are recent it
+/// waits up to `expire_busy`, as the kernel keeps
 /// dirty data for `dirty_expire_centisecs` (30 s): each periodic write is a
-/// request that reads and commits queue behind in the device, and small
-/// random ones cost the most. On this project's virtio disk, `fio`'s 4 KiB
+/// request that reads queue behind in the device, and small random ones
+/// cost the most. On this project's virtio disk, `fio`'s 4 KiB
 /// 70/30 random reads and writes over 2 GiB with a 1 GiB cache read with a
 /// p99 of 322 µs while every write went back within a second (70,000
 /// background writes in 5 s, 0.9 ms each at the device), 138 µs with them
 /// kept (the kernel's 95-102 µs). Writeback over the background threshold
-/// and what a caller waits for do not wait for this.
+/// and what a caller waits for do not wait for this. Fsyncs do not count:
+/// counted, they kept the flusher from writing the streams beside them
+/// once a second, and a commit's wait behind background writes is the
+/// background budget's to answer (`crate::background_budget`).
 pub fn periodic_cutoff(input: &PeriodicInput) -> PeriodicCutoff {
     let expire_before_ns = expired_before_ns(input.now_ns, input.expire_ms);
-    let recent_ns = SYNC_RECENT.as_nanos() as u64;
-    let busy = input.foreground_seen_ns.is_some_and(|seen| input.now_ns.saturating_sub(seen) < recent_ns);
+    let recent_ns = READ_RECENT.as_nanos() as u64;
+    let busy = input.read_seen_ns.is_some_and(|seen| input.now_ns.saturating_sub(seen) < recent_ns);
     if !busy || input.expire_busy_ms <= input.expire_ms {
         return PeriodicCutoff::Expire { before_ns: expire_before_ns };
     }
@@ -502,18 +505,18 @@ mod tests {
     }
 
     #[test]
-    fn periodic_writeback_waits_for_recent_foreground_callers() {
+    fn periodic_writeback_waits_for_recent_read_misses() {
         const S: u64 = 1_000_000_000;
         let at = |seen: Option<u64>| PeriodicInput {
             now_ns: 100 * S,
             expire_ms: 1000,
             expire_busy_ms: 30_000,
-            foreground_seen_ns: seen,
+            read_seen_ns: seen,
         };
         let expire = PeriodicCutoff::Expire { before_ns: 99 * S };
-        assert_eq!(periodic_cutoff(&at(None)), expire, "never a caller");
+        assert_eq!(periodic_cutoff(&at(None)), expire, "never a read miss");
         assert_eq!(periodic_cutoff(&at(Some(50 * S))), expire, "long ago");
-        let recent_ns = SYNC_RECENT.as_nanos() as u64;
+        let recent_ns = READ_RECENT.as_nanos() as u64;
         assert_eq!(periodic_cutoff(&at(Some(100 * S - recent_ns))), expire, "just out of the window");
         let busy = PeriodicCutoff::Busy { before_ns: 70 * S, expire_before_ns: 99 * S };
         assert_eq!(periodic_cutoff(&at(Some(100 * S - recent_ns + 1))), busy);

@@ -159,7 +159,7 @@ fn sleep_unless_shutdown(domain: &Domain, duration: std::time::Duration) {
 }
 
 /// Periodic writeback: every inode that joined the worker's list longer
-/// than `expire` ago (`expire_busy` while foreground callers are recent,
+/// than `expire` ago (`expire_busy` while read misses are recent,
 /// [`policy::periodic_cutoff`]), each in one pass of everything of it the
 /// worker writes (it is queued whole).
 fn write_expired(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight) {
@@ -167,7 +167,7 @@ fn write_expired(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight) {
         now_ns: domain.dirty.cache.now_ns(),
         expire_ms: domain.config.expire_ms,
         expire_busy_ms: domain.config.expire_busy_ms,
-        foreground_seen_ns: domain.dirty.foreground_seen_ns(),
+        read_seen_ns: domain.dirty.read_seen_ns(),
     });
     let (expired, some_wait) = domain.take_expired(worker, cutoff.before_ns(), cutoff.waiting_before_ns());
     if some_wait {

@@ -56,7 +56,7 @@ pub enum SubmitWindow {
 }
 
 /// The largest write an fsync or close builds while a read miss is recent
-/// ([`READ_RECENT`]). On this project's virtio disk a
+/// ([`crate::dirty::READ_RECENT`]). On this project's virtio disk a
 /// read waits for the whole of a write already in the device: next to
 /// RocksDB's own flushes and compactions (`wbcache bench -w
 /// rocksdb/readwhilewriting`, 1G, block-layer tracepoints), 0.9% of its
@@ -79,10 +79,6 @@ pub const IO_BYTES_WHILE_READING: u64 = 128 << 10;
 /// [`IO_BYTES_WHILE_READING`]. Sent all at once, a compaction's fsync put
 /// 61 MiB into the queue ahead of RocksDB's next reads.
 pub const SYNC_WRITE_WINDOW_WHILE_READING: u64 = 8 * IO_BYTES_WHILE_READING;
-
-/// How recent a read miss makes writeback build small writes and a
-/// caller's writeback go in windows.
-pub const READ_RECENT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The window for a pass of `pass_bytes` written in the caller's thread:
 /// batches of [`SYNC_WRITE_WINDOW_WHILE_READING`] while a read miss is

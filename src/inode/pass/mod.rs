@@ -23,7 +23,7 @@
 mod completion;
 mod ios;
 
-use ios::{split_at_io_max, submit_window, write_groups, IO_BYTES_WHILE_READING, READ_RECENT};
+use ios::{split_at_io_max, submit_window, write_groups, IO_BYTES_WHILE_READING};
 
 use std::io;
 use std::ops::Range;
@@ -408,7 +408,7 @@ impl Inode {
         let store = self.store();
         let started = Instant::now();
         // A read miss that comes meanwhile waits behind what is in flight.
-        let window = submit_window(pass.bytes, self.dirty.read_is_recent(READ_RECENT));
+        let window = submit_window(pass.bytes, self.dirty.read_is_recent());
         let results = write_groups(&*store, &pass, priority, window, &self.counters.device);
         let elapsed = started.elapsed();
         let class = if priority == IoPriority::Sync { IoClass::Sync } else { IoClass::Async };
@@ -446,7 +446,7 @@ impl Inode {
         let io_max = self.config.io_max_bytes;
         let io_max_bytes = if !matches!(reason, Reason::Fsync | Reason::Close) {
             self.dirty.background_budget.io_bytes_max().min(io_max)
-        } else if self.dirty.read_is_recent(READ_RECENT) {
+        } else if self.dirty.read_is_recent() {
             io_max.min(IO_BYTES_WHILE_READING)
         } else {
             io_max
