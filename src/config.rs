@@ -521,7 +521,7 @@ impl Config {
                     "uring" => IoKind::Uring,
                     "threads" => IoKind::Threads,
                     // In memory: durable nowhere. Only this crate's unit tests
-                    // (the C ABI's) reach it by name; others use Cache::with_sim.
+                    // reach it by name; others use Cache::with_sim.
                     #[cfg(test)]
                     "sim" => IoKind::Sim,
                     other => return Err(invalid(format!("io must be 'uring' or 'threads', not '{other}'"))),

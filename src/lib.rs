@@ -42,7 +42,6 @@
 mod background_budget;
 mod buf;
 mod cache;
-pub mod capi;
 mod config;
 mod dirty;
 mod dropbehind;
@@ -79,3 +78,4 @@ pub use file::{
 pub use io::sim;
 pub use io::{errno_of, IoKind};
 pub use stats::{DeviceClass, DeviceClassSummary, IoClass, LatencySummary, Reason, Stats, WorkerStats};
+pub use userbuf::{RawIov, IOV_MAX};

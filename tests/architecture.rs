@@ -19,10 +19,6 @@ use std::path::{Path, PathBuf};
 /// The library's layers, top first. A module imports only modules of the
 /// layers after its own.
 const LIBRARY_LAYERS: &[&[&str]] = &[
-    &["capi"],
-    &["capi::lifecycle", "capi::names", "capi::rw", "capi::file_ops", "capi::report"],
-    &["capi::handles"],
-    &["capi::failure"],
     &["cache"],
     &["file::cursor"],
     &["file"],
@@ -72,6 +68,9 @@ const LIBRARY_LAYERS: &[&[&str]] = &[
     &["sys"],
 ];
 
+/// The C ABI's layers (capi/), top first.
+const CAPI_LAYERS: &[&[&str]] = &[&["lifecycle", "names", "rw", "file_ops", "report"], &["handles"], &["failure"]];
+
 /// The SQLite VFS's layers, top first.
 const SQLITE_LAYERS: &[&[&str]] = &[&["vfs"], &["file"], &["state"], &["lock", "function"], &["shm", "api"]];
 
@@ -81,10 +80,11 @@ struct Tree {
     layers: &'static [&'static [&'static str]],
 }
 
-fn trees() -> [Tree; 2] {
+fn trees() -> [Tree; 3] {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     [
         Tree { root: manifest.join("src"), layers: LIBRARY_LAYERS },
+        Tree { root: manifest.join("capi/src"), layers: CAPI_LAYERS },
         Tree { root: manifest.join("sqlite/src"), layers: SQLITE_LAYERS },
     ]
 }
@@ -348,12 +348,12 @@ fn the_checker_finds_upward_imports_and_only_those() {
 }
 
 /// docs/architecture.md shows the same layers, top first: after a
-/// `<!-- layers: library -->` (or `sqlite`) marker, a code block with one
+/// `<!-- layers: library -->` (or `capi`, `sqlite`) marker, a code block with one
 /// line per layer, its modules separated by commas.
 #[test]
 fn the_documented_layers_are_the_checked_ones() {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md")).unwrap();
-    for (title, layers) in [("library", LIBRARY_LAYERS), ("sqlite", SQLITE_LAYERS)] {
+    for (title, layers) in [("library", LIBRARY_LAYERS), ("capi", CAPI_LAYERS), ("sqlite", SQLITE_LAYERS)] {
         let marker = format!("<!-- layers: {title} -->");
         let start = doc.find(&marker).unwrap_or_else(|| panic!("docs/architecture.md has no `{marker}` block"));
         let block = &doc[start + marker.len()..];
@@ -422,31 +422,40 @@ fn long_functions(code: &str) -> Vec<(String, usize)> {
 /// library, the SQLite VFS, the CLI and the preload library.
 fn source_roots() -> Vec<PathBuf> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    ["src", "capi/src", "sqlite/src", "cli/src", "preload/src"].iter().map(|dir| manifest.join(dir)).collect()
+    ["src", "capi/src", "capi/lib/src", "sqlite/src", "cli/src", "preload/src"]
+        .iter()
+        .map(|dir| manifest.join(dir))
+        .collect()
 }
 
-/// The C library is its own crate: the wbcache crate builds an rlib only
-/// and has no build script, so a crate depending on it builds neither C
-/// library and gets no files of theirs; capi/ builds both, named
-/// libwbcache, from the functions of src/capi/, which it re-exports whole
-/// (it defines none of its own), and is built by a plain `cargo build`.
+/// The C ABI and the C library are crates of their own: the wbcache crate
+/// builds an rlib only, has no build script and no `#[no_mangle]`
+/// function, so a crate depending on it builds neither C library, gets no
+/// files of theirs and exports none of the ABI; capi/ holds the ABI's
+/// functions, and capi/lib/ builds both libraries, named libwbcache, by
+/// re-exporting capi/ whole (it defines nothing of its own); both are
+/// built by a plain `cargo build`.
 #[test]
-fn the_c_library_is_the_capi_crate() {
+fn the_c_library_is_the_capi_crates() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     let manifest = read("Cargo.toml");
     assert!(!manifest.contains("crate-type"), "the wbcache crate is an rlib only");
     assert!(!root.join("build.rs").exists(), "the wbcache crate has no build script");
-    let capi = read("capi/Cargo.toml");
-    assert!(capi.contains("name = \"wbcache\"") && capi.contains("crate-type = [\"cdylib\", \"staticlib\"]"), "{capi}");
-    assert!(root.join("capi/build.rs").is_file());
+    for file in rust_files(&root.join("src")) {
+        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        assert!(!code.contains("no_mangle"), "{}: the engine exports no C symbol", file.display());
+    }
+    let clib = read("capi/lib/Cargo.toml");
+    assert!(clib.contains("name = \"wbcache\"") && clib.contains("crate-type = [\"cdylib\", \"staticlib\"]"), "{clib}");
+    assert!(root.join("capi/lib/build.rs").is_file());
     let members = |key: &str| {
         let line = manifest.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key}"));
-        line.contains("\"capi\"")
+        line.contains("\"capi\"") && line.contains("\"capi/lib\"")
     };
     assert!(members("members") && members("default-members"), "capi is built by cargo build and cargo test");
-    let code = code_only(&read("capi/src/lib.rs"));
-    assert_eq!(code.split_whitespace().collect::<Vec<_>>(), ["pub", "use", "engine::capi::*;"]);
+    let code = code_only(&read("capi/lib/src/lib.rs"));
+    assert_eq!(code.split_whitespace().collect::<Vec<_>>(), ["pub", "use", "wbcache_capi::*;"]);
 }
 
 #[test]

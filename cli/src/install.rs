@@ -25,10 +25,10 @@ const HEADER: &str = include_str!("../../include/wbcache.h");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The name programs linked against `libwbcache.so` load (the library's
-/// `DT_SONAME`, set by `capi/build.rs`).
+/// `DT_SONAME`, set by `capi/lib/build.rs`).
 const SONAME: &str = "libwbcache.so.0";
 
-/// The pkg-config files `capi/build.rs` writes beside the libraries,
+/// The pkg-config files `capi/lib/build.rs` writes beside the libraries,
 /// installed with their prefix and library directory moved.
 const PKG_CONFIG_FILES: [&str; 2] = ["wbcache.pc", "wbcache-static.pc"];
 

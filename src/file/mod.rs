@@ -203,10 +203,20 @@ impl File {
         Ok(guard)
     }
 
+    /// Whether the handle was opened for reading.
+    pub fn is_readable(&self) -> bool {
+        self.readable
+    }
+
+    /// Whether the handle was opened for writing.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     /// `EBADF` unless the handle may read (or write). Vectored calls check
     /// it before their buffer list, as Linux does: a bad list on a handle
     /// of the wrong mode is `EBADF`, not `EINVAL`.
-    pub(crate) fn check_access(&self, need_write: bool) -> io::Result<()> {
+    fn check_access(&self, need_write: bool) -> io::Result<()> {
         if (need_write && !self.writable) || (!need_write && !self.readable) {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
@@ -255,7 +265,7 @@ impl File {
     /// initialized and may overlap (the C ABI's `wbc_preadv`); as
     /// [`File::read_at_uninit`], after `Ok(n)` the concatenation's first
     /// `n` bytes hold the data.
-    pub(crate) fn read_vectored_at_raw(&self, bufs: &mut [RawIov], off: u64, flags: WriteFlags) -> io::Result<usize> {
+    pub fn read_vectored_at_raw(&self, bufs: &mut [RawIov], off: u64, flags: WriteFlags) -> io::Result<usize> {
         self.check_access(false)?;
         self.read_into(&mut Scatter::new(bufs)?, off, flags)
     }

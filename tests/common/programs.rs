@@ -1,7 +1,7 @@
 //! Building and running programs outside the test crate: C programs
 //! linked against `libwbcache.a`, and the examples.
 //!
-//! Finding what cargo built: the C library comes from the capi crate,
+//! Finding what cargo built: the C library comes from the capi/lib crate,
 //! which `cargo build` builds into `target/<profile>/` (`cargo test` builds
 //! no library of it: nothing there links it), and `cargo test` builds the
 //! examples into `target/<profile>/examples/`. A test uses the newest of
@@ -14,8 +14,13 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::SystemTime;
 
+/// The repository's root: the tests of the root crate and of `capi/`
+/// share this module, so it is the first directory up from the crate's
+/// that holds the C header.
 pub fn manifest_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = crate_dir.ancestors().find(|dir| dir.join("include/wbcache.h").is_file());
+    root.unwrap_or_else(|| panic!("no include/wbcache.h above {}", crate_dir.display())).to_path_buf()
 }
 
 /// `target/<profile>`: the test executable lives in `target/<profile>/deps`.
@@ -31,7 +36,7 @@ fn mtime(path: &Path) -> Option<SystemTime> {
 }
 
 /// The newest modification time of the library's sources and of `extra`
-/// (paths relative to the manifest directory).
+/// (files or directories, relative to the manifest directory).
 fn newest_source(extra: &[&str]) -> SystemTime {
     fn walk(dir: &Path, newest: &mut SystemTime) {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -47,8 +52,13 @@ fn newest_source(extra: &[&str]) -> SystemTime {
     let mut newest = SystemTime::UNIX_EPOCH;
     walk(&root.join("src"), &mut newest);
     walk(&root.join("capi/src"), &mut newest);
-    for file in ["Cargo.toml", "Cargo.lock", "capi/Cargo.toml", "capi/build.rs"].iter().chain(extra) {
-        if let Some(t) = mtime(&root.join(file)) {
+    walk(&root.join("capi/lib/src"), &mut newest);
+    let manifests = ["Cargo.toml", "Cargo.lock", "capi/Cargo.toml", "capi/lib/Cargo.toml", "capi/lib/build.rs"];
+    for file in manifests.iter().chain(extra) {
+        let path = root.join(file);
+        if path.is_dir() {
+            walk(&path, &mut newest);
+        } else if let Some(t) = mtime(&path) {
             newest = newest.max(t);
         }
     }
@@ -91,7 +101,18 @@ fn fresh_or_build(candidates: &[PathBuf], extra: &[&str], build_args: &[&str], b
 pub fn static_library() -> PathBuf {
     let dir = profile_dir();
     let candidates = [dir.join("deps/libwbcache.a"), dir.join("libwbcache.a")];
-    fresh_or_build(&candidates, &[], &["build", "-p", "wbcache-capi"], dir.join("libwbcache.a"))
+    fresh_or_build(&candidates, &[], &["build", "-p", "wbcache-clib"], dir.join("libwbcache.a"))
+}
+
+/// A shared library of the workspace, `lib<name>.so` of cargo package
+/// `package` (whose sources are `source_dir`), built from the current
+/// sources: the one `cargo test` built beside the tests when the package
+/// has an rlib, or else the one `cargo build` left.
+pub fn shared_library(package: &str, name: &str, source_dir: &str) -> PathBuf {
+    let dir = profile_dir();
+    let file = format!("lib{name}.so");
+    let candidates = [dir.join("deps").join(&file), dir.join(&file)];
+    fresh_or_build(&candidates, &[source_dir], &["build", "-p", package], dir.join(&file))
 }
 
 /// The executable of `examples/<name>.rs`, built from the current sources.

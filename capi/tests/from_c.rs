@@ -1,8 +1,9 @@
 //! The C ABI from C: builds `tests/c/abi_test.c` against `include/wbcache.h`
 //! and the static library, runs it on a temporary directory, and checks that
-//! the header declares exactly the functions `src/capi/` exports.
+//! the header declares exactly the functions `capi/src/` exports.
 //! `common::programs` finds (or builds) the static library.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -121,11 +122,11 @@ fn which_cxx() -> Result<String, ()> {
     Err(())
 }
 
-/// Names of the functions the files of `src/capi/` export (`extern "C" fn
+/// Names of the functions the files of `capi/src/` export (`extern "C" fn
 /// wbc_*`).
 fn exported_functions() -> Vec<String> {
     let mut src = String::new();
-    for entry in std::fs::read_dir(manifest_dir().join("src/capi")).unwrap() {
+    for entry in std::fs::read_dir(manifest_dir().join("capi/src")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "rs") {
             src.push_str(&std::fs::read_to_string(&path).unwrap());
@@ -177,13 +178,13 @@ fn header_declares_exactly_the_exported_functions() {
         "wbc_stats_json",
         "wbc_version",
     ] {
-        assert!(exported.iter().any(|e| e == required), "{required} is not exported by src/capi/");
+        assert!(exported.iter().any(|e| e == required), "{required} is not exported by capi/src/");
     }
-    assert_eq!(declared_functions(), exported, "include/wbcache.h and src/capi/ disagree");
+    assert_eq!(declared_functions(), exported, "include/wbcache.h and capi/src/ disagree");
     let header = std::fs::read_to_string(manifest_dir().join("include/wbcache.h")).unwrap();
     assert!(header.contains("#define WBC_DONTCACHE 0x1u"));
-    assert_eq!(wbcache::capi::WBC_DONTCACHE, wbcache::WriteFlags::DONTCACHE.bits());
-    assert!(header.contains(&format!("#define WBC_O_DONTCACHE {:#x}", wbcache::capi::WBC_O_DONTCACHE)));
+    assert_eq!(wbcache_capi::WBC_DONTCACHE, wbcache::WriteFlags::DONTCACHE.bits());
+    assert!(header.contains(&format!("#define WBC_O_DONTCACHE {:#x}", wbcache_capi::WBC_O_DONTCACHE)));
 }
 
 /// A C program writing through the C ABI (statically linked), never

@@ -1,5 +1,5 @@
 //! What C builds rely on besides the header: the shared library's SONAME
-//! and the pkg-config files `capi/build.rs` writes next to the libraries.
+//! and the pkg-config files `capi/lib/build.rs` writes next to the libraries.
 //!
 //! Both are checked where this test's own build left them: the test
 //! executable is `target/<profile>/deps/packaging-<hash>`, `cargo test`
@@ -13,9 +13,9 @@ use std::process::Command;
 
 const SONAME: &str = "libwbcache.so.0";
 
-/// The repository: this crate is its `capi/`.
+/// The repository: this crate is its `capi/lib/`.
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("capi/ has a parent").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("capi/lib/ has a grandparent").to_path_buf()
 }
 
 /// `target/<profile>`, two levels above the test executable.
@@ -37,7 +37,7 @@ fn shared_library_names_its_soname() {
     // A library older than build.rs was linked before the SONAME existed
     // (an earlier `cargo build` that this test run did not redo): that one
     // says nothing about the current build.
-    let since = fs::metadata(repo().join("capi/build.rs")).and_then(|m| m.modified()).expect("build.rs");
+    let since = fs::metadata(repo().join("capi/lib/build.rs")).and_then(|m| m.modified()).expect("build.rs");
     let mut checked = 0;
     for lib in [dir.join("deps/libwbcache.so"), dir.join("libwbcache.so")] {
         let Ok(modified) = fs::metadata(&lib).and_then(|m| m.modified()) else { continue };

@@ -4,12 +4,12 @@
 //! is kept per thread ([`LAST_ERROR`]) until the next failure on that
 //! thread; successful calls leave it alone. `wbc_last_error` reads it.
 
-use crate::io::errno_of;
 use std::cell::RefCell;
 use std::ffi::c_int;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use wbcache::errno_of;
 
 thread_local! {
     /// Message of the last failed call on this thread, for

@@ -1,20 +1,20 @@
 //! The calls on an open file besides reads and writes: sync, size,
 //! truncation, residency, advice, range writeback and fallocate. Each
 //! checks its handle and its numbers and forwards to one
-//! [`File`](crate::File) method. The offsets and lengths of `wbc_fadvise`,
+//! [`File`](wbcache::File) method. The offsets and lengths of `wbc_fadvise`,
 //! `wbc_sync_range` and `wbc_fallocate` arrive signed, as in the system
 //! calls they mirror, so a negative one is `EINVAL` here.
 
 use super::failure::{einval, guard, guard_int, Failure};
 use super::handles::{file_ref, to_i64, wbc_file};
-use crate::file::{Advice, Allocation, SyncRangeFlags};
 use std::ffi::{c_int, c_uint};
 use std::io;
+use wbcache::{Advice, Allocation, SyncRangeFlags};
 
 /// [`wbc_residency`] bits: the block is cached, dirty, under writeback.
-pub const WBC_RESIDENT_CACHED: u8 = crate::folio::RESIDENT_CACHED;
-pub const WBC_RESIDENT_DIRTY: u8 = crate::folio::RESIDENT_DIRTY;
-pub const WBC_RESIDENT_WRITEBACK: u8 = crate::folio::RESIDENT_WRITEBACK;
+pub const WBC_RESIDENT_CACHED: u8 = wbcache::RESIDENT_CACHED;
+pub const WBC_RESIDENT_DIRTY: u8 = wbcache::RESIDENT_DIRTY;
+pub const WBC_RESIDENT_WRITEBACK: u8 = wbcache::RESIDENT_WRITEBACK;
 
 /// Writes back and syncs the file's data and metadata (`fsync`). Returns 0
 /// or `-errno`; a writeback error since this handle's last sync is reported

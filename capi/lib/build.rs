@@ -24,11 +24,12 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{SONAME}");
 
-    // This crate is capi/ in the repository, whose include/ holds the header.
+    // This crate is capi/lib/ in the repository, whose include/ holds the
+    // header.
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let repo = manifest.parent().expect("capi/ has a parent").to_path_buf();
+    let repo = manifest.ancestors().nth(2).expect("capi/lib/ has a grandparent").to_path_buf();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    // OUT_DIR is <target>/<profile>/build/wbcache-capi-<hash>/out, and the
+    // OUT_DIR is <target>/<profile>/build/wbcache-clib-<hash>/out, and the
     // profile directory three up is where `cargo build` puts the libraries.
     // Cargo has no variable naming it, so a layout it does not recognise
     // gets no files rather than files in a wrong place.

@@ -16,6 +16,7 @@
 //! `io_uring_forbidden_falls_back_to_threads`; here it is refused for want
 //! of descriptors.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 use common::pattern;
 
@@ -30,10 +31,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::programs::TempDir;
-use wbcache::capi;
 use wbcache::errno_of;
 use wbcache::sim::{SimConfig, SimIo};
 use wbcache::{AlignedBuf, Cache, Config, OpenOptions};
+use wbcache_capi as capi;
 
 /// `<child test name>:<scratch dir>`; set only in a child.
 const CHILD_ENV: &str = "WBCACHE_RESOURCES_CHILD";

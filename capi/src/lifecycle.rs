@@ -11,11 +11,11 @@
 
 use super::failure::{einval, guard_int, Failure};
 use super::handles::{c_path, cache_ref, wbc_cache, wbc_file};
-use crate::cache::Cache;
-use crate::config::Config;
-use crate::file::OpenOptions;
 use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::ptr;
+use wbcache::Cache;
+use wbcache::Config;
+use wbcache::OpenOptions;
 
 /// `wbc_open` flag: every read and write of the handle is uncached, as if
 /// each passed `WBC_DONTCACHE` ([`OpenOptions::dontcache`]). Bit 30, which

@@ -9,10 +9,10 @@
 
 use super::failure::{einval, guard, Failure};
 use super::handles::{file_ref, to_i64, wbc_file};
-use crate::file::{File, WriteFlags};
-use crate::userbuf::{RawIov, IOV_MAX};
 use std::ffi::{c_int, c_void};
-use std::io::IoSlice;
+use std::io::{self, IoSlice};
+use wbcache::{File, WriteFlags};
+use wbcache::{RawIov, IOV_MAX};
 
 /// `wbc_pread`/`wbc_pwrite` flag: uncached I/O (`RWF_DONTCACHE`); equals
 /// [`WriteFlags::DONTCACHE`] and the header's `WBC_DONTCACHE`.
@@ -137,7 +137,12 @@ unsafe fn vectored_args<'a>(
 ) -> Result<(&'a File, &'a [libc::iovec], WriteFlags), Failure> {
     // SAFETY: forwarded to the caller.
     let file = unsafe { file_ref(f) }?;
-    file.check_access(need_write)?;
+    // The handle's mode before the list, as Linux checks: a bad list on a
+    // handle of the wrong mode is `EBADF`, not `EINVAL`.
+    let allowed = if need_write { file.is_writable() } else { file.is_readable() };
+    if !allowed {
+        return Err(io::Error::from_raw_os_error(libc::EBADF).into());
+    }
     // SAFETY: forwarded to the caller.
     let list = unsafe { iovecs(iov, iovcnt) }?;
     Ok((file, list, io_flags(flags)?))

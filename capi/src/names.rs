@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int};
 /// Removes `path` as unlink(2) does, with its cached data when that was
 /// the file's last name (dropped unwritten; open handles keep working
 /// until closed, then it goes). See
-/// [`Cache::remove_file`](crate::Cache::remove_file). Returns 0 or
+/// [`Cache::remove_file`](wbcache::Cache::remove_file). Returns 0 or
 /// `-errno`: unlink(2)'s (`-ENOENT`, `-EISDIR`, `-EACCES`, ...), `-EINVAL`
 /// for NULL arguments, `-EBADF` after
 /// [`wbc_cache_close`](super::wbc_cache_close).
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn wbc_unlink(c: *mut wbc_cache, path: *const c_char) -> c
 
 /// Makes the cache forget `path` if it is cached and no handle has it open:
 /// writes it back, syncs it, and drops its cached data, so the next open reads
-/// it afresh. See [`Cache::forget`](crate::Cache::forget). Returns 1 if
+/// it afresh. See [`Cache::forget`](wbcache::Cache::forget). Returns 1 if
 /// forgotten, 0 if not cached, missing or open, or `-errno` (a failed
 /// writeback or sync, `-EINVAL` for NULL arguments, `-EBADF` after
 /// [`wbc_cache_close`](super::wbc_cache_close)).
@@ -60,7 +60,7 @@ pub unsafe extern "C" fn wbc_forget(c: *mut wbc_cache, path: *const c_char) -> c
 
 /// Renames `from` to `to` as rename(2) does, replacing `to`; the cached data
 /// follows the file, and a replaced `to` whose last name that was loses its
-/// cached data unwritten (see [`Cache::rename`](crate::Cache::rename)).
+/// cached data unwritten (see [`Cache::rename`](wbcache::Cache::rename)).
 /// Returns 0 or `-errno`: rename(2)'s (`-ENOENT`, `-EISDIR`, `-EXDEV`, ...),
 /// `-EINVAL` for NULL arguments, `-EBADF` after
 /// [`wbc_cache_close`](super::wbc_cache_close).

@@ -34,6 +34,7 @@
 //! `WBCACHE_FUZZ_SEED=S` picks the seed. A failure prints the seed and the
 //! iteration, which reproduce it.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::HashSet;
@@ -50,8 +51,8 @@ use std::time::{Duration, Instant};
 use common::loopdev::LoopDevice;
 use common::programs::TempDir;
 use common::Rng;
-use wbcache::capi::{self, wbc_cache, wbc_file};
 use wbcache::{parse_size, Config};
+use wbcache_capi::{self as capi, wbc_cache, wbc_file};
 
 // ---------------------------------------------------------------- harness
 

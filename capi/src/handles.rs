@@ -10,12 +10,12 @@
 //! which is as long as the caller lends the memory.
 
 use super::failure::{einval, Failure};
-use crate::cache::Cache;
-use crate::file::File;
 use std::ffi::{c_char, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
+use wbcache::Cache;
+use wbcache::File;
 
 /// Opaque C handle for a [`Cache`].
 #[allow(non_camel_case_types)]
