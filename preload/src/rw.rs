@@ -14,11 +14,11 @@
 //! `SEEK_DATA` and `SEEK_HOLE` treat the whole file as data (the cache
 //! keeps no holes): data at any offset before the end, the one hole at it.
 
-use std::io::{self, IoSlice, IoSliceMut};
+use std::io::{self, IoSlice};
 use std::sync::{Mutex, MutexGuard};
 
 use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
-use wbcache::WriteFlags;
+use wbcache::{RawIov, WriteFlags};
 
 use crate::table::{self, Desc};
 use crate::{errno, guard, real};
@@ -77,45 +77,56 @@ unsafe fn one<'a>(buf: *const c_void, len: size_t) -> io::Result<[IoSlice<'a>; 1
     Ok([IoSlice::new(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })])
 }
 
-/// The iovecs as mutable slices.
+/// The iovecs as the buffers of a read, and their total length. They stay
+/// raw pointers ([`RawIov`]): POSIX lets a program's iovecs overlap, which
+/// `&mut` slices may not; they are filled in order, a later one's bytes
+/// winning, as the kernel fills them. A length past `SSIZE_MAX` is
+/// `EINVAL` (before the engine would see it) and a NULL base with a
+/// length `EFAULT`.
 ///
 /// # Safety
-/// Each iovec describes memory valid for writes of its length for `'a`,
-/// and the iovecs do not overlap.
-unsafe fn scatter<'a>(iov: *const iovec, count: c_int) -> io::Result<Vec<IoSliceMut<'a>>> {
+/// Each iovec describes memory valid for writes of its length for the
+/// call (or has a NULL base).
+unsafe fn scatter(iov: *const iovec, count: c_int) -> io::Result<(Vec<RawIov>, u64)> {
     if count < 0 || count as usize > libc::UIO_MAXIOV as usize || (iov.is_null() && count > 0) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     // SAFETY: the caller's contract; `count` iovecs at `iov`.
     let iovs = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(iov, count as usize) } };
-    Ok(iovs
-        .iter()
-        .map(|v| {
-            // SAFETY: each base is valid for writes of its length.
-            IoSliceMut::new(if v.iov_len == 0 {
-                &mut []
-            } else {
-                unsafe { std::slice::from_raw_parts_mut(v.iov_base as *mut u8, v.iov_len) }
-            })
-        })
-        .collect())
+    let mut bufs = Vec::with_capacity(iovs.len());
+    let mut total: u64 = 0;
+    for v in iovs {
+        if v.iov_len > isize::MAX as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if v.iov_base.is_null() && v.iov_len > 0 {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        total = total.saturating_add(v.iov_len as u64);
+        // SAFETY: the base is valid for writes of its length for the call
+        // (the caller's contract), not NULL unless the length is 0, and
+        // the length at most `isize::MAX`; `RawIov`s may overlap.
+        bufs.push(unsafe { RawIov::new(v.iov_base.cast(), v.iov_len) });
+    }
+    Ok((bufs, total))
 }
 
 /// Reads at `at` (the position when `None`, advanced by what was read).
-fn read_into(desc: &Desc, bufs: &mut [IoSliceMut<'_>], at: Option<u64>, flags: WriteFlags) -> io::Result<usize> {
+/// `scattered` is what [`scatter`] made of the program's iovecs.
+fn read_into(desc: &Desc, scattered: (Vec<RawIov>, u64), at: Option<u64>, flags: WriteFlags) -> io::Result<usize> {
     if desc.flags() & libc::O_ACCMODE == libc::O_WRONLY {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
-    let total = bufs.iter().map(|b| b.len() as u64).sum();
+    let (mut bufs, total) = scattered;
     match at {
         Some(off) => {
             within_range(off, total)?;
-            desc.file.read_vectored_at_with(bufs, off, flags)
+            desc.file.read_vectored_at_raw(&mut bufs, off, flags)
         }
         None => {
             let mut pos = desc.pos.lock().unwrap_or_else(|e| e.into_inner());
             within_range(*pos, total)?;
-            let n = desc.file.read_vectored_at_with(bufs, *pos, flags)?;
+            let n = desc.file.read_vectored_at_raw(&mut bufs, *pos, flags)?;
             *pos += n as u64;
             Ok(n)
         }
@@ -204,7 +215,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
     // SAFETY: the program lends `buf` for `len` bytes.
     on_fd(
         fd,
-        |d| read_into(d, &mut unsafe { scatter(&iov, 1) }?, None, WriteFlags::NONE),
+        |d| read_into(d, unsafe { scatter(&iov, 1) }?, None, WriteFlags::NONE),
         || unsafe { real::read(fd, buf, len) },
     )
 }
@@ -305,7 +316,7 @@ fn explicit(off: off_t) -> io::Result<off_t> {
 fn readv_managed(d: &Desc, iov: *const iovec, count: c_int, off: off_t, rwf: c_int) -> io::Result<usize> {
     let at = if off == -1 { None } else { Some(offset(off)?) };
     // SAFETY: the program lends the iovecs' memory for the call.
-    read_into(d, &mut unsafe { scatter(iov, count) }?, at, io_flags(rwf)?)
+    read_into(d, unsafe { scatter(iov, count) }?, at, io_flags(rwf)?)
 }
 
 /// `pwritev2` and its relatives: `off` -1 means the position.

@@ -237,6 +237,28 @@ class Driver:
 
         self.record("preadv", [slot, [len(b) for b in bufs], off], call)
 
+    def do_c_preadv_overlapping(self, slot):
+        """preadv into iovecs that overlap in one buffer, as POSIX allows:
+        they are filled in order, so a later one's bytes win."""
+        size = self.rng.randint(2, 9000)
+        buf = ctypes.create_string_buffer(size)
+        base = ctypes.addressof(buf)
+        iovs = []
+        for _ in range(self.rng.randint(2, 4)):
+            start = self.rng.randrange(size)
+            iovs.append((start, self.rng.randint(0, size - start)))
+        arr = (Iovec * len(iovs))()
+        for i, (start, length) in enumerate(iovs):
+            arr[i].base = ctypes.c_void_p(base + start)
+            arr[i].len = length
+        off = self.offset()
+
+        def call():
+            n = c_call(LIBC.preadv(self.fd(slot), arr, len(iovs), off))
+            return [n, digest(buf.raw)]
+
+        self.record("preadv-overlapping", [slot, iovs, off], call)
+
     def do_c_pwritev(self, slot):
         datas = [self.rng.randbytes(n) for n in self.sizes()]
         bufs = [ctypes.create_string_buffer(d, len(d)) for d in datas]
@@ -402,7 +424,7 @@ class Driver:
 OPS = [
     (Driver.do_read, 8), (Driver.do_write, 8), (Driver.do_pread, 10), (Driver.do_pwrite, 10),
     (Driver.do_readv, 3), (Driver.do_writev, 3), (Driver.do_preadv, 3), (Driver.do_pwritev, 3),
-    (Driver.do_c_preadv, 2), (Driver.do_c_pwritev, 2), (Driver.do_lseek, 8), (Driver.do_ftruncate, 3),
+    (Driver.do_c_preadv, 2), (Driver.do_c_preadv_overlapping, 1), (Driver.do_c_pwritev, 2), (Driver.do_lseek, 8), (Driver.do_ftruncate, 3),
     (Driver.do_truncate, 1), (Driver.do_fsync, 0.3), (Driver.do_fdatasync, 0.3), (Driver.do_sync_file_range, 1),
     (Driver.do_fallocate, 2), (Driver.do_fadvise, 2), (Driver.do_readahead, 1), (Driver.do_fstat, 4),
     (Driver.do_stat, 2), (Driver.do_fcntl, 2), (Driver.do_copy_file_range, 3), (Driver.do_sendfile, 2),
