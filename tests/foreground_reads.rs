@@ -145,3 +145,35 @@ fn a_large_fsync_goes_in_batches_while_reads_miss() {
         cache.close().unwrap();
     }
 }
+
+/// A write error in one batch of a windowed fsync fails that fsync with
+/// `EIO`, reported once: the failed write's blocks stay dirty and the
+/// fsync writes them again with the rest before it returns, and the next
+/// fsync succeeds with every byte durable.
+#[test]
+fn a_write_error_in_one_batch_fails_the_fsync_once_and_loses_nothing() {
+    let sim = Arc::new(SimIo::new(SimConfig { seed: 3, ..SimConfig::default() }));
+    let cache = cache(&sim, "capacity=128M,dirty_limit=64M,dirty_background=60M,expire_ms=600000,io_max=1M");
+    let reader = make_read_file(&cache);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = start_reader(reader, stop.clone(), Arc::default());
+    let read_misses = || cache.stats().device[DeviceClass::Read as usize].ios;
+    assert!(wait_until(Duration::from_secs(5), || read_misses() >= 3), "the reader misses");
+    let big = cache.open("/big", &OpenOptions::read_write_create()).unwrap();
+    let data: Vec<u8> = (0..16 * MIB).map(|i| (i / 4096) as u8 | 1).collect();
+    big.write_at(&data, 0).unwrap();
+    // The first 128 KiB write of the sixth 1 MiB batch fails once.
+    let failed_block = (5 * MIB / 4096) as u64;
+    sim.inject(Path::new("/big"), failed_block, wbcache::sim::Fault::WriteEio, 1);
+    let err = big.sync_data().expect_err("the failed write fails the fsync");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert_eq!(sim.stats().write_errors, 1);
+    assert!(sim.written_image(Path::new("/big")).unwrap() == data, "every byte written, the failed ones again");
+    assert_eq!(cache.stats().dirty_bytes, 0);
+    big.sync_data().expect("the error is reported once");
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+    assert_eq!(sim.durable_image(Path::new("/big")).unwrap(), data);
+    drop(big);
+    cache.close().unwrap();
+}
