@@ -1,8 +1,8 @@
 //! A Rust program that depends on the wbcache crate gets the crate only:
 //! neither C library (`libwbcache.a`, `libwbcache.so`) is built for it, and
 //! no build script writes pkg-config files or a `libwbcache.so.0` link into
-//! its target directory. The C library is the capi crate's, which such a
-//! program does not depend on.
+//! its target directory. The C library is the capi/lib crate's
+//! (`wbcache-clib`), which such a program does not depend on.
 //!
 //! The consumer is a crate made in a temporary directory, depending on this
 //! one by path and built with `cargo build --offline` (the dependencies

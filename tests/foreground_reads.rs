@@ -165,11 +165,16 @@ fn a_write_error_in_one_batch_fails_the_fsync_once_and_loses_nothing() {
     // The first 128 KiB write of the sixth 1 MiB batch fails once.
     let failed_block = (5 * MIB / 4096) as u64;
     sim.inject(Path::new("/big"), failed_block, wbcache::sim::Fault::WriteEio, 1);
+    let sync_writes = || cache.stats().device[DeviceClass::SyncWrite as usize];
+    let before = sync_writes();
     let err = big.sync_data().expect_err("the failed write fails the fsync");
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     assert_eq!(sim.stats().write_errors, 1);
     assert!(sim.written_image(Path::new("/big")).unwrap() == data, "every byte written, the failed ones again");
     assert_eq!(cache.stats().dirty_bytes, 0);
+    let after = sync_writes();
+    assert!(after.ios - before.ios > 128, "128 KiB writes, the failed one again: {after:?}");
+    assert_eq!(after.in_flight_max, 8, "in batches of 1 MiB: {after:?}");
     big.sync_data().expect("the error is reported once");
     stop.store(true, Ordering::Relaxed);
     reader.join().unwrap();

@@ -3,8 +3,8 @@
 //! --cflags --libs wbcache`, which runs against the installed library (it
 //! asks for `wbc_version()` and opens a cache).
 //!
-//! The libraries come from the capi crate, which `cargo test` does not
-//! link: the test builds it (`cargo build -p wbcache-capi`, the same target
+//! The libraries come from the capi/lib crate, which `cargo test` does not
+//! link: the test builds it (`cargo build -p wbcache-clib`, the same target
 //! directory and profile) and installs with `--from` that directory.
 
 mod common;
@@ -36,7 +36,7 @@ fn built_libraries() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("cli/ has a parent");
-    cmd.current_dir(workspace).env("CARGO_TARGET_DIR", dir.parent().unwrap()).args(["build", "-p", "wbcache-capi"]);
+    cmd.current_dir(workspace).env("CARGO_TARGET_DIR", dir.parent().unwrap()).args(["build", "-p", "wbcache-clib"]);
     match profile.as_str() {
         "debug" => {}
         "release" => {

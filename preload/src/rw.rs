@@ -111,13 +111,38 @@ unsafe fn scatter(iov: *const iovec, count: c_int) -> io::Result<(Vec<RawIov>, u
     Ok((bufs, total))
 }
 
+/// The buffer of `read`, as the one target of a read: a NULL buffer or a
+/// length past `SSIZE_MAX` is `EFAULT`, as `read(2)` answers.
+///
+/// # Safety
+/// `buf` is valid for writes of `len` bytes for the call (or NULL).
+unsafe fn one_target(buf: *mut c_void, len: size_t) -> io::Result<(Vec<RawIov>, u64)> {
+    if len > 0 && (buf.is_null() || len > isize::MAX as usize) {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    // SAFETY: the caller's contract; not NULL unless the length is 0, and
+    // the length at most `isize::MAX`.
+    Ok((vec![unsafe { RawIov::new(buf.cast(), len) }], len as u64))
+}
+
+/// What a read call gave besides its descriptor: its buffers, their total
+/// length and its flags.
+struct ReadArgs {
+    bufs: Vec<RawIov>,
+    total: u64,
+    flags: WriteFlags,
+}
+
 /// Reads at `at` (the position when `None`, advanced by what was read).
-/// `scattered` is what [`scatter`] made of the program's iovecs.
-fn read_into(desc: &Desc, scattered: (Vec<RawIov>, u64), at: Option<u64>, flags: WriteFlags) -> io::Result<usize> {
+/// The descriptor's mode is checked before `args` reads the program's
+/// buffers and flags, as Linux checks them: `EBADF` on a write-only
+/// descriptor whatever the buffers, then the buffers' errors, then the
+/// flags'.
+fn read_into(desc: &Desc, at: Option<u64>, args: impl FnOnce() -> io::Result<ReadArgs>) -> io::Result<usize> {
     if desc.flags() & libc::O_ACCMODE == libc::O_WRONLY {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
-    let (mut bufs, total) = scattered;
+    let ReadArgs { mut bufs, total, flags } = args()?;
     match at {
         Some(off) => {
             within_range(off, total)?;
@@ -211,11 +236,16 @@ fn offset(off: off_t) -> io::Result<u64> {
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
-    let iov = iovec { iov_base: buf, iov_len: len };
-    // SAFETY: the program lends `buf` for `len` bytes.
     on_fd(
         fd,
-        |d| read_into(d, unsafe { scatter(&iov, 1) }?, None, WriteFlags::NONE),
+        |d| {
+            read_into(d, None, || {
+                // SAFETY: the program lends `buf` for `len` bytes.
+                let (bufs, total) = unsafe { one_target(buf, len) }?;
+                Ok(ReadArgs { bufs, total, flags: WriteFlags::NONE })
+            })
+        },
+        // SAFETY: the program's arguments, passed on.
         || unsafe { real::read(fd, buf, len) },
     )
 }
@@ -315,8 +345,11 @@ fn explicit(off: off_t) -> io::Result<off_t> {
 /// `preadv2` and its relatives: `off` -1 means the position.
 fn readv_managed(d: &Desc, iov: *const iovec, count: c_int, off: off_t, rwf: c_int) -> io::Result<usize> {
     let at = if off == -1 { None } else { Some(offset(off)?) };
-    // SAFETY: the program lends the iovecs' memory for the call.
-    read_into(d, unsafe { scatter(iov, count) }?, at, io_flags(rwf)?)
+    read_into(d, at, || {
+        // SAFETY: the program lends the iovecs' memory for the call.
+        let (bufs, total) = unsafe { scatter(iov, count) }?;
+        Ok(ReadArgs { bufs, total, flags: io_flags(rwf)? })
+    })
 }
 
 /// `pwritev2` and its relatives: `off` -1 means the position.

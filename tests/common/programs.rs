@@ -105,14 +105,14 @@ pub fn static_library() -> PathBuf {
 }
 
 /// A shared library of the workspace, `lib<name>.so` of cargo package
-/// `package` (whose sources are `source_dir`), built from the current
-/// sources: the one `cargo test` built beside the tests when the package
-/// has an rlib, or else the one `cargo build` left.
-pub fn shared_library(package: &str, name: &str, source_dir: &str) -> PathBuf {
+/// `package` (in `crate_dir`: its manifest and sources count), built from
+/// the current sources: the one `cargo test` built beside the tests when
+/// the package has an rlib, or else the one `cargo build` left.
+pub fn shared_library(package: &str, name: &str, crate_dir: &str) -> PathBuf {
     let dir = profile_dir();
     let file = format!("lib{name}.so");
     let candidates = [dir.join("deps").join(&file), dir.join(&file)];
-    fresh_or_build(&candidates, &[source_dir], &["build", "-p", package], dir.join(&file))
+    fresh_or_build(&candidates, &[crate_dir], &["build", "-p", package], dir.join(&file))
 }
 
 /// The executable of `examples/<name>.rs`, built from the current sources.
