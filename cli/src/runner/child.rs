@@ -22,6 +22,14 @@ fn fail(msg: String) -> Outcome {
     Outcome::failed(&io::Error::other(msg))
 }
 
+/// What one worker process gave: its outcome, and whether its memory
+/// cgroup's OOM killer struck (a kernel engine's page cache over the
+/// cgroup's limit).
+pub struct WorkerRun {
+    pub outcome: Outcome,
+    pub oom_killed: bool,
+}
+
 /// Runs one spec in a fresh worker process; kernel engines inside a fresh
 /// memory cgroup.
 pub fn run_worker(
@@ -30,13 +38,13 @@ pub fn run_worker(
     timeout: Duration,
     progress: &mut Progress,
     stderr_lines: &mut Vec<String>,
-) -> Outcome {
+) -> WorkerRun {
     let (mut child, cgroup) = match start_worker(spec, cgroups) {
         Ok(started) => started,
         Err(msg) if spec.engine == EngineKind::WbcachePreload => {
-            return Outcome::failed(&crate::engines::unsupported(msg))
+            return WorkerRun { outcome: Outcome::failed(&crate::engines::unsupported(msg)), oom_killed: false }
         }
-        Err(msg) => return fail(msg),
+        Err(msg) => return WorkerRun { outcome: fail(msg), oom_killed: false },
     };
     let mut stdout = child.stdout.take().expect("piped stdout");
     let out_thread = std::thread::spawn(move || {
@@ -56,10 +64,10 @@ pub fn run_worker(
     let lines = other_lines.lock().unwrap_or_else(|e| e.into_inner()).clone();
     stderr_lines.extend(lines.iter().cloned());
     if let Some(msg) = killed {
-        return fail(msg);
+        return WorkerRun { outcome: fail(msg), oom_killed: false };
     }
     let parsed = out.lines().rev().find(|l| !l.trim().is_empty()).and_then(|l| serde_json::from_str::<Outcome>(l).ok());
-    match parsed {
+    let outcome = match parsed {
         // A program the job ran may have died of the cgroup's limit.
         Some(mut o) if o.status != crate::bench_worker::Status::Ok && oom_kills > 0 => {
             let killed = format!("the OOM killer of its {} memory cgroup struck", fmt_size(spec_memory(spec)));
@@ -68,7 +76,9 @@ pub fn run_worker(
         }
         Some(o) => o,
         None => fail(died(spec, status, oom_kills, &lines)),
-    }
+    };
+    let oom_killed = oom_kills > 0 && outcome.status != crate::bench_worker::Status::Ok;
+    WorkerRun { outcome, oom_killed }
 }
 
 /// Starts the worker, puts it into a memory cgroup for a kernel engine,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::bench_worker::Status;
+use crate::bench_worker::{Outcome, Status};
 use crate::cgroup::MemCgroups;
 use crate::cli::{BenchArgs, Plan};
 use crate::engines::{EngineKind, DIRECT_DEPTH};
@@ -427,20 +427,22 @@ impl<'a> Bench<'a> {
         layout_error
     }
 
-    /// `group` on `engine`, as many times as asked: the median run's rows.
-    fn measure(&mut self, group: &Group, engine: EngineKind) -> Vec<ResultRow> {
-        let mut runs = Vec::new();
-        for _ in 0..self.plan.args.repeat {
-            if INTERRUPTED.load(Ordering::SeqCst) {
-                break;
-            }
+    /// One run of `group` on `engine`, its files removed after it. A kernel
+    /// engine's run that its memory cgroup's OOM killer ended is run again,
+    /// up to [`OOM_ATTEMPTS`] times in all: under cgroup v1 the kernel does
+    /// not throttle a cgroup's dirty pages, so writers that dirty more than
+    /// the limit on a slow disk can leave reclaim nothing clean to take
+    /// (`parallel-writeback`'s twelve writers at `--quick`'s 128 MiB, once
+    /// in a CI run). Each retry is said; the last failure is reported.
+    fn run_once(&mut self, group: &Group, engine: EngineKind) -> Outcome {
+        for attempt in 1..=OOM_ATTEMPTS {
             let mut spec = build_spec(group, engine, &self.params, &self.site.place, true);
             if self.can_drop {
                 let _ = sys::drop_caches();
             }
             let timeout = self.plan.args.timeout.unwrap_or_else(|| default_timeout_s(group, &spec));
             spec.timeout_s = Some(timeout);
-            let outcome = run_worker(
+            let run = run_worker(
                 &spec,
                 self.cgroups.as_mut(),
                 Duration::from_secs_f64(timeout),
@@ -453,6 +455,29 @@ impl<'a> Bench<'a> {
                     let _ = if t.path.is_dir() { fs::remove_dir_all(&t.path) } else { fs::remove_file(&t.path) };
                 }
             }
+            if !run.oom_killed || attempt == OOM_ATTEMPTS || INTERRUPTED.load(Ordering::SeqCst) {
+                return run.outcome;
+            }
+            self.progress.note(&format!(
+                "bench: {} {} · {}: the OOM killer of its memory cgroup ended attempt {attempt} of {OOM_ATTEMPTS}: {}; \
+                 running it again",
+                group.workload,
+                group.variant.as_deref().unwrap_or("-"),
+                engine.name(),
+                run.outcome.error.as_deref().unwrap_or("")
+            ));
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// `group` on `engine`, as many times as asked: the median run's rows.
+    fn measure(&mut self, group: &Group, engine: EngineKind) -> Vec<ResultRow> {
+        let mut runs = Vec::new();
+        for _ in 0..self.plan.args.repeat {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                break;
+            }
+            let outcome = self.run_once(group, engine);
             if self.io_backend.is_none() {
                 self.io_backend = outcome.io_backend.clone();
             }
@@ -554,6 +579,10 @@ impl<'a> Bench<'a> {
 /// The fewest runs of each measurement (`--repeat`) whose median the
 /// targets are judged on: one run on a busy machine can mislead.
 const JUDGED_REPEAT: u32 = 3;
+
+/// How many times a kernel engine's run is tried when its memory cgroup's
+/// OOM killer ends it ([`Bench::run_once`]).
+const OOM_ATTEMPTS: u32 = 3;
 
 /// Why targets were not judged, after their table.
 const NOT_JUDGED_WHY: &str = "Targets are judged on the median of at least 3 runs of each measurement: run with \
