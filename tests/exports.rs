@@ -7,8 +7,9 @@
 //! a program linking `libwbcache.so` under the preload meets one copy of
 //! each `wbc_*` function.
 //!
-//! The exported names are read from the sources: each `#[no_mangle]`
-//! function, and for one a macro defines, every name the macro is invoked
+//! The exported names are read from the sources (without comments,
+//! literals and test items, as the architecture test reads them): each
+//! `#[no_mangle]` function, and for one a macro defines, every name the macro is invoked
 //! with. The dynamic symbol table is `nm -D --defined-only`'s.
 
 mod common;
@@ -18,6 +19,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::programs::{manifest_dir, run, shared_library};
+use common::source::code_only;
 
 /// Every symbol `library` defines and exports, functions and data alike.
 fn dynamic_symbols(library: &Path) -> BTreeSet<String> {
@@ -28,25 +30,6 @@ fn dynamic_symbols(library: &Path) -> BTreeSet<String> {
             _ => None,
         })
         .collect()
-}
-
-/// `src` without its comments (`//` to the end of the line, `/* */`), so
-/// that a `#[no_mangle]` named in one is not taken for an export. A `//`
-/// or `/*` inside a string literal would cut too much, which shows as an
-/// export missing from the sources, never as one wrongly found.
-fn without_comments(src: &str) -> String {
-    let mut out = String::with_capacity(src.len());
-    let mut rest = src;
-    while let Some(at) = rest.find("//").into_iter().chain(rest.find("/*")).min() {
-        out.push_str(&rest[..at]);
-        rest = if rest[at..].starts_with("//") {
-            &rest[at + rest[at..].find('\n').unwrap_or(rest.len() - at)..]
-        } else {
-            &rest[at + rest[at..].find("*/").map_or(rest.len() - at, |end| end + 2)..]
-        };
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The identifier `text` starts with (`$` included, for macro variables).
@@ -95,7 +78,7 @@ fn crate_exports(dir: &Path) -> BTreeSet<String> {
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                names.extend(no_mangle_functions(&without_comments(&std::fs::read_to_string(&path).unwrap())));
+                names.extend(no_mangle_functions(&code_only(&std::fs::read_to_string(&path).unwrap())));
             }
         }
     }
@@ -144,7 +127,7 @@ fn the_sqlite_extension_exports_its_entry_points_only() {
 /// one named in a comment is none.
 #[test]
 fn the_source_reader_finds_plain_and_macro_made_exports() {
-    let commented = without_comments("// #[no_mangle] fn a() {}\n/* #[no_mangle]\n fn b() {} */ fn c() {}\n");
+    let commented = code_only("// #[no_mangle] fn a() {}\n/* #[no_mangle]\n fn b() {} */ fn c() {}\n");
     assert!(no_mangle_functions(&commented).is_empty(), "{commented}");
     let code = "#[no_mangle]\npub extern \"C\" fn plain(x: i32) {}\n\
                 macro_rules! forward {\n  ($($alias:ident() => $p:path;)*) => { $( #[no_mangle]\n pub extern \"C\" fn $alias() {} )* };\n}\n\

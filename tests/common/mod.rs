@@ -8,6 +8,7 @@
 pub mod loopdev;
 pub mod programs;
 mod rng;
+pub mod source;
 
 pub use rng::Rng;
 
