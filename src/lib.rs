@@ -39,38 +39,27 @@
 //! machine loses dirty data not yet written back, which `expire_ms`
 //! (default 1 s) bounds.
 
-mod background_budget;
+mod api;
+mod base;
 mod buf;
-mod cache;
 mod config;
-mod dirty;
-mod dropbehind;
-mod epoch;
-mod errseq;
-mod evict;
-mod file;
-mod folio;
 mod guardian;
 mod inode;
 mod io;
-mod locks;
 mod mapping;
-mod memory;
+mod policy;
 mod readahead;
-mod shared;
 mod stats;
-mod sys;
-mod throttle;
-mod userbuf;
 mod writeback;
 
-pub use buf::AlignedBuf;
-pub use cache::Cache;
-pub use config::{parse_size, BackgroundIoprio, Config, Routing, OPTION_KEYS};
-pub use file::{
+pub use api::cache::Cache;
+pub use api::file::{
     Advice, Allocation, File, FileCursor, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY,
     RESIDENT_WRITEBACK,
 };
+pub use buf::user::{RawIov, IOV_MAX};
+pub use buf::AlignedBuf;
+pub use config::{parse_size, BackgroundIoprio, Config, Routing, OPTION_KEYS};
 /// The simulated I/O backend: in memory, with seeded latency, faults and a
 /// crash model (written vs. durable images). Only with the `sim` feature;
 /// use it through [`Cache::with_sim`].
@@ -78,4 +67,3 @@ pub use file::{
 pub use io::sim;
 pub use io::{errno_of, IoKind};
 pub use stats::{DeviceClass, DeviceClassSummary, IoClass, LatencySummary, Reason, Stats, WorkerStats};
-pub use userbuf::{RawIov, IOV_MAX};

@@ -1,15 +1,27 @@
-//! The layer order, checked: every module of the library (`src/`) and of
-//! the SQLite VFS (`sqlite/src/`) may import only modules of layers below
-//! its own. The tables below are the one place the order lives;
-//! docs/architecture.md shows the same order, and a test holds the two
+//! The layer order, checked: every module of the library (`src/`), the C
+//! ABI (`capi/src/`) and the SQLite VFS (`sqlite/src/`) may import only
+//! modules below its own. Folders are layers: each crate has a table per
+//! folder, the order of the folder's children (files and subfolders), top
+//! first; the tables below are the one place the order lives.
+//! docs/architecture.md shows the same tables, and a test holds the two
 //! together. A change that needs an upward import changes the design (and
 //! these tables, in review), not this test.
+//!
+//! An import from module A to module B is checked in the table of the
+//! folder nearest to both: there, the child of that folder that holds B
+//! must be below the child that holds A. So `policy::memory` naming
+//! `mapping::folio` is checked in the crate's table (`policy` above
+//! `mapping`), and `io::sim::backend` naming `io` in `io`'s table (`sim`
+//! above `mod`, the folder's own `mod.rs`). A new file inherits its
+//! folder's place: it needs a place in its folder's table only to import a
+//! sibling or be imported by one. A folder's `mod.rs` is above all its
+//! children unless its table places `mod`.
 //!
 //! What counts as an import: every `crate::…` and `super::…` path in the
 //! module's non-test code (use declarations, paths in expressions and
 //! types, grouped `use crate::{a, b::c}` trees), comments and string
 //! literals left out. A path resolves to the deepest module it names. A
-//! module's own children (`crate::io` → `crate::io::fd`, the crate root
+//! module's own descendants (`crate::io` → `crate::io::fd`, the crate root
 //! → anything) may be named from it: a parent declares, re-exports and
 //! dispatches to its children, and those may use what it defines.
 
@@ -20,76 +32,64 @@ use std::path::{Path, PathBuf};
 
 use common::source::{code_only, matching_brace};
 
-/// The library's layers, top first. A module imports only modules of the
-/// layers after its own.
-const LIBRARY_LAYERS: &[&[&str]] = &[
-    &["cache"],
-    &["file::cursor"],
-    &["file"],
-    &["file::options"],
-    &["shared"],
-    &["writeback::worker"],
-    &["writeback::inflight", "writeback::sync_range"],
-    &["writeback::domain", "writeback::policy", "writeback", "readahead"],
-    &["inode::pass::ios", "inode::pass::completion"],
-    &[
-        "inode::pass",
-        "inode::sync",
-        "inode::range_ops",
-        "inode::read",
-        "inode::write",
-        "inode::size",
-        "inode::folios",
-        "inode::membership",
-        "inode::gate",
-    ],
-    &["inode"],
-    &["writeback::route"],
-    &["throttle", "dropbehind"],
-    &["memory"],
-    &["dirty", "evict"],
-    &["background_budget", "mapping"],
-    &["mapping::folio_index", "errseq", "userbuf"],
-    &["mapping::folio_index::node"],
-    &["stats", "folio"],
-    &["config", "stats::per_thread", "stats::device"],
-    &["stats::histogram"],
-    &["io::threads", "io::uring", "io::sim"],
-    &["io::sim::backend"],
-    &["io::sim::store"],
-    &["io::sim::attempt"],
-    &["io::sim::disk"],
-    &["io::sim::config", "io::sim::stats", "io::sim::rng"],
-    &["io::fd", "io::queue"],
-    &["io"],
-    &["buf"],
-    &["guardian"],
-    &["guardian::process"],
-    &["guardian::replay"],
-    &["guardian::arena"],
-    &["epoch"],
-    &["locks"],
-    &["sys"],
-];
+/// The library's layers: per folder, its children top first (`>` between
+/// layers, `,` between the children of one layer).
+const LIBRARY_LAYERS: &str = "
+crate: api > writeback, readahead > inode > policy > mapping > stats > config > io > buf > guardian > base
+api: cache > file > shared
+api::file: cursor > mod > options
+writeback: worker > inflight, sync_range > domain, policy, mod
+inode: pass > sync, range_ops, read, write, size, folios, membership, gate > mod > errseq
+inode::pass: ios, completion > mod
+policy: route, throttle, dropbehind > memory > dirty, evict > background_budget
+mapping: mod > folio_index > folio
+mapping::folio_index: mod > node
+stats: mod > per_thread, device > histogram
+io: threads, uring, sim > fd, queue > mod
+io::sim: backend > store > attempt > disk > config, stats, rng
+buf: user > mod
+guardian: mod > process > replay > arena
+base: epoch > locks > sys
+";
 
-/// The C ABI's layers (capi/), top first.
-const CAPI_LAYERS: &[&[&str]] = &[&["lifecycle", "names", "rw", "file_ops", "report"], &["handles"], &["failure"]];
+/// The C ABI's layers (capi/).
+const CAPI_LAYERS: &str = "
+crate: lifecycle, names, rw, file_ops, report > handles > failure
+";
 
-/// The SQLite VFS's layers, top first.
-const SQLITE_LAYERS: &[&[&str]] = &[&["vfs"], &["file"], &["state"], &["lock", "function"], &["shm", "api"]];
+/// The SQLite VFS's layers.
+const SQLITE_LAYERS: &str = "
+crate: vfs > file > state > lock, function > shm, api
+";
 
-/// A crate's source tree and its layer table.
+/// Per folder (`crate` for the root, else its module path), its children's
+/// layers, top first.
+type Tables = BTreeMap<String, Vec<Vec<String>>>;
+
+/// The tables of `text`: one line per folder, `folder: a, b > c > d`.
+fn parse_tables(text: &str) -> Tables {
+    let mut tables = Tables::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (folder, order) = line.split_once(": ").unwrap_or_else(|| panic!("`{line}`: no `folder:`"));
+        let layers = order.split('>').map(|layer| layer.split(',').map(|m| m.trim().to_string()).collect()).collect();
+        let previous = tables.insert(folder.trim().to_string(), layers);
+        assert!(previous.is_none(), "folder `{folder}` has two tables");
+    }
+    tables
+}
+
+/// A crate's source tree and its tables.
 struct Tree {
     root: PathBuf,
-    layers: &'static [&'static [&'static str]],
+    tables: Tables,
 }
 
 fn trees() -> [Tree; 3] {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     [
-        Tree { root: manifest.join("src"), layers: LIBRARY_LAYERS },
-        Tree { root: manifest.join("capi/src"), layers: CAPI_LAYERS },
-        Tree { root: manifest.join("sqlite/src"), layers: SQLITE_LAYERS },
+        Tree { root: manifest.join("src"), tables: parse_tables(LIBRARY_LAYERS) },
+        Tree { root: manifest.join("capi/src"), tables: parse_tables(CAPI_LAYERS) },
+        Tree { root: manifest.join("sqlite/src"), tables: parse_tables(SQLITE_LAYERS) },
     ]
 }
 
@@ -195,43 +195,106 @@ fn imports_of(module: &str, code: &str, modules: &BTreeSet<String>) -> BTreeSet<
     found
 }
 
-/// Every import of `tree` against its table: one line per violation.
+/// A module's path as its segments; the crate root has none.
+fn segments(module: &str) -> Vec<&str> {
+    if module == "crate" {
+        Vec::new()
+    } else {
+        module.split("::").collect()
+    }
+}
+
+/// A folder's name in the tables: `crate` for the root.
+fn folder_name(segments: &[&str]) -> String {
+    if segments.is_empty() {
+        "crate".to_string()
+    } else {
+        segments.join("::")
+    }
+}
+
+/// Every folder of `modules` and its children's names (`mod` for the
+/// folder's own file, when it has one).
+fn folders_of(modules: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut folders: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for module in modules {
+        let segs = segments(module);
+        for depth in 0..segs.len() {
+            folders.entry(folder_name(&segs[..depth])).or_default().insert(segs[depth].to_string());
+        }
+    }
+    for (folder, children) in folders.iter_mut() {
+        if folder != "crate" && modules.contains(folder) {
+            children.insert("mod".to_string());
+        }
+    }
+    folders
+}
+
+/// Where `child` stands in `folder`'s table: its layer, top first. A
+/// folder's own `mod` stands above every layer unless the table places it;
+/// a child the table does not name has no place.
+fn rank(tables: &Tables, folder: &str, child: &str) -> Option<isize> {
+    let layers = tables.get(folder);
+    let placed = layers.and_then(|l| l.iter().position(|layer| layer.iter().any(|m| m == child)));
+    match placed {
+        Some(layer) => Some(layer as isize),
+        None if child == "mod" => Some(-1),
+        None => None,
+    }
+}
+
+/// A table naming a folder or child that does not exist: one line each.
+fn stale_table_entries(tree: &Tree, folders: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (folder, layers) in &tree.tables {
+        let Some(children) = folders.get(folder) else {
+            problems.push(format!("{}: the tables name folder `{folder}`, which has no files", tree.root.display()));
+            continue;
+        };
+        for name in layers.iter().flatten().filter(|name| !children.contains(*name)) {
+            problems.push(format!("{}: `{folder}`'s table names `{name}`, which has no file", tree.root.display()));
+        }
+    }
+    problems
+}
+
+/// Why `module` may not import `target`, if it may not: the table of the
+/// folder nearest to both must place `target`'s side below `module`'s.
+fn import_problem(tables: &Tables, module: &str, target: &str) -> Option<String> {
+    let (from, to) = (segments(module), segments(target));
+    if to.is_empty() || to.starts_with(&from) {
+        return None; // the crate root, or the module's own descendant
+    }
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let folder = folder_name(&from[..common]);
+    let side = |segs: &[&str]| segs.get(common).map_or("mod".to_string(), |s| s.to_string());
+    let (from_child, to_child) = (side(&from), side(&to));
+    let place = |child: &str| {
+        rank(tables, &folder, child)
+            .ok_or_else(|| format!("`{module}` imports `{target}`, but `{child}` has no place in `{folder}`'s table"))
+    };
+    let (from_rank, to_rank) = match (place(&from_child), place(&to_child)) {
+        (Ok(f), Ok(t)) => (f, t),
+        (Err(e), _) | (_, Err(e)) => return Some(e),
+    };
+    (to_rank <= from_rank).then(|| {
+        format!("`{module}` imports `{target}`: in `{folder}`'s table `{to_child}` is not below `{from_child}`")
+    })
+}
+
+/// Every import of `tree` against its tables: one line per violation.
 fn violations(tree: &Tree) -> Vec<String> {
     let files = rust_files(&tree.root);
     let modules: BTreeSet<String> = files.iter().map(|f| module_of(&tree.root, f)).collect();
-    let layer_of: BTreeMap<&str, usize> =
-        tree.layers.iter().enumerate().flat_map(|(i, layer)| layer.iter().map(move |m| (*m, i))).collect();
-    let mut problems = Vec::new();
-    for m in &modules {
-        if m != "crate" && !layer_of.contains_key(m.as_str()) {
-            problems.push(format!("{}: module `{m}` is in no layer of the table", tree.root.display()));
-        }
-    }
-    for name in layer_of.keys() {
-        if !modules.contains(*name) {
-            problems.push(format!("{}: the table names `{name}`, which has no file", tree.root.display()));
-        }
-    }
+    let mut problems = stale_table_entries(tree, &folders_of(&modules));
     for file in &files {
         let module = module_of(&tree.root, file);
-        if module == "crate" {
-            continue;
-        }
         let code = code_only(&std::fs::read_to_string(file).unwrap());
         for target in imports_of(&module, &code, &modules) {
-            let is_own_child = target.starts_with(&format!("{module}::"));
-            if target == "crate" || is_own_child {
-                continue;
-            }
-            let (Some(&from), Some(&to)) = (layer_of.get(module.as_str()), layer_of.get(target.as_str())) else {
-                continue;
-            };
-            if to <= from {
+            if let Some(problem) = import_problem(&tree.tables, &module, &target) {
                 let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(file);
-                problems.push(format!(
-                    "{}: `{module}` (layer {from}) imports `{target}` (layer {to}), which is not below it",
-                    rel.display()
-                ));
+                problems.push(format!("{}: {problem}", rel.display()));
             }
         }
     }
@@ -261,9 +324,9 @@ fn the_checker_finds_upward_imports_and_only_those() {
     assert_eq!(found.into_iter().collect::<Vec<_>>(), ["inode", "io"]);
 }
 
-/// docs/architecture.md shows the same layers, top first: after a
-/// `<!-- layers: library -->` (or `capi`, `sqlite`) marker, a code block with one
-/// line per layer, its modules separated by commas.
+/// docs/architecture.md shows the same tables: after a `<!-- layers:
+/// library -->` (or `capi`, `sqlite`) marker, a code block with one line
+/// per folder, as the constants above write them.
 #[test]
 fn the_documented_layers_are_the_checked_ones() {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md")).unwrap();
@@ -274,29 +337,74 @@ fn the_documented_layers_are_the_checked_ones() {
         let block = &block[block.find("```").expect("a code block follows the marker") + 3..];
         let block = &block[block.find('\n').unwrap() + 1..];
         let block = &block[..block.find("```").expect("the code block ends")];
-        let documented: Vec<Vec<String>> = block
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| l.split(',').map(|m| m.trim().to_string()).collect())
-            .collect();
-        let checked: Vec<Vec<String>> = layers.iter().map(|l| l.iter().map(|m| m.to_string()).collect()).collect();
-        assert_eq!(documented, checked, "the {title} layers in docs/architecture.md");
+        assert_eq!(parse_tables(block), parse_tables(layers), "the {title} layers in docs/architecture.md");
     }
+}
+
+/// The problems `violations` finds in a tree of `files` (path, code) under
+/// `tables`.
+fn violations_in(files: &[(&str, &str)], tables: &str) -> Vec<String> {
+    static TREES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = TREES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("wbcache-arch-{}-{n}", std::process::id()));
+    for (path, code) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, code).unwrap();
+    }
+    let problems = violations(&Tree { root: dir.clone(), tables: parse_tables(tables) });
+    std::fs::remove_dir_all(&dir).unwrap();
+    problems
 }
 
 /// A deliberately added back edge is caught: `locks` (the bottom layer)
 /// naming `inode`.
 #[test]
 fn a_back_edge_is_reported_with_its_file_and_path() {
-    let dir = std::env::temp_dir().join(format!("wbcache-arch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("inode.rs"), "use crate::locks;\n").unwrap();
-    std::fs::write(dir.join("locks.rs"), "pub fn f() { crate::inode::g(); }\n").unwrap();
-    let tree = Tree { root: dir.clone(), layers: &[&["inode"], &["locks"]] };
-    let problems = violations(&tree);
-    std::fs::remove_dir_all(&dir).unwrap();
+    let files = [("inode.rs", "use crate::locks;\n"), ("locks.rs", "pub fn f() { crate::inode::g(); }\n")];
+    let problems = violations_in(&files, "crate: inode > locks");
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0].contains("locks.rs") && problems[0].contains("imports `inode`"), "{problems:?}");
+}
+
+/// A file new to a folder takes the folder's place against other folders
+/// without a table entry; it needs one only for its siblings.
+#[test]
+fn a_new_file_inherits_its_folders_layer() {
+    let tables = "crate: api > policy > base\npolicy: throttle > dirty";
+    let tree = |fresh: &'static str| {
+        let files = [
+            ("api/mod.rs", "use crate::policy::fresh;\n"),
+            ("policy/mod.rs", "pub mod dirty; pub mod fresh; pub mod throttle;\n"),
+            ("policy/throttle.rs", "use crate::policy::dirty;\n"),
+            ("policy/dirty.rs", "use crate::base::sys;\n"),
+            ("policy/fresh.rs", fresh),
+            ("base/sys.rs", ""),
+        ];
+        violations_in(&files, tables)
+    };
+    assert_eq!(tree("use crate::base::sys;\n"), Vec::<String>::new());
+    let problems = tree("use crate::api::Cache;\n");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("in `crate`'s table `api` is not below `policy`"), "{problems:?}");
+    let problems = tree("use super::dirty;\n");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("`fresh` has no place in `policy`'s table"), "{problems:?}");
+}
+
+/// A child naming its folder's own `mod.rs` needs the table to place
+/// `mod` below it; a table naming a file that is gone is reported.
+#[test]
+fn a_folders_own_file_stands_above_its_children_unless_placed() {
+    let files = [("io/mod.rs", "pub mod sim;\n"), ("io/sim.rs", "use crate::io::IoKind;\n")];
+    let problems = violations_in(&files, "crate: io\nio: sim");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("in `io`'s table `mod` is not below `sim`"), "{problems:?}");
+    assert_eq!(violations_in(&files, "crate: io\nio: sim > mod"), Vec::<String>::new());
+    let problems = violations_in(&files, "crate: io\nio: sim > gone > mod\nold: x");
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("names `gone`, which has no file")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("folder `old`, which has no files")), "{problems:?}");
 }
 
 /// The longest a non-test function may be, in lines from its `fn` to its
@@ -438,7 +546,7 @@ fn no_source_file_is_longer_than_eight_hundred_lines() {
 
 /// The libc wrappers a preloaded library may interpose (`LD_PRELOAD`,
 /// wbcache's own `libwbcache_preload.so` among them). The engine makes
-/// these calls only through `src/sys.rs` (direct system calls), and never
+/// these calls only through `src/base/sys.rs` (direct system calls), and never
 /// through `std::fs`, whose calls go through the same wrappers: its own I/O
 /// must reach the kernel, not an interposer.
 const INTERPOSABLE: &[&str] = &[
@@ -513,13 +621,13 @@ fn the_engine_makes_its_system_calls_directly() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut problems = Vec::new();
     for file in rust_files(&root) {
-        if module_of(&root, &file) == "sys" {
+        if module_of(&root, &file) == "base::sys" {
             continue;
         }
         let code = code_only(&std::fs::read_to_string(&file).unwrap());
         for call in interposable_calls(&code) {
             let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(&file).display().to_string();
-            problems.push(format!("{rel}: {call} (use crate::sys)"));
+            problems.push(format!("{rel}: {call} (use crate::base::sys)"));
         }
     }
     assert!(problems.is_empty(), "calls a preloaded library could interpose:\n{}", problems.join("\n"));

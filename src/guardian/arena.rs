@@ -195,15 +195,15 @@ fn map_memfd(name: &std::ffi::CStr, bytes: u64) -> io::Result<(OwnedFd, NonNull<
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
-    let raw = crate::sys::above_program_descriptors(raw);
+    let raw = crate::base::sys::above_program_descriptors(raw);
     // SAFETY: a descriptor we just created and own.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    crate::sys::ftruncate(fd.as_raw_fd(), bytes as i64)?;
-    let base = crate::sys::map_shared(fd.as_raw_fd(), bytes as usize, libc::PROT_READ | libc::PROT_WRITE)?;
+    crate::base::sys::ftruncate(fd.as_raw_fd(), bytes as i64)?;
+    let base = crate::base::sys::map_shared(fd.as_raw_fd(), bytes as usize, libc::PROT_READ | libc::PROT_WRITE)?;
     // A fork child gets none of it: the guardian watches this process,
     // not its children, and a fork need not copy the cache's page tables.
     // SAFETY: our own mapping of exactly this length.
-    let _ = unsafe { crate::sys::advise(base.as_ptr().cast(), bytes as usize, libc::MADV_DONTFORK) };
+    let _ = unsafe { crate::base::sys::advise(base.as_ptr().cast(), bytes as usize, libc::MADV_DONTFORK) };
     Ok((fd, base))
 }
 
@@ -337,10 +337,10 @@ impl Arena {
         // misses on cached reads, one segment per 2 MiB of O_DIRECT I/O.
         // With `never` (common) this changes nothing.
         // SAFETY: the arena mapping just made, its whole length.
-        let _ = unsafe { crate::sys::advise(arena.as_ptr().cast(), arena_bytes as usize, libc::MADV_HUGEPAGE) };
+        let _ = unsafe { crate::base::sys::advise(arena.as_ptr().cast(), arena_bytes as usize, libc::MADV_HUGEPAGE) };
         let (table_fd, table_base) = map_memfd(c"wbcache-table", layout.table_bytes).inspect_err(|_| {
             // SAFETY: the mapping made just above, unmapped once.
-            let _ = unsafe { crate::sys::unmap(arena.as_ptr().cast(), arena_bytes as usize) };
+            let _ = unsafe { crate::base::sys::unmap(arena.as_ptr().cast(), arena_bytes as usize) };
         })?;
         let table_bytes = layout.table_bytes;
         // SAFETY: a fresh mapping of `table_bytes`, large enough for the
@@ -388,7 +388,7 @@ impl Arena {
     fn allocate_slot(&self, len: usize) -> Option<Slot> {
         let slot_blocks = (len / BLOCK_BYTES) as u32;
         let class = slot_blocks.trailing_zeros() as usize;
-        let mut alloc = crate::locks::lock(&self.alloc);
+        let mut alloc = crate::base::locks::lock(&self.alloc);
         while let Some(&chunk) = alloc.partial[class].last() {
             let state = &mut alloc.chunks[chunk as usize];
             if let Some(index) = state.free.pop() {
@@ -423,7 +423,7 @@ impl Arena {
     }
 
     fn allocate_chunks(&self, count: usize) -> Option<Slot> {
-        let mut alloc = crate::locks::lock(&self.alloc);
+        let mut alloc = crate::base::locks::lock(&self.alloc);
         let free = |c: &ChunkState| c.slot_blocks == 0;
         let start = alloc.chunks.windows(count).position(|w| w.iter().all(free))?;
         let run = start as u32..(start + count) as u32;
@@ -455,7 +455,7 @@ impl Arena {
     /// Waits (a tenth of a second at most) until a chunk is wanted, then
     /// populates one.
     fn fill_once(&self) {
-        let alloc = crate::locks::lock(&self.alloc);
+        let alloc = crate::base::locks::lock(&self.alloc);
         let (mut alloc, _) = self
             .fill_wanted
             .wait_timeout_while(alloc, std::time::Duration::from_millis(100), |a| !a.wants_fill())
@@ -469,7 +469,7 @@ impl Arena {
         alloc.chunks[chunk as usize].slot_blocks = u32::MAX;
         drop(alloc);
         self.populate(chunk as usize, 1);
-        let mut alloc = crate::locks::lock(&self.alloc);
+        let mut alloc = crate::base::locks::lock(&self.alloc);
         assert_eq!(alloc.chunks[chunk as usize].slot_blocks, u32::MAX, "a chunk being filled is nobody's");
         alloc.chunks[chunk as usize].slot_blocks = 0;
         alloc.idle.push(chunk);
@@ -482,7 +482,7 @@ impl Arena {
         // SAFETY: whole chunks of the arena mapping; populating changes no
         // byte (the pages are fresh and read as zero either way).
         let _ = unsafe {
-            crate::sys::advise(
+            crate::base::sys::advise(
                 self.arena.as_ptr().add(chunk * CHUNK_BYTES).cast(),
                 count * CHUNK_BYTES,
                 MADV_POPULATE_WRITE,
@@ -497,7 +497,7 @@ impl Arena {
     pub fn free(&self, slot: Slot) {
         self.forget(slot);
         let chunk = slot.first_block as usize / CHUNK_BLOCKS;
-        let mut alloc = crate::locks::lock(&self.alloc);
+        let mut alloc = crate::base::locks::lock(&self.alloc);
         if slot.blocks as usize > CHUNK_BLOCKS {
             // Large buffers are rare (folio_max above 2 MiB): their chunks
             // go back at once.
@@ -572,7 +572,7 @@ impl Arena {
     /// their pages go back to the kernel (shared memory is not freed by
     /// `MADV_DONTNEED`; a hole is), and read as zeros.
     fn punch(&self, first: usize, blocks: usize) {
-        let _ = crate::sys::fallocate(
+        let _ = crate::base::sys::fallocate(
             self.arena_fd.as_raw_fd(),
             libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
             (first * BLOCK_BYTES) as i64,
@@ -633,8 +633,8 @@ impl Drop for Arena {
         // SAFETY: the two mappings made in `new`, of these lengths, unmapped
         // once; every buffer holds an `Arc` of the arena, so none is left.
         unsafe {
-            let _ = crate::sys::unmap(self.arena.as_ptr().cast(), self.arena_bytes as usize);
-            let _ = crate::sys::unmap(self.table.base.as_ptr().cast(), self.table_bytes as usize);
+            let _ = crate::base::sys::unmap(self.arena.as_ptr().cast(), self.arena_bytes as usize);
+            let _ = crate::base::sys::unmap(self.table.base.as_ptr().cast(), self.table_bytes as usize);
         }
     }
 }

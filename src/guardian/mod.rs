@@ -96,7 +96,7 @@ impl Guardian {
     /// cannot take the descriptor (the file is then not guarded).
     pub fn open_file(self: &Arc<Self>, fd: Option<RawFd>, store_id: (u64, u64), size: u64) -> Option<GuardedFile> {
         let slot = {
-            let mut files = crate::locks::lock(&self.files);
+            let mut files = crate::base::locks::lock(&self.files);
             let slot = match files.free.pop() {
                 Some(slot) => slot,
                 None if files.next < FILE_SLOTS => {
@@ -163,7 +163,7 @@ impl Guardian {
     /// The store (device, inode) of file slot `slot`, if in use.
     #[cfg(any(test, feature = "sim"))]
     pub fn store_of(&self, slot: u32) -> Option<(u64, u64)> {
-        crate::locks::lock(&self.files).stores.get(&slot).copied()
+        crate::base::locks::lock(&self.files).stores.get(&slot).copied()
     }
 }
 
@@ -209,7 +209,7 @@ impl Drop for GuardedFile {
         if let Some(Some(link)) = self.guardian.link.get() {
             link.release_file(self.slot);
         }
-        let mut files = crate::locks::lock(&self.guardian.files);
+        let mut files = crate::base::locks::lock(&self.guardian.files);
         files.stores.remove(&self.slot);
         files.free.push(self.slot);
     }

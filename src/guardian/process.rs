@@ -57,7 +57,8 @@ fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    let (a, b) = (crate::sys::above_program_descriptors(fds[0]), crate::sys::above_program_descriptors(fds[1]));
+    let (a, b) =
+        (crate::base::sys::above_program_descriptors(fds[0]), crate::base::sys::above_program_descriptors(fds[1]));
     // SAFETY: two fresh descriptors we own.
     Ok(unsafe { (OwnedFd::from_raw_fd(a), OwnedFd::from_raw_fd(b)) })
 }
@@ -118,7 +119,7 @@ impl Link {
         let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
         envp.push(std::ptr::null());
         let argv: [*const libc::c_char; 2] = [c"wbcache-guardian".as_ptr(), std::ptr::null()];
-        let devnull = crate::sys::open(c"/dev/null", libc::O_RDWR | libc::O_CLOEXEC, 0)?;
+        let devnull = crate::base::sys::open(c"/dev/null", libc::O_RDWR | libc::O_CLOEXEC, 0)?;
         // SAFETY: the descriptor just opened, ours.
         let devnull = unsafe { OwnedFd::from_raw_fd(devnull) };
         let keep = [theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd()];
@@ -470,15 +471,15 @@ fn receive(sock: &OwnedFd, files: &mut HashMap<u32, OwnedFd>) -> Received {
 /// Maps the table and arena and replays them into `files`; `Ok(false)`
 /// after a failure (reported on standard error, naming file and offset).
 fn replay_files(table_fd: &OwnedFd, arena_fd: &OwnedFd, files: HashMap<u32, OwnedFd>) -> io::Result<bool> {
-    let table_bytes = crate::sys::fstat_size(table_fd.as_raw_fd())?;
-    let table_base = crate::sys::map_shared(table_fd.as_raw_fd(), table_bytes as usize, libc::PROT_READ)?;
+    let table_bytes = crate::base::sys::fstat_size(table_fd.as_raw_fd())?;
+    let table_base = crate::base::sys::map_shared(table_fd.as_raw_fd(), table_bytes as usize, libc::PROT_READ)?;
     // SAFETY: the table's whole memfd, mapped for the rest of this process.
     let table = unsafe { TableView::new(table_base) };
     if !table.is_valid(table_bytes) {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "the crash table's layout is not this version's"));
     }
     let arena_bytes = table.header().arena_bytes as usize;
-    let arena_base = crate::sys::map_shared(arena_fd.as_raw_fd(), arena_bytes, libc::PROT_READ)?;
+    let arena_base = crate::base::sys::map_shared(arena_fd.as_raw_fd(), arena_bytes, libc::PROT_READ)?;
     // SAFETY: the arena's whole memfd, mapped read-only for the rest of
     // this process; nobody writes it any more (its owner is dead).
     let arena = unsafe { std::slice::from_raw_parts(arena_base.as_ptr(), arena_bytes) };
@@ -509,10 +510,10 @@ impl FileSink {
         }
         let held = self.files.get(&file).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
         let path = CString::new(format!("/proc/self/fd/{}", held.as_raw_fd())).expect("no NUL");
-        let fd = crate::sys::open(&path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+        let fd = crate::base::sys::open(&path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
         // SAFETY: a fresh descriptor, ours.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let block = crate::sys::is_block_device(fd.as_raw_fd())?;
+        let block = crate::base::sys::is_block_device(fd.as_raw_fd())?;
         let raw = fd.as_raw_fd();
         self.writable.insert(file, (fd, block));
         Ok((raw, block))
@@ -527,13 +528,13 @@ impl ReplaySink for FileSink {
     /// The file's name now.
     fn name(&self, file: u32) -> String {
         let Some(fd) = self.files.get(&file) else { return format!("file slot {file}") };
-        crate::sys::read_link(&format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        crate::base::sys::read_link(&format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .unwrap_or_else(|| format!("file slot {file}"))
     }
 
     fn len(&mut self, file: u32) -> io::Result<u64> {
         let (fd, _) = self.writable(file)?;
-        crate::sys::fstat_size(fd)
+        crate::base::sys::fstat_size(fd)
     }
 
     fn set_len(&mut self, file: u32, len: u64) -> io::Result<()> {
@@ -541,7 +542,7 @@ impl ReplaySink for FileSink {
         if block {
             return Ok(());
         }
-        crate::sys::ftruncate(fd, len as i64)
+        crate::base::sys::ftruncate(fd, len as i64)
     }
 
     fn write(&mut self, file: u32, offset: u64, data: &[u8]) -> io::Result<()> {
@@ -552,11 +553,11 @@ impl ReplaySink for FileSink {
             // dead owner still landing must not overwrite this data. The
             // range is about to be written anyway; a file system without
             // fallocate has nothing to wait for here.
-            let _ = crate::sys::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, offset as i64, data.len() as i64);
+            let _ = crate::base::sys::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, offset as i64, data.len() as i64);
         }
         let mut done = 0;
         while done < data.len() {
-            match crate::sys::pwrite(fd, &data[done..], (offset + done as u64) as i64) {
+            match crate::base::sys::pwrite(fd, &data[done..], (offset + done as u64) as i64) {
                 Ok(0) => return Err(io::Error::from_raw_os_error(libc::EIO)),
                 Ok(n) => done += n,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}

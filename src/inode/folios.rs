@@ -11,10 +11,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Inode;
-use crate::folio::{DirtyMark, Folio, FolioState};
+use crate::buf::user::ReadTarget;
 use crate::io::BLOCK_SIZE;
+use crate::mapping::folio::{DirtyMark, Folio, FolioState};
 use crate::mapping::{choose_order, FolioRef, Mapping, MappingOwner};
-use crate::userbuf::ReadTarget;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -43,13 +43,13 @@ impl Inode {
                 let b = (block - folio.index) as usize;
                 let mut bits = 0;
                 if st.all_uptodate || st.uptodate.get(b) {
-                    bits |= crate::folio::RESIDENT_CACHED;
+                    bits |= crate::mapping::folio::RESIDENT_CACHED;
                 }
                 if st.dirty.get(b) {
-                    bits |= crate::folio::RESIDENT_DIRTY;
+                    bits |= crate::mapping::folio::RESIDENT_DIRTY;
                 }
                 if st.writeback.get(b) {
-                    bits |= crate::folio::RESIDENT_WRITEBACK;
+                    bits |= crate::mapping::folio::RESIDENT_WRITEBACK;
                 }
                 out[(block - first_block) as usize] = bits;
             }

@@ -8,7 +8,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::locks::{self, Held, Rank};
+use crate::base::locks::{self, Held, Rank};
 
 /// Writeback I/O against changes of the backing store's length: any number
 /// of writeback I/Os, or one length change with none in flight. Unlike a

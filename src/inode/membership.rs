@@ -13,9 +13,9 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
+use crate::base::locks::{self, Ordered, Rank};
 use crate::io::BackingInfo;
-use crate::locks::{self, Ordered, Rank};
-use crate::writeback::route::Route;
+use crate::policy::route::Route;
 
 use super::Inode;
 

@@ -6,7 +6,7 @@
 //! - [`gate`]: the store's length gate (writeback I/O against length
 //!   changes);
 //! - [`folios`]: lookup, creation and removal of the inode's folios;
-//! - [`read`] and [`write`]: the data paths (hits, fills, copies, dirtying);
+//! - [`read`] and [`write`](mod@write): the data paths (hits, fills, copies, dirtying);
 //! - [`size`]: `set_len`, the room under the file system's limit, cuts;
 //! - [`range_ops`]: `fallocate` and `POSIX_FADV_DONTNEED` over a range;
 //! - [`pass`]: one writeback pass (collect, build I/Os, complete);
@@ -44,6 +44,7 @@
 //!   under the folio lock that set its bit, and the inode is on its
 //!   domain's dirty list before the write returns.
 
+mod errseq;
 mod folios;
 mod gate;
 mod membership;
@@ -57,15 +58,15 @@ mod write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::base::locks::{self, Rank};
 use crate::config::Config;
-use crate::dirty::DomainDirty;
-use crate::dropbehind::DropBehind;
-use crate::errseq::ErrSeq;
 use crate::guardian::GuardedFile;
+use crate::inode::errseq::ErrSeq;
 use crate::io::{BackingInfo, BackingStore, BLOCK_SIZE};
-use crate::locks::{self, Rank};
 use crate::mapping::{Mapping, MappingOwner};
-use crate::memory::Memory;
+use crate::policy::dirty::DomainDirty;
+use crate::policy::dropbehind::DropBehind;
+use crate::policy::memory::Memory;
 use crate::stats::Counters;
 
 use gate::{ResizeGuard, StoreLenGate};

@@ -22,11 +22,11 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::base::locks::{self, Rank};
 use crate::buf::BulkFree;
-use crate::folio::Folio;
 use crate::inode::Inode;
 use crate::io::BLOCK_SIZE;
-use crate::locks::{self, Rank};
+use crate::mapping::folio::Folio;
 use crate::mapping::{FolioIndex, FolioRef};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;

@@ -12,13 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::Inode;
+use crate::base::epoch::ReadSection;
+use crate::buf::user::ReadTarget;
 use crate::buf::AlignedBuf;
-use crate::dirty::READER_SYNC_WAITER_ID;
-use crate::epoch::ReadSection;
-use crate::folio::{Folio, FolioState, OptimisticCopy};
 use crate::io::{batch_len, run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
+use crate::mapping::folio::{Folio, FolioState, OptimisticCopy};
+use crate::policy::dirty::READER_SYNC_WAITER_ID;
 use crate::stats::{Counters, DeviceClass};
-use crate::userbuf::ReadTarget;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 

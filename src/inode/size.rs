@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{Inode, ResizeGuard};
+use crate::base::locks::{self, Rank};
 use crate::buf::BulkFree;
-use crate::folio::{DirtyMark, Folio, FolioState};
 use crate::io::BLOCK_SIZE;
-use crate::locks::{self, Rank};
+use crate::mapping::folio::{DirtyMark, Folio, FolioState};
 use crate::mapping::{FolioIndex, FolioRef, IndexWriteGuard};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;

@@ -18,10 +18,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::base::locks::{self, Ordered, Rank};
 use crate::inode::Inode;
 use crate::inode::WritebackOutcome;
 use crate::io::{IoPriority, BLOCK_SIZE};
-use crate::locks::{self, Ordered, Rank};
 use crate::stats::{Counters, DeviceClass, Reason};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;

@@ -9,13 +9,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Inode;
+use crate::buf::user::WriteSource;
 use crate::buf::AlignedBuf;
-use crate::dirty::DirtyRoom;
-use crate::folio::{DirtyMark, Folio, FolioGuard, FolioState};
 use crate::io::BLOCK_SIZE;
+use crate::mapping::folio::{DirtyMark, Folio, FolioGuard, FolioState};
+use crate::policy::dirty::DirtyRoom;
+use crate::policy::throttle;
 use crate::stats::Counters;
-use crate::throttle;
-use crate::userbuf::WriteSource;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -271,7 +271,7 @@ impl Inode {
             moved.copy_from_slice(st.buf());
             let old = folio.change(st, |st| std::mem::replace(st.buf_mut(), Arc::new(moved)));
             // Lock-free readers may still be copying from the old buffer.
-            crate::epoch::defer_bytes(old.len(), move || drop(old));
+            crate::base::epoch::defer_bytes(old.len(), move || drop(old));
         }
         if st.buf().record_owner(guarded.id(), folio.offset()) {
             // Blocks dirtied before the buffer was guarded (guarded memory

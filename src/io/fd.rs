@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority, OpenHow, BLOCK_SIZE};
-use crate::sys::{self, Fd};
+use crate::base::sys::{self, Fd};
 
 /// Executes one attempt of a batch on a raw descriptor; the part of a
 /// backend that differs between io_uring and the thread pool.

@@ -248,11 +248,11 @@ pub trait Io: Send + Sync {
     }
     /// Removes the name `path` (`unlink(2)`).
     fn remove_name(&self, path: &Path) -> io::Result<()> {
-        crate::sys::unlink(&fd::path_cstring(path)?)
+        crate::base::sys::unlink(&fd::path_cstring(path)?)
     }
     /// Renames `from` to `to`, replacing `to` (`rename(2)`).
     fn rename_name(&self, from: &Path, to: &Path) -> io::Result<()> {
-        crate::sys::rename(&fd::path_cstring(from)?, &fd::path_cstring(to)?)
+        crate::base::sys::rename(&fd::path_cstring(from)?, &fd::path_cstring(to)?)
     }
     /// A queue of asynchronous writes for the calling thread (which alone
     /// may use it), for stores this backend opened. The default runs them in
@@ -285,7 +285,7 @@ impl Ready {
 /// before `exec`), and lose it, or its file, to the program. So every
 /// thread makes its descriptors before its spawner, the program's thread,
 /// goes on; and moves them above the program's numbers
-/// ([`crate::sys::above_program_descriptors`]).
+/// ([`crate::base::sys::above_program_descriptors`]).
 pub fn spawn_io_thread(
     name: String,
     body: impl FnOnce(Ready) + Send + 'static,

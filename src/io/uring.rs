@@ -32,7 +32,7 @@ use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 use super::fd::{ioprio_of, open_fd_store, rw_once, FdEngine, SyncEngine};
 use super::queue::{complete_without_backend, BatchQueue, Completion, QueuedWrite, SlotTable, WriteQueue};
 use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
-use crate::sys;
+use crate::base::sys;
 
 /// The kernel's limit on ring entries (`IORING_MAX_ENTRIES`).
 const MAX_RING_ENTRIES: u32 = 32_768;

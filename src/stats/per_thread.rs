@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::locks;
+use crate::base::locks;
 
 /// One thread's part of a count, alone on its cache line.
 #[repr(align(64))]

@@ -4,7 +4,7 @@
 //! list per worker (oldest dirtied first) and the routing that says which
 //! worker writes what ([`Route`]); its byte gauges, its bandwidth estimate
 //! and the coalesced work bits that wake the workers are its
-//! [`DomainDirty`] (in [`crate::dirty`], below the inode, which accounts
+//! [`DomainDirty`] (in [`crate::policy::dirty`], below the inode, which accounts
 //! into it directly). One domain, however many workers: the thresholds and
 //! the throttle see the whole device.
 //!
@@ -20,12 +20,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::base::locks;
 use crate::config::{Config, Routing};
-use crate::dirty::DomainDirty;
 use crate::inode::{DirtyInodeList, Inode};
 use crate::io::Io;
-use crate::locks;
-use crate::writeback::route::{workers_in, Route};
+use crate::policy::dirty::DomainDirty;
+use crate::policy::route::{workers_in, Route};
 
 /// What the domain does with an inode the flusher found clean: the cache
 /// decides whether to forget it (never on the flusher's thread).

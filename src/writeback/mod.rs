@@ -1,9 +1,7 @@
 //! Writeback: when, which and how dirty data goes to the backing store.
 //!
 //! - [`domain`]: a device's writeback workers and their dirty inode lists,
-//!   over its dirty accounting (`crate::dirty::DomainDirty`).
-//! - [`route`]: which worker writes which data (single, rotor, region), as
-//!   pure functions.
+//!   over its dirty accounting (`crate::policy::dirty::DomainDirty`).
 //! - [`worker`] and [`inflight`]: a writeback worker's loop and its passes
 //!   in flight; [`policy`]: its decisions, as pure functions.
 //! - [`sync_range`]: `sync_file_range`'s writes, started and waited on.
@@ -12,12 +10,12 @@
 //! fsync are the inode's own methods (`inode::pass`, `inode::sync`): this
 //! layer decides when and which, and drives them through those methods
 //! without touching inode state itself. The inode reaches this layer only
-//! through `inode::DirtyInodeList`; `route` is the one module of it below
-//! the inode, a pure function a pass consults for a worker's share.
+//! through `inode::DirtyInodeList`; which worker writes which data is
+//! `policy::route`, below the inode, because a pass consults it for a
+//! worker's share.
 
 pub mod domain;
 pub mod inflight;
 pub mod policy;
-pub mod route;
 pub mod sync_range;
 pub mod worker;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::dirty::READ_RECENT;
+use crate::policy::dirty::READ_RECENT;
 use crate::stats::Reason;
 
 /// An inode pass takes at most this many `io_max` I/Os' worth of dirty data
@@ -130,7 +130,7 @@ impl PeriodicCutoff {
 /// and what a caller waits for do not wait for this. Fsyncs do not count:
 /// counted, they kept the flusher from writing the streams beside them
 /// once a second, and a commit's wait behind background writes is the
-/// background budget's to answer (`crate::background_budget`).
+/// background budget's to answer (`crate::policy::background_budget`).
 pub fn periodic_cutoff(input: &PeriodicInput) -> PeriodicCutoff {
     let expire_before_ns = expired_before_ns(input.now_ns, input.expire_ms);
     let recent_ns = READ_RECENT.as_nanos() as u64;
@@ -200,7 +200,7 @@ pub const ASYNC_QUEUE_BYTES_WHILE_SYNC: u64 = 1 << 20;
 
 /// Async bytes one worker keeps queued while sync callers are recent:
 /// [`ASYNC_QUEUE_BYTES_WHILE_SYNC`] scaled down with the background I/O
-/// size (`budget_io_bytes` of `io_max_bytes`, [`crate::background_budget`]),
+/// size (`budget_io_bytes` of `io_max_bytes`, [`crate::policy::background_budget`]),
 /// and never less than one such I/O. The I/O size alone left the queue as
 /// deep in bytes as before: next to a stream at 1G (`wbcache bench -w
 /// sqlite`), the budget had cut background I/Os to 32-64 KiB, yet each read

@@ -20,10 +20,10 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::base::locks;
 use crate::inode::Inode;
 use crate::inode::{PassScope, SizeFix, WbPass};
 use crate::io::IoPriority;
-use crate::locks;
 use crate::stats::Reason;
 
 /// Passes queued for the range writers beyond the ones they write. Few:

@@ -20,17 +20,17 @@
 //! Owns its `InFlight` (and with it its own submission queue) and its dirty
 //! list; shares the domain's gauges, thresholds and bandwidth estimate with
 //! the domain's other workers. It writes only what the domain's routing
-//! gives it ([`crate::writeback::route`]).
+//! gives it ([`crate::policy::route`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::base::locks;
 use crate::config::Config;
-use crate::dirty::DomainDirty;
-use crate::dirty::{WORK_RECLAIM, WORK_START_DONTCACHE};
 use crate::io::Io;
-use crate::locks;
+use crate::policy::dirty::DomainDirty;
+use crate::policy::dirty::{WORK_RECLAIM, WORK_START_DONTCACHE};
 use crate::stats::Counters;
 use crate::stats::{Reason, WorkerCounters};
 use crate::writeback::domain::{Domain, OnIdle};

@@ -11,11 +11,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{SizeFix, WbChunk, WbPass, WritebackOutcome};
+use crate::base::locks::{self, Rank};
 use crate::buf::AlignedBuf;
-use crate::folio::{DirtyMark, Folio, FolioGuard, FolioState};
 use crate::inode::Inode;
 use crate::io::BLOCK_SIZE;
-use crate::locks::{self, Rank};
+use crate::mapping::folio::{DirtyMark, Folio, FolioGuard, FolioState};
 use crate::stats::Counters;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;

@@ -10,10 +10,10 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use super::{WbChunk, WbPass};
+use crate::base::locks::{self, Rank};
 use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};
 use crate::io::{batch_len, run_batch, BackingStore, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
-use crate::locks::{self, Rank};
 use crate::stats::{Counters, DeviceAccount, DeviceClass};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -56,7 +56,7 @@ pub enum SubmitWindow {
 }
 
 /// The largest write an fsync or close builds while a read miss is recent
-/// ([`crate::dirty::READ_RECENT`]). On this project's virtio disk a
+/// ([`crate::policy::dirty::READ_RECENT`]). On this project's virtio disk a
 /// read waits for the whole of a write already in the device: next to
 /// RocksDB's own flushes and compactions (`wbcache bench -w
 /// rocksdb/readwhilewriting`, 1G, block-layer tracepoints), 0.9% of its

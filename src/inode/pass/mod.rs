@@ -32,12 +32,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::buf::AlignedBuf;
-use crate::folio::{DirtyMark, Folio};
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
+use crate::mapping::folio::{DirtyMark, Folio};
 use crate::mapping::DirtyIndex;
+use crate::policy::route::Route;
 use crate::stats::{IoClass, Reason};
-use crate::writeback::route::Route;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -52,7 +52,7 @@ struct WbChunk {
     /// into one I/O (`Config::bridge_gap_bytes`); not dirty data, so not in
     /// the dirty or writeback byte counts, but their room under the dirty
     /// limit is held while the I/O is in flight, as a failure makes them
-    /// dirty ([`crate::dirty::DomainDirty::try_reserve_bridge`]). Random 4 KiB writes leave many
+    /// dirty ([`crate::policy::dirty::DomainDirty::try_reserve_bridge`]). Random 4 KiB writes leave many
     /// dirty blocks one or two blocks apart; rewriting what is already on
     /// disk there costs a few KiB of transfer and saves an I/O (about 4% of
     /// the I/Os of the rand-write benchmark, whose device is bound by I/Os
@@ -439,7 +439,7 @@ impl Inode {
         }
         chunks.sort_by_key(|c| c.offset());
         // Background I/O gets smaller while foreground waits miss their
-        // target (`crate::background_budget`); what a caller waits for
+        // target (`crate::policy::background_budget`); what a caller waits for
         // is built at `io_max`, or small while reads miss (the flusher's
         // stays with the budget: built at 128 KiB while reads missed, it
         // cost a stream next to SQLite 15% of its rate).

@@ -9,8 +9,8 @@
 
 use super::config::Fault;
 use super::disk::{errno, SimStore};
+use crate::base::locks;
 use crate::io::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority};
-use crate::locks;
 use std::io;
 
 impl BackingStore for SimStore {

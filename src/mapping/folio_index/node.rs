@@ -3,7 +3,7 @@
 //! the two shapes of node, and the changes a writer makes to them: a word
 //! stored in place in a dense node, a sparse node replaced by a new one
 //! (its set of used slots never changes once readers can see it), and
-//! whatever a change unlinks released through [`crate::epoch::defer`], so
+//! whatever a change unlinks released through [`crate::base::epoch::defer`], so
 //! that a lock-free reader in a read section never loads a word whose
 //! target is gone. The module above ([`super`]) owns the tree; every
 //! function here that changes a node is called under the index's write
@@ -12,8 +12,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::epoch;
-use crate::folio::Folio;
+use crate::base::epoch;
+use crate::mapping::folio::Folio;
 
 /// log2 of the slots per node.
 pub(super) const SLOT_BITS: u32 = 6;

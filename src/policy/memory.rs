@@ -20,14 +20,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::base::epoch;
 use crate::buf::{AlignedBuf, BufPool};
-use crate::dirty::{CacheDirty, WORK_RECLAIM};
-use crate::epoch;
-use crate::evict::Evictor;
-use crate::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
 use crate::guardian::Guardian;
 use crate::io::BLOCK_SIZE;
+use crate::mapping::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
 use crate::mapping::MappingOwner;
+use crate::policy::dirty::{CacheDirty, WORK_RECLAIM};
+use crate::policy::evict::Evictor;
 use crate::stats::Counters;
 
 /// How long an allocation may wait for writeback to make memory clean before
@@ -79,7 +79,7 @@ impl Memory {
         Memory::with_guardian(capacity_bytes, dirty, None)
     }
 
-    /// As [`Memory::new`], written data kept in `guardian`'s guarded
+    /// As `Memory::new` (in tests), written data kept in `guardian`'s guarded
     /// memory.
     pub fn with_guardian(capacity_bytes: u64, dirty: Arc<CacheDirty>, guardian: Option<Arc<Guardian>>) -> Memory {
         Memory {

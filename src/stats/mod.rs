@@ -150,7 +150,7 @@ pub struct Counters {
     pub async_ios_in_flight_max_while_sync: AtomicU64,
     /// The largest background writeback I/O now (bytes), and how often
     /// foreground latency windows scaled it down and up
-    /// ([`crate::background_budget`]).
+    /// ([`crate::policy::background_budget`]).
     pub background_io_bytes_max: AtomicU64,
     pub background_scaled_down: AtomicU64,
     pub background_scaled_up: AtomicU64,
@@ -428,7 +428,7 @@ impl Stats {
             periodic_waits_for_foreground: c.periodic_waits_for_foreground.load(Relaxed),
             foreground_latency_us_min: c.foreground_latency_us_min.load(Relaxed),
             foreground_latency_us_p99: c.foreground_latency_us_p99.load(Relaxed),
-            writeback_workers: crate::locks::lock(&c.writeback_workers).iter().map(|w| w.snapshot()).collect(),
+            writeback_workers: crate::base::locks::lock(&c.writeback_workers).iter().map(|w| w.snapshot()).collect(),
             device: DeviceClass::ALL.map(|class| c.device.summary(class)),
             flush_covered_background_kib: c.device.flush_covered_background_kib(),
             sync_engine_wait_us: c.device.sync_engine_wait_us(),

@@ -28,6 +28,8 @@
 //! whatever the backing store did not supply.
 
 use std::alloc::{self, Layout};
+pub mod user;
+
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,9 +37,9 @@ use std::sync::{Condvar, Mutex};
 
 use std::sync::Arc;
 
+use crate::base::locks;
+use crate::base::sys;
 use crate::guardian::arena::{Arena, Slot};
-use crate::locks;
-use crate::sys;
 
 /// The unit of uptodate/dirty tracking and of I/O alignment: every buffer
 /// here is aligned to it, as O_DIRECT needs.
@@ -418,7 +420,7 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 /// Fresh buffers [`AlignedBuf::try_zeroed`] still refuses (the test hook
-/// [`AlignedBuf::fail_next_allocations`]); `u64::MAX` refuses until reset.
+/// `AlignedBuf::fail_next_allocations`); `u64::MAX` refuses until reset.
 static REFUSE_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Takes one refusal off [`REFUSE_ALLOCATIONS`], if any is left.

@@ -16,16 +16,16 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
-use crate::background_budget::BackgroundBudget;
+use crate::base::locks;
 use crate::buf::BulkFree;
 use crate::config::Config;
-use crate::dirty::{CacheDirty, DomainDirty, Progress};
-use crate::dropbehind::DropBehind;
 use crate::guardian::Guardian;
 use crate::inode::{Inode, InodeHandles};
 use crate::io::{BackingStore, Io};
-use crate::locks;
-use crate::memory::Memory;
+use crate::policy::background_budget::BackgroundBudget;
+use crate::policy::dirty::{CacheDirty, DomainDirty, Progress};
+use crate::policy::dropbehind::DropBehind;
+use crate::policy::memory::Memory;
 use crate::readahead::Workers;
 use crate::stats::{Counters, Reason};
 use crate::writeback::domain::Domain;
@@ -65,7 +65,7 @@ impl Shared {
     pub fn new(config: Config, io: Arc<dyn Io>) -> io::Result<Arc<Shared>> {
         // Before the cache's threads start: lock-free reads need it set up,
         // and it is cheapest with fewer threads.
-        crate::epoch::init();
+        crate::base::epoch::init();
         let counters = Arc::new(Counters::default());
         let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
         let guardian = start_guardian(&config, &*io);
@@ -162,7 +162,7 @@ impl Shared {
                 shared.forget_inode_if_idle_later(inode);
             }
         };
-        let nr_workers = crate::writeback::route::Route::new(&self.config).nr_workers;
+        let nr_workers = crate::policy::route::Route::new(&self.config).nr_workers;
         let domain = crate::writeback::worker::start_domain(
             device_id,
             DomainDirty::new(
@@ -399,7 +399,7 @@ impl Shared {
         drop(inodes);
         // Buffers given back wait for lock-free readers; none of this
         // cache's can start now, and those inside finish their copy.
-        crate::epoch::reclaim_all();
+        crate::base::epoch::reclaim_all();
         self.memory.pool.shrink(u64::MAX);
         drop(bulk);
         self.dirty.progress.made();

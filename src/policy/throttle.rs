@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::dirty::{DirtyRoom, DomainDirty, WORK_BACKGROUND};
 use crate::io::BLOCK_SIZE;
+use crate::policy::dirty::{DirtyRoom, DomainDirty, WORK_BACKGROUND};
 use crate::stats::Counters;
 
 /// Counters the policy decides from.

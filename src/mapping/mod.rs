@@ -17,7 +17,11 @@
 //! Lock order (outer first): the index → a folio's state → the dirty index.
 //! Owned by its inode (inline); eviction holds the inode weakly through
 //! [`MappingOwner`], so a mapping outlives no inode.
+//!
+//! The folder also holds what the index holds: [`folio`], one folio's
+//! buffer and block states, below the index.
 
+pub mod folio;
 mod folio_index;
 
 use std::collections::btree_map::Entry;
@@ -25,10 +29,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::base::epoch::ReadSection;
+use crate::base::locks::{self, Ordered, Rank};
 use crate::buf::AlignedBuf;
-use crate::epoch::ReadSection;
-use crate::folio::{DirtyMark, Folio, FolioState};
-use crate::locks::{self, Ordered, Rank};
+use crate::mapping::folio::{DirtyMark, Folio, FolioState};
 use crate::stats::Counters;
 
 /// The mapping's folio index, write-locked.

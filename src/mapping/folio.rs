@@ -18,9 +18,9 @@
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use crate::base::locks::{self, Ordered, Rank};
 use crate::buf::AlignedBuf;
 use crate::io::BLOCK_SIZE;
-use crate::locks::{self, Ordered, Rank};
 
 /// A folio's lock, held: its state, and (debug builds) its place in the
 /// lock order.
@@ -264,7 +264,7 @@ impl Folio {
         Folio::with_buf(index, order, read_in_flight, AlignedBuf::zeroed(BLOCK_SIZE << order))
     }
 
-    /// As [`Folio::new`] with a given buffer (possibly holding stale bytes:
+    /// As `Folio::new` (in tests) with a given buffer (possibly holding stale bytes:
     /// nothing is uptodate, so nothing of it is ever read).
     pub fn with_buf(index: u64, order: u8, read_in_flight: bool, buf: AlignedBuf) -> Folio {
         let nr_blocks = 1usize << order;
@@ -374,12 +374,12 @@ impl Folio {
     /// lock: [`OptimisticCopy::Copied`] when the copy is of one published
     /// state of the data (no change began or ended during it); otherwise
     /// what `copy` received, if anything, is to be discarded. The caller is
-    /// inside a read section ([`crate::epoch::ReadSection`]), which keeps
+    /// inside a read section ([`crate::base::epoch::ReadSection`]), which keeps
     /// the buffer's memory valid even if the folio is removed meanwhile.
     #[inline]
     pub fn copy_optimistic(&self, offset: usize, len: usize, copy: impl FnOnce(&[u8])) -> OptimisticCopy {
         debug_assert!(offset + len <= self.size_bytes(), "a range of this folio");
-        debug_assert!(crate::epoch::in_section(), "an optimistic copy runs in a read section");
+        debug_assert!(crate::base::epoch::in_section(), "an optimistic copy runs in a read section");
         let seq = self.seq.load(Ordering::Acquire);
         let data = self.readable.load(Ordering::Acquire);
         if seq % 2 == 1 || data.is_null() {

@@ -16,9 +16,9 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::base::locks;
 use crate::buf::AlignedBuf;
-use crate::folio::{metadata_bytes_for, DirtyMark, Folio};
-use crate::locks;
+use crate::mapping::folio::{metadata_bytes_for, DirtyMark, Folio};
 use crate::mapping::MappingOwner;
 use crate::stats::Counters;
 

@@ -43,8 +43,8 @@ use std::ptr;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 
-use crate::locks;
-use crate::sys;
+use crate::base::locks;
+use crate::base::sys;
 
 /// One thread's record: its section count (odd while inside a section),
 /// alone on its cache line.

@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::base::locks;
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
-use crate::locks;
 
 /// Initial window: 128 KiB.
 pub const INITIAL_WINDOW_BLOCKS: u64 = 32;

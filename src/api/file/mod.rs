@@ -16,16 +16,16 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::api::shared::{OpGuard, Shared};
+use crate::base::locks;
+use crate::buf::user::{Gather, RawIov, ReadTarget, Scatter, WriteSource};
 pub use crate::inode::Allocation;
 use crate::inode::Inode;
 use crate::io::{IoPriority, BLOCK_SIZE};
-use crate::locks;
-use crate::memory::Memory;
+use crate::policy::memory::Memory;
 use crate::readahead::{Decision, IdleRead, Readahead};
-use crate::shared::{OpGuard, Shared};
-use crate::userbuf::{Gather, RawIov, ReadTarget, Scatter, WriteSource};
 
-pub use crate::folio::{RESIDENT_CACHED, RESIDENT_DIRTY, RESIDENT_WRITEBACK};
+pub use crate::mapping::folio::{RESIDENT_CACHED, RESIDENT_DIRTY, RESIDENT_WRITEBACK};
 pub use cursor::FileCursor;
 pub use options::{Advice, OpenOptions, SyncRangeFlags, WriteFlags};
 

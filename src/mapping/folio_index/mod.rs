@@ -28,14 +28,14 @@
 //!
 //! Lock-free lookups: every slot is one word (a tagged pointer), read and
 //! written atomically, and a node's level is in the node, so a reader
-//! inside a read section ([`crate::epoch`]) can walk the tree with no lock
+//! inside a read section ([`crate::base::epoch`]) can walk the tree with no lock
 //! while a writer changes it ([`FolioIndex::find_lockless`]). Writers keep
 //! every word a reader can load meaningful: a dense node's slots change in
 //! place, one word at a time; a sparse node's set of used slots never
 //! changes once published (a slot taken or put builds a new node, which
 //! replaces the old one in its parent's word); what a change unlinks (a
 //! node, the index's reference to a folio) is released through
-//! [`crate::epoch::defer`], never at once. A reader may see a tree between
+//! [`crate::base::epoch::defer`], never at once. A reader may see a tree between
 //! two such stores: a sibling whose folio is gone, a folio that is leaving.
 //! It then finds nothing (and takes the locked path) or a folio whose own
 //! state says whether it may be read.
@@ -56,8 +56,8 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::epoch;
-use crate::folio::Folio;
+use crate::base::epoch;
+use crate::mapping::folio::Folio;
 use crate::stats::Counters;
 
 mod node;
@@ -757,7 +757,7 @@ mod tests {
                 if step % 50 == 0 {
                     // Removed folios (and their test buffers) go once no
                     // read section can see them.
-                    crate::epoch::reclaim();
+                    crate::base::epoch::reclaim();
                     idx.check();
                     let all: Vec<u64> = idx.values().map(|f| f.index).collect();
                     assert_eq!(all, reference.keys().copied().collect::<Vec<_>>(), "seed {seed} step {step}");

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::locks;
+use crate::base::locks;
 use crate::stats::{Counters, LatencyHistogram};
 
 /// How long one latency window lasts (blk-wbt's default window).

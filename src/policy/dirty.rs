@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::background_budget::BackgroundBudget;
+use crate::base::locks;
 use crate::io::BLOCK_SIZE;
-use crate::locks;
+use crate::policy::background_budget::BackgroundBudget;
 use crate::stats::Counters;
 
 /// Work bits, checked by the flusher in this order. Uncached writes wrote

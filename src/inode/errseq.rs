@@ -4,7 +4,7 @@
 //! cursor. A handle opened after an error that nobody has seen yet still sees
 //! it; once seen, new handles start clean.
 
-use crate::locks;
+use crate::base::locks;
 use std::io;
 use std::sync::Mutex;
 

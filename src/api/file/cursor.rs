@@ -5,7 +5,7 @@
 use std::io::{self, IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 
 use super::{File, WriteFlags};
-use crate::userbuf::{Gather, IOV_MAX};
+use crate::buf::user::{Gather, IOV_MAX};
 
 /// A position over a [`File`] for `std::io::{Read, Write, Seek}`.
 pub struct FileCursor<'a> {

@@ -29,11 +29,11 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::base::locks;
 use crate::buf::BulkFree;
-use crate::folio::{DirtyMark, Folio};
-use crate::locks;
+use crate::mapping::folio::{DirtyMark, Folio};
 use crate::mapping::MappingOwner;
-use crate::memory::Memory;
+use crate::policy::memory::Memory;
 use crate::stats::Counters;
 
 /// Queue shards: a few per core on this class of machine, so that
@@ -239,7 +239,7 @@ impl DropBehind {
         }
         // The buffers freed wait for lock-free readers that may still be
         // copying from them; those that need not wait go back now.
-        crate::epoch::reclaim();
+        crate::base::epoch::reclaim();
         drop(bulk);
         Counters::add(&self.counters.dropbehind_freed_bytes, freed_bytes);
         if !retry.is_empty() {
@@ -254,9 +254,9 @@ impl DropBehind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dirty::{CacheDirty, Progress};
-    use crate::folio::DirtyMark;
+    use crate::mapping::folio::DirtyMark;
     use crate::mapping::Mapping;
+    use crate::policy::dirty::{CacheDirty, Progress};
 
     fn setup() -> (Arc<DropBehind>, Arc<Mapping>, Arc<Memory>, Arc<Counters>) {
         let counters = Arc::new(Counters::default());

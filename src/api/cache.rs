@@ -1,20 +1,20 @@
 //! The public cache: [`Cache`] builds the shared state (see
-//! [`crate::shared`]) from a [`Config`] and an I/O backend, opens files, and
+//! [`crate::api::shared`]) from a [`Config`] and an I/O backend, opens files, and
 //! closes everything.
 //!
 //! Memory invariant: folio memory stays under `capacity` (see
-//! [`crate::memory`]); dirty memory under `dirty_limit` (see
-//! [`crate::throttle`]).
+//! [`crate::policy::memory`]); dirty memory under `dirty_limit` (see
+//! [`crate::policy::throttle`]).
 
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::api::file::{File, OpenOptions};
+use crate::api::shared::Shared;
 use crate::config::Config;
-use crate::file::{File, OpenOptions};
 use crate::io::{open_backend, Io, OpenHow};
-use crate::shared::Shared;
 use crate::stats::{Reason, Stats};
 
 /// A userspace page cache. Open files with [`Cache::open`]; close with
