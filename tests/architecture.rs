@@ -39,6 +39,7 @@ crate: api > writeback, readahead > inode > policy > mapping > stats > config > 
 api: cache > file > shared
 api::file: cursor > mod > options
 writeback: worker > inflight, sync_range > domain, policy, mod
+readahead: workers, window
 inode: pass > sync, range_ops, read, write, size, folios, membership, gate > mod > errseq
 inode::pass: ios, completion > mod
 policy: route, throttle, dropbehind > memory > dirty, evict > background_budget
@@ -47,7 +48,7 @@ mapping::folio_index: mod > node
 stats: mod > per_thread, device > histogram
 io: threads, uring, sim > fd, queue > mod
 io::sim: backend > store > attempt > disk > config, stats, rng
-buf: user > mod
+buf: user > pool > aligned > slab > map
 guardian: mod > process > replay > arena
 base: epoch > locks > sys
 ";

@@ -443,7 +443,7 @@ fn sync_or_close_during_failing_flusher_write(close: bool) {
     });
 }
 
-/// Engine bug: `sync_everything` (src/cache.rs), used by `Cache::sync_all`
+/// Engine bug: `sync_everything` (src/api/cache.rs), used by `Cache::sync_all`
 /// and `Cache::close`, only looks at the outcome of its own writeback pass.
 /// Blocks a flusher pass has already taken are not dirty when it collects,
 /// so it waits for that pass (`wait_writeback_before_now`), then fixes the

@@ -322,8 +322,8 @@ fn too_few_descriptors_fail_opens_with_emfile_and_lose_nothing() {
 /// the cache runs out of descriptors at the soft limit (often 1024 itself)
 /// even though it holds none open. Reopening a cached file needs a new
 /// descriptor too (the store is opened before the inode is looked up). The
-/// fix is in `src/cache.rs` (on `EMFILE`/`ENFILE`, forget idle inodes and
-/// retry the open) and `src/shared.rs` (forgetting idle inodes below
+/// fix is in `src/api/cache.rs` (on `EMFILE`/`ENFILE`, forget idle inodes and
+/// retry the open) and `src/api/shared.rs` (forgetting idle inodes below
 /// `MAX_CACHED_INODES`), and needs one more step: after an fsync a clean
 /// inode stays on its domain's dirty list (holding it, and so its
 /// descriptor, and failing the idle test) until the flusher's next pass,
@@ -588,7 +588,7 @@ fn thread_limit_fails_new_caches_with_eagain_and_running_ones_work() {
 /// `Domain::start` (`src/writeback/domain.rs`) panics ("spawn flusher
 /// thread"): a Rust caller's `Cache::open` panics, a C caller gets `-EIO`
 /// with "internal panic". The fix makes `Domain::start` return the spawn
-/// error and `Shared::domain_for`/`inode_for` (`src/shared.rs`) and
+/// error and `Shared::domain_for`/`inode_for` (`src/api/shared.rs`) and
 /// `Cache::open` pass it on.
 #[test]
 fn a_new_flusher_that_cannot_start_is_eagain() {
@@ -683,7 +683,7 @@ fn child_buffers_refused() {
 /// Folio buffers that cannot be allocated (the `AlignedBuf` test hook,
 /// standing in for a refused `mmap` and a full heap): `ENOMEM` to the
 /// writer, nothing dirty lost. Needs `Memory::reserve_folio_buf`
-/// (`src/memory.rs`) to allocate with `AlignedBuf::try_zeroed` and give
+/// (`src/policy/memory.rs`) to allocate with `AlignedBuf::try_zeroed` and give
 /// the reservation back when it fails; until then a refused buffer aborts
 /// the process (`handle_alloc_error`) and the hook is not consulted.
 #[test]

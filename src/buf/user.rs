@@ -18,7 +18,7 @@ use std::io::{self, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::ops::Deref;
 
-use crate::buf::AlignedBuf;
+use crate::buf::aligned::AlignedBuf;
 
 /// The most buffers one vectored call takes (Linux `UIO_MAXIOV`); more is
 /// `EINVAL`, as for `readv(2)` and `writev(2)`.
