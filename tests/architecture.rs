@@ -85,13 +85,12 @@ struct Tree {
     tables: Tables,
 }
 
-fn trees() -> [Tree; 3] {
+fn trees() -> Vec<Tree> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    [
-        Tree { root: manifest.join("src"), tables: parse_tables(LIBRARY_LAYERS) },
-        Tree { root: manifest.join("capi/src"), tables: parse_tables(CAPI_LAYERS) },
-        Tree { root: manifest.join("sqlite/src"), tables: parse_tables(SQLITE_LAYERS) },
-    ]
+    [("src", LIBRARY_LAYERS), ("capi/src", CAPI_LAYERS), ("sqlite/src", SQLITE_LAYERS)]
+        .into_iter()
+        .map(|(dir, layers)| Tree { root: manifest.join(dir), tables: parse_tables(layers) })
+        .collect()
 }
 
 /// Every `.rs` file under `dir`.
@@ -110,14 +109,14 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The module a file holds: `io/fd.rs` → `io::fd`, `io/mod.rs` → `io`,
-/// `lib.rs` → `crate`.
+/// `lib.rs` (or a binary's `main.rs`) → `crate`.
 fn module_of(root: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(root).unwrap().with_extension("");
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     if parts.last().is_some_and(|p| p == "mod") {
         parts.pop();
     }
-    if parts == ["lib"] {
+    if parts == ["lib"] || parts == ["main"] {
         return "crate".to_string();
     }
     parts.join("::")
