@@ -250,6 +250,7 @@ impl Drop for Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::memory::{BufUse, WhenFull};
     use std::time::{Duration, Instant};
 
     use crate::buf::AlignedBuf;
@@ -354,7 +355,7 @@ mod tests {
         for off in (0..8u64 << 20).step_by(64 << 10) {
             file.read_at(&mut buf, off).unwrap();
         }
-        let held = shared.memory.reserve_folio_buf(BLOCK_SIZE, true).unwrap();
+        let held = shared.memory.reserve(BLOCK_SIZE, BufUse::Read, WhenFull::Wait).unwrap();
         cache.close().unwrap();
         assert_eq!(shared.memory.pool.pooled_bytes(), 0, "close empties the pool");
         shared.memory.release_folio_buf(Some(held), BLOCK_SIZE);
@@ -435,12 +436,13 @@ mod tests {
         shared.memory.set_reserve_timeout(Duration::from_millis(200));
         // A file gives the cache a writeback domain whose flusher is kicked.
         let _file = cache.open("/f", &OpenOptions::read_write_create()).unwrap();
-        let held: Vec<AlignedBuf> =
-            (0..(1 << 20) / BLOCK_SIZE).map(|_| shared.memory.reserve_folio_buf(BLOCK_SIZE, false).unwrap()).collect();
-        let err = shared.memory.reserve_folio_buf(BLOCK_SIZE, false).err().expect("memory is full");
+        let held: Vec<AlignedBuf> = (0..(1 << 20) / BLOCK_SIZE)
+            .map(|_| shared.memory.reserve(BLOCK_SIZE, BufUse::Read, WhenFull::Fail).unwrap())
+            .collect();
+        let err = shared.memory.reserve(BLOCK_SIZE, BufUse::Read, WhenFull::Fail).err().expect("memory is full");
         assert_eq!(err.raw_os_error(), Some(libc::ENOMEM));
         let started = Instant::now();
-        let err = shared.memory.reserve_folio_buf(BLOCK_SIZE, true).err().expect("nothing can be freed");
+        let err = shared.memory.reserve(BLOCK_SIZE, BufUse::Read, WhenFull::Wait).err().expect("nothing can be freed");
         let waited = started.elapsed();
         assert_eq!(err.kind(), io::ErrorKind::OutOfMemory);
         assert!(err.to_string().contains("0.2 s"), "{err}");
@@ -449,7 +451,7 @@ mod tests {
         for b in held {
             shared.memory.release_folio_buf(Some(b), BLOCK_SIZE);
         }
-        let again = shared.memory.reserve_folio_buf(BLOCK_SIZE, true).unwrap();
+        let again = shared.memory.reserve(BLOCK_SIZE, BufUse::Read, WhenFull::Wait).unwrap();
         shared.memory.release_folio_buf(Some(again), BLOCK_SIZE);
         cache.close().unwrap();
     }

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use super::Inode;
 use crate::buf::user::ReadTarget;
 use crate::io::BLOCK_SIZE;
-use crate::mapping::folio::{DirtyMark, Folio, FolioState};
+use crate::mapping::folio::{DirtyMark, Folio, FolioStart, FolioState};
 use crate::mapping::{choose_order, FolioRef, Mapping, MappingOwner};
+use crate::policy::memory::{BufUse, WhenFull};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -88,8 +89,8 @@ impl Inode {
         self: &Arc<Self>,
         block: u64,
         limit_block: u64,
-        for_fill: bool,
-        may_wait: bool,
+        usage: BufUse,
+        when_full: WhenFull,
     ) -> io::Result<(Arc<Folio>, bool)> {
         debug_assert!(limit_block > block);
         let max_order = (self.config.folio_max_bytes / BLOCK).trailing_zeros() as u8;
@@ -106,10 +107,7 @@ impl Inode {
             // eviction takes mapping locks itself.
             // A folio a write creates takes guarded memory at once (see
             // `Inode::guard_folio`), one a fill creates the process's own.
-            let buf = match for_fill {
-                true => self.memory.reserve_folio_buf(len, may_wait)?,
-                false => self.memory.reserve_written_buf(len, may_wait)?,
-            };
+            let buf = self.memory.reserve(len, usage, when_full)?;
             let mut map = self.mapping.write();
             // Only an insertion can cover `block` or crowd the chosen folio
             // (removals only make room): without one, the choice stands.
@@ -129,7 +127,11 @@ impl Inode {
                 }
             }
             debug_assert!(map.find(block).is_none() && choose_order(&map, block, limit_block, order) == order);
-            let folio = Arc::new(Folio::with_buf(block, order, for_fill, buf));
+            let start = match usage {
+                BufUse::Read => FolioStart::Filling,
+                BufUse::Written => FolioStart::Idle,
+            };
+            let folio = Arc::new(Folio::with_buf(block, order, start, buf));
             self.mapping.insert(&mut map, folio.clone());
             // Counted before the index's lock goes: a removal racing in
             // (advice to drop it, a truncate) finds the folio only then, and

@@ -70,7 +70,7 @@ use crate::policy::memory::Memory;
 use crate::stats::Counters;
 
 use gate::{ResizeGuard, StoreLenGate};
-pub use pass::{PassScope, SizeFix, WbPass, WritebackOutcome};
+pub use pass::{PassScope, PassSize, SizeFix, WbPass, WritebackOutcome};
 pub use range_ops::Allocation;
 use sync::Tickets;
 

@@ -18,6 +18,7 @@ use crate::buf::AlignedBuf;
 use crate::io::{batch_len, run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
 use crate::mapping::folio::{Folio, FolioState, OptimisticCopy};
 use crate::policy::dirty::READER_SYNC_WAITER_ID;
+use crate::policy::memory::{BufUse, WhenFull};
 use crate::stats::{Counters, DeviceClass};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -120,8 +121,9 @@ impl Inode {
             }
             // Once some placeholders exist, fill those rather than wait for
             // memory they themselves may be holding.
-            let may_wait = priority == IoPriority::Sync && created.is_empty();
-            match self.find_or_create(b, end, true, may_wait) {
+            let when_full =
+                if priority == IoPriority::Sync && created.is_empty() { WhenFull::Wait } else { WhenFull::Fail };
+            match self.find_or_create(b, end, BufUse::Read, when_full) {
                 Ok((f, new)) => {
                     b = f.end_index();
                     if new {

@@ -168,7 +168,7 @@ impl Inode {
         let err_sample = self.errseq.sample();
         let mut engine_wait_us = 0;
         for _pass in 0..2 {
-            self.writeback(reason, u64::MAX, IoPriority::Sync);
+            self.writeback(reason, IoPriority::Sync);
             // Writeback the flusher started, in its async or promoted I/O.
             let waited = self.wait_writeback_before_now();
             engine_wait_us += waited.as_micros() as u64;

@@ -14,6 +14,7 @@ use crate::buf::AlignedBuf;
 use crate::io::BLOCK_SIZE;
 use crate::mapping::folio::{DirtyMark, Folio, FolioGuard, FolioState};
 use crate::policy::dirty::DirtyRoom;
+use crate::policy::memory::{BufUse, WhenFull};
 use crate::policy::throttle;
 use crate::stats::Counters;
 
@@ -99,7 +100,7 @@ impl Inode {
         debug_assert!(part.len > 0 && part.pos / BLOCK < part.end_block, "a part of the write is left");
         let (part_end, room_max) = self.part_bounds(part);
         debug_assert!(room.bytes() <= room_max, "a retried part holds at most the room it waited for");
-        let (folio, _) = self.find_or_create(part.pos / BLOCK, part.end_block, false, true)?;
+        let (folio, _) = self.find_or_create(part.pos / BLOCK, part.end_block, BufUse::Written, WhenFull::Wait)?;
         let Some(mut st) = self.lock_private(&folio)? else { return Ok(None) };
         self.guard_folio(&folio, &mut st);
         let folio_off = (part.pos - folio.offset()) as usize;
@@ -232,7 +233,7 @@ impl Inode {
         }
         drop(st);
         let folio_len = folio.size_bytes();
-        let mut fresh = self.memory.reserve_written_buf(folio_len, true)?;
+        let mut fresh = self.memory.reserve(folio_len, BufUse::Written, WhenFull::Wait)?;
         let Some(mut st) = folio.lock_filled() else {
             self.memory.release_reserved_buf(fresh, folio_len);
             return Ok(None);

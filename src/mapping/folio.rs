@@ -256,17 +256,27 @@ pub fn metadata_bytes_for(nr_blocks: usize) -> usize {
         + 32 // eviction queue entry: owner and folio
 }
 
+/// How a new folio starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FolioStart {
+    /// Its creator reads it in: a fill is in flight, and readers of its
+    /// blocks wait for it.
+    Filling,
+    /// Nothing in flight: a write fills the blocks it covers.
+    Idle,
+}
+
 impl Folio {
     /// A new folio of `1 << order` blocks at block `index`, nothing uptodate,
     /// with a zeroed buffer.
     #[cfg(test)]
-    pub fn new(index: u64, order: u8, read_in_flight: bool) -> Folio {
-        Folio::with_buf(index, order, read_in_flight, AlignedBuf::zeroed(BLOCK_SIZE << order))
+    pub fn new(index: u64, order: u8, start: FolioStart) -> Folio {
+        Folio::with_buf(index, order, start, AlignedBuf::zeroed(BLOCK_SIZE << order))
     }
 
     /// As `Folio::new` (in tests) with a given buffer (possibly holding stale bytes:
     /// nothing is uptodate, so nothing of it is ever read).
-    pub fn with_buf(index: u64, order: u8, read_in_flight: bool, buf: AlignedBuf) -> Folio {
+    pub fn with_buf(index: u64, order: u8, start: FolioStart, buf: AlignedBuf) -> Folio {
         let nr_blocks = 1usize << order;
         assert_eq!(index % nr_blocks as u64, 0, "folios are naturally aligned");
         assert_eq!(buf.len(), nr_blocks * BLOCK_SIZE, "buffer matches the folio");
@@ -284,7 +294,7 @@ impl Folio {
                 writeback: Bitmap::new(nr_blocks),
                 nr_writeback: 0,
                 dontcache_dirty: 0,
-                read_in_flight,
+                read_in_flight: start == FolioStart::Filling,
                 fill_waiters: 0,
                 removed: false,
             }),
@@ -565,7 +575,7 @@ mod tests {
 
     #[test]
     fn dirty_marking_counts_new_blocks_only() {
-        let f = Folio::new(0, 3, false);
+        let f = Folio::new(0, 3, FolioStart::Idle);
         let mut st = f.lock();
         st.set_uptodate(8, 0, 8);
         assert!(st.all_uptodate);
@@ -578,6 +588,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "naturally aligned")]
     fn misaligned_folio_is_rejected() {
-        let _ = Folio::new(3, 2, false);
+        let _ = Folio::new(3, 2, FolioStart::Idle);
     }
 }

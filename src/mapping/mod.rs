@@ -323,6 +323,7 @@ pub fn choose_order(index: &FolioIndex, block: u64, limit_block: u64, max_order:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mapping::folio::FolioStart;
 
     #[test]
     fn order_follows_size_alignment_and_neighbours() {
@@ -332,11 +333,11 @@ mod tests {
         assert_eq!(choose_order(&map, 0, 10_000, 9), 9, "capped at folio_max");
         assert_eq!(choose_order(&map, 256, 1024, 9), 8, "alignment limits the order");
         assert_eq!(choose_order(&map, 3, 1024, 9), 0, "odd block");
-        map.insert(Arc::new(Folio::new(8, 0, false)));
+        map.insert(Arc::new(Folio::new(8, 0, FolioStart::Idle)));
         assert_eq!(choose_order(&map, 0, 512, 9), 3, "a neighbour limits the order");
         assert_eq!(choose_order(&map, 0, 8, 9), 3, "a neighbour just past the folio does not");
         assert_eq!(choose_order(&map, 16, 512, 9), 4, "a neighbour before the block does not");
-        map.insert(Arc::new(Folio::new(1, 0, false)));
+        map.insert(Arc::new(Folio::new(1, 0, FolioStart::Idle)));
         assert_eq!(choose_order(&map, 0, 512, 9), 0, "a neighbour at the next block");
     }
 
@@ -344,7 +345,7 @@ mod tests {
     /// counted once, and an untracked index counts nothing.
     #[test]
     fn dirty_index_counts_entries_per_region() {
-        let folio = |index: u64| Arc::new(Folio::new(index, 0, false));
+        let folio = |index: u64| Arc::new(Folio::new(index, 0, FolioStart::Idle));
         let mut idx = DirtyIndex::new(Some(4)); // 16 blocks per region
         for i in [0, 3, 15, 16, 40] {
             assert!(idx.insert(folio(i)).is_none());
@@ -369,7 +370,7 @@ mod tests {
     #[test]
     fn only_clean_idle_folios_are_removed_and_only_once() {
         let mapping = Mapping::new(1);
-        let folio = Arc::new(Folio::new(0, 2, false));
+        let folio = Arc::new(Folio::new(0, 2, FolioStart::Idle));
         mapping.insert(&mut mapping.write(), folio.clone());
         assert_eq!(mapping.inserts(), 1);
         {

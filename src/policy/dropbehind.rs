@@ -255,8 +255,10 @@ impl DropBehind {
 mod tests {
     use super::*;
     use crate::mapping::folio::DirtyMark;
+    use crate::mapping::folio::FolioStart;
     use crate::mapping::Mapping;
     use crate::policy::dirty::{CacheDirty, Progress};
+    use crate::policy::memory::{BufUse, WhenFull};
 
     fn setup() -> (Arc<DropBehind>, Arc<Mapping>, Arc<Memory>, Arc<Counters>) {
         let counters = Arc::new(Counters::default());
@@ -268,8 +270,8 @@ mod tests {
 
     /// A clean, uptodate 16 KiB folio at `index`, cached and counted.
     fn cached_folio(mapping: &Arc<Mapping>, memory: &Memory, index: u64, dropbehind: bool) -> Arc<Folio> {
-        let buf = memory.reserve_folio_buf(16 << 10, false).unwrap();
-        let folio = Arc::new(Folio::with_buf(index, 2, false, buf));
+        let buf = memory.reserve(16 << 10, BufUse::Read, WhenFull::Fail).unwrap();
+        let folio = Arc::new(Folio::with_buf(index, 2, FolioStart::Idle, buf));
         folio.lock().set_uptodate(4, 0, 4);
         mapping.insert(&mut mapping.write(), folio.clone());
         memory.folio_added(mapping, &folio);

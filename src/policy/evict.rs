@@ -221,6 +221,7 @@ mod tests {
 
     use super::*;
     use crate::io::BLOCK_SIZE;
+    use crate::mapping::folio::FolioStart;
     use crate::mapping::Mapping;
 
     const BLOCK: u64 = BLOCK_SIZE as u64;
@@ -235,7 +236,7 @@ mod tests {
 
     /// An uptodate, clean, idle folio of `1 << order` blocks at `index`.
     fn clean_folio(index: u64, order: u8) -> Folio {
-        let folio = Folio::new(index, order, false);
+        let folio = Folio::new(index, order, FolioStart::Idle);
         let n = folio.nr_blocks();
         folio.lock().set_uptodate(n, 0, n);
         folio
@@ -444,7 +445,7 @@ mod tests {
             st.nr_writeback += st.writeback.set_range(0, 2);
             st.check(writeback.nr_blocks());
         }
-        let filling = c.add(&m, Folio::new(4, 1, true));
+        let filling = c.add(&m, Folio::new(4, 1, FolioStart::Filling));
         let locked = c.add_clean(&m, 6, 1);
         let busy = [&dirty, &writeback, &filling, &locked];
         let meta = c.metadata();

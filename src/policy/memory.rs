@@ -45,10 +45,21 @@ const WRITEBACK_FAILING_GIVE_UP: Duration = Duration::from_secs(1);
 
 /// What a reserved buffer is for: data read from the store, or data a
 /// write brings (kept in guarded memory when the cache has it).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum BufUse {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufUse {
     Read,
     Written,
+}
+
+/// What a reservation does when the cache is full and nothing clean is
+/// left to evict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Kick the flushers and wait for writeback to make folios clean.
+    Wait,
+    /// Fail with `ENOMEM` at once: the work is optional (asynchronous
+    /// readahead, or a fill that already holds folios of its own).
+    Fail,
 }
 
 pub struct Memory {
@@ -108,25 +119,6 @@ impl Memory {
         self.reserve_timeout_ms.store(timeout.as_millis() as u64, Ordering::Relaxed);
     }
 
-    /// A buffer of `len` bytes for a new folio, accounted in
-    /// `cached_bytes`: a pooled one if there is one of that size, else a new
-    /// one if `cached + pooled + len <= capacity`, else after shrinking the
-    /// pool, evicting clean folios, or waiting for writeback to make some
-    /// clean.
-    ///
-    /// Without `may_wait` (asynchronous readahead, which is optional work)
-    /// it fails with `ENOMEM` at once instead of waiting for writeback.
-    pub fn reserve_folio_buf(&self, len: usize, may_wait: bool) -> io::Result<AlignedBuf> {
-        self.reserve(len, may_wait, BufUse::Read)
-    }
-
-    /// As [`Memory::reserve_folio_buf`], for a folio a write creates or
-    /// copies: a fresh buffer comes from guarded memory when the cache has
-    /// it (its contents stale, as a pooled one's).
-    pub fn reserve_written_buf(&self, len: usize, may_wait: bool) -> io::Result<AlignedBuf> {
-        self.reserve(len, may_wait, BufUse::Written)
-    }
-
     /// A fresh buffer of `len` bytes for `usage`.
     fn fresh_buf(&self, len: usize, usage: BufUse) -> io::Result<AlignedBuf> {
         match usage {
@@ -135,7 +127,18 @@ impl Memory {
         }
     }
 
-    fn reserve(&self, len: usize, may_wait: bool, usage: BufUse) -> io::Result<AlignedBuf> {
+    /// A buffer of `len` bytes for a new folio, accounted in
+    /// `cached_bytes`: a pooled one if there is one of that size, else a new
+    /// one if `cached + pooled + len <= capacity`, else after shrinking the
+    /// pool, evicting clean folios, or waiting for writeback to make some
+    /// clean. For a folio a write creates or copies ([`BufUse::Written`]),
+    /// a fresh buffer comes from guarded memory when the cache has it (its
+    /// contents stale, as a pooled one's).
+    ///
+    /// With [`WhenFull::Fail`] (asynchronous readahead, which is optional
+    /// work) it fails with `ENOMEM` at once instead of waiting for
+    /// writeback.
+    pub fn reserve(&self, len: usize, usage: BufUse, when_full: WhenFull) -> io::Result<AlignedBuf> {
         debug_assert!(len.is_power_of_two() && len >= BLOCK_SIZE, "a folio's buffer, not {len} bytes");
         let capacity = self.capacity_bytes;
         let bytes = len as u64;
@@ -173,7 +176,7 @@ impl Memory {
             }
             // Nothing clean to evict: everything is dirty, under writeback or
             // being filled. Make the flushers write and wait for them.
-            if !may_wait {
+            if when_full == WhenFull::Fail {
                 return Err(io::Error::from_raw_os_error(libc::ENOMEM));
             }
             self.dirty.kick_all(WORK_RECLAIM);

@@ -50,7 +50,7 @@ use std::time::Instant;
 
 use crate::config::BackgroundIoprio;
 use crate::inode::Inode;
-use crate::inode::{PassScope, SizeFix, WbPass};
+use crate::inode::{PassScope, PassSize, SizeFix, WbPass};
 use crate::io::queue::{Completion, QueuedWrite, WriteQueue};
 use crate::io::IoPriority;
 use crate::stats::{Counters, DeviceClass, InFlightIo, IoClass, Reason, WorkerCounters};
@@ -190,7 +190,7 @@ impl InFlight {
     /// clean blocks it bridges are not counted). Its I/O is sync when an
     /// fsync waits for the inode now. Before returning, completes what
     /// finished and waits while more is collected than the bounds.
-    pub fn start(&mut self, inode: &Arc<Inode>, reason: Reason, max_bytes: u64, max_chunks: usize) -> u64 {
+    pub fn start(&mut self, inode: &Arc<Inode>, reason: Reason, size: PassSize) -> u64 {
         if !inode.try_begin_async_io() {
             // A length change waits for the inode's I/O, some of which may
             // be ours: complete everything, then wait our turn.
@@ -198,7 +198,7 @@ impl InFlight {
             inode.begin_async_io_wait();
         }
         let scope = PassScope::Worker { route: &self.domain.route, worker: self.worker };
-        let Some(pass) = inode.begin_pass(reason, max_bytes, max_chunks, scope) else {
+        let Some(pass) = inode.begin_pass(reason, size, scope) else {
             inode.end_async_io();
             return 0;
         };

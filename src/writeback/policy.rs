@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::inode::PassSize;
 use crate::policy::dirty::READ_RECENT;
 use crate::stats::Reason;
 
@@ -41,10 +42,8 @@ pub fn failure_backoff(consecutive_failures: u32) -> Duration {
 /// How much one pass takes and how much stays queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PassLimits {
-    /// Dirty bytes one background pass takes at most.
-    pub pass_bytes: u64,
-    /// Runs of dirty blocks one background pass takes at most.
-    pub pass_runs: usize,
+    /// What one background pass takes at most.
+    pub pass: PassSize,
     /// I/Os queued at most: two rings' worth, one in the device and one
     /// ready behind.
     pub queued_ios_max: usize,
@@ -56,8 +55,7 @@ impl PassLimits {
     pub fn new(io_max_bytes: u64, io_depth: u32) -> PassLimits {
         let depth = io_depth as usize;
         PassLimits {
-            pass_bytes: io_max_bytes * PASS_IOS,
-            pass_runs: PASS_RUNS_PER_DEPTH * depth,
+            pass: PassSize { bytes_max: io_max_bytes * PASS_IOS, runs_max: PASS_RUNS_PER_DEPTH * depth },
             queued_ios_max: 2 * depth,
             queued_bytes_max: io_max_bytes * QUEUED_IOS,
         }
@@ -410,10 +408,14 @@ mod tests {
         let l = PassLimits::new(MIB, 128);
         assert_eq!(
             l,
-            PassLimits { pass_bytes: 8 * MIB, pass_runs: 512, queued_ios_max: 256, queued_bytes_max: 8 * MIB }
+            PassLimits {
+                pass: PassSize { bytes_max: 8 * MIB, runs_max: 512 },
+                queued_ios_max: 256,
+                queued_bytes_max: 8 * MIB
+            }
         );
         let l = PassLimits::new(64 << 10, 1);
-        assert_eq!((l.pass_bytes, l.pass_runs, l.queued_ios_max), (512 << 10, 4, 2));
+        assert_eq!((l.pass.bytes_max, l.pass.runs_max, l.queued_ios_max), (512 << 10, 4, 2));
     }
 
     #[test]

@@ -83,7 +83,7 @@ impl RangeWriter {
     /// waits report nothing (the caller checks its error cursor after
     /// each, see [`RangeWriter::wait`]).
     pub fn start_writeback(&self, inode: &Arc<Inode>, (start, end): (u64, u64), wait_after: bool) {
-        let Some(pass) = inode.begin_gated_pass(Reason::SyncRange, u64::MAX, PassScope::Blocks { start, end }) else {
+        let Some(pass) = inode.begin_gated_pass(Reason::SyncRange, PassScope::Blocks { start, end }) else {
             return;
         };
         if wait_after {

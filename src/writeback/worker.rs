@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::base::locks;
 use crate::config::Config;
+use crate::inode::PassSize;
 use crate::io::Io;
 use crate::policy::dirty::DomainDirty;
 use crate::policy::dirty::{WORK_RECLAIM, WORK_START_DONTCACHE};
@@ -174,7 +175,7 @@ fn write_expired(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight) {
         Counters::add(&domain.dirty.cache.counters.periodic_waits_for_foreground, 1);
     }
     for listed in expired {
-        inflight.start(&listed.inode, Reason::Periodic, u64::MAX, usize::MAX);
+        inflight.start(&listed.inode, Reason::Periodic, PassSize::ALL);
         domain.requeue(worker, listed);
     }
 }
@@ -200,7 +201,7 @@ fn write_background(
         };
         let Some(reason) = policy::background_reason(&input) else { break };
         let Some(listed) = domain.pop_oldest(worker) else { break };
-        let started = inflight.start(&listed.inode, reason, limits.pass_bytes, limits.pass_runs);
+        let started = inflight.start(&listed.inode, reason, limits.pass);
         domain.requeue(worker, listed);
         if !policy::continue_background(reason, started, inflight.failed()) {
             break;
@@ -239,8 +240,8 @@ fn write_oldest(
     while written < target_bytes && passes > 0 && !domain.is_shutdown() {
         passes -= 1;
         let Some(listed) = domain.pop_oldest(worker) else { break };
-        let want = limits.pass_bytes.min(target_bytes - written);
-        written += inflight.start(&listed.inode, reason, want, limits.pass_runs);
+        let size = PassSize { bytes_max: limits.pass.bytes_max.min(target_bytes - written), ..limits.pass };
+        written += inflight.start(&listed.inode, reason, size);
         domain.requeue(worker, listed);
         if inflight.failed() {
             break;

@@ -177,6 +177,20 @@ pub enum PassScope<'a> {
     Worker { route: &'a Route, worker: usize },
 }
 
+/// How much one pass takes at most: dirty bytes, and runs of dirty blocks
+/// (each run one I/O or more).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassSize {
+    pub bytes_max: u64,
+    pub runs_max: usize,
+}
+
+impl PassSize {
+    /// Everything dirty in the pass's scope (fsync, close,
+    /// `sync_file_range`, expired data).
+    pub const ALL: PassSize = PassSize { bytes_max: u64::MAX, runs_max: usize::MAX };
+}
+
 /// Where a dirty-index scan of one pass stands: within `range`, at
 /// `next_key` (folio index).
 struct DirtyScan {
@@ -187,9 +201,9 @@ struct DirtyScan {
 impl Inode {
     /// Takes dirty blocks of the folios in the pass's block ranges (whole
     /// folios, in file order: for a worker, its share from its cursor on,
-    /// wrapping) until about `max_bytes` or `max_chunks` runs, marks them
-    /// under writeback and returns them as chunks.
-    fn collect_dirty(&self, scope: PassScope<'_>, max_bytes: u64, max_chunks: usize) -> Vec<WbChunk> {
+    /// wrapping) until about `size` is reached, marks them under writeback
+    /// and returns them as chunks (one per run).
+    fn collect_dirty(&self, scope: PassScope<'_>, size: PassSize) -> Vec<WbChunk> {
         let ranges = match scope {
             PassScope::Whole => std::iter::once(0..u64::MAX).collect(),
             // The dirty index is keyed by folio start: a folio that starts
@@ -213,10 +227,10 @@ impl Inode {
         let mut went_clean: Vec<Arc<Folio>> = Vec::new();
         'ranges: for range in ranges {
             let mut scan = DirtyScan { next_key: range.start, range };
-            while taken < max_bytes && chunks.len() < max_chunks {
+            while taken < size.bytes_max && chunks.len() < size.runs_max {
                 let Some(folios) = self.next_dirty_folios(&mut scan, &mut went_clean) else { continue 'ranges };
                 for folio in folios {
-                    if taken >= max_bytes || chunks.len() >= max_chunks {
+                    if taken >= size.bytes_max || chunks.len() >= size.runs_max {
                         break 'ranges;
                     }
                     let (blocks, dontcache_blocks) = self.take_dirty_runs(&folio, &mut chunks, &mut went_clean);
@@ -370,26 +384,27 @@ impl Inode {
         debug_assert!(went_clean.is_empty(), "the batch is consumed");
     }
 
-    /// One synchronous writeback pass: takes up to `max_bytes` of dirty
+    /// One synchronous writeback pass: takes all of the inode's dirty
     /// data, writes it with I/Os of up to `io_max` merged across folios,
     /// and completes it. Failed blocks become dirty again and the error is
     /// recorded in the errseq. Clean drop-behind folios are dropped
     /// afterwards.
-    pub fn writeback(self: &Arc<Self>, reason: Reason, max_bytes: u64, priority: IoPriority) -> WritebackOutcome {
-        match self.begin_gated_pass(reason, max_bytes, PassScope::Whole) {
+    pub fn writeback(self: &Arc<Self>, reason: Reason, priority: IoPriority) -> WritebackOutcome {
+        match self.begin_gated_pass(reason, PassScope::Whole) {
             Some(pass) => self.write_gated_pass(pass, priority, SizeFix::Wait),
             None => WritebackOutcome::default(),
         }
     }
 
-    /// Takes the store's length gate, then a pass's blocks (`None`, with
+    /// Takes the store's length gate, then all the dirty blocks of
+    /// `scope` as one pass (`None`, with
     /// the gate given back, when nothing was dirty). The gate comes before
     /// the blocks (as the flusher's passes take it): a length change,
     /// backing-size fix or hole punch never falls between taking a block
     /// and writing it. The pass must go to [`Inode::write_gated_pass`].
-    pub fn begin_gated_pass(self: &Arc<Self>, reason: Reason, max_bytes: u64, scope: PassScope<'_>) -> Option<WbPass> {
+    pub fn begin_gated_pass(self: &Arc<Self>, reason: Reason, scope: PassScope<'_>) -> Option<WbPass> {
         self.store_len_gate.begin_io();
-        let pass = self.begin_pass(reason, max_bytes, usize::MAX, scope);
+        let pass = self.begin_pass(reason, PassSize::ALL, scope);
         if pass.is_none() {
             self.store_len_gate.end_io();
         }
@@ -420,19 +435,13 @@ impl Inode {
         outcome
     }
 
-    /// Starts a writeback pass: takes a ticket, collects up to `max_bytes`
-    /// or `max_chunks` runs of dirty blocks (marking them under writeback),
-    /// and groups them into I/Os of at most `io_max`. `None` when nothing
-    /// was dirty (the ticket is already given back).
-    pub fn begin_pass(
-        self: &Arc<Self>,
-        reason: Reason,
-        max_bytes: u64,
-        max_chunks: usize,
-        scope: PassScope<'_>,
-    ) -> Option<WbPass> {
+    /// Starts a writeback pass: takes a ticket, collects dirty blocks of
+    /// `scope` up to `size` (marking them under writeback), and groups them
+    /// into I/Os of at most `io_max`. `None` when nothing was dirty (the
+    /// ticket is already given back).
+    pub fn begin_pass(self: &Arc<Self>, reason: Reason, size: PassSize, scope: PassScope<'_>) -> Option<WbPass> {
         let ticket = self.ticket_begin();
-        let mut chunks = self.collect_dirty(scope, max_bytes, max_chunks);
+        let mut chunks = self.collect_dirty(scope, size);
         if chunks.is_empty() {
             self.ticket_end(ticket);
             return None;
@@ -467,6 +476,7 @@ impl Inode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mapping::folio::FolioStart;
 
     /// A pass's batched index cleanup drops the entries of folios still
     /// clean or removed; one redirtied since the pass took its blocks keeps
@@ -475,7 +485,7 @@ mod tests {
     #[test]
     fn went_clean_folios_leave_the_dirty_index_only_while_clean() {
         let folio_at = |index: u64, mark: u8| {
-            let f = Arc::new(Folio::new(index, 0, false));
+            let f = Arc::new(Folio::new(index, 0, FolioStart::Idle));
             f.dirty_mark.store(mark, Ordering::Relaxed);
             f
         };

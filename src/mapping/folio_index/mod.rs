@@ -588,9 +588,10 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
+    use crate::mapping::folio::FolioStart;
 
     fn folio(index: u64, order: u8) -> Arc<Folio> {
-        Arc::new(Folio::new(index, order, false))
+        Arc::new(Folio::new(index, order, FolioStart::Idle))
     }
 
     #[test]
