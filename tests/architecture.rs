@@ -42,6 +42,7 @@ writeback: worker > inflight, sync_range > domain, policy, mod
 inode: pass > sync, range_ops, read, write, size, folios, membership, gate > mod > errseq
 inode::pass: ios, completion > mod
 policy: route, throttle, dropbehind > memory > dirty, evict > background_budget
+policy::dirty: room, sync_waiter, work, bandwidth > mod > progress
 mapping: mod > folio_index > folio
 mapping::folio_index: mod > node
 stats: mod > per_thread, device > histogram
