@@ -43,6 +43,7 @@ readahead: workers, window
 inode: pass > sync, range_ops, read, write, size, folios, membership, gate > mod > errseq
 inode::pass: ios, completion > mod
 policy: route, throttle, dropbehind > memory > dirty, evict > background_budget
+policy::dirty: room, sync_waiter, work, bandwidth > mod > progress
 mapping: mod > folio_index > folio
 mapping::folio_index: mod > node
 stats: mod > per_thread, device > histogram

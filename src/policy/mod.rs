@@ -7,7 +7,8 @@
 //! - [`dropbehind`]: freeing uncached I/O's clean folios behind it.
 //! - [`memory`]: capacity accounting, and eviction back under it.
 //! - [`dirty`]: the dirty and writeback gauges, writers' dirty room, sync
-//!   waiters, the flushers' work bits and the progress signal.
+//!   waiters, the flushers' work bits, the writeback bandwidth and the
+//!   progress signal.
 //! - [`evict`]: the S3-FIFO queues of clean folios.
 //! - [`background_budget`]: background writeback's I/O size, halved while
 //!   foreground syncs miss their latency target.

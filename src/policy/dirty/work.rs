@@ -1,0 +1,277 @@
+//! The coalesced work bits that wake a domain's flushers: one set of bits
+//! per writeback worker ([`WorkerWakeup`]), set by kicks (from writers,
+//! uncached writes, reclaim) and taken by the worker, and the shutdown that
+//! stops them.
+//!
+//! Invariants: a work bit that is already set is not set again (many
+//! uncached writers cost one wakeup). A kick notifies only a worker that
+//! sleeps (or is about to wait, holding its lock): an awake one finds the
+//! bit at its next round, and none misses a kick between its check and
+//! its wait. A kick goes only to the workers whose dirty lists hold
+//! inodes, an uncached write's to those that write what it dirtied.
+//! `start_dontcache` stays set until the worker ends its round
+//! ([`DomainDirty::end_start_dontcache`]), and no kick that found it set
+//! is lost.
+//!
+//! The wakeups, the listed-workers mask, the uncached kicks' generation
+//! and the shutdown flag are fields of the domain's [`DomainDirty`] (in
+//! the parent), which builds the wakeups (so [`WorkerWakeup`] is
+//! `pub(super)`); each worker sleeps on its own.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::{CacheDirty, DomainDirty};
+use crate::base::locks;
+use crate::stats::Counters;
+
+/// Work bits, checked by the flusher in this order. Uncached writes wrote
+/// dirty data the flusher writes back for them (as many bytes as the
+/// domain's uncached-dirty count).
+pub const WORK_START_DONTCACHE: u32 = 1 << 1;
+/// A writer is over the background threshold or waits for dirty room. It
+/// only wakes the flusher: the gauges say how much to write.
+pub const WORK_BACKGROUND: u32 = 1 << 2;
+pub const WORK_RECLAIM: u32 = 1 << 3;
+
+/// A writeback worker's coalesced work bits and what it sleeps on.
+#[derive(Default)]
+pub(super) struct WorkerWakeup {
+    bits: AtomicU32,
+    /// Set by the worker before it looks at `bits` and waits, cleared when
+    /// it wakes: a kick notifies (and counts a wakeup) only while it is
+    /// set. A worker that is awake finds the bit at its next round, as the
+    /// kernel does not wake a flusher whose writeback is in progress.
+    sleeping: AtomicBool,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+impl CacheDirty {
+    /// Kicks every domain's flusher with `bit`.
+    pub fn kick_all(&self, bit: u32) {
+        let domains: Vec<Arc<DomainDirty>> = locks::lock(&self.domains).clone();
+        for d in domains {
+            d.kick(bit);
+        }
+    }
+}
+
+impl DomainDirty {
+    /// Sets a work bit on every worker with inodes listed (the others have
+    /// nothing to write) and wakes those that sleep.
+    pub fn kick(&self, bit: u32) {
+        self.kick_workers(bit, self.listed_workers.load(Ordering::Acquire));
+    }
+
+    /// Sets a work bit on the workers of `mask` and wakes those of them
+    /// that sleep. A bit already set costs one atomic load: that wakeup is
+    /// pending, or (for `start_dontcache`) that worker is writing.
+    fn kick_workers(&self, bit: u32, mask: u64) {
+        debug_assert!(
+            [WORK_START_DONTCACHE, WORK_BACKGROUND, WORK_RECLAIM].contains(&bit),
+            "one known work bit at a time, not {bit:#x}"
+        );
+        for (i, w) in self.wakeups.iter().enumerate() {
+            if mask & (1 << i) == 0
+                || w.bits.load(Ordering::Acquire) & bit != 0
+                || w.bits.fetch_or(bit, Ordering::SeqCst) & bit != 0
+            {
+                continue;
+            }
+            // Pairs with `wait_work`: either the worker sees the bit before
+            // it sleeps, or this sees it asleep (and it holds the lock from
+            // its check until it waits, so the notify cannot come between).
+            if w.sleeping.load(Ordering::SeqCst) {
+                Counters::add(&self.cache.counters.flusher_wakeups, 1);
+                let _g = locks::lock(&w.lock);
+                w.cond.notify_one();
+            }
+        }
+    }
+
+    /// Domain side: whether `worker`'s dirty list holds inodes now.
+    pub fn set_worker_listed(&self, worker: usize, listed: bool) {
+        let bit = 1u64 << worker;
+        // Called at every unlock of a list: mostly unchanged, one load.
+        if (self.listed_workers.load(Ordering::Acquire) & bit != 0) == listed {
+            return;
+        }
+        if listed {
+            self.listed_workers.fetch_or(bit, Ordering::AcqRel);
+        } else {
+            self.listed_workers.fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+
+    /// An uncached write dirtied new blocks that the workers of `mask`
+    /// write: counts the kick (also the generation
+    /// [`DomainDirty::end_start_dontcache`] compares) and kicks them.
+    pub fn kick_dontcache(&self, mask: u64) {
+        debug_assert!(mask != 0, "some worker writes the new dirty data");
+        self.dontcache_kicks.fetch_add(1, Ordering::AcqRel);
+        Counters::add(&self.cache.counters.dontcache_kicks, 1);
+        self.kick_workers(WORK_START_DONTCACHE, mask);
+    }
+
+    /// Uncached writes' kicks so far: sampled by a worker before it writes
+    /// for `start_dontcache`.
+    pub fn dontcache_kick_generation(&self) -> u64 {
+        self.dontcache_kicks.load(Ordering::Acquire)
+    }
+
+    /// Worker side: waits up to `interval` for work for `worker`; returns
+    /// its bits and clears them, all but `start_dontcache`, which the
+    /// worker ends itself ([`DomainDirty::end_start_dontcache`]). Returns 0
+    /// on a timeout: time for periodic writeback.
+    pub fn wait_work(&self, worker: usize, interval: Duration) -> u32 {
+        let w = &self.wakeups[worker];
+        let g = locks::lock(&w.lock);
+        w.sleeping.store(true, Ordering::SeqCst);
+        if w.bits.load(Ordering::SeqCst) == 0 && !self.is_shutdown() {
+            drop(locks::wait_timeout(&w.cond, g, interval));
+        } else {
+            drop(g);
+        }
+        w.sleeping.store(false, Ordering::SeqCst);
+        w.bits.fetch_and(WORK_START_DONTCACHE, Ordering::AcqRel)
+    }
+
+    /// Worker side, while it has writes in flight: takes its bits without
+    /// waiting (as [`DomainDirty::wait_work`]).
+    pub fn take_work(&self, worker: usize) -> u32 {
+        self.wakeups[worker].bits.fetch_and(WORK_START_DONTCACHE, Ordering::AcqRel)
+    }
+
+    /// Worker side, after a `start_dontcache` round. With `keep_going` (it
+    /// wrote something and uncached dirty data remains) the bit stays set:
+    /// the writers' kicks meanwhile keep coalescing into this one wakeup,
+    /// and the worker's next round writes again, as the kernel's flusher
+    /// holds its `start_dontcache` bit until it has written. Otherwise the
+    /// bit is cleared, and set again (without a wakeup: the worker is
+    /// awake) if an uncached write kicked since `generation_seen` and the
+    /// worker has dirty inodes, so no kick that found the bit set is lost.
+    pub fn end_start_dontcache(&self, worker: usize, keep_going: bool, generation_seen: u64, has_dirty: bool) {
+        let w = &self.wakeups[worker];
+        if keep_going {
+            debug_assert!(w.bits.load(Ordering::Acquire) & WORK_START_DONTCACHE != 0, "the bit is still held");
+            return;
+        }
+        w.bits.fetch_and(!WORK_START_DONTCACHE, Ordering::AcqRel);
+        if has_dirty && self.dontcache_kick_generation() != generation_seen {
+            w.bits.fetch_or(WORK_START_DONTCACHE, Ordering::AcqRel);
+        }
+    }
+
+    /// Tells the workers to stop and wakes them.
+    pub fn shut_down(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        for w in self.wakeups.iter() {
+            let _g = locks::lock(&w.lock);
+            w.cond.notify_all();
+        }
+    }
+
+    pub fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::domain;
+    use super::*;
+    use crate::policy::background_budget::BackgroundBudget;
+
+    /// A bit already set is not set again; taking the bits clears them, all
+    /// but `start_dontcache`, which the worker ends.
+    #[test]
+    fn work_bits_coalesce() {
+        let d = domain();
+        d.set_worker_listed(0, true);
+        d.kick(WORK_BACKGROUND);
+        d.kick(WORK_BACKGROUND);
+        d.kick(WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(0), WORK_BACKGROUND | WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "held until the worker ends it");
+        d.end_start_dontcache(0, false, d.dontcache_kick_generation(), true);
+        assert_eq!(d.take_work(0), 0);
+        d.cache.kick_all(WORK_RECLAIM);
+        assert_eq!(d.wait_work(0, Duration::from_millis(1)), WORK_RECLAIM);
+        assert_eq!(d.wait_work(0, Duration::from_millis(1)), 0, "a timeout returns no bits");
+        assert_eq!(d.cache.counters.flusher_wakeups.load(Ordering::Relaxed), 0, "the worker never slept on a kick");
+    }
+
+    /// A kick wakes a sleeping worker, and counts one wakeup; kicks while
+    /// the bit is pending count none.
+    #[test]
+    fn a_kick_wakes_a_sleeping_worker_once() {
+        let d = domain();
+        d.set_worker_listed(0, true);
+        let sleeper = {
+            let d = d.clone();
+            std::thread::spawn(move || d.wait_work(0, Duration::from_secs(30)))
+        };
+        while !d.wakeups[0].sleeping.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // Asleep (or about to wait, holding the lock): the notify follows.
+        d.kick(WORK_BACKGROUND);
+        d.kick(WORK_BACKGROUND);
+        assert_eq!(sleeper.join().unwrap(), WORK_BACKGROUND, "woken well before 30 s");
+        assert_eq!(d.cache.counters.flusher_wakeups.load(Ordering::Relaxed), 1);
+    }
+
+    /// While a worker holds `start_dontcache`, uncached writers' kicks set
+    /// nothing; ending the round clears the bit unless a kick came in since
+    /// the worker sampled the generation (and it has work).
+    #[test]
+    fn start_dontcache_is_held_while_the_worker_writes() {
+        let d = domain();
+        d.kick_dontcache(1);
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
+        let seen = d.dontcache_kick_generation();
+        for _ in 0..1000 {
+            d.kick_dontcache(1);
+        }
+        assert_eq!(d.cache.counters.dontcache_kicks.load(Ordering::Relaxed), 1001);
+        d.end_start_dontcache(0, true, seen, true);
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "kept going");
+        d.end_start_dontcache(0, false, seen, false);
+        assert_eq!(d.take_work(0), 0, "nothing of its own to write: cleared");
+        d.kick_dontcache(1);
+        let seen = d.dontcache_kick_generation();
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
+        d.kick_dontcache(1);
+        d.end_start_dontcache(0, false, seen, true);
+        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "a kick since the sample is not lost");
+        d.end_start_dontcache(0, false, d.dontcache_kick_generation(), true);
+        assert_eq!(d.take_work(0), 0);
+    }
+
+    /// A kick reaches every worker with inodes listed, once, and no other;
+    /// each takes only its own bits.
+    #[test]
+    fn listed_workers_are_kicked() {
+        let d = DomainDirty::new(
+            &CacheDirty::new(Arc::default(), Arc::default()),
+            4,
+            BackgroundBudget::new(0, 1 << 20, Arc::default()),
+        );
+        for w in 0..3 {
+            d.set_worker_listed(w, true);
+        }
+        d.kick(WORK_BACKGROUND);
+        assert_eq!(d.take_work(1), WORK_BACKGROUND);
+        d.kick(WORK_BACKGROUND);
+        assert_eq!(d.take_work(0), WORK_BACKGROUND);
+        assert_eq!(d.take_work(1), WORK_BACKGROUND, "worker 1 took its first bit and got a second");
+        assert_eq!(d.take_work(2), WORK_BACKGROUND, "coalesced: one bit for two kicks");
+        assert_eq!(d.take_work(2), 0);
+        assert_eq!(d.take_work(3), 0, "nothing listed: not kicked");
+        d.set_worker_listed(1, false);
+        d.kick(WORK_BACKGROUND);
+        assert_eq!((d.take_work(0), d.take_work(1)), (WORK_BACKGROUND, 0));
+    }
+}
