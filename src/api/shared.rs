@@ -17,11 +17,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
 use crate::base::locks;
+use crate::base::sys::SyncKind;
 use crate::buf::BulkFree;
 use crate::config::Config;
 use crate::guardian::Guardian;
 use crate::inode::{Inode, InodeHandles};
-use crate::io::{BackingStore, Io};
+use crate::io::{BackingStore, Io, Symlink};
 use crate::policy::background_budget::BackgroundBudget;
 use crate::policy::dirty::{CacheDirty, DomainDirty, Progress};
 use crate::policy::dropbehind::DropBehind;
@@ -231,7 +232,7 @@ impl Shared {
         if !idle(inode) {
             return false;
         }
-        if inode.needs_store_sync() && inode.write_and_sync(false, Reason::Close).is_err() {
+        if inode.needs_store_sync() && inode.write_and_sync(SyncKind::All, Reason::Close).is_err() {
             return false;
         }
         let mut table = locks::lock(&self.inodes);
@@ -256,7 +257,7 @@ impl Shared {
         let _op = self.enter_op()?;
         // The name's identity before it goes (a symlink is removed, not
         // followed, as unlink(2) does).
-        let id = self.io.store_id_at(path, false)?;
+        let id = self.io.store_id_at(path, Symlink::NoFollow)?;
         self.io.remove_name(path)?;
         if let Some(id) = id {
             self.drop_if_unlinked(id);
@@ -270,7 +271,7 @@ impl Shared {
     /// [`Shared::remove_file`] drops it.
     pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let _op = self.enter_op()?;
-        let replaced = match self.io.store_id_at(to, false) {
+        let replaced = match self.io.store_id_at(to, Symlink::NoFollow) {
             Ok(id) => id,
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
@@ -331,7 +332,7 @@ impl Shared {
     /// cache. Returns whether it did.
     pub fn forget(&self, path: &Path) -> io::Result<bool> {
         let _op = self.enter_op()?;
-        let id = match self.io.store_id_at(path, true) {
+        let id = match self.io.store_id_at(path, Symlink::Follow) {
             Ok(Some(id)) => id,
             Ok(None) => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -341,7 +342,7 @@ impl Shared {
         if inode.open_handles() != 0 {
             return Ok(false);
         }
-        inode.write_and_sync(false, Reason::Close)?;
+        inode.write_and_sync(SyncKind::All, Reason::Close)?;
         self.unlist_if_clean(&inode);
         Ok(self.forget_inode(&inode))
     }
@@ -351,7 +352,7 @@ impl Shared {
         let inodes: Vec<Arc<Inode>> = locks::lock(&self.inodes).values().cloned().collect();
         let mut first_err = None;
         for inode in inodes {
-            if let Err(e) = inode.write_and_sync(false, reason) {
+            if let Err(e) = inode.write_and_sync(SyncKind::All, reason) {
                 first_err.get_or_insert(e);
             }
         }

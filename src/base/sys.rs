@@ -230,9 +230,21 @@ pub fn ftruncate(fd: RawFd, len: i64) -> io::Result<()> {
     check(unsafe { libc::syscall(libc::SYS_ftruncate, libc::c_long::from(fd), len) }).map(drop)
 }
 
-/// `fdatasync(fd)` when `data_only`, else `fsync(fd)`.
-pub fn sync(fd: RawFd, data_only: bool) -> io::Result<()> {
-    let nr = if data_only { libc::SYS_fdatasync } else { libc::SYS_fsync };
+/// What a sync makes durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncKind {
+    /// Data and every metadata change (`fsync(2)`).
+    All,
+    /// Data and the metadata needed to read it back (`fdatasync(2)`).
+    DataOnly,
+}
+
+/// `fsync(fd)` or `fdatasync(fd)`, as `kind` says.
+pub fn sync(fd: RawFd, kind: SyncKind) -> io::Result<()> {
+    let nr = match kind {
+        SyncKind::All => libc::SYS_fsync,
+        SyncKind::DataOnly => libc::SYS_fdatasync,
+    };
     // SAFETY: no memory is passed.
     check(unsafe { libc::syscall(nr, libc::c_long::from(fd)) }).map(drop)
 }

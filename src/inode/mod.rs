@@ -72,6 +72,7 @@ use crate::stats::Counters;
 use gate::{ResizeGuard, StoreLenGate};
 pub use pass::{PassScope, PassSize, SizeFix, WbPass, WritebackOutcome};
 pub use range_ops::Allocation;
+pub use read::FillPlan;
 use sync::Tickets;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;

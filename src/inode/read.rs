@@ -16,7 +16,7 @@ use crate::base::epoch::ReadSection;
 use crate::buf::user::ReadTarget;
 use crate::buf::AlignedBuf;
 use crate::io::{batch_len, run_batch, IoBufs, IoOp, IoPriority, BLOCK_SIZE};
-use crate::mapping::folio::{Folio, FolioState, OptimisticCopy};
+use crate::mapping::folio::{Caching, Folio, FolioState, OptimisticCopy};
 use crate::policy::dirty::READER_SYNC_WAITER_ID;
 use crate::policy::memory::{BufUse, WhenFull};
 use crate::stats::{Counters, DeviceClass};
@@ -31,6 +31,43 @@ const HIT_COPY_UNDER_INDEX_MAX: usize = 64 << 10;
 /// Copies tried without a lock before the locked path takes over, while
 /// writers keep changing the folio.
 const OPTIMISTIC_TRIES: usize = 3;
+
+/// How a fill reads the blocks it brings in.
+#[derive(Clone, Copy)]
+pub struct FillPlan<'a> {
+    pub priority: IoPriority,
+    /// Uncached: the folios it creates are dropped behind the reader.
+    pub caching: Caching,
+    /// The reads submitted together, about this many bytes; each batch is
+    /// readable as soon as it completes.
+    pub batch_bytes: u64,
+    /// Readahead's reader's position (bytes): the blocks it has passed are
+    /// not filled.
+    pub reader_pos: Option<&'a AtomicU64>,
+}
+
+impl FillPlan<'_> {
+    /// A reader's own fill: synchronous, every read submitted at once.
+    pub fn for_reader(caching: Caching) -> FillPlan<'static> {
+        FillPlan { priority: IoPriority::Sync, caching, batch_bytes: u64::MAX, reader_pos: None }
+    }
+}
+
+/// Where one folio's part of a read lies, for the hit paths (see
+/// [`Inode::copy_cached_part`]).
+#[derive(Clone, Copy)]
+struct ReadPart {
+    /// Bytes of the read already copied: the part goes to this offset of
+    /// the caller's buffer.
+    done: usize,
+    /// File offset of the part.
+    pos: u64,
+    /// Bytes of the read left.
+    remaining: usize,
+    /// Where the handle's previous read ended (bytes): a folio it touched
+    /// is not counted as accessed again.
+    prev_end: u64,
+}
 
 impl Inode {
     /// Reads blocks `[b, e)` of a locked folio (block `abs` of the file
@@ -93,19 +130,9 @@ impl Inode {
     }
 
     /// Makes blocks `[start, end)` cached and uptodate, creating and
-    /// reading the folios that are missing; `dropbehind` marks the folios it creates for
-    /// dropping after use (uncached reads); `batch_bytes` bounds the reads
-    /// submitted together; `reader_pos` (readahead's reader's position, in
-    /// bytes) skips the blocks the reader has already passed.
-    pub fn fill_range_marked(
-        self: &Arc<Self>,
-        start: u64,
-        end: u64,
-        priority: IoPriority,
-        dropbehind: bool,
-        batch_bytes: u64,
-        reader_pos: Option<&AtomicU64>,
-    ) -> io::Result<()> {
+    /// reading the folios that are missing, as `plan` says.
+    pub fn fill_range(self: &Arc<Self>, start: u64, end: u64, plan: FillPlan<'_>) -> io::Result<()> {
+        let FillPlan { priority, caching, batch_bytes, reader_pos } = plan;
         let mut created = Vec::new();
         let mut b = start;
         while b < end {
@@ -127,7 +154,7 @@ impl Inode {
                 Ok((f, new)) => {
                     b = f.end_index();
                     if new {
-                        if dropbehind {
+                        if caching.is_uncached() {
                             f.dropbehind.store(true, Ordering::Relaxed);
                         }
                         created.push(f);
@@ -343,8 +370,8 @@ impl Inode {
 
     /// Copies file bytes `[off, off + buf.len())` (clipped to the size) into
     /// `buf`, filling missing folios with one I/O each. Returns bytes read.
-    /// With `dontcache`, folios this read brought in are dropped once the
-    /// read has copied up to their end; a cached read clears drop-behind.
+    /// Uncached, folios this read brought in are dropped once the read has
+    /// copied up to their end; a cached read clears drop-behind.
     /// `prev_end` is where this handle's previous read ended: a folio that
     /// read already touched is not counted as accessed again (sequential
     /// small reads of one large folio are one use, not many).
@@ -352,7 +379,7 @@ impl Inode {
         self: &Arc<Self>,
         buf: &mut T,
         off: u64,
-        dontcache: bool,
+        caching: Caching,
         prev_end: u64,
     ) -> io::Result<usize> {
         let size = self.size();
@@ -366,8 +393,8 @@ impl Inode {
         while done < len {
             let pos = off + done as u64;
             let block = pos / BLOCK;
-            if !dontcache {
-                if let Some(n) = self.copy_cached_part(buf, done, pos, len - done, prev_end) {
+            if caching == Caching::Cached {
+                if let Some(n) = self.copy_cached_part(buf, ReadPart { done, pos, remaining: len - done, prev_end }) {
                     done += n;
                     continue;
                 }
@@ -377,7 +404,7 @@ impl Inode {
                 // At most a readahead window per fill, so one huge read
                 // cannot pin the whole cache in placeholders.
                 let fill_end = end_block.min(block + self.config.readahead_max_blocks());
-                self.fill_range_marked(block, fill_end, IoPriority::Sync, dontcache, u64::MAX, None)?;
+                self.fill_range(block, fill_end, FillPlan::for_reader(caching))?;
                 continue;
             };
             let Some(mut st) = folio.lock_filled() else { continue };
@@ -392,7 +419,7 @@ impl Inode {
             buf.copy_in(done, &st.buf()[folio_off..folio_off + n]);
             let clean = st.nr_dirty == 0 && st.nr_writeback == 0;
             drop(st);
-            if !dontcache {
+            if caching == Caching::Cached {
                 folio.dropbehind.store(false, Ordering::Relaxed);
                 let touched_by_prev =
                     prev_end > folio.offset() && prev_end <= folio.offset() + folio.size_bytes() as u64;
@@ -427,30 +454,23 @@ impl Inode {
         let len = (buf.len() as u64).min(size - off) as usize;
         let mut done = 0;
         while done < len {
-            done += self.copy_cached_part(buf, done, off + done as u64, len - done, prev_end)?;
+            let part = ReadPart { done, pos: off + done as u64, remaining: len - done, prev_end };
+            done += self.copy_cached_part(buf, part)?;
         }
         self.counters.hits.add_one();
         // As the full path: a truncate that raced the read cuts it.
         Some(len.min(self.size().saturating_sub(off) as usize))
     }
 
-    /// The read hit path: copies the part of a read at `pos` (up to
-    /// `remaining` bytes) that one cached, uptodate folio holds. First
+    /// The read hit path: copies the part of a read at `part.pos` (up to
+    /// `part.remaining` bytes) that one cached, uptodate folio holds. First
     /// without any lock ([`Inode::copy_cached_part_optimistic`]); when that
     /// cannot answer (a change under way, blocks not all uptodate), under
     /// the mapping's read lock and the folio's lock
     /// ([`Inode::copy_cached_part_locked`]). `None` when the slow path
     /// must do it.
-    fn copy_cached_part<T: ReadTarget + ?Sized>(
-        &self,
-        buf: &mut T,
-        done: usize,
-        pos: u64,
-        remaining: usize,
-        prev_end: u64,
-    ) -> Option<usize> {
-        self.copy_cached_part_optimistic(buf, done, pos, remaining, prev_end)
-            .or_else(|| self.copy_cached_part_locked(buf, done, pos, remaining, prev_end))
+    fn copy_cached_part<T: ReadTarget + ?Sized>(&self, buf: &mut T, part: ReadPart) -> Option<usize> {
+        self.copy_cached_part_optimistic(buf, part).or_else(|| self.copy_cached_part_locked(buf, part))
     }
 
     /// The hit path with no lock and no shared write: in a read section,
@@ -458,24 +478,17 @@ impl Inode {
     /// validated by the folio's sequence (retried a few times while a
     /// writer changes it). Parts longer than [`HIT_COPY_UNDER_INDEX_MAX`]
     /// are left to the locked paths, so that a section stays short.
-    fn copy_cached_part_optimistic<T: ReadTarget + ?Sized>(
-        &self,
-        buf: &mut T,
-        done: usize,
-        pos: u64,
-        remaining: usize,
-        prev_end: u64,
-    ) -> Option<usize> {
+    fn copy_cached_part_optimistic<T: ReadTarget + ?Sized>(&self, buf: &mut T, part: ReadPart) -> Option<usize> {
         let section = ReadSection::enter()?;
-        let folio = self.mapping.find_lockless(&section, pos / BLOCK)?;
-        let folio_off = (pos - folio.offset()) as usize;
-        let n = (folio.size_bytes() - folio_off).min(remaining);
+        let folio = self.mapping.find_lockless(&section, part.pos / BLOCK)?;
+        let folio_off = (part.pos - folio.offset()) as usize;
+        let n = (folio.size_bytes() - folio_off).min(part.remaining);
         if n > HIT_COPY_UNDER_INDEX_MAX {
             return None;
         }
         let mut tries = 0;
         loop {
-            match folio.copy_optimistic(folio_off, n, |bytes| buf.copy_in(done, bytes)) {
+            match folio.copy_optimistic(folio_off, n, |bytes| buf.copy_in(part.done, bytes)) {
                 OptimisticCopy::Copied => break,
                 OptimisticCopy::NotReadable => return None,
                 OptimisticCopy::Changed => {
@@ -487,7 +500,7 @@ impl Inode {
                 }
             }
         }
-        self.note_cached_access(folio, prev_end);
+        self.note_cached_access(folio, part.prev_end);
         drop(section);
         Some(n)
     }
@@ -504,18 +517,11 @@ impl Inode {
     /// hit, and its code stays small.
     #[cold]
     #[inline(never)]
-    fn copy_cached_part_locked<T: ReadTarget + ?Sized>(
-        &self,
-        buf: &mut T,
-        done: usize,
-        pos: u64,
-        remaining: usize,
-        prev_end: u64,
-    ) -> Option<usize> {
+    fn copy_cached_part_locked<T: ReadTarget + ?Sized>(&self, buf: &mut T, part: ReadPart) -> Option<usize> {
         let map = self.mapping.read();
-        let folio = map.find(pos / BLOCK)?;
-        let folio_off = (pos - folio.offset()) as usize;
-        let n = (folio.size_bytes() - folio_off).min(remaining);
+        let folio = map.find(part.pos / BLOCK)?;
+        let folio_off = (part.pos - folio.offset()) as usize;
+        let n = (folio.size_bytes() - folio_off).min(part.remaining);
         if n > HIT_COPY_UNDER_INDEX_MAX {
             return None;
         }
@@ -528,9 +534,9 @@ impl Inode {
         if st.read_in_flight || !st.is_uptodate(first, last) {
             return None;
         }
-        buf.copy_in(done, &st.buf()[folio_off..folio_off + n]);
+        buf.copy_in(part.done, &st.buf()[folio_off..folio_off + n]);
         drop(st);
-        self.note_cached_access(&folio, prev_end);
+        self.note_cached_access(&folio, part.prev_end);
         Some(n)
     }
 

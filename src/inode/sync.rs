@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::base::locks::{self, Ordered, Rank};
+use crate::base::sys::SyncKind;
 use crate::inode::Inode;
 use crate::inode::WritebackOutcome;
 use crate::io::{IoPriority, BLOCK_SIZE};
@@ -163,7 +164,7 @@ impl Inode {
     /// to the sync class) and holds its other I/O to
     /// `async_depth_while_sync`, so neither this call's writes nor its
     /// store sync queue behind a deep pile of background writes.
-    pub fn write_and_sync(self: &Arc<Self>, data_only: bool, reason: Reason) -> io::Result<()> {
+    pub fn write_and_sync(self: &Arc<Self>, kind: SyncKind, reason: Reason) -> io::Result<()> {
         let _waiter = self.dirty.enter_sync(self.id);
         let err_sample = self.errseq.sample();
         let mut engine_wait_us = 0;
@@ -186,7 +187,10 @@ impl Inode {
         let result = self.fix_backing_size().and_then(|_| {
             let size_changed = self.size_changed.swap(false, Ordering::AcqRel);
             let flush = self.counters.device.begin(DeviceClass::Flush, 0);
-            let r = self.store().sync(data_only && !size_changed);
+            // A size change needs the full sync: fdatasync need not make
+            // it durable unless reading the data depends on it.
+            let kind = if size_changed { SyncKind::All } else { kind };
+            let r = self.store().sync(kind);
             self.counters.device.end(flush);
             if r.is_err() && size_changed {
                 self.size_changed.store(true, Ordering::Release);
@@ -223,10 +227,10 @@ impl Inode {
 
     /// fsync/fdatasync for one handle: [`Inode::write_and_sync`], then
     /// report any error since the handle's cursor (once per handle).
-    pub fn sync(self: &Arc<Self>, data_only: bool, cursor: &mut u64) -> io::Result<()> {
+    pub fn sync(self: &Arc<Self>, kind: SyncKind, cursor: &mut u64) -> io::Result<()> {
         let started = Instant::now();
         let commit_sized = self.outstanding_bytes_at_most(self.config.io_max_bytes);
-        let result = self.write_and_sync(data_only, Reason::Fsync);
+        let result = self.write_and_sync(kind, Reason::Fsync);
         let latency = started.elapsed();
         self.counters.fsync_latency.record(latency.as_micros() as u64);
         // A commit's wait is what background writeback yields to. An

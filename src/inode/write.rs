@@ -12,7 +12,7 @@ use super::Inode;
 use crate::buf::user::WriteSource;
 use crate::buf::AlignedBuf;
 use crate::io::BLOCK_SIZE;
-use crate::mapping::folio::{DirtyMark, Folio, FolioGuard, FolioState};
+use crate::mapping::folio::{Caching, DirtyMark, Folio, FolioGuard, FolioState};
 use crate::policy::dirty::DirtyRoom;
 use crate::policy::memory::{BufUse, WhenFull};
 use crate::policy::throttle;
@@ -31,7 +31,7 @@ struct WritePart {
     pos: u64,
     /// Block after the write's last byte: a new folio ends at or before it.
     end_block: u64,
-    dontcache: bool,
+    caching: Caching,
 }
 
 impl Inode {
@@ -45,7 +45,7 @@ impl Inode {
         data: &S,
         len: usize,
         off: u64,
-        dontcache: bool,
+        caching: Caching,
     ) -> io::Result<(usize, u64)> {
         assert!(len <= data.len(), "a write of {len} bytes from a source of {}", data.len());
         let end_block = (off + len as u64).div_ceil(BLOCK);
@@ -55,7 +55,7 @@ impl Inode {
         // Dirty room a part waited for, kept for its retry.
         let mut room = self.dirty.no_room();
         while done < len {
-            let part = WritePart { done, len: len - done, pos: off + done as u64, end_block, dontcache };
+            let part = WritePart { done, len: len - done, pos: off + done as u64, end_block, caching };
             match self.write_folio_part(data, &part, &mut room) {
                 // The folio left the mapping before it could be locked, or
                 // the part had to wait for dirty room: again, room in hand.
@@ -68,7 +68,7 @@ impl Inode {
                     done += n;
                     newly_dirty_bytes_total += newly_bytes;
                     if newly_bytes > 0 {
-                        self.dirtied(part.pos / BLOCK, newly_bytes, dontcache);
+                        self.dirtied(part.pos / BLOCK, newly_bytes, caching);
                     }
                 }
                 Err(e) => {
@@ -145,12 +145,12 @@ impl Inode {
         let new_end = part.pos + n as u64;
         self.extend_size_for_write(new_end);
         let room_before = room.bytes();
-        let newly = self.mark_dirty(&folio, &mut st, (first, last), part.dontcache, room);
+        let newly = self.mark_dirty(&folio, &mut st, (first, last), part.caching, room);
         debug_assert!(
             newly as u64 * BLOCK == needed && room_before - room.bytes() == needed,
             "the newly dirty blocks are the ones counted, and come out of the room"
         );
-        if part.dontcache {
+        if part.caching.is_uncached() {
             folio.dropbehind.store(true, Ordering::Relaxed);
         } else {
             folio.dropbehind.store(false, Ordering::Relaxed);
@@ -296,7 +296,7 @@ impl Inode {
         folio: &Arc<Folio>,
         st: &mut FolioState,
         (first, last): (usize, usize),
-        dontcache: bool,
+        caching: Caching,
         room: &mut DirtyRoom<'_>,
     ) -> usize {
         debug_assert!(first < last && last <= folio.nr_blocks(), "blocks {first}..{last} of the folio");
@@ -309,8 +309,9 @@ impl Inode {
         let newly = st.set_dirty(first, last);
         if newly > 0 {
             let newly_bytes = newly as u64 * BLOCK;
-            self.dirty.account_dirty_bytes(newly_bytes, if dontcache { newly_bytes } else { 0 }, room);
-            if dontcache {
+            let uncached_bytes = if caching.is_uncached() { newly_bytes } else { 0 };
+            self.dirty.account_dirty_bytes(newly_bytes, uncached_bytes, room);
+            if caching.is_uncached() {
                 st.dontcache_dirty += newly;
             }
             if was_clean {
@@ -328,14 +329,14 @@ impl Inode {
     /// After a folio's lock dropped with `newly_bytes` newly dirty: the
     /// inode joins the dirty list, an uncached write kicks the flusher
     /// (never writing back inline), and the writer is throttled.
-    fn dirtied(self: &Arc<Self>, block: u64, newly_bytes: u64, dontcache: bool) {
+    fn dirtied(self: &Arc<Self>, block: u64, newly_bytes: u64, caching: Caching) {
         debug_assert!(newly_bytes > 0 && newly_bytes % BLOCK == 0, "whole blocks newly dirty");
         let workers = self.queue_on_dirty_list(Some(block));
-        if dontcache {
+        if caching.is_uncached() {
             // Only the worker that writes this block: the others have
             // nothing of it to write.
             self.dirty.kick_dontcache(workers);
         }
-        throttle::balance_dirty(&self.dirty, &self.config, newly_bytes, dontcache);
+        throttle::balance_dirty(&self.dirty, &self.config, newly_bytes, caching);
     }
 }

@@ -34,8 +34,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority, OpenHow, BLOCK_SIZE};
-use crate::base::sys::{self, Fd};
+use super::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority, OpenHow, Symlink, BLOCK_SIZE};
+use crate::base::sys::{self, Fd, SyncKind};
 
 /// Executes one attempt of a batch on a raw descriptor; the part of a
 /// backend that differs between io_uring and the thread pool.
@@ -313,8 +313,12 @@ pub(crate) fn path_cstring(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| error_with_context(libc::EINVAL, "path contains a NUL byte"))
 }
 
-fn stat_path(path: &CStr, follow_symlink: bool) -> io::Result<StoreStat> {
-    stat_quietly(libc::AT_FDCWD, path, if follow_symlink { 0 } else { libc::AT_SYMLINK_NOFOLLOW })
+fn stat_path(path: &CStr, symlink: Symlink) -> io::Result<StoreStat> {
+    let flags = match symlink {
+        Symlink::Follow => 0,
+        Symlink::NoFollow => libc::AT_SYMLINK_NOFOLLOW,
+    };
+    stat_quietly(libc::AT_FDCWD, path, flags)
 }
 
 fn fstat(fd: RawFd) -> io::Result<StoreStat> {
@@ -419,10 +423,10 @@ fn block_device_store_id(st_rdev: u64) -> (u64, u64) {
 }
 
 /// [`crate::io::Io::store_id_at`] for the descriptor backends: the key an
-/// open of `path` would get, from `stat(2)` (`lstat(2)` unless
-/// `follow_symlink`).
-pub fn store_id_at(path: &Path, follow_symlink: bool) -> io::Result<Option<(u64, u64)>> {
-    let st = stat_path(&path_cstring(path)?, follow_symlink)?;
+/// open of `path` would get, from `stat(2)` (or `lstat(2)`, as `symlink`
+/// says).
+pub fn store_id_at(path: &Path, symlink: Symlink) -> io::Result<Option<(u64, u64)>> {
+    let st = stat_path(&path_cstring(path)?, symlink)?;
     Ok(match st.mode & libc::S_IFMT {
         libc::S_IFREG => Some((st.dev, st.ino)),
         libc::S_IFBLK => Some(block_device_store_id(st.rdev)),
@@ -442,7 +446,7 @@ impl FdStore {
         // Skipped for create_new, where an existing path must fail with EEXIST.
         // A missing path is left to open(2) (O_CREAT, or ENOENT).
         if !how.create_new {
-            if let Ok(st) = stat_path(&c_path, true) {
+            if let Ok(st) = stat_path(&c_path, Symlink::Follow) {
                 store_kind(st.mode)?;
             }
         }
@@ -625,8 +629,8 @@ impl BackingStore for FdStore {
         retry_interrupted(|| sys::ftruncate(self.fd.as_raw_fd(), len))
     }
 
-    fn sync(&self, data_only: bool) -> io::Result<()> {
-        retry_interrupted(|| sys::sync(self.fd.as_raw_fd(), data_only))?;
+    fn sync(&self, kind: SyncKind) -> io::Result<()> {
+        retry_interrupted(|| sys::sync(self.fd.as_raw_fd(), kind))?;
         self.drop_buffered_pages();
         Ok(())
     }
@@ -657,6 +661,7 @@ pub(crate) mod testutil {
     use std::sync::Arc;
 
     use super::OsErrorContext;
+    use crate::base::sys::SyncKind;
     use crate::io::{read_full, run_batch, write_full, BackingStore, IoBufs, IoOp, IoPriority, OpenHow, BLOCK_SIZE};
 
     /// Opens a backing store; the backend under test.
@@ -750,8 +755,8 @@ pub(crate) mod testutil {
         assert_eq!(read_full(&*store, &mut hole, 0, IoPriority::Sync).unwrap(), BLOCK_SIZE);
         assert!(hole.iter().all(|&b| b == 0));
 
-        store.sync(true).expect("fdatasync");
-        store.sync(false).expect("fsync");
+        store.sync(SyncKind::DataOnly).expect("fdatasync");
+        store.sync(SyncKind::All).expect("fsync");
 
         // A second handle sees the data (no cache between handles) and the
         // same store identity.
@@ -954,7 +959,7 @@ pub(crate) mod testutil {
         run_batch(&*store, &mut writes);
         assert!(writes.iter_mut().all(|op| op.result.take().unwrap().is_ok()));
         drop(writes);
-        store.sync(true).unwrap();
+        store.sync(SyncKind::DataOnly).unwrap();
         let mut back = AlignedBuf::zeroed(128 * BLOCK_SIZE);
         // Reading across the end is short, like end of file.
         assert_eq!(read_full(&*store, &mut back, start, IoPriority::Sync).unwrap(), 64 * BLOCK_SIZE);
@@ -972,7 +977,7 @@ pub(crate) mod testutil {
         assert!(back[..BLOCK_SIZE] == two[..BLOCK_SIZE]);
         assert_eq!(errno(&store.set_len(size - BLOCK_SIZE as u64).unwrap_err()), libc::EINVAL);
         store.set_len(size).unwrap();
-        store.sync(false).unwrap();
+        store.sync(SyncKind::All).unwrap();
     }
 
     /// Runs the whole suite against one backend.
@@ -1076,13 +1081,13 @@ mod tests {
         let data = vec![7u8; 3 * 4096 + 100];
         assert_eq!(store.write_tail(0, &data).unwrap(), data.len());
         assert_eq!(kernel_cached_pages(&path.0, data.len()), 4, "buffered writes are cached");
-        store.sync(true).unwrap();
+        store.sync(SyncKind::DataOnly).unwrap();
         assert_eq!(kernel_cached_pages(&path.0, data.len()), 1, "the sync dropped all but the partial tail page");
         assert_eq!(kernel_cached_pages(&path.0, 3 * 4096), 0, "the whole pages went");
         // Ending on a page boundary, nothing is kept: the page the append
         // began in goes too.
         assert_eq!(store.write_tail(3 * 4096 + 100, &[8u8; 4096 - 100]).unwrap(), 4096 - 100);
-        store.sync(true).unwrap();
+        store.sync(SyncKind::DataOnly).unwrap();
         assert_eq!(kernel_cached_pages(&path.0, 4 * 4096), 0, "a whole last page is dropped too");
         let mut expected = data;
         expected.resize(4 * 4096, 8);
@@ -1135,7 +1140,7 @@ mod tests {
         assert_eq!(read_full(&*store, &mut back, 0, IoPriority::Sync).unwrap(), 3 * BLOCK_SIZE);
         assert!(back[..BLOCK_SIZE].iter().all(|&b| b == 0));
         assert!(back[BLOCK_SIZE..3 * BLOCK_SIZE] == data[..]);
-        store.sync(true).unwrap();
+        store.sync(SyncKind::DataOnly).unwrap();
         assert_eq!(store.len().unwrap(), 3 * BLOCK_SIZE as u64);
     }
 

@@ -24,6 +24,8 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::base::sys::SyncKind;
+
 pub mod fd;
 pub mod queue;
 #[cfg(any(test, feature = "sim"))]
@@ -235,16 +237,24 @@ impl<'a> IoOp<'a> {
     }
 }
 
+/// Whether a path's last component, when a symbolic link, is followed
+/// (`stat(2)`) or looked at itself (`lstat(2)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Symlink {
+    Follow,
+    NoFollow,
+}
+
 /// A backend: opens backing stores.
 pub trait Io: Send + Sync {
     fn kind(&self) -> IoKind;
     fn open(&self, path: &Path, how: &OpenHow) -> io::Result<Arc<dyn BackingStore>>;
     /// The identity ([`BackingInfo::store_id`]) of the regular file or
     /// block device `path` names now, without opening it (`stat(2)`, or
-    /// `lstat(2)` when `follow_symlink` is false); `None` when it names
+    /// `lstat(2)` with [`Symlink::NoFollow`]); `None` when it names
     /// something else (a directory, a symlink not followed).
-    fn store_id_at(&self, path: &Path, follow_symlink: bool) -> io::Result<Option<(u64, u64)>> {
-        fd::store_id_at(path, follow_symlink)
+    fn store_id_at(&self, path: &Path, symlink: Symlink) -> io::Result<Option<(u64, u64)>> {
+        fd::store_id_at(path, symlink)
     }
     /// Removes the name `path` (`unlink(2)`).
     fn remove_name(&self, path: &Path) -> io::Result<()> {
@@ -321,8 +331,8 @@ pub trait BackingStore: Send + Sync {
     fn len(&self) -> io::Result<u64>;
     /// `ftruncate`; `EINVAL` for a block device unless the size is unchanged.
     fn set_len(&self, len: u64) -> io::Result<()>;
-    /// `fdatasync` (`data_only`) or `fsync`.
-    fn sync(&self, data_only: bool) -> io::Result<()>;
+    /// `fsync` or `fdatasync`, as `kind` says.
+    fn sync(&self, kind: SyncKind) -> io::Result<()>;
     /// Execute one attempt of every op in `ops` whose `result` is `None`, and
     /// return one [`Attempt`] per op in the same order (ops already complete
     /// get `Ok(0)` and are ignored). Each attempt covers

@@ -200,16 +200,26 @@ pub trait WriteQueue {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Returns the completions available now. With `wait`, blocks until at
-    /// least one is available, unless nothing is queued.
-    fn reap(&mut self, wait: bool) -> Vec<Completion>;
-    /// As `reap(true)`, but returns once `timeout` has passed, with no
+    /// Returns the completions available now; with [`Reap::Wait`], blocks
+    /// until at least one is available, unless nothing is queued.
+    fn reap(&mut self, how: Reap) -> Vec<Completion>;
+    /// As `reap(Reap::Wait)`, but returns once `timeout` has passed, with no
     /// completion if none came. A queue that completes what it reaps on
     /// the calling thread (the batches) has no wait to cut short.
     fn reap_within(&mut self, timeout: std::time::Duration) -> Vec<Completion> {
         let _ = timeout;
-        self.reap(true)
+        self.reap(Reap::Wait)
     }
+}
+
+/// Whether a reap waits for a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reap {
+    /// Block until at least one completion is available (unless nothing is
+    /// queued).
+    Wait,
+    /// Take what has completed and return at once.
+    Poll,
 }
 
 /// Runs queued writes in batches, one [`run_batch`] per store, when `reap`
@@ -230,8 +240,8 @@ impl WriteQueue for BatchQueue {
         self.pending.len()
     }
 
-    fn reap(&mut self, wait: bool) -> Vec<Completion> {
-        if !wait || self.pending.is_empty() {
+    fn reap(&mut self, how: Reap) -> Vec<Completion> {
+        if how == Reap::Poll || self.pending.is_empty() {
             return Vec::new();
         }
         let (tails, mut pending): (Vec<QueuedWrite>, Vec<QueuedWrite>) =
@@ -284,18 +294,18 @@ pub(crate) mod tests {
         for i in 0..n {
             let store = if i % 3 == 0 { b } else { a };
             queue.push(write_of(store, i * 2 * BLOCK_SIZE as u64, &[i as u8, (i as u8).wrapping_add(1)], i));
-            record(queue.reap(false), &mut completed);
+            record(queue.reap(Reap::Poll), &mut completed);
             let done = completed.iter().filter(|&&d| d).count();
             assert_eq!(done + queue.len(), i as usize + 1, "every write is queued or completed");
         }
         while !queue.is_empty() {
             let before = queue.len();
-            let done = queue.reap(true);
-            assert!(!done.is_empty(), "reap(true) with {before} queued returned nothing");
+            let done = queue.reap(Reap::Wait);
+            assert!(!done.is_empty(), "reap(Reap::Wait) with {before} queued returned nothing");
             record(done, &mut completed);
         }
         assert!(completed.iter().all(|&d| d), "every write completed");
-        assert!(queue.reap(true).is_empty(), "an empty queue returns at once");
+        assert!(queue.reap(Reap::Wait).is_empty(), "an empty queue returns at once");
         for i in 0..n {
             let store = if i % 3 == 0 { b } else { a };
             let mut back = AlignedBuf::zeroed(2 * BLOCK_SIZE);
@@ -330,7 +340,7 @@ pub(crate) mod tests {
         let mut queue = BatchQueue::default();
         queue.push(write_of(&a, 0, &[1], 10));
         queue.push(write_of(&a, 4 * BLOCK_SIZE as u64, &[2], 11));
-        let mut done = queue.reap(true);
+        let mut done = queue.reap(Reap::Wait);
         done.sort_by_key(|c| c.tag);
         assert_eq!(done.len(), 2);
         assert_eq!(done[0].result.as_ref().unwrap(), &BLOCK_SIZE);

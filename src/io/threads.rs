@@ -30,7 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use super::fd::{ioprio_of, open_fd_store, rw_iovecs, rw_once, FdEngine};
-use super::queue::{complete_without_backend, Completion, QueuedWrite, SlotTable, WriteQueue};
+use super::queue::{complete_without_backend, Completion, QueuedWrite, Reap, SlotTable, WriteQueue};
 use super::{Attempt, BackingStore, Io, IoKind, IoOp, IoPriority, OpenHow};
 
 /// Most workers a pool runs. Each worker keeps one request in flight, so
@@ -523,13 +523,13 @@ impl WriteQueue for PoolQueue {
         self.queued
     }
 
-    fn reap(&mut self, wait: bool) -> Vec<Completion> {
+    fn reap(&mut self, how: Reap) -> Vec<Completion> {
         loop {
             self.dispatch_backlog();
             while let Ok(answer) = self.answers.try_recv() {
                 self.take_answer(answer);
             }
-            if !self.ready.is_empty() || !wait || self.queued == 0 {
+            if !self.ready.is_empty() || how == Reap::Poll || self.queued == 0 {
                 break;
             }
             if !self.backlog.is_empty() {
@@ -553,7 +553,7 @@ impl WriteQueue for PoolQueue {
                 self.take_answer(answer);
             }
         }
-        self.reap(false)
+        self.reap(Reap::Poll)
     }
 }
 

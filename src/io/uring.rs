@@ -30,7 +30,7 @@ use std::time::Duration;
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 
 use super::fd::{ioprio_of, open_fd_store, rw_once, FdEngine, SyncEngine};
-use super::queue::{complete_without_backend, BatchQueue, Completion, QueuedWrite, SlotTable, WriteQueue};
+use super::queue::{complete_without_backend, BatchQueue, Completion, QueuedWrite, Reap, SlotTable, WriteQueue};
 use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
 use crate::base::sys;
 
@@ -614,11 +614,12 @@ impl UringQueue {
         }
     }
 
-    /// Submits what fits and, with `wait`, blocks for one completion.
-    fn enter(&mut self, wait: bool) {
+    /// Submits what fits and, with [`Reap::Wait`], blocks for one
+    /// completion.
+    fn enter(&mut self, how: Reap) {
         self.fill();
         let Some(ring) = self.ring.as_mut() else { return };
-        let want = usize::from(wait && self.in_ring > 0);
+        let want = usize::from(how == Reap::Wait && self.in_ring > 0);
         match ring.submitter().submit_and_wait(want) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
@@ -640,7 +641,7 @@ impl UringQueue {
         let in_ring = self.in_ring;
         let Some(ring) = self.ring.as_mut() else { return };
         if in_ring == 0 || !ring.params().is_feature_ext_arg() {
-            return self.enter(true);
+            return self.enter(Reap::Wait);
         }
         let ts = types::Timespec::from(timeout);
         let args = types::SubmitArgs::new().timespec(&ts);
@@ -674,17 +675,17 @@ impl WriteQueue for UringQueue {
         self.queued
     }
 
-    fn reap(&mut self, wait: bool) -> Vec<Completion> {
+    fn reap(&mut self, how: Reap) -> Vec<Completion> {
         loop {
             self.reap_cqes();
-            if !self.ready.is_empty() || !wait || self.queued == 0 {
+            if !self.ready.is_empty() || how == Reap::Poll || self.queued == 0 {
                 break;
             }
             // Without a ring every write completes inside `push`.
             assert!(self.ring.is_some(), "queued writes without a ring");
-            self.enter(true);
+            self.enter(Reap::Wait);
         }
-        if !wait {
+        if how == Reap::Poll {
             // Keep the ring fed with what completions made room for.
             self.fill();
             if let Some(ring) = self.ring.as_mut() {
@@ -707,7 +708,7 @@ impl WriteQueue for UringQueue {
             assert!(self.ring.is_some(), "queued writes without a ring");
             self.enter_within(left);
         }
-        self.reap(false)
+        self.reap(Reap::Poll)
     }
 }
 
@@ -716,7 +717,7 @@ impl Drop for UringQueue {
     /// them. The owner normally drains the queue before dropping it.
     fn drop(&mut self) {
         while self.queued > 0 {
-            let _ = self.reap(true);
+            let _ = self.reap(Reap::Wait);
         }
     }
 }
@@ -846,7 +847,7 @@ mod tests {
         q.push(crate::io::queue::tests::write_of(&store, n * BLOCK_SIZE as u64, &[n as u8], n));
         let mut completed = vec![false; n as usize + 1];
         while !q.is_empty() {
-            for c in q.reap(true) {
+            for c in q.reap(Reap::Wait) {
                 assert_eq!(c.result.unwrap(), BLOCK_SIZE, "write {}", c.tag);
                 assert!(!std::mem::replace(&mut completed[c.tag as usize], true), "write {} completed twice", c.tag);
             }
@@ -876,7 +877,7 @@ mod tests {
         }
         let mut done = 0;
         while !q.is_empty() {
-            done += q.reap(true).len();
+            done += q.reap(Reap::Wait).len();
             assert!(q.in_ring <= sq_entries, "{} writes in a ring of {sq_entries}", q.in_ring);
         }
         assert_eq!(done, n as usize);

@@ -256,6 +256,23 @@ pub fn metadata_bytes_for(nr_blocks: usize) -> usize {
         + 32 // eviction queue entry: owner and folio
 }
 
+/// Whether an I/O keeps what it brings into the cache: cached, as buffered
+/// I/O does, or uncached (`RWF_DONTCACHE`, [`crate::WriteFlags::DONTCACHE`],
+/// a scan past what it may cache): the folios it reads are dropped behind
+/// the reader once copied, and what it writes is written back at once and
+/// dropped once clean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caching {
+    Cached,
+    Uncached,
+}
+
+impl Caching {
+    pub fn is_uncached(self) -> bool {
+        self == Caching::Uncached
+    }
+}
+
 /// How a new folio starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FolioStart {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::io::BLOCK_SIZE;
+use crate::mapping::folio::Caching;
 use crate::policy::dirty::{DirtyRoom, DomainDirty, WORK_BACKGROUND};
 use crate::stats::Counters;
 
@@ -200,7 +201,7 @@ fn check_due(input: &ThrottleInput, ratelimit: u64) -> bool {
 /// policy above, and waiting for writeback progress while over the dirty
 /// limit. An uncached writer (`dontcache`) is also held to
 /// [`uncached_input`]'s bound.
-pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64, dontcache: bool) {
+pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64, caching: Caching) {
     let cache = &domain.cache;
     let dirtied = DIRTIED_SINCE_CHECK.with(|c| {
         c.set(c.get() + newly_bytes);
@@ -226,7 +227,7 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64, dontc
             dirtied_bytes: dirtied,
             pause_max,
         };
-        let uncached = dontcache.then(|| {
+        let uncached = caching.is_uncached().then(|| {
             uncached_input(
                 domain.dontcache_dirty_bytes.load(Ordering::Acquire),
                 domain.nr_dirty_bytes.load(Ordering::Acquire),

@@ -13,8 +13,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::base::locks;
-use crate::inode::Inode;
+use crate::inode::{FillPlan, Inode};
 use crate::io::{IoPriority, BLOCK_SIZE};
+use crate::mapping::folio::Caching;
 
 /// Worker threads: they fill asynchronous readahead windows and run small
 /// jobs for the flusher (forgetting idle inodes).
@@ -37,8 +38,8 @@ struct ReadaheadJob {
     inode: Arc<Inode>,
     start_block: u64,
     end_block: u64,
-    /// Filled for an uncached reader: drop behind it.
-    dropbehind: bool,
+    /// Uncached for an uncached reader: drop behind it.
+    caching: Caching,
     /// Where the reader's last read ended (bytes): a window the reader has
     /// already passed (it read those blocks itself) is not filled again.
     reader_pos: Arc<AtomicU64>,
@@ -91,7 +92,7 @@ impl Workers {
         &self,
         inode: &Arc<Inode>,
         (start_block, end_block): (u64, u64),
-        dropbehind: bool,
+        caching: Caching,
         reader_pos: &Arc<AtomicU64>,
     ) {
         let batch_blocks = (self.batch_bytes / BLOCK_SIZE as u64).max(1);
@@ -102,7 +103,7 @@ impl Workers {
                 inode: inode.clone(),
                 start_block: start,
                 end_block: end,
-                dropbehind,
+                caching,
                 reader_pos: reader_pos.clone(),
             };
             self.send(WorkerJob::Readahead(job));
@@ -145,12 +146,7 @@ fn fill_window(job: &ReadaheadJob, batch_bytes: u64) {
     if start >= job.end_block {
         return;
     }
-    let _ = job.inode.fill_range_marked(
-        start,
-        job.end_block,
-        IoPriority::Async,
-        job.dropbehind,
-        batch_bytes,
-        Some(&job.reader_pos),
-    );
+    let plan =
+        FillPlan { priority: IoPriority::Async, caching: job.caching, batch_bytes, reader_pos: Some(&job.reader_pos) };
+    let _ = job.inode.fill_range(start, job.end_block, plan);
 }

@@ -51,7 +51,7 @@ use std::time::Instant;
 use crate::config::BackgroundIoprio;
 use crate::inode::Inode;
 use crate::inode::{PassScope, PassSize, SizeFix, WbPass};
-use crate::io::queue::{Completion, QueuedWrite, WriteQueue};
+use crate::io::queue::{Completion, QueuedWrite, Reap, WriteQueue};
 use crate::io::IoPriority;
 use crate::stats::{Counters, DeviceClass, InFlightIo, IoClass, Reason, WorkerCounters};
 use crate::writeback::domain::Domain;
@@ -241,7 +241,7 @@ impl InFlight {
             }
         }
         self.submit_held();
-        let done = self.queue.reap(false);
+        let done = self.queue.reap(Reap::Poll);
         self.complete(done);
         while self.ios_queued > self.ios_queued_max || self.bytes_queued > self.bytes_queued_max {
             self.reap_some();
@@ -257,7 +257,7 @@ impl InFlight {
         debug_assert!(self.passes.is_empty() || self.in_queue > 0, "a pass in flight has I/O in the queue");
         let done = match self.idle_wait_left() {
             Some(left) => self.queue.reap_within(left),
-            None => self.queue.reap(true),
+            None => self.queue.reap(Reap::Wait),
         };
         self.complete(done);
     }

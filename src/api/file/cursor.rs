@@ -4,7 +4,7 @@
 
 use std::io::{self, IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
 
-use super::{File, WriteFlags};
+use super::{Access, File, WriteFlags};
 use crate::buf::user::{Gather, IOV_MAX};
 
 /// A position over a [`File`] for `std::io::{Read, Write, Seek}`.
@@ -52,7 +52,7 @@ impl Write for FileCursor<'_> {
     /// the first 1024, which `write_all_vectored`-style loops continue.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let bufs = &bufs[..bufs.len().min(IOV_MAX)];
-        self.file.check_access(true)?;
+        self.file.check_access(Access::Write)?;
         let (n, at) = self.file.write_from_pos(&Gather::new(bufs)?, self.pos, WriteFlags::NONE)?;
         self.pos = at + n as u64;
         Ok(n)

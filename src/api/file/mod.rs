@@ -18,10 +18,12 @@ use std::sync::{Arc, Mutex};
 
 use crate::api::shared::{OpGuard, Shared};
 use crate::base::locks;
+use crate::base::sys::SyncKind;
 use crate::buf::user::{Gather, RawIov, ReadTarget, Scatter, WriteSource};
 pub use crate::inode::Allocation;
-use crate::inode::Inode;
-use crate::io::{IoPriority, BLOCK_SIZE};
+use crate::inode::{FillPlan, Inode};
+use crate::io::BLOCK_SIZE;
+use crate::mapping::folio::Caching;
 use crate::policy::memory::Memory;
 use crate::readahead::{Decision, IdleRead, Readahead};
 
@@ -141,6 +143,22 @@ fn with_thread_last_read<R>(f: impl FnOnce(&Cell<(usize, u64)>) -> R) -> R {
     THREAD_LAST_READ.with(f)
 }
 
+/// What an operation does with the handle's data, checked against the
+/// mode it was opened with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
+/// Whether a read went through readahead's state (its worker follows
+/// the reader's position) or skipped it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadaheadUse {
+    Skipped,
+    Followed,
+}
+
 impl File {
     pub(crate) fn new(inode: Arc<Inode>, shared: Arc<Shared>, options: &OpenOptions) -> File {
         let cursor = inode.open_error_cursor();
@@ -186,10 +204,10 @@ impl File {
     /// worker follows the reader through a window). Not a swap: concurrent
     /// reads of one handle only blur the access accounting and readahead's
     /// guess, and a store costs no locked instruction.
-    fn note_read_end(&self, last: &Cell<(usize, u64)>, end: u64, read_ahead: bool) {
+    fn note_read_end(&self, last: &Cell<(usize, u64)>, end: u64, readahead: ReadaheadUse) {
         let key = Arc::as_ptr(&self.last_read_end) as usize;
         let same_handle = last.replace((key, end)).0 == key;
-        if !same_handle || read_ahead {
+        if !same_handle || readahead == ReadaheadUse::Followed {
             self.last_read_end.store(end, Ordering::Relaxed);
         }
     }
@@ -197,9 +215,9 @@ impl File {
     /// Enters an operation: the returned guard keeps the cache from
     /// closing until the operation is over, so nothing it writes can land
     /// after the cache's final sync.
-    fn enter(&self, need_write: bool) -> io::Result<OpGuard<'_>> {
+    fn enter(&self, access: Access) -> io::Result<OpGuard<'_>> {
         let guard = self.shared.enter_op()?;
-        self.check_access(need_write)?;
+        self.check_access(access)?;
         Ok(guard)
     }
 
@@ -216,8 +234,12 @@ impl File {
     /// `EBADF` unless the handle may read (or write). Vectored calls check
     /// it before their buffer list, as Linux does: a bad list on a handle
     /// of the wrong mode is `EBADF`, not `EINVAL`.
-    fn check_access(&self, need_write: bool) -> io::Result<()> {
-        if (need_write && !self.writable) || (!need_write && !self.readable) {
+    fn check_access(&self, access: Access) -> io::Result<()> {
+        let allowed = match access {
+            Access::Read => self.readable,
+            Access::Write => self.writable,
+        };
+        if !allowed {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
         Ok(())
@@ -257,7 +279,7 @@ impl File {
 
     /// [`File::read_vectored_at`] with flags (as [`File::read_at_with`]).
     pub fn read_vectored_at_with(&self, bufs: &mut [IoSliceMut<'_>], off: u64, flags: WriteFlags) -> io::Result<usize> {
-        self.check_access(false)?;
+        self.check_access(Access::Read)?;
         self.read_into(&mut Scatter::new(bufs)?, off, flags)
     }
 
@@ -266,7 +288,7 @@ impl File {
     /// [`File::read_at_uninit`], after `Ok(n)` the concatenation's first
     /// `n` bytes hold the data.
     pub fn read_vectored_at_raw(&self, bufs: &mut [RawIov], off: u64, flags: WriteFlags) -> io::Result<usize> {
-        self.check_access(false)?;
+        self.check_access(Access::Read)?;
         self.read_into(&mut Scatter::new(bufs)?, off, flags)
     }
 
@@ -275,7 +297,7 @@ impl File {
         // touches neither the store nor the memory account, so a close
         // racing it has nothing to wait for (the read comes before it).
         self.shared.check_open()?;
-        self.check_access(false)?;
+        self.check_access(Access::Read)?;
         let size = self.inode.size();
         if off >= size || buf.is_empty() {
             return Ok(0);
@@ -289,27 +311,27 @@ impl File {
             // As the kernel's random-access mode: the read itself reads
             // what it needs, nothing more.
             if access == ACCESS_RANDOM || self.readahead_state_unchanged(start, end, size, prev_end_block) {
-                self.note_read_end(last, off + len, false);
-                let dontcache = self.uncached(flags);
-                if !dontcache {
+                self.note_read_end(last, off + len, ReadaheadUse::Skipped);
+                let caching = self.caching(flags);
+                if caching == Caching::Cached {
                     if let Some(n) = self.inode.read_cached(buf, off, prev_end) {
                         return Ok(n);
                     }
                 }
-                return self.read_through(buf, off, Decision::default(), dontcache, prev_end);
+                return self.read_through(buf, off, Decision::default(), caching, prev_end);
             }
             let (decision, scanning) = self.readahead_decision(access, start, end, size, prev_end_block);
             // A scan of a file the cache cannot hold, past what a scan may
             // cache: the rest is read as uncached reads are
             // (`scan_dropbehind`).
-            let dontcache = self.uncached(flags) || scanning;
-            self.note_read_end(last, off + len, true);
-            if decision == Decision::default() && !dontcache {
+            let caching = if scanning { Caching::Uncached } else { self.caching(flags) };
+            self.note_read_end(last, off + len, ReadaheadUse::Followed);
+            if decision == Decision::default() && caching == Caching::Cached {
                 if let Some(n) = self.inode.read_cached(buf, off, prev_end) {
                     return Ok(n);
                 }
             }
-            self.read_through(buf, off, decision, dontcache, prev_end)
+            self.read_through(buf, off, decision, caching, prev_end)
         })
     }
 
@@ -321,21 +343,21 @@ impl File {
         buf: &mut T,
         off: u64,
         decision: Decision,
-        dontcache: bool,
+        caching: Caching,
         prev_end: u64,
     ) -> io::Result<usize> {
-        let _op = self.enter(false)?;
+        let _op = self.enter(Access::Read)?;
         // Uncached reads read ahead too; what they bring in is dropped
         // behind the reader once copied.
         if let Some((s, e)) = decision.sync {
             // An error here is retried and reported by the read below.
-            let _ = self.inode.fill_range_marked(s, e, IoPriority::Sync, dontcache, u64::MAX, None);
+            let _ = self.inode.fill_range(s, e, FillPlan::for_reader(caching));
         }
         if let Some((s, e)) = decision.async_ {
-            self.shared.workers.readahead(&self.inode, (s, e), dontcache, &self.last_read_end);
+            self.shared.workers.readahead(&self.inode, (s, e), caching, &self.last_read_end);
         }
         // The inode clips the read to the size itself.
-        let result = self.inode.read_at(buf, off, dontcache, prev_end);
+        let result = self.inode.read_at(buf, off, caching, prev_end);
         // A fill may have copied a buffer under writeback (see `evict_excess`).
         self.memory.evict_excess();
         result
@@ -411,7 +433,7 @@ impl File {
 
     /// [`File::write_vectored_at`] with flags (as [`File::write_at_with`]).
     pub fn write_vectored_at_with(&self, bufs: &[IoSlice<'_>], off: u64, flags: WriteFlags) -> io::Result<usize> {
-        self.check_access(true)?;
+        self.check_access(Access::Write)?;
         self.write_from(&Gather::new(bufs)?, off, flags)
     }
 
@@ -427,7 +449,7 @@ impl File {
         off: u64,
         flags: WriteFlags,
     ) -> io::Result<(usize, u64)> {
-        let _op = self.enter(true)?;
+        let _op = self.enter(Access::Write)?;
         if data.is_empty() {
             return Ok((0, off));
         }
@@ -447,7 +469,7 @@ impl File {
             // Past the file system's largest file size: short, or EFBIG.
             self.inode.room_to_grow(off, data.len())?
         };
-        let result = self.inode.write_at(data, len, off, self.uncached_write(flags, off, len));
+        let result = self.inode.write_at(data, len, off, self.write_caching(flags, off, len));
         // An edge-block fill may have copied a buffer under writeback.
         self.memory.evict_excess();
         Ok((result?.0, off))
@@ -456,11 +478,11 @@ impl File {
     /// Whether a write of `len` bytes at `off` is uncached: as
     /// [`File::uncached`] says, or because the handle's sequential stream
     /// before it reached `stream_cached_bytes` (`stream_dropbehind`).
-    fn uncached_write(&self, flags: WriteFlags, off: u64, len: usize) -> bool {
-        if self.uncached(flags) {
-            return true;
+    fn write_caching(&self, flags: WriteFlags, off: u64, len: usize) -> Caching {
+        if self.caching(flags) == Caching::Uncached {
+            return Caching::Uncached;
         }
-        let Some(cached_bytes) = self.stream_cached_bytes else { return false };
+        let Some(cached_bytes) = self.stream_cached_bytes else { return Caching::Cached };
         let streamed_before = if self.write_stream_end.load(Ordering::Relaxed) == off {
             self.write_stream_bytes.load(Ordering::Relaxed)
         } else {
@@ -468,13 +490,21 @@ impl File {
         };
         self.write_stream_end.store(off + len as u64, Ordering::Relaxed);
         self.write_stream_bytes.store(streamed_before.saturating_add(len as u64), Ordering::Relaxed);
-        streamed_before >= cached_bytes
+        if streamed_before >= cached_bytes {
+            Caching::Uncached
+        } else {
+            Caching::Cached
+        }
     }
 
     /// Whether an access with `flags` is uncached: by its flags, the
     /// handle's open options or its [`Advice::NoReuse`].
-    fn uncached(&self, flags: WriteFlags) -> bool {
-        flags.union(self.default_flags).contains(WriteFlags::DONTCACHE) || self.noreuse.load(Ordering::Relaxed)
+    fn caching(&self, flags: WriteFlags) -> Caching {
+        if flags.union(self.default_flags).contains(WriteFlags::DONTCACHE) || self.noreuse.load(Ordering::Relaxed) {
+            Caching::Uncached
+        } else {
+            Caching::Cached
+        }
     }
 
     /// Advice about the handle's future accesses (`posix_fadvise(2)`);
@@ -501,7 +531,7 @@ impl File {
                     // when the reader of this advice passed it (never).
                     let never_passed = Arc::new(AtomicU64::new(0));
                     let blocks = (range.start / BLOCK, end.div_ceil(BLOCK));
-                    self.shared.workers.readahead(&self.inode, blocks, false, &never_passed);
+                    self.shared.workers.readahead(&self.inode, blocks, Caching::Cached, &never_passed);
                 }
             }
             Advice::DontNeed => {
@@ -588,7 +618,7 @@ impl File {
     /// (`Allocation::try_from(mode)` takes `fallocate(2)`'s mode bits, as
     /// the C ABI's `wbc_fallocate` does). Errors as [`File::allocate`].
     pub fn fallocate(&self, range: std::ops::Range<u64>, how: Allocation) -> io::Result<()> {
-        let _op = self.enter(true)?;
+        let _op = self.enter(Access::Write)?;
         if range.start >= range.end {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -607,19 +637,19 @@ impl File {
     /// Writes back and syncs data and metadata (`fsync`). Reports a
     /// writeback error since this handle's last report once.
     pub fn sync_all(&self) -> io::Result<()> {
-        self.sync(false)
+        self.sync(SyncKind::All)
     }
 
     /// As [`File::sync_all`] but `fdatasync` (metadata only if the size
     /// changed).
     pub fn sync_data(&self) -> io::Result<()> {
-        self.sync(true)
+        self.sync(SyncKind::DataOnly)
     }
 
-    fn sync(&self, data_only: bool) -> io::Result<()> {
+    fn sync(&self, kind: SyncKind) -> io::Result<()> {
         let _op = self.shared.enter_op()?;
         let mut cursor = locks::lock(&self.err_cursor);
-        self.inode.sync(data_only, &mut cursor)
+        self.inode.sync(kind, &mut cursor)
     }
 
     /// Logical size in bytes.
@@ -636,7 +666,7 @@ impl File {
     /// Truncates or extends (with zeros). Block devices: `EINVAL` unless the
     /// size is unchanged.
     pub fn set_len(&self, size: u64) -> io::Result<()> {
-        let _op = self.enter(true)?;
+        let _op = self.enter(Access::Write)?;
         if size > i64::MAX as u64 {
             return Err(io::Error::from_raw_os_error(libc::EFBIG));
         }

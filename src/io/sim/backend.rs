@@ -11,7 +11,7 @@ use super::config::{Fault, SimConfig};
 use super::disk::{crash_image, errno, free_if_orphan, FaultRule, Inode, Shared, SimStore, State};
 use super::rng::Rng;
 use super::stats::{SimStats, SimWrite};
-use crate::io::{BackingInfo, BackingStore, Io, IoKind, OpenHow, BLOCK_SIZE};
+use crate::io::{BackingInfo, BackingStore, Io, IoKind, OpenHow, Symlink, BLOCK_SIZE};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
@@ -279,7 +279,7 @@ impl Io for SimIo {
         IoKind::Sim
     }
 
-    fn store_id_at(&self, path: &Path, _follow_symlink: bool) -> io::Result<Option<(u64, u64)>> {
+    fn store_id_at(&self, path: &Path, _symlink: Symlink) -> io::Result<Option<(u64, u64)>> {
         let st = self.shared.lock();
         match st.names.get(path) {
             Some(&ino) => Ok(Some((SIM_DEVICE_ID, ino))),

@@ -80,6 +80,7 @@ mod tests {
     };
     use super::rng::Rng;
     use super::*;
+    use crate::base::sys::SyncKind;
     use std::collections::HashSet;
     use std::io;
     use std::path::Path;
@@ -267,17 +268,17 @@ mod tests {
         write_at(&*store, 3 * BS, &data[..BS]).unwrap();
         sim.clear_faults();
         write_at(&*store, 0, &data).unwrap();
-        store.sync(true).unwrap();
+        store.sync(SyncKind::DataOnly).unwrap();
 
         sim.set_write_error_all(Some(libc::EIO));
         assert_eq!(raw(&write_at(&*store, 0, &pattern(BS, 2)).unwrap_err()), Some(libc::EIO));
         // Reads still work; set_len is not a write.
         assert_eq!(read_at(&*store, 0, 4 * BS).unwrap(), data);
         store.set_len(8 * BS as u64).unwrap();
-        assert_eq!(raw(&store.sync(false).unwrap_err()), Some(libc::EIO));
+        assert_eq!(raw(&store.sync(SyncKind::All).unwrap_err()), Some(libc::EIO));
         assert_eq!(sim.durable_image(path).unwrap(), data, "failed sync made nothing durable");
         sim.set_write_error_all(None);
-        store.sync(false).unwrap();
+        store.sync(SyncKind::All).unwrap();
         assert_eq!(sim.durable_image(path).unwrap().len(), 8 * BS);
     }
 
@@ -332,7 +333,7 @@ mod tests {
             let sim = SimIo::new(SimConfig { direct_io: false, ..Default::default() });
             let store = sim.open(path, &rw_create()).unwrap();
             write_at(&*store, 0, &old).unwrap();
-            store.sync(true).unwrap();
+            store.sync(SyncKind::DataOnly).unwrap();
             // Unsynced: overwrite blocks 1 and 4 and extend past the end.
             write_at(&*store, BS, &pattern(BS, 2)).unwrap();
             write_at(&*store, 4 * BS + 10, &pattern(4 * BS, 3)).unwrap();
@@ -366,12 +367,12 @@ mod tests {
         let store = sim.open(path, &rw_create()).unwrap();
         let data = pattern(2 * BS, 1);
         write_at(&*store, 0, &data).unwrap();
-        store.sync(false).unwrap();
+        store.sync(SyncKind::All).unwrap();
         let id = store.info().store_id;
         sim.crash(1);
         assert_eq!(raw(&write_at(&*store, 0, &data).unwrap_err()), Some(libc::EIO));
         assert_eq!(raw(&read_at(&*store, 0, BS).unwrap_err()), Some(libc::EIO));
-        assert_eq!(raw(&store.sync(true).unwrap_err()), Some(libc::EIO));
+        assert_eq!(raw(&store.sync(SyncKind::DataOnly).unwrap_err()), Some(libc::EIO));
         assert_eq!(raw(&store.len().unwrap_err()), Some(libc::EIO));
         assert_eq!(raw(&store.set_len(0).unwrap_err()), Some(libc::EIO));
 
@@ -466,16 +467,16 @@ mod tests {
         write_at(&*other, 0, &data).unwrap();
         sim.inject(f, 123, Fault::SyncEio, 2);
         for _ in 0..2 {
-            assert_eq!(raw(&store.sync(true).unwrap_err()), Some(libc::EIO));
+            assert_eq!(raw(&store.sync(SyncKind::DataOnly).unwrap_err()), Some(libc::EIO));
             assert!(sim.durable_image(f).unwrap().is_empty(), "a failed sync made nothing durable");
         }
         // Attempts never fire it, and other paths are not affected.
         sim.inject(f, 0, Fault::SyncEio, 1);
         write_at(&*store, 0, &data).unwrap();
         assert_eq!(read_at(&*store, 0, BS).unwrap(), data[..BS]);
-        other.sync(false).unwrap();
-        assert_eq!(raw(&store.sync(false).unwrap_err()), Some(libc::EIO));
-        store.sync(false).unwrap();
+        other.sync(SyncKind::All).unwrap();
+        assert_eq!(raw(&store.sync(SyncKind::All).unwrap_err()), Some(libc::EIO));
+        store.sync(SyncKind::All).unwrap();
         assert_eq!(sim.durable_image(f).unwrap(), data);
         assert_eq!(sim.stats().faults_fired, 3);
         assert_eq!((sim.write_errors(f), sim.write_errors(g)), (3, 0));
@@ -509,11 +510,11 @@ mod tests {
         // The switch counts too, syncs included; dead stores do not.
         sim.set_write_error_all(Some(libc::ENOSPC));
         assert!(write_at(&*store, 0, &data).is_err());
-        assert!(store.sync(true).is_err());
+        assert!(store.sync(SyncKind::DataOnly).is_err());
         sim.set_write_error_all(None);
         assert_eq!(sim.write_errors(f), 3);
         sim.crash(1);
-        assert!(store.sync(true).is_err());
+        assert!(store.sync(SyncKind::DataOnly).is_err());
         assert_eq!(sim.write_errors(f), 3);
         let st = sim.stats();
         assert_eq!((st.write_errors, st.read_errors), (5, 1));
@@ -535,7 +536,7 @@ mod tests {
         for i in 0..8 {
             write_at(&*store, i * 4 * BS, &data[i * 4 * BS..(i + 1) * 4 * BS]).unwrap();
         }
-        store.sync(true).unwrap();
+        store.sync(SyncKind::DataOnly).unwrap();
         assert_eq!(read_at(&*store, 0, 32 * BS).unwrap(), data);
         let st = sim.stats();
         assert!(st.submit_errors > 0 && st.latency_spikes > 0, "{st:?}");
@@ -548,7 +549,7 @@ mod tests {
         let store = sim.open(Path::new("/f"), &rw_create()).unwrap();
         let data = pattern(4 * BS, 1);
         write_at(&*store, 0, &data).unwrap();
-        store.sync(true).unwrap();
+        store.sync(SyncKind::DataOnly).unwrap();
         assert_eq!(read_at(&*store, 0, 4 * BS).unwrap(), data);
     }
 
@@ -561,7 +562,7 @@ mod tests {
         let store = sim.open(path, &rw_create()).unwrap();
         sim.inject(path, 5, Fault::ShortWrite, 3);
         write_at(&*store, 0, &pattern(32 * BS, 1)).unwrap();
-        store.sync(true).unwrap();
+        store.sync(SyncKind::DataOnly).unwrap();
         for i in 0..8 {
             write_at(&*store, (i * 5 % 40) * BS, &pattern(3 * BS, i as u8)).unwrap();
         }
@@ -632,7 +633,7 @@ mod tests {
                         model.resize(offset, 0);
                     }
                     _ => {
-                        store.sync(true).unwrap();
+                        store.sync(SyncKind::DataOnly).unwrap();
                         durable.clone_from(&model);
                     }
                 }

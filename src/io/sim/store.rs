@@ -10,6 +10,7 @@
 use super::config::Fault;
 use super::disk::{errno, SimStore};
 use crate::base::locks;
+use crate::base::sys::SyncKind;
 use crate::io::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority};
 use std::io;
 
@@ -131,7 +132,7 @@ impl BackingStore for SimStore {
         Ok(())
     }
 
-    fn sync(&self, _data_only: bool) -> io::Result<()> {
+    fn sync(&self, _kind: SyncKind) -> io::Result<()> {
         self.simulate_latency(1);
         let mut st = self.shared.lock();
         st.stats.syncs += 1;
