@@ -123,6 +123,13 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, iovcnt: c_int) -> Result<&'a [libc
     Ok(list)
 }
 
+/// What a vectored call does with the handle's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
 /// The checked arguments of a vectored call, in Linux's order: the handle,
 /// its mode (`EBADF` before a bad list's `EINVAL`), the list, the flags.
 ///
@@ -133,13 +140,16 @@ unsafe fn vectored_args<'a>(
     iov: *const libc::iovec,
     iovcnt: c_int,
     flags: u32,
-    need_write: bool,
+    access: Access,
 ) -> Result<(&'a File, &'a [libc::iovec], WriteFlags), Failure> {
     // SAFETY: forwarded to the caller.
     let file = unsafe { file_ref(f) }?;
     // The handle's mode before the list, as Linux checks: a bad list on a
     // handle of the wrong mode is `EBADF`, not `EINVAL`.
-    let allowed = if need_write { file.is_writable() } else { file.is_readable() };
+    let allowed = match access {
+        Access::Read => file.is_readable(),
+        Access::Write => file.is_writable(),
+    };
     if !allowed {
         return Err(io::Error::from_raw_os_error(libc::EBADF).into());
     }
@@ -171,7 +181,7 @@ pub unsafe extern "C" fn wbc_preadv(
     guard("wbc_preadv", || {
         // SAFETY: the caller guarantees `f` is NULL or live and `iov` NULL
         // or valid for `iovcnt` iovecs.
-        let (file, list, flags) = unsafe { vectored_args(f, iov, iovcnt, flags, false) }?;
+        let (file, list, flags) = unsafe { vectored_args(f, iov, iovcnt, flags, Access::Read) }?;
         // Raw buffers: C may pass overlapping ones, which Rust slices could
         // not express. The pairs are copied out first, so an iov_base
         // pointing into the iovec array itself is harmless too.
@@ -211,7 +221,7 @@ pub unsafe extern "C" fn wbc_pwritev(
     guard("wbc_pwritev", || {
         // SAFETY: the caller guarantees `f` is NULL or live and `iov` NULL
         // or valid for `iovcnt` iovecs.
-        let (file, list, flags) = unsafe { vectored_args(f, iov, iovcnt, flags, true) }?;
+        let (file, list, flags) = unsafe { vectored_args(f, iov, iovcnt, flags, Access::Write) }?;
         let bufs: Vec<IoSlice> = list
             .iter()
             .map(|v| {

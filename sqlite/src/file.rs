@@ -21,7 +21,7 @@ use libsqlite3_sys as ffi;
 use wbcache::OpenOptions;
 
 use crate::lock::{DbShared, Level, LockError};
-use crate::shm::{ShmError, ShmHeld, ShmNode};
+use crate::shm::{ShmError, ShmHeld, ShmLockOp, ShmNode};
 use crate::state::{guard, VfsState};
 
 /// The bytes SQLite allocates for an open file (`szOsFile`).
@@ -443,7 +443,7 @@ fn shm_node<'a>(db: &'a DbShared, mapped: &mut bool) -> std::sync::MutexGuard<'a
 fn unmap_shm(db: &DbShared, held: &mut ShmHeld) {
     let mut shm = db.shm.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(node) = shm.as_mut() {
-        node.lock(held, 0, crate::shm::NLOCK, false, false).expect("unlocking cannot fail");
+        node.lock(held, 0, crate::shm::NLOCK, ShmLockOp::Unlock).expect("unlocking cannot fail");
         node.users -= 1;
         if node.users == 0 {
             *shm = None;
@@ -493,9 +493,14 @@ unsafe extern "C" fn x_shm_lock(file: *mut ffi::sqlite3_file, offset: c_int, cou
         let Some(db) = st.db.clone() else { return ffi::SQLITE_IOERR_SHMLOCK };
         let mut shm = shm_node(&db, &mut st.shm_mapped);
         let node = shm.as_mut().expect("made by shm_node");
-        let lock = flags & ffi::SQLITE_SHM_LOCK != 0;
-        let exclusive = flags & ffi::SQLITE_SHM_EXCLUSIVE != 0;
-        match node.lock(&mut st.shm_held, first, n, lock, exclusive) {
+        let op = if flags & ffi::SQLITE_SHM_LOCK == 0 {
+            ShmLockOp::Unlock
+        } else if flags & ffi::SQLITE_SHM_EXCLUSIVE != 0 {
+            ShmLockOp::Exclusive
+        } else {
+            ShmLockOp::Shared
+        };
+        match node.lock(&mut st.shm_held, first, n, op) {
             Ok(()) => ffi::SQLITE_OK,
             Err(ShmError::Busy) => ffi::SQLITE_BUSY,
             Err(ShmError::BadRegionSize) => ffi::SQLITE_IOERR_SHMLOCK,

@@ -43,6 +43,14 @@ pub enum ShmError {
     Busy,
 }
 
+/// What one `xShmLock` call does to its slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShmLockOp {
+    Unlock,
+    Shared,
+    Exclusive,
+}
+
 impl Default for ShmNode {
     fn default() -> Self {
         ShmNode::new()
@@ -75,19 +83,12 @@ impl ShmNode {
         Ok(self.regions[index].as_mut_ptr())
     }
 
-    /// `xShmLock` for slots `[first, first + count)`: `lock` or unlock,
-    /// `exclusive` or shared. Updates `held`.
-    pub fn lock(
-        &mut self,
-        held: &mut ShmHeld,
-        first: usize,
-        count: usize,
-        lock: bool,
-        exclusive: bool,
-    ) -> Result<(), ShmError> {
+    /// `xShmLock` for slots `[first, first + count)`, as `op` says.
+    /// Updates `held`.
+    pub fn lock(&mut self, held: &mut ShmHeld, first: usize, count: usize, op: ShmLockOp) -> Result<(), ShmError> {
         assert!(count >= 1 && first + count <= NLOCK, "lock slots {first}+{count} out of range");
         let mask: u16 = (((1u32 << count) - 1) << first) as u16;
-        if !lock {
+        if op == ShmLockOp::Unlock {
             for slot in first..first + count {
                 let bit = 1u16 << slot;
                 if held.shared & bit != 0 {
@@ -102,7 +103,7 @@ impl ShmNode {
             self.check(held);
             return Ok(());
         }
-        if exclusive {
+        if op == ShmLockOp::Exclusive {
             // Every slot free of other connections (own locks aside).
             for slot in first..first + count {
                 let bit = 1u16 << slot;
@@ -176,18 +177,18 @@ mod tests {
     fn locks_exclude_as_sqlite_expects() {
         let mut node = ShmNode::new();
         let (mut a, mut b) = (ShmHeld::default(), ShmHeld::default());
-        node.lock(&mut a, 3, 1, true, false).unwrap();
-        node.lock(&mut b, 3, 1, true, false).unwrap();
-        assert_eq!(node.lock(&mut a, 3, 1, true, true), Err(ShmError::Busy), "b reads slot 3");
-        assert_eq!(node.lock(&mut b, 0, 1, true, true), Ok(()));
-        assert_eq!(node.lock(&mut a, 0, 1, true, false), Err(ShmError::Busy), "b writes slot 0");
-        node.lock(&mut b, 3, 1, false, false).unwrap();
-        assert_eq!(node.lock(&mut a, 3, 1, true, true), Ok(()), "a alone on slot 3 upgrades");
-        assert_eq!(node.lock(&mut b, 3, 5, true, true), Err(ShmError::Busy));
-        node.lock(&mut a, 0, NLOCK, false, true).unwrap();
-        node.lock(&mut b, 0, NLOCK, false, true).unwrap();
+        node.lock(&mut a, 3, 1, ShmLockOp::Shared).unwrap();
+        node.lock(&mut b, 3, 1, ShmLockOp::Shared).unwrap();
+        assert_eq!(node.lock(&mut a, 3, 1, ShmLockOp::Exclusive), Err(ShmError::Busy), "b reads slot 3");
+        assert_eq!(node.lock(&mut b, 0, 1, ShmLockOp::Exclusive), Ok(()));
+        assert_eq!(node.lock(&mut a, 0, 1, ShmLockOp::Shared), Err(ShmError::Busy), "b writes slot 0");
+        node.lock(&mut b, 3, 1, ShmLockOp::Unlock).unwrap();
+        assert_eq!(node.lock(&mut a, 3, 1, ShmLockOp::Exclusive), Ok(()), "a alone on slot 3 upgrades");
+        assert_eq!(node.lock(&mut b, 3, 5, ShmLockOp::Exclusive), Err(ShmError::Busy));
+        node.lock(&mut a, 0, NLOCK, ShmLockOp::Unlock).unwrap();
+        node.lock(&mut b, 0, NLOCK, ShmLockOp::Unlock).unwrap();
         assert_eq!((a, b), (ShmHeld::default(), ShmHeld::default()));
-        assert_eq!(node.lock(&mut b, 3, 5, true, true), Ok(()));
+        assert_eq!(node.lock(&mut b, 3, 5, ShmLockOp::Exclusive), Ok(()));
         assert_eq!(b.exclusive, 0b1111_1000);
     }
 }

@@ -20,7 +20,7 @@ use crate::base::locks;
 use crate::base::sys::SyncKind;
 use crate::buf::BulkFree;
 use crate::config::Config;
-use crate::guardian::Guardian;
+use crate::guardian::{Guardian, GuardianProcess};
 use crate::inode::{Inode, InodeHandles};
 use crate::io::{BackingStore, Io, Symlink};
 use crate::policy::background_budget::BackgroundBudget;
@@ -401,7 +401,7 @@ impl Shared {
         // Buffers given back wait for lock-free readers; none of this
         // cache's can start now, and those inside finish their copy.
         crate::base::epoch::reclaim_all();
-        self.memory.pool.shrink(u64::MAX);
+        self.memory.pool.shrink_all();
         drop(bulk);
         self.dirty.progress.made();
         debug_assert_eq!(self.nr_inodes(), 0);
@@ -424,13 +424,14 @@ fn start_guardian(config: &Config, io: &dyn Io) -> Option<Arc<Guardian>> {
         return None;
     }
     #[cfg(any(test, feature = "sim"))]
-    let spawn = io.kind() != crate::io::IoKind::Sim;
+    let process =
+        if io.kind() == crate::io::IoKind::Sim { GuardianProcess::MemoryOnly } else { GuardianProcess::Spawn };
     #[cfg(not(any(test, feature = "sim")))]
-    let spawn = {
+    let process = {
         let _ = io;
-        true
+        GuardianProcess::Spawn
     };
-    match Guardian::start(config.capacity_bytes, spawn) {
+    match Guardian::start(config.capacity_bytes, process) {
         Ok(guardian) => Some(guardian),
         Err(e) => {
             static WARNED: std::sync::Once = std::sync::Once::new();

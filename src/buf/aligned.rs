@@ -16,7 +16,7 @@ use std::sync::Arc;
 use crate::base::sys;
 use crate::buf::map::{map_populated, Populate, BLOCK_SIZE, MAPPED_BUF_MIN_BYTES};
 use crate::buf::slab::{slab_alloc, slab_class, slab_free, stashed_slab, SLAB_BYTES};
-use crate::guardian::arena::{Arena, Slot};
+use crate::guardian::arena::{Arena, BlockState, Slot};
 
 /// A zero-initialised, 4 KiB-aligned buffer, as O_DIRECT needs: the buffer
 /// every folio holds, and public for programs (such as `wbcache bench`)
@@ -175,9 +175,9 @@ impl AlignedBuf {
 
     /// Records blocks `[first, last)` as dirty (held only here) or clean
     /// (on the store, or discarded).
-    pub(crate) fn record_blocks(&self, blocks: (usize, usize), dirty: bool) {
+    pub(crate) fn record_blocks(&self, blocks: (usize, usize), state: BlockState) {
         if let Some((arena, slot)) = self.guard_slot() {
-            arena.mark(slot, blocks, dirty);
+            arena.mark(slot, blocks, state);
         }
     }
 

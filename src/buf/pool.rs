@@ -76,6 +76,11 @@ impl BufPool {
         debug_assert!(before >= len as u64, "pooled bytes underflow");
     }
 
+    /// Frees every pooled buffer; returns the bytes freed.
+    pub fn shrink_all(&self) -> u64 {
+        self.shrink(u64::MAX)
+    }
+
     /// Frees pooled buffers until at least `bytes` are released or the pool
     /// holds none (buffers still pending are not here yet); returns the
     /// bytes freed.

@@ -359,7 +359,7 @@ impl Config {
     /// The largest readahead window in blocks: `readahead_max`, but at most
     /// an eighth of the capacity, so windows in flight (which cannot be
     /// evicted) never crowd out the cache.
-    pub(crate) fn readahead_max_blocks(&self) -> u64 {
+    pub(crate) fn readahead_blocks_max(&self) -> u64 {
         let bytes = self.readahead_max_bytes.min(self.capacity_bytes / 8);
         (bytes / BLOCK_SIZE as u64).max(1)
     }

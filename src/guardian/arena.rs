@@ -325,6 +325,15 @@ pub struct Slot {
     pub blocks: u32,
 }
 
+/// What the crash table records of a written block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockState {
+    /// Held only here: a guardian writes it to the file.
+    Dirty,
+    /// On the store, or discarded: nothing to write.
+    Clean,
+}
+
 impl Arena {
     /// An arena for a cache of `capacity_bytes`: half as much again (slot
     /// sizes fragment it) plus 32 MiB, all sparse until touched.
@@ -589,7 +598,7 @@ impl Arena {
             && desc.generation.load(Ordering::Relaxed) == file.1
             && desc.offset.load(Ordering::Relaxed) == offset;
         if !known {
-            self.mark(slot, (0, slot.blocks as usize), false);
+            self.mark(slot, (0, slot.blocks as usize), BlockState::Clean);
             desc.offset.store(offset, Ordering::Relaxed);
             desc.generation.store(file.1, Ordering::Relaxed);
             desc.file.store(file.0, Ordering::Relaxed);
@@ -597,11 +606,12 @@ impl Arena {
         !known
     }
 
-    /// Marks blocks `[first, last)` of `slot` dirty (`true`) or clean.
-    pub fn mark(&self, slot: Slot, (first, last): (usize, usize), dirty: bool) {
+    /// Marks blocks `[first, last)` of `slot` as `state` says.
+    pub fn mark(&self, slot: Slot, (first, last): (usize, usize), state: BlockState) {
         debug_assert!(first <= last && last <= slot.blocks as usize, "blocks of the slot");
+        let dirty = u8::from(state == BlockState::Dirty);
         for b in first..last {
-            self.table.dirty(slot.first_block as u64 + b as u64).store(dirty as u8, Ordering::Relaxed);
+            self.table.dirty(slot.first_block as u64 + b as u64).store(dirty, Ordering::Relaxed);
         }
     }
 
@@ -624,7 +634,7 @@ impl Arena {
     /// Forgets `slot`'s record: no owner, nothing dirty.
     pub fn forget(&self, slot: Slot) {
         self.table.desc(slot.first_block as u64).file.store(NO_FILE, Ordering::Relaxed);
-        self.mark(slot, (0, slot.blocks as usize), false);
+        self.mark(slot, (0, slot.blocks as usize), BlockState::Clean);
     }
 }
 
@@ -671,7 +681,7 @@ mod tests {
         let (a, _) = arena.allocate(4 * BLOCK_BYTES).unwrap();
         let (b, _) = arena.allocate(4 * BLOCK_BYTES).unwrap();
         arena.record_owner(a, (7, 3), 1 << 20);
-        arena.mark(a, (1, 3), true);
+        arena.mark(a, (1, 3), BlockState::Dirty);
         arena.move_record(a, b);
         let t = arena.table();
         assert_eq!(t.desc(a.first_block as u64).file.load(Ordering::Relaxed), NO_FILE);

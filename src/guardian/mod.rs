@@ -54,11 +54,21 @@ pub struct GuardedFile {
     generation: u32,
 }
 
+/// Whether a cache's guarded memory gets a guardian process (and the
+/// thread that keeps the arena's memory faulted in), or is memory only (the
+/// simulated backend, whose files no other process could write).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardianProcess {
+    Spawn,
+    MemoryOnly,
+}
+
 impl Guardian {
-    /// Guarded memory for a cache of `capacity_bytes`, and (with
-    /// `spawn`) its guardian process.
-    pub fn start(capacity_bytes: u64, spawn: bool) -> io::Result<Arc<Guardian>> {
+    /// Guarded memory for a cache of `capacity_bytes`, and its guardian
+    /// process as `process` says.
+    pub fn start(capacity_bytes: u64, process: GuardianProcess) -> io::Result<Arc<Guardian>> {
         let arena = Arc::new(Arena::new(capacity_bytes)?);
+        let spawn = process == GuardianProcess::Spawn;
         if spawn {
             Arena::start_filler(&arena);
         }
@@ -173,20 +183,28 @@ impl GuardedFile {
         (self.slot, self.generation)
     }
 
-    /// A truncation to `size` begins (`true`: the size is recorded first,
-    /// and a guardian cuts the store to it) or reached the store (`false`).
-    pub fn record_cut(&self, size: u64, owed: bool) {
+    /// A truncation to `size` begins: the size is recorded first, and a
+    /// guardian cuts the store to it.
+    pub fn record_cut_owed(&self, size: u64) {
         let record = self.guardian.arena.table().file(self.slot);
-        if owed {
-            record.size.store(size, Ordering::Relaxed);
-        }
-        record.cut_owed.store(owed as u32, Ordering::Relaxed);
+        record.size.store(size, Ordering::Relaxed);
+        record.cut_owed.store(1, Ordering::Relaxed);
     }
 
-    /// Whether writeback may have padded the store's tail block past the
-    /// size (the guardian cuts it back, as the cache would).
-    pub fn record_padded(&self, padded: bool) {
-        self.guardian.arena.table().file(self.slot).padded.store(padded as u32, Ordering::Relaxed);
+    /// The truncation reached the store: nothing is owed.
+    pub fn record_cut_done(&self) {
+        self.guardian.arena.table().file(self.slot).cut_owed.store(0, Ordering::Relaxed);
+    }
+
+    /// Writeback may have padded the store's tail block past the size (the
+    /// guardian cuts it back, as the cache would).
+    pub fn record_padded(&self) {
+        self.guardian.arena.table().file(self.slot).padded.store(1, Ordering::Relaxed);
+    }
+
+    /// The store's tail is cut back to the size: no padding is left.
+    pub fn record_unpadded(&self) {
+        self.guardian.arena.table().file(self.slot).padded.store(0, Ordering::Relaxed);
     }
 
     /// The file grew to at least `size` (concurrent writers each raise

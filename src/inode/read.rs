@@ -403,7 +403,7 @@ impl Inode {
                 missed = true;
                 // At most a readahead window per fill, so one huge read
                 // cannot pin the whole cache in placeholders.
-                let fill_end = end_block.min(block + self.config.readahead_max_blocks());
+                let fill_end = end_block.min(block + self.config.readahead_blocks_max());
                 self.fill_range(block, fill_end, FillPlan::for_reader(caching))?;
                 continue;
             };

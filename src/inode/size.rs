@@ -140,7 +140,7 @@ impl Inode {
         // finds the data half gone finds the cut to finish, never a file of
         // the old length with a hole in it.
         if let Some(guarded) = &self.guarded {
-            guarded.record_cut(new_size, true);
+            guarded.record_cut_owed(new_size);
         }
         // No writeback I/O from before the new size is published until the
         // store is cut: a writer may extend the file again meanwhile, and a
@@ -189,8 +189,8 @@ impl Inode {
         self.store().set_len(new_size)?;
         self.store_padded.store(false, Ordering::Release);
         if let Some(guarded) = &self.guarded {
-            guarded.record_padded(false);
-            guarded.record_cut(new_size, false);
+            guarded.record_unpadded();
+            guarded.record_cut_done();
         }
         // Raised only by writeback taking blocks, which the gate holds off.
         debug_assert!(self.on_disk_len_max.load(Ordering::Acquire) <= new_size, "nothing on disk past the cut");
@@ -286,7 +286,7 @@ impl Inode {
         }
         st.check(f.nr_blocks());
         debug_assert!(
-            first_inside >= end_inside || st.dirty.next(first_inside, end_inside, true).is_none(),
+            first_inside >= end_inside || st.dirty.next_set(first_inside, end_inside).is_none(),
             "nothing dirty wholly inside the zeroed range"
         );
         debug_assert!(

@@ -131,7 +131,7 @@ impl Inode {
         }
         self.store_padded.store(false, Ordering::Release);
         if let Some(guarded) = &self.guarded {
-            guarded.record_padded(false);
+            guarded.record_unpadded();
         }
         // Only writeback taking blocks raises it, and the gate holds that off.
         debug_assert!(!self.store_padded.load(Ordering::Acquire), "the padding is cut");

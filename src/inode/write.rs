@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::Inode;
 use crate::buf::user::WriteSource;
 use crate::buf::AlignedBuf;
+use crate::guardian::arena::BlockState;
 use crate::io::BLOCK_SIZE;
 use crate::mapping::folio::{Caching, DirtyMark, Folio, FolioGuard, FolioState};
 use crate::policy::dirty::DirtyRoom;
@@ -138,7 +139,7 @@ impl Inode {
         // bytes: a guardian that finds the new size finds them too (never
         // zeros where an acknowledged write put data).
         if self.guarded.is_some() {
-            st.buf().record_blocks((first, last), true);
+            st.buf().record_blocks((first, last), BlockState::Dirty);
         }
         // The size covers these bytes before they can be written back, so a
         // backing-size fix never cuts them off.
@@ -172,10 +173,10 @@ impl Inode {
         let first_byte = part.pos / BLOCK * BLOCK;
         let part_end = (part.pos + part.len as u64)
             .min((part.pos / folio_max + 1) * folio_max)
-            .min(first_byte + throttle::room_max_bytes(&self.config));
+            .min(first_byte + throttle::room_bytes_max(&self.config));
         let room_max = part_end.next_multiple_of(BLOCK) - first_byte;
         debug_assert!(
-            room_max > 0 && room_max <= folio_max && room_max <= throttle::room_max_bytes(&self.config),
+            room_max > 0 && room_max <= folio_max && room_max <= throttle::room_bytes_max(&self.config),
             "a part dirties at most one folio, and at most the room a writer may take"
         );
         (part_end, room_max)
@@ -204,7 +205,7 @@ impl Inode {
         Ok(n % BLOCK_SIZE == 0
             && folio_off % BLOCK_SIZE == 0
             && !st.all_uptodate
-            && st.uptodate.next(first, last, true).is_none())
+            && st.uptodate.next_set(first, last).is_none())
     }
 
     /// Raises the size to `new_end` if a write reaches past it. Loads
@@ -278,9 +279,9 @@ impl Inode {
             // Blocks dirtied before the buffer was guarded (guarded memory
             // was full then) are recorded now.
             let mut b = 0;
-            while let Some(start) = st.dirty.next(b, folio.nr_blocks(), true) {
-                let end = st.dirty.next(start, folio.nr_blocks(), false).unwrap_or(folio.nr_blocks());
-                st.buf().record_blocks((start, end), true);
+            while let Some(start) = st.dirty.next_set(b, folio.nr_blocks()) {
+                let end = st.dirty.next_clear(start, folio.nr_blocks()).unwrap_or(folio.nr_blocks());
+                st.buf().record_blocks((start, end), BlockState::Dirty);
                 b = end;
             }
         }

@@ -84,7 +84,7 @@ impl Bitmap {
             newly += (m & !*w).count_ones() as usize;
             *w |= m;
         });
-        debug_assert!(newly <= end - start && self.next(start, end, false).is_none(), "the range is set");
+        debug_assert!(newly <= end - start && self.next_clear(start, end).is_none(), "the range is set");
         newly
     }
 
@@ -96,7 +96,7 @@ impl Bitmap {
             cleared += (m & *w).count_ones() as usize;
             *w &= !m;
         });
-        debug_assert!(cleared <= end - start && self.next(start, end, true).is_none(), "the range is clear");
+        debug_assert!(cleared <= end - start && self.next_set(start, end).is_none(), "the range is clear");
         cleared
     }
 
@@ -111,13 +111,23 @@ impl Bitmap {
         self.words().iter().map(|w| w.count_ones() as usize).sum()
     }
 
-    /// First bit at or after `from` (below `nbits`) whose value is `value`.
-    pub fn next(&self, from: usize, nbits: usize, value: bool) -> Option<usize> {
+    /// First set bit at or after `from` (below `nbits`).
+    pub fn next_set(&self, from: usize, nbits: usize) -> Option<usize> {
+        self.next_with(from, nbits, |word| word)
+    }
+
+    /// First clear bit at or after `from` (below `nbits`).
+    pub fn next_clear(&self, from: usize, nbits: usize) -> Option<usize> {
+        self.next_with(from, nbits, |word| !word)
+    }
+
+    /// First bit at or after `from` (below `nbits`) set in `view` of its
+    /// word.
+    fn next_with(&self, from: usize, nbits: usize, view: impl Fn(u64) -> u64) -> Option<usize> {
         let words = self.words();
         let mut bit = from;
         while bit < nbits {
-            let word = words[bit / 64];
-            let word = if value { word } else { !word };
+            let word = view(words[bit / 64]);
             let masked = word & (u64::MAX << (bit % 64));
             if masked != 0 {
                 let found = (bit / 64) * 64 + masked.trailing_zeros() as usize;
@@ -140,8 +150,8 @@ impl Bitmap {
     pub fn runs(&self, nbits: usize) -> Vec<(usize, usize)> {
         let mut runs = Vec::new();
         let mut at = 0;
-        while let Some(start) = self.next(at, nbits, true) {
-            let end = self.next(start, nbits, false).unwrap_or(nbits);
+        while let Some(start) = self.next_set(at, nbits) {
+            let end = self.next_clear(start, nbits).unwrap_or(nbits);
             runs.push((start, end));
             at = end;
         }
@@ -488,7 +498,7 @@ impl FolioState {
         }
         self.uptodate.set_range(start, end);
         self.all_uptodate = self.uptodate.count() == nr_blocks;
-        debug_assert!(self.all_uptodate || self.uptodate.next(start, end, false).is_none(), "the range is uptodate");
+        debug_assert!(self.all_uptodate || self.uptodate.next_clear(start, end).is_none(), "the range is uptodate");
     }
 
     pub fn is_uptodate(&mut self, start: usize, end: usize) -> bool {
@@ -511,7 +521,7 @@ impl FolioState {
             assert_eq!(self.nr_dirty, self.dirty.count(), "nr_dirty matches dirty bitmap");
             assert_eq!(self.nr_writeback, self.writeback.count(), "nr_writeback matches bitmap");
             assert_eq!(self.all_uptodate, self.uptodate.count() == nr_blocks, "all_uptodate matches bitmap");
-            if let Some(b) = self.dirty.next(0, nr_blocks, true) {
+            if let Some(b) = self.dirty.next_set(0, nr_blocks) {
                 assert!(self.all_uptodate || self.uptodate.get(b), "dirty block {b} is uptodate");
                 assert!(!self.removed, "a removed folio has no dirty blocks");
             }

@@ -26,7 +26,7 @@ use crate::guardian::Guardian;
 use crate::io::BLOCK_SIZE;
 use crate::mapping::folio::{metadata_bytes_for, DirtyMark, Folio, FolioState};
 use crate::mapping::MappingOwner;
-use crate::policy::dirty::{CacheDirty, WORK_RECLAIM};
+use crate::policy::dirty::{CacheDirty, Work};
 use crate::policy::evict::Evictor;
 use crate::stats::Counters;
 
@@ -179,7 +179,7 @@ impl Memory {
             if when_full == WhenFull::Fail {
                 return Err(io::Error::from_raw_os_error(libc::ENOMEM));
             }
-            self.dirty.kick_all(WORK_RECLAIM);
+            self.dirty.kick_all(Work::Reclaim);
             self.dirty.progress.wait(Duration::from_millis(5));
             // The cache is closing: its close waits for this operation, and
             // writeback will not free anything for it any more. EBADF, as

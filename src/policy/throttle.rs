@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::io::BLOCK_SIZE;
 use crate::mapping::folio::Caching;
-use crate::policy::dirty::{DirtyRoom, DomainDirty, WORK_BACKGROUND};
+use crate::policy::dirty::{DirtyRoom, DomainDirty, Work};
 use crate::stats::Counters;
 
 /// Counters the policy decides from.
@@ -116,7 +116,7 @@ fn light_bytes(cfg: &Config) -> f64 {
 pub fn light_reserve_bytes(cfg: &Config) -> u64 {
     let reserve = cfg.dirty_limit_bytes / 16 / BLOCK_SIZE as u64 * BLOCK_SIZE as u64;
     // A heavy writer keeps room for at least its largest request.
-    reserve.min(cfg.dirty_limit_bytes.saturating_sub(room_max_bytes(cfg)))
+    reserve.min(cfg.dirty_limit_bytes.saturating_sub(room_bytes_max(cfg)))
 }
 
 /// This thread's recent dirtying, decayed to now.
@@ -209,7 +209,7 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64, cachi
     });
     let dirty = cache.dirty_bytes();
     if dirty > cfg.dirty_background_bytes {
-        domain.kick(WORK_BACKGROUND);
+        domain.kick(Work::Background);
     }
     // A light writer is not paced: what it dirties is small by definition,
     // and the room it takes is bounded by `dirty_limit` all the same.
@@ -258,7 +258,7 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64, cachi
             break;
         }
         paused = true;
-        domain.kick(WORK_BACKGROUND);
+        domain.kick(Work::Background);
         cache.progress.wait((pause - waited).min(Duration::from_millis(10)));
     }
     if paused {
@@ -289,7 +289,7 @@ pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64, cachi
 pub fn wait_for_dirty_room<'d>(domain: &'d DomainDirty, cfg: &Config, len: u64) -> io::Result<DirtyRoom<'d>> {
     let cache = &domain.cache;
     let limit = room_limit_bytes(cfg);
-    debug_assert!(len <= room_max_bytes(cfg), "writers ask for at most room_max_bytes ({len})");
+    debug_assert!(len <= room_bytes_max(cfg), "writers ask for at most room_bytes_max ({len})");
     let room = len.min(limit);
     if let Some(taken) = domain.try_take_room(room, limit) {
         return Ok(taken);
@@ -312,7 +312,7 @@ pub fn wait_for_dirty_room<'d>(domain: &'d DomainDirty, cfg: &Config, len: u64) 
         }
         // Every domain, not only the writer's: the limit is cache-wide,
         // and the bytes holding this writer may sit on another device.
-        cache.kick_all(WORK_BACKGROUND);
+        cache.kick_all(Work::Background);
         cache.progress.wait_since(progress, Duration::from_millis(cfg.throttle_pause_ms_max.min(50)));
         let failing = cache.counters.writeback_errors.load(Ordering::Acquire) > errors_before;
         if failing && started.elapsed() > Duration::from_secs(1) {
@@ -329,7 +329,7 @@ pub fn wait_for_dirty_room<'d>(domain: &'d DomainDirty, cfg: &Config, len: u64) 
 /// `dirty_limit` (so several writers fit under it at once), at least one
 /// block. Writes dirtying more are cut into parts of this size, each
 /// waiting for its own room.
-pub fn room_max_bytes(cfg: &Config) -> u64 {
+pub fn room_bytes_max(cfg: &Config) -> u64 {
     (cfg.dirty_limit_bytes / 4 / BLOCK_SIZE as u64 * BLOCK_SIZE as u64).max(BLOCK_SIZE as u64)
 }
 

@@ -58,7 +58,7 @@ impl Readahead {
         start: u64,
         end: u64,
         eof_block: u64,
-        max_blocks: u64,
+        blocks_max: u64,
         missing: impl FnOnce() -> bool,
     ) -> Decision {
         let sequential = self.prev_end_block != 0 && start <= self.prev_end_block && start + 1 >= self.prev_end_block;
@@ -67,7 +67,7 @@ impl Readahead {
             *self = Readahead { prev_end_block: end, stream_blocks: end - start, ..Readahead::default() };
             if start == 0 && missing() {
                 // A read from the start of a file is likely a sequential scan.
-                self.open_window(start, end, eof_block, initial_window(start, end).min(max_blocks), &mut d);
+                self.open_window(start, end, eof_block, initial_window(start, end).min(blocks_max), &mut d);
             }
             return d;
         }
@@ -81,9 +81,9 @@ impl Readahead {
         // moment ago: no look at whether it is missing.
         if self.window_end_block <= start && !reread && missing() {
             let size = if self.window_blocks == 0 { initial_window(start, end) } else { 2 * self.window_blocks };
-            self.open_window(start, end, eof_block, size.min(max_blocks), &mut d);
+            self.open_window(start, end, eof_block, size.min(blocks_max), &mut d);
         } else if self.window_end_block > 0 && end > self.trigger_block && self.window_end_block < eof_block {
-            let size = (2 * self.window_blocks).min(max_blocks).max(1);
+            let size = (2 * self.window_blocks).min(blocks_max).max(1);
             let from = self.window_end_block;
             let to = (from + size).min(eof_block);
             d.async_ = Some((from, to));

@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// wide), from 1 µs to about 2^40 µs, and the exact maximum.
 pub struct LatencyHistogram {
     buckets: [AtomicU64; LatencyHistogram::BUCKETS],
-    max_us: AtomicU64,
+    latency_us_max: AtomicU64,
 }
 
 impl Default for LatencyHistogram {
     fn default() -> Self {
-        LatencyHistogram { buckets: std::array::from_fn(|_| AtomicU64::new(0)), max_us: AtomicU64::new(0) }
+        LatencyHistogram { buckets: std::array::from_fn(|_| AtomicU64::new(0)), latency_us_max: AtomicU64::new(0) }
     }
 }
 
@@ -46,7 +46,7 @@ impl LatencyHistogram {
 
     pub fn record(&self, us: u64) {
         self.buckets[Self::bucket_of(us)].fetch_add(1, Relaxed);
-        self.max_us.fetch_max(us, Relaxed);
+        self.latency_us_max.fetch_max(us, Relaxed);
     }
 
     /// p50, p99 and max: the percentiles as their bucket's upper bound
@@ -54,7 +54,7 @@ impl LatencyHistogram {
     pub fn summary(&self) -> LatencySummary {
         let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
         let total: u64 = counts.iter().sum();
-        let max_us = self.max_us.load(Relaxed);
+        let max_us = self.latency_us_max.load(Relaxed);
         let percentile = |p: f64| -> u64 {
             if total == 0 {
                 return 0;

@@ -6,7 +6,7 @@
 //! periodic (inodes dirtied longer than `expire` ago, in full), and
 //! background / reclaim (oldest inodes first while [`policy`] says so: dirty
 //! memory over the background threshold, a writer waiting at the dirty
-//! limit, or, once, starved eviction). `WORK_BACKGROUND` only wakes the
+//! limit, or, once, starved eviction). `Work::Background` only wakes the
 //! worker: the counters, not the bit, say how much to write, so a writer
 //! that kicks and then waits is written for even when the background
 //! threshold sits above what it needs. Every inode pass is bounded by
@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::inode::PassSize;
 use crate::io::Io;
 use crate::policy::dirty::DomainDirty;
-use crate::policy::dirty::{WORK_RECLAIM, WORK_START_DONTCACHE};
+use crate::policy::dirty::{DontcacheRoundEnd, Work};
 use crate::stats::Counters;
 use crate::stats::{Reason, WorkerCounters};
 use crate::writeback::domain::{Domain, OnIdle};
@@ -123,11 +123,11 @@ pub fn run(domain: Arc<Domain>, worker: usize, stats: Arc<WorkerCounters>, ready
         if domain.is_shutdown() {
             break;
         }
-        if bits & WORK_START_DONTCACHE != 0 {
+        if bits.contains(Work::StartDontcache) {
             write_dontcache(&domain, worker, &mut inflight, &limits);
         }
         write_expired(&domain, worker, &mut inflight);
-        write_background(&domain, worker, &mut inflight, bits & WORK_RECLAIM != 0, &limits);
+        write_background(&domain, worker, &mut inflight, bits.contains(Work::Reclaim), &limits);
     }
     inflight.drain();
     sample_cpu(&stats);
@@ -221,7 +221,12 @@ fn write_dontcache(domain: &Arc<Domain>, worker: usize, inflight: &mut InFlight,
     let started = if share > 0 { write_oldest(domain, worker, inflight, Reason::Dontcache, share, limits) } else { 0 };
     let remaining = domain.dirty.dontcache_dirty_bytes.load(Ordering::Acquire);
     let keep_going = started > 0 && remaining > 0 && !inflight.failed() && !domain.is_shutdown();
-    domain.dirty.end_start_dontcache(worker, keep_going, generation, domain.nr_dirty_inodes(worker) > 0);
+    let end = DontcacheRoundEnd {
+        keep_going,
+        generation_seen: generation,
+        worker_has_dirty: domain.nr_dirty_inodes(worker) > 0,
+    };
+    domain.dirty.end_start_dontcache(worker, end);
 }
 
 /// Writes up to `target_bytes` from the oldest inodes of the worker's

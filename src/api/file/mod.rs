@@ -81,18 +81,18 @@ pub struct File {
     /// The cache's memory account, held directly: every operation ends by
     /// checking it (`evict_excess`), so it is one pointer away.
     memory: Arc<Memory>,
-    /// `Config::readahead_max_blocks`, fixed for the cache's life.
-    readahead_max_blocks: u64,
+    /// `Config::readahead_blocks_max`, fixed for the cache's life.
+    readahead_blocks_max: u64,
     /// `Config::capacity_bytes`, fixed for the cache's life.
     capacity_bytes: u64,
     /// With `scan_dropbehind`, the blocks a sequential stream reads (a
     /// quarter of `capacity`, at most `SCAN_CACHED_BYTES_MAX`) before the
     /// rest of a scan of a file larger than `capacity` drops behind the
     /// reader.
-    scan_min_blocks: Option<u64>,
+    scan_blocks_min: Option<u64>,
     /// With `stream_dropbehind`, the bytes a sequential write stream of
     /// this handle writes cached before the rest drops behind it (as
-    /// `scan_min_blocks`, in bytes).
+    /// `scan_blocks_min`, in bytes).
     stream_cached_bytes: Option<u64>,
     /// Where this handle's last write ended, and how many bytes its
     /// sequential stream up to there has written. Threads sharing a
@@ -165,9 +165,9 @@ impl File {
         File {
             inode,
             memory: shared.memory.clone(),
-            readahead_max_blocks: shared.config.readahead_max_blocks(),
+            readahead_blocks_max: shared.config.readahead_blocks_max(),
             capacity_bytes: shared.config.capacity_bytes,
-            scan_min_blocks: shared.config.scan_dropbehind.then(|| shared.config.scan_cached_bytes() / BLOCK),
+            scan_blocks_min: shared.config.scan_dropbehind.then(|| shared.config.scan_cached_bytes() / BLOCK),
             stream_cached_bytes: shared.config.stream_dropbehind.then(|| shared.config.scan_cached_bytes()),
             write_stream_end: AtomicU64::new(u64::MAX),
             write_stream_bytes: AtomicU64::new(0),
@@ -370,18 +370,18 @@ impl File {
     /// path of random reads and re-reads skips it.
     #[inline(never)]
     fn readahead_decision(&self, access: u8, start: u64, end: u64, size: u64, prev_end_block: u64) -> (Decision, bool) {
-        let max_blocks =
-            if access == ACCESS_SEQUENTIAL { 2 * self.readahead_max_blocks } else { self.readahead_max_blocks };
+        let blocks_max =
+            if access == ACCESS_SEQUENTIAL { 2 * self.readahead_blocks_max } else { self.readahead_blocks_max };
         let mut ra = locks::lock(&self.readahead);
         ra.set_prev_end_block(prev_end_block);
-        let d = ra.on_read(start, end, size.div_ceil(BLOCK), max_blocks, || self.inode.find(start).is_none());
+        let d = ra.on_read(start, end, size.div_ceil(BLOCK), blocks_max, || self.inode.find(start).is_none());
         self.readahead_idle.store(ra.is_idle(), Ordering::Relaxed);
-        let short = self.scan_min_blocks.is_none_or(|min| ra.stream_blocks() < min);
+        let short = self.scan_blocks_min.is_none_or(|min| ra.stream_blocks() < min);
         self.readahead_stream_short.store(short, Ordering::Relaxed);
         // The stream before this read: one large read is not a scan by
         // itself.
         let streamed_before = ra.stream_blocks().saturating_sub(end - start);
-        (d, self.may_scan(size) && self.scan_min_blocks.is_some_and(|min| streamed_before >= min))
+        (d, self.may_scan(size) && self.scan_blocks_min.is_some_and(|min| streamed_before >= min))
     }
 
     /// Whether readahead's state, with no window open, would decide
@@ -408,7 +408,7 @@ impl File {
     /// Whether reads of a file of `size` bytes may be a scan to drop
     /// behind (`scan_dropbehind`, and a file larger than the cache).
     fn may_scan(&self, size: u64) -> bool {
-        self.scan_min_blocks.is_some() && size > self.capacity_bytes
+        self.scan_blocks_min.is_some() && size > self.capacity_bytes
     }
 
     /// Writes all of `buf` at `off` into the cache (write-back). On a block
@@ -525,7 +525,7 @@ impl File {
             Advice::Random => self.access_advice.store(ACCESS_RANDOM, Ordering::Relaxed),
             Advice::NoReuse => self.noreuse.store(true, Ordering::Relaxed),
             Advice::WillNeed => {
-                let end = range.end.min(self.inode.size()).min(range.start.saturating_add(self.willneed_max_bytes()));
+                let end = range.end.min(self.inode.size()).min(range.start.saturating_add(self.willneed_bytes_max()));
                 if range.start < end {
                     // Its own reader position: a window is skipped only
                     // when the reader of this advice passed it (never).
@@ -545,7 +545,7 @@ impl File {
 
     /// The most one `WillNeed` reads ahead: half the cache, so that the
     /// data asked for does not push itself out.
-    fn willneed_max_bytes(&self) -> u64 {
+    fn willneed_bytes_max(&self) -> u64 {
         self.shared.config.capacity_bytes / 2
     }
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use super::{SizeFix, WbChunk, WbPass, WritebackOutcome};
 use crate::base::locks::{self, Rank};
 use crate::buf::AlignedBuf;
+use crate::guardian::arena::BlockState;
 use crate::inode::Inode;
 use crate::io::BLOCK_SIZE;
 use crate::mapping::folio::{DirtyMark, Folio, FolioGuard, FolioState};
@@ -171,7 +172,7 @@ impl Inode {
             // flight waited for this I/O: the flusher's uncached round
             // that found them in flight wrote nothing and may have
             // stopped, so it is asked again now that they can go.
-            if !st.removed && st.dontcache_dirty > 0 && st.dirty.next(c.start, c.end, true).is_some() {
+            if !st.removed && st.dontcache_dirty > 0 && st.dirty.next_set(c.start, c.end).is_some() {
                 dontcache_unblocked = true;
             }
             st.check(c.folio.nr_blocks());
@@ -239,10 +240,10 @@ fn record_clean_blocks(st: &FolioState, start: usize, end: usize) {
     }
     let mut b = start;
     while b < end {
-        let run_end = st.dirty.next(b, end, true).unwrap_or(end);
+        let run_end = st.dirty.next_set(b, end).unwrap_or(end);
         if run_end > b {
-            st.buf().record_blocks((b, run_end), false);
+            st.buf().record_blocks((b, run_end), BlockState::Clean);
         }
-        b = st.dirty.next(run_end, end, false).unwrap_or(end);
+        b = st.dirty.next_clear(run_end, end).unwrap_or(end);
     }
 }

@@ -18,13 +18,13 @@ use crate::stats::{Counters, DeviceAccount, DeviceClass};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
-/// Cuts each chunk into chunks of at most `io_max_blocks` blocks.
-pub(super) fn split_at_io_max(chunks: Vec<WbChunk>, io_max_blocks: usize) -> Vec<WbChunk> {
+/// Cuts each chunk into chunks of at most `io_blocks_max` blocks.
+pub(super) fn split_at_io_max(chunks: Vec<WbChunk>, io_blocks_max: usize) -> Vec<WbChunk> {
     let mut split = Vec::with_capacity(chunks.len());
     for c in chunks {
         let mut s = c.start;
         while s < c.end {
-            let e = (s + io_max_blocks).min(c.end);
+            let e = (s + io_blocks_max).min(c.end);
             split.push(WbChunk {
                 folio: c.folio.clone(),
                 buf: c.buf.clone(),
@@ -314,7 +314,7 @@ impl Inode {
         let size = self.size();
         if chunks.iter().any(|c| c.buffered_len.is_none() && c.offset() + c.len_bytes() as u64 > size) {
             if let Some(guarded) = &self.guarded {
-                guarded.record_padded(true);
+                guarded.record_padded();
             }
             self.store_padded.store(true, Ordering::Release);
         }

@@ -25,15 +25,23 @@ enum FaultEffect {
     Shorten(usize),
 }
 
+/// How a simulated store's I/O reaches the disk: through O_DIRECT (held
+/// to its alignment) or buffered (a buffered write, unaligned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum IoPath {
+    Direct,
+    Buffered,
+}
+
 impl SimStore {
     /// Sleeps `attempts` seeded latencies' worth (their maximum: the
     /// attempts are in flight together). The lock is not held while
     /// sleeping, so other threads' I/O proceeds meanwhile.
     pub(super) fn simulate_latency(&self, attempts: usize) {
         let config = &self.shared.config;
-        let max_us = config.latency_us_max;
+        let latency_us_max = config.latency_us_max;
         let spikes = config.latency_spike_percent > 0 && config.latency_spike_us > 0;
-        if (max_us == 0 && !spikes) || attempts == 0 {
+        if (latency_us_max == 0 && !spikes) || attempts == 0 {
             return;
         }
         let sleep_us = {
@@ -41,10 +49,10 @@ impl SimStore {
             if self.is_dead(&st) {
                 return;
             }
-            let mut us = if max_us == 0 {
+            let mut us = if latency_us_max == 0 {
                 0
             } else {
-                (0..attempts).map(|_| st.rng.below(u64::from(max_us) + 1)).max().unwrap_or(0)
+                (0..attempts).map(|_| st.rng.below(u64::from(latency_us_max) + 1)).max().unwrap_or(0)
             };
             // One stall per call: the ops of a call wait together.
             if spikes && st.rng.chance(config.latency_spike_percent) {
@@ -58,10 +66,10 @@ impl SimStore {
         }
     }
 
-    /// One attempt at `op`, under the lock.
-    /// One attempt at `op`; `direct` holds it to O_DIRECT's alignment (when
-    /// the sim enforces it at all).
-    pub(super) fn attempt(&self, st: &mut State, op: &mut IoOp<'_>, direct: bool) -> Attempt {
+    /// One attempt at `op`, under the lock; a [`IoPath::Direct`] one is
+    /// held to O_DIRECT's alignment (when the sim enforces it at all).
+    pub(super) fn attempt(&self, st: &mut State, op: &mut IoOp<'_>, path: IoPath) -> Attempt {
+        let direct = path == IoPath::Direct;
         let is_write = op.is_write();
         if is_write {
             st.stats.writes += 1;
@@ -98,7 +106,7 @@ impl SimStore {
         }
         if is_write {
             if let Some(code) = st.write_error_all {
-                st.count_error(&self.path, true);
+                st.count_write_error(&self.path);
                 return Err(errno(code));
             }
         }

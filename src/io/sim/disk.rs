@@ -69,6 +69,11 @@ pub(super) struct State {
 }
 
 impl State {
+    /// Counts a write error returned to a store of `path`.
+    pub(super) fn count_write_error(&mut self, path: &Path) {
+        self.count_error(path, true);
+    }
+
     /// Counts an error returned to a store of `path` (see [`PathErrors`]).
     pub(super) fn count_error(&mut self, path: &Path, is_write: bool) {
         let entry = self.path_errors.entry(path.to_path_buf()).or_default();

@@ -7,6 +7,7 @@
 //! A call on a dead store (opened before the last crash) that would read or
 //! change an image fails with `EIO` instead; the counters still count it.
 
+use super::attempt::IoPath;
 use super::config::Fault;
 use super::disk::{errno, SimStore};
 use crate::base::locks;
@@ -55,7 +56,7 @@ impl BackingStore for SimStore {
             let mut op = IoOp::write(offset + done as u64, vec![&data[done..]], IoPriority::Sync);
             let mut st = self.shared.lock();
             st.stats.buffered_writes += 1;
-            match self.attempt(&mut st, &mut op, false) {
+            match self.attempt(&mut st, &mut op, IoPath::Buffered) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
                 Ok(n) => done += n,
                 Err(e) if crate::io::is_retryable(&e) => {}
@@ -140,7 +141,7 @@ impl BackingStore for SimStore {
             return Err(errno(libc::EIO));
         }
         if let Some(code) = st.write_error_all {
-            st.count_error(&self.path, true);
+            st.count_write_error(&self.path);
             return Err(errno(code));
         }
         if let Some(i) =
@@ -154,7 +155,7 @@ impl BackingStore for SimStore {
                 }
             }
             st.stats.faults_fired += 1;
-            st.count_error(&self.path, true);
+            st.count_write_error(&self.path);
             return Err(errno(libc::EIO));
         }
         let inode = st.inodes.get_mut(&self.ino).ok_or_else(|| errno(libc::EIO))?;
@@ -231,6 +232,8 @@ impl SimStore {
             }
             return ops.iter().map(|op| if op.result.is_some() { Ok(0) } else { Err(errno(code)) }).collect();
         }
-        ops.iter_mut().map(|op| if op.result.is_some() { Ok(0) } else { self.attempt(&mut st, op, true) }).collect()
+        ops.iter_mut()
+            .map(|op| if op.result.is_some() { Ok(0) } else { self.attempt(&mut st, op, IoPath::Direct) })
+            .collect()
     }
 }

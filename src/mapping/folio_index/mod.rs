@@ -63,8 +63,8 @@ use crate::stats::Counters;
 mod node;
 
 use node::{
-    decode, defer_release, folio_word, is_node, node_at, put, release_tree, replace, sibling_word, take, Node, Owned,
-    Slot, Unlinked, SLOTS, SLOT_BITS, SPARSE_SLOTS_MAX, TAG_BITS, TAG_FOLIO,
+    decode, defer_release, folio_word, is_node, node_at, put, release_tree, replace, sibling_word, take, Node,
+    NodeRole, Owned, Slot, Unlinked, SLOTS, SLOT_BITS, SPARSE_SLOTS_MAX, TAG_BITS, TAG_FOLIO,
 };
 #[cfg(test)]
 use node::{Dense, Sparse};
@@ -379,7 +379,7 @@ impl FolioIndex {
     pub fn remove(&mut self, index: u64) -> Option<Arc<Folio>> {
         let found = self.get(index)?;
         let (order, folio) = (found.order, found.to_arc());
-        let (word, shrunk) = Self::remove_in(&self.root, index, order, true);
+        let (word, shrunk) = Self::remove_in(&self.root, index, order, NodeRole::Root);
         debug_assert!(std::ptr::eq((word & !TAG_BITS) as *const Folio, Arc::as_ptr(&folio)));
         defer_release(word);
         self.len -= 1;
@@ -392,18 +392,18 @@ impl FolioIndex {
     /// Clears the slots of the folio at `index` (of `order`) below the
     /// node `parent` points to, dropping nodes that empty; returns the
     /// folio's word and the change in the nodes' bytes.
-    fn remove_in(parent: &AtomicUsize, index: u64, order: u8, is_root: bool) -> (usize, isize) {
+    fn remove_in(parent: &AtomicUsize, index: u64, order: u8, role: NodeRole) -> (usize, isize) {
         // SAFETY: the index's write lock is held (the caller's `&mut`).
         let node = unsafe { node_at(parent.load(Ordering::Relaxed)) };
         if node.level() == level_of(order) {
             let first = slot_of(index, node.level());
             let mut change = 0;
             // The folio first: a reader then finds nothing at its blocks.
-            let (folio, c) = take(parent, first, is_root);
+            let (folio, c) = take(parent, first, role);
             debug_assert_eq!(folio & TAG_BITS, TAG_FOLIO, "folio {index} is in its first slot");
             change += c;
             for i in (first + 1..first + slots_spanned(order)).rev() {
-                let (taken, c) = take(parent, i, is_root);
+                let (taken, c) = take(parent, i, role);
                 debug_assert_eq!(taken, sibling_word(first), "folio {index} spans slot {i}");
                 change += c;
             }
@@ -411,13 +411,13 @@ impl FolioIndex {
         }
         let i = slot_of(index, node.level());
         let child_word = node.word(i).expect("the folio is indexed at its level");
-        let (folio, mut change) = Self::remove_in(child_word, index, order, false);
+        let (folio, mut change) = Self::remove_in(child_word, index, order, NodeRole::Inner);
         // SAFETY: as above; the child may have been replaced.
         let child = unsafe { node_at(child_word.load(Ordering::Relaxed)) };
         if child.used() == 0 {
             let child_bytes = child.bytes() as isize;
             // SAFETY: as above: `parent`'s node may have been replaced.
-            let (empty, c) = take(parent, i, is_root);
+            let (empty, c) = take(parent, i, role);
             defer_release(empty);
             change += c - child_bytes;
         }

@@ -309,10 +309,19 @@ pub(super) fn put(parent: &AtomicUsize, i: usize, word: usize) -> isize {
     change
 }
 
+/// Where a node stands in the tree: the root keeps its layout (dense
+/// stays dense), an inner node may change it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NodeRole {
+    Root,
+    Inner,
+}
+
 /// Empties slot `i` (in use) of the node `parent` points to and returns
 /// its word and the change in the nodes' bytes. A dense node left with
-/// few slots in use turns sparse, unless `keep_dense` (a root).
-pub(super) fn take(parent: &AtomicUsize, i: usize, keep_dense: bool) -> (usize, isize) {
+/// few slots in use turns sparse, unless it is the root.
+pub(super) fn take(parent: &AtomicUsize, i: usize, role: NodeRole) -> (usize, isize) {
+    let keep_dense = role == NodeRole::Root;
     // SAFETY: the index's write lock is held (all callers).
     let node = unsafe { node_at(parent.load(Ordering::Relaxed)) };
     let taken = node.load(i);

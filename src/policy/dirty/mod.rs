@@ -45,7 +45,7 @@ mod work;
 pub use progress::Progress;
 pub use room::DirtyRoom;
 pub use sync_waiter::{READER_SYNC_WAITER_ID, READ_RECENT};
-pub use work::{WORK_BACKGROUND, WORK_RECLAIM, WORK_START_DONTCACHE};
+pub use work::{DontcacheRoundEnd, Work};
 
 use bandwidth::BandwidthWindow;
 use work::WorkerWakeup;

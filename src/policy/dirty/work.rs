@@ -26,14 +26,58 @@ use super::{CacheDirty, DomainDirty};
 use crate::base::locks;
 use crate::stats::Counters;
 
-/// Work bits, checked by the flusher in this order. Uncached writes wrote
-/// dirty data the flusher writes back for them (as many bytes as the
-/// domain's uncached-dirty count).
-pub const WORK_START_DONTCACHE: u32 = 1 << 1;
-/// A writer is over the background threshold or waits for dirty room. It
-/// only wakes the flusher: the gauges say how much to write.
-pub const WORK_BACKGROUND: u32 = 1 << 2;
-pub const WORK_RECLAIM: u32 = 1 << 3;
+/// A kind of work a flusher is woken for; its bit in a worker's
+/// [`WorkBits`]. The flusher checks them in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Work {
+    /// Uncached writes wrote dirty data the flusher writes back for them
+    /// (as many bytes as the domain's uncached-dirty count).
+    StartDontcache = 1 << 1,
+    /// A writer is over the background threshold or waits for dirty room.
+    /// It only wakes the flusher: the gauges say how much to write.
+    Background = 1 << 2,
+    /// Memory is short and nothing clean is left to evict: write so that
+    /// something can be.
+    Reclaim = 1 << 3,
+}
+
+impl Work {
+    const fn bit(self) -> u32 {
+        self as u32
+    }
+}
+
+/// The work a worker took: a set of [`Work`] bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkBits(u32);
+
+impl WorkBits {
+    #[cfg(test)]
+    pub const NONE: WorkBits = WorkBits(0);
+
+    pub fn contains(self, work: Work) -> bool {
+        self.0 & work.bit() != 0
+    }
+
+    /// The set of `works`.
+    #[cfg(test)]
+    pub fn of(works: &[Work]) -> WorkBits {
+        WorkBits(works.iter().fold(0, |bits, w| bits | w.bit()))
+    }
+}
+
+/// How a worker's `start_dontcache` round ended
+/// ([`DomainDirty::end_start_dontcache`]).
+#[derive(Clone, Copy, Debug)]
+pub struct DontcacheRoundEnd {
+    /// It wrote something and uncached dirty data remains.
+    pub keep_going: bool,
+    /// The uncached kicks' generation sampled before the round.
+    pub generation_seen: u64,
+    /// The worker's dirty list holds inodes.
+    pub worker_has_dirty: bool,
+}
 
 /// A writeback worker's coalesced work bits and what it sleeps on.
 #[derive(Default)]
@@ -49,11 +93,11 @@ pub(super) struct WorkerWakeup {
 }
 
 impl CacheDirty {
-    /// Kicks every domain's flusher with `bit`.
-    pub fn kick_all(&self, bit: u32) {
+    /// Kicks every domain's flusher with `work`.
+    pub fn kick_all(&self, work: Work) {
         let domains: Vec<Arc<DomainDirty>> = locks::lock(&self.domains).clone();
         for d in domains {
-            d.kick(bit);
+            d.kick(work);
         }
     }
 }
@@ -61,18 +105,15 @@ impl CacheDirty {
 impl DomainDirty {
     /// Sets a work bit on every worker with inodes listed (the others have
     /// nothing to write) and wakes those that sleep.
-    pub fn kick(&self, bit: u32) {
-        self.kick_workers(bit, self.listed_workers.load(Ordering::Acquire));
+    pub fn kick(&self, work: Work) {
+        self.kick_workers(work, self.listed_workers.load(Ordering::Acquire));
     }
 
     /// Sets a work bit on the workers of `mask` and wakes those of them
     /// that sleep. A bit already set costs one atomic load: that wakeup is
     /// pending, or (for `start_dontcache`) that worker is writing.
-    fn kick_workers(&self, bit: u32, mask: u64) {
-        debug_assert!(
-            [WORK_START_DONTCACHE, WORK_BACKGROUND, WORK_RECLAIM].contains(&bit),
-            "one known work bit at a time, not {bit:#x}"
-        );
+    fn kick_workers(&self, work: Work, mask: u64) {
+        let bit = work.bit();
         for (i, w) in self.wakeups.iter().enumerate() {
             if mask & (1 << i) == 0
                 || w.bits.load(Ordering::Acquire) & bit != 0
@@ -112,7 +153,7 @@ impl DomainDirty {
         debug_assert!(mask != 0, "some worker writes the new dirty data");
         self.dontcache_kicks.fetch_add(1, Ordering::AcqRel);
         Counters::add(&self.cache.counters.dontcache_kicks, 1);
-        self.kick_workers(WORK_START_DONTCACHE, mask);
+        self.kick_workers(Work::StartDontcache, mask);
     }
 
     /// Uncached writes' kicks so far: sampled by a worker before it writes
@@ -123,9 +164,9 @@ impl DomainDirty {
 
     /// Worker side: waits up to `interval` for work for `worker`; returns
     /// its bits and clears them, all but `start_dontcache`, which the
-    /// worker ends itself ([`DomainDirty::end_start_dontcache`]). Returns 0
-    /// on a timeout: time for periodic writeback.
-    pub fn wait_work(&self, worker: usize, interval: Duration) -> u32 {
+    /// worker ends itself ([`DomainDirty::end_start_dontcache`]). Returns
+    /// no bits on a timeout: time for periodic writeback.
+    pub fn wait_work(&self, worker: usize, interval: Duration) -> WorkBits {
         let w = &self.wakeups[worker];
         let g = locks::lock(&w.lock);
         w.sleeping.store(true, Ordering::SeqCst);
@@ -135,13 +176,13 @@ impl DomainDirty {
             drop(g);
         }
         w.sleeping.store(false, Ordering::SeqCst);
-        w.bits.fetch_and(WORK_START_DONTCACHE, Ordering::AcqRel)
+        WorkBits(w.bits.fetch_and(Work::StartDontcache.bit(), Ordering::AcqRel))
     }
 
     /// Worker side, while it has writes in flight: takes its bits without
     /// waiting (as [`DomainDirty::wait_work`]).
-    pub fn take_work(&self, worker: usize) -> u32 {
-        self.wakeups[worker].bits.fetch_and(WORK_START_DONTCACHE, Ordering::AcqRel)
+    pub fn take_work(&self, worker: usize) -> WorkBits {
+        WorkBits(self.wakeups[worker].bits.fetch_and(Work::StartDontcache.bit(), Ordering::AcqRel))
     }
 
     /// Worker side, after a `start_dontcache` round. With `keep_going` (it
@@ -152,15 +193,16 @@ impl DomainDirty {
     /// bit is cleared, and set again (without a wakeup: the worker is
     /// awake) if an uncached write kicked since `generation_seen` and the
     /// worker has dirty inodes, so no kick that found the bit set is lost.
-    pub fn end_start_dontcache(&self, worker: usize, keep_going: bool, generation_seen: u64, has_dirty: bool) {
+    pub fn end_start_dontcache(&self, worker: usize, end: DontcacheRoundEnd) {
         let w = &self.wakeups[worker];
-        if keep_going {
-            debug_assert!(w.bits.load(Ordering::Acquire) & WORK_START_DONTCACHE != 0, "the bit is still held");
+        let bit = Work::StartDontcache.bit();
+        if end.keep_going {
+            debug_assert!(w.bits.load(Ordering::Acquire) & bit != 0, "the bit is still held");
             return;
         }
-        w.bits.fetch_and(!WORK_START_DONTCACHE, Ordering::AcqRel);
-        if has_dirty && self.dontcache_kick_generation() != generation_seen {
-            w.bits.fetch_or(WORK_START_DONTCACHE, Ordering::AcqRel);
+        w.bits.fetch_and(!bit, Ordering::AcqRel);
+        if end.worker_has_dirty && self.dontcache_kick_generation() != end.generation_seen {
+            w.bits.fetch_or(bit, Ordering::AcqRel);
         }
     }
 
@@ -190,16 +232,23 @@ mod tests {
     fn work_bits_coalesce() {
         let d = domain();
         d.set_worker_listed(0, true);
-        d.kick(WORK_BACKGROUND);
-        d.kick(WORK_BACKGROUND);
-        d.kick(WORK_START_DONTCACHE);
-        assert_eq!(d.take_work(0), WORK_BACKGROUND | WORK_START_DONTCACHE);
-        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "held until the worker ends it");
-        d.end_start_dontcache(0, false, d.dontcache_kick_generation(), true);
-        assert_eq!(d.take_work(0), 0);
-        d.cache.kick_all(WORK_RECLAIM);
-        assert_eq!(d.wait_work(0, Duration::from_millis(1)), WORK_RECLAIM);
-        assert_eq!(d.wait_work(0, Duration::from_millis(1)), 0, "a timeout returns no bits");
+        d.kick(Work::Background);
+        d.kick(Work::Background);
+        d.kick(Work::StartDontcache);
+        assert_eq!(d.take_work(0), WorkBits::of(&[Work::Background, Work::StartDontcache]));
+        assert_eq!(d.take_work(0), WorkBits::of(&[Work::StartDontcache]), "held until the worker ends it");
+        d.end_start_dontcache(
+            0,
+            DontcacheRoundEnd {
+                keep_going: false,
+                generation_seen: d.dontcache_kick_generation(),
+                worker_has_dirty: true,
+            },
+        );
+        assert_eq!(d.take_work(0), WorkBits::NONE);
+        d.cache.kick_all(Work::Reclaim);
+        assert_eq!(d.wait_work(0, Duration::from_millis(1)), WorkBits::of(&[Work::Reclaim]));
+        assert_eq!(d.wait_work(0, Duration::from_millis(1)), WorkBits::NONE, "a timeout returns no bits");
         assert_eq!(d.cache.counters.flusher_wakeups.load(Ordering::Relaxed), 0, "the worker never slept on a kick");
     }
 
@@ -217,9 +266,9 @@ mod tests {
             std::thread::yield_now();
         }
         // Asleep (or about to wait, holding the lock): the notify follows.
-        d.kick(WORK_BACKGROUND);
-        d.kick(WORK_BACKGROUND);
-        assert_eq!(sleeper.join().unwrap(), WORK_BACKGROUND, "woken well before 30 s");
+        d.kick(Work::Background);
+        d.kick(Work::Background);
+        assert_eq!(sleeper.join().unwrap(), WorkBits::of(&[Work::Background]), "woken well before 30 s");
         assert_eq!(d.cache.counters.flusher_wakeups.load(Ordering::Relaxed), 1);
     }
 
@@ -230,24 +279,37 @@ mod tests {
     fn start_dontcache_is_held_while_the_worker_writes() {
         let d = domain();
         d.kick_dontcache(1);
-        assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(0), WorkBits::of(&[Work::StartDontcache]));
         let seen = d.dontcache_kick_generation();
         for _ in 0..1000 {
             d.kick_dontcache(1);
         }
         assert_eq!(d.cache.counters.dontcache_kicks.load(Ordering::Relaxed), 1001);
-        d.end_start_dontcache(0, true, seen, true);
-        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "kept going");
-        d.end_start_dontcache(0, false, seen, false);
-        assert_eq!(d.take_work(0), 0, "nothing of its own to write: cleared");
+        d.end_start_dontcache(0, DontcacheRoundEnd { keep_going: true, generation_seen: seen, worker_has_dirty: true });
+        assert_eq!(d.take_work(0), WorkBits::of(&[Work::StartDontcache]), "kept going");
+        d.end_start_dontcache(
+            0,
+            DontcacheRoundEnd { keep_going: false, generation_seen: seen, worker_has_dirty: false },
+        );
+        assert_eq!(d.take_work(0), WorkBits::NONE, "nothing of its own to write: cleared");
         d.kick_dontcache(1);
         let seen = d.dontcache_kick_generation();
-        assert_eq!(d.take_work(0), WORK_START_DONTCACHE);
+        assert_eq!(d.take_work(0), WorkBits::of(&[Work::StartDontcache]));
         d.kick_dontcache(1);
-        d.end_start_dontcache(0, false, seen, true);
-        assert_eq!(d.take_work(0), WORK_START_DONTCACHE, "a kick since the sample is not lost");
-        d.end_start_dontcache(0, false, d.dontcache_kick_generation(), true);
-        assert_eq!(d.take_work(0), 0);
+        d.end_start_dontcache(
+            0,
+            DontcacheRoundEnd { keep_going: false, generation_seen: seen, worker_has_dirty: true },
+        );
+        assert_eq!(d.take_work(0), WorkBits::of(&[Work::StartDontcache]), "a kick since the sample is not lost");
+        d.end_start_dontcache(
+            0,
+            DontcacheRoundEnd {
+                keep_going: false,
+                generation_seen: d.dontcache_kick_generation(),
+                worker_has_dirty: true,
+            },
+        );
+        assert_eq!(d.take_work(0), WorkBits::NONE);
     }
 
     /// A kick reaches every worker with inodes listed, once, and no other;
@@ -262,16 +324,16 @@ mod tests {
         for w in 0..3 {
             d.set_worker_listed(w, true);
         }
-        d.kick(WORK_BACKGROUND);
-        assert_eq!(d.take_work(1), WORK_BACKGROUND);
-        d.kick(WORK_BACKGROUND);
-        assert_eq!(d.take_work(0), WORK_BACKGROUND);
-        assert_eq!(d.take_work(1), WORK_BACKGROUND, "worker 1 took its first bit and got a second");
-        assert_eq!(d.take_work(2), WORK_BACKGROUND, "coalesced: one bit for two kicks");
-        assert_eq!(d.take_work(2), 0);
-        assert_eq!(d.take_work(3), 0, "nothing listed: not kicked");
+        d.kick(Work::Background);
+        assert_eq!(d.take_work(1), WorkBits::of(&[Work::Background]));
+        d.kick(Work::Background);
+        assert_eq!(d.take_work(0), WorkBits::of(&[Work::Background]));
+        assert_eq!(d.take_work(1), WorkBits::of(&[Work::Background]), "worker 1 took its first bit and got a second");
+        assert_eq!(d.take_work(2), WorkBits::of(&[Work::Background]), "coalesced: one bit for two kicks");
+        assert_eq!(d.take_work(2), WorkBits::NONE);
+        assert_eq!(d.take_work(3), WorkBits::NONE, "nothing listed: not kicked");
         d.set_worker_listed(1, false);
-        d.kick(WORK_BACKGROUND);
-        assert_eq!((d.take_work(0), d.take_work(1)), (WORK_BACKGROUND, 0));
+        d.kick(Work::Background);
+        assert_eq!((d.take_work(0), d.take_work(1)), (WorkBits::of(&[Work::Background]), WorkBits::NONE));
     }
 }
