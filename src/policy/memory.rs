@@ -7,7 +7,7 @@
 //! still held by in-flight writeback, and reservations being turned into
 //! folios) plus the pool's bytes never exceeds `capacity` after an
 //! operation ends. A folio is allocated only through
-//! [`Memory::reserve_folio_buf`]; the only excursions over capacity are
+//! [`Memory::reserve`]; the only excursions over capacity are
 //! copies of buffers under writeback made under a folio lock
 //! ([`Memory::account_shared_copy`]), which [`Memory::evict_excess`] takes
 //! back once the operation holds no lock.

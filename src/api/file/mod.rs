@@ -476,7 +476,7 @@ impl File {
     }
 
     /// Whether a write of `len` bytes at `off` is uncached: as
-    /// [`File::uncached`] says, or because the handle's sequential stream
+    /// [`File::caching`] says, or because the handle's sequential stream
     /// before it reached `stream_cached_bytes` (`stream_dropbehind`).
     fn write_caching(&self, flags: WriteFlags, off: u64, len: usize) -> Caching {
         if self.caching(flags) == Caching::Uncached {
