@@ -359,7 +359,7 @@ pub unsafe extern "C" fn sendfile64(to: c_int, from: c_int, off: *mut off_t, len
 /// Before the kernel maps managed descriptor `fd`: see the module's doc.
 fn before_map(fd: c_int, prot: c_int, flags: c_int) -> io::Result<()> {
     let Some(desc) = table::get(fd) else { return Ok(()) };
-    open::write_back(&desc)?;
+    desc.write_back()?;
     let shared_writable = flags & libc::MAP_SHARED != 0 && prot & libc::PROT_WRITE != 0;
     if shared_writable {
         let key = desc.key;
@@ -520,13 +520,13 @@ fn ioctl_managed(
                 }
             }
         }
-        IoctlKind::ReadsData => match open::write_back(&desc) {
+        IoctlKind::ReadsData => match desc.write_back() {
             Ok(()) => kernel(),
             Err(e) => errno::fail(&e),
         },
         IoctlKind::Clones => {
             let source = table::get(clone_source(request, arg));
-            let written = open::write_back(&desc).and_then(|()| source.map_or(Ok(()), |s| open::write_back(&s)));
+            let written = desc.write_back().and_then(|()| source.map_or(Ok(()), |s| s.write_back()));
             if let Err(e) = written {
                 return errno::fail(&e);
             }

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::state::Fingerprint;
 use crate::table::{self, Desc};
-use crate::{open, state};
+use crate::{state, watch};
 
 /// One hand-over at a time: a second one (a `fork` while the watcher
 /// hands a file over) waits for the first, so it never returns while a
@@ -65,7 +65,7 @@ pub fn hand_over(key: Option<(u64, u64)>) -> io::Result<()> {
     for (fd, desc) in &written {
         state.track_uncached(*fd, desc.key);
         if state.unlock_file(desc.key) {
-            crate::watch::unwatch(*fd);
+            watch::unwatch(*fd);
         }
     }
     table::end_hand_over(&written);
@@ -90,7 +90,7 @@ fn write_back_each_file(marked: Vec<(libc::c_int, Arc<Desc>)>) -> WrittenBack {
         } else if written.iter().any(|(_, d)| d.key == desc.key) {
             Ok(())
         } else {
-            open::write_back(&desc).map_err(|e| {
+            desc.write_back().map_err(|e| {
                 state::complain(&format!("{}: writing back for the kernel failed: {e}", desc.path.display()));
                 first_error.get_or_insert(e);
             })

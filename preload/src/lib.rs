@@ -5,19 +5,30 @@
 //! by the cache (built from `WBCACHE_OPTIONS`), every other call goes to
 //! the C library unchanged.
 //!
-//! Its modules (private: `cargo doc --document-private-items` shows them):
+//! Its modules (private: `cargo doc --document-private-items` shows them),
+//! in layers, top first; a module uses only those below its own
+//! (`tests/architecture.rs` checks it):
 //!
-//! - `real`: the C library's functions behind the interposed ones;
-//! - `guard`: re-entry (this library's own calls go to the C library);
-//! - `state`: the cache, the managed directories, per-file
-//!   cross-process locks, exit;
-//! - `table`: managed descriptors and their shared descriptions;
-//! - `open`, `rw`, `control`, `meta`, `fdops`, `lifetime`:
-//!   the interposed calls, by kind;
-//! - `stats`: the cache's statistics for a program that asks
-//!   (`wbcache_preload_stats_json`, the one call added, not interposed);
+//! - `aliases`: the C library's other names for the calls served below;
 //! - `stdio`: streams on managed files (`fopen`, `fdopen`, `freopen`,
-//!   `fileno`), whose reads and writes come back through `rw`.
+//!   `fileno`), whose reads and writes come back through `rw`;
+//! - `fdops`: duplication, status flags, copies, `mmap`, `ioctl`;
+//! - `meta`: the `stat` family and the path calls (`truncate`, `rename`,
+//!   `unlink`);
+//! - `open`, `control`, `rw`: opening and closing, sync/size/advice
+//!   calls, reads and writes;
+//! - `lifetime`: the process's start (the state's build), end, `exec`,
+//!   spawn and `fork`: the exit and fork hooks;
+//! - `stats`, `handover`: the cache's statistics for a program that asks
+//!   (`wbcache_preload_stats_json`, the one call added, not interposed)
+//!   and at exit; handing files to the kernel;
+//! - `watch`: the watcher (other processes' opens of cached files);
+//! - `state`, `table`, `streams`: the cache, the managed directories and
+//!   per-file cross-process locks; managed descriptors and their shared
+//!   descriptions; the registry of cookie streams;
+//! - `guard`, `errno`, `real`: re-entry (this library's own calls go to
+//!   the C library), failing the C way, the C library's functions behind
+//!   the interposed ones.
 //!
 //! The engine's own I/O never comes through here: it makes its system
 //! calls directly. Not interposed, and so not cached (docs/run.md lists
@@ -42,5 +53,6 @@ mod rw;
 mod state;
 mod stats;
 mod stdio;
+mod streams;
 mod table;
 mod watch;

@@ -1,7 +1,17 @@
-//! The process's end, its replacement, and its children:
-//! - `_exit` and `_Exit` (which skip `atexit` handlers) write back and sync
-//!   what the cache holds and close it, as normal exit does through its
-//!   `atexit` handler;
+//! The process's cache over the process's life: its start, its end, its
+//! replacement, and its children:
+//! - the state (`state.rs`) is built by the first call that names a path
+//!   ([`state()`], never before: a program that touches no managed path
+//!   pays for nothing), and that build registers this module's hooks: an
+//!   `atexit` handler and `pthread_atfork`'s before-fork and child hooks;
+//! - at normal exit (`exit`, a return from `main`) the handler flushes
+//!   the cookie streams (`streams.rs`) through the cache, then writes
+//!   back and syncs what the cache holds, appends its statistics where
+//!   `WBCACHE_STATS` asks (`stats.rs`) and closes it; `_exit` and `_Exit`
+//!   (which skip `atexit` handlers) do the same, less the flush;
+//! - before a `fork` every open managed file goes to the kernel
+//!   (`handover.rs`), and in the child the guard stays shut (`guard.rs`),
+//!   the watcher's group and the lock registries' copies are closed;
 //! - the `exec` calls that name a path or search `PATH` (`execve`,
 //!   `execv`, `execvp`, `execvpe`) and `posix_spawn`/`posix_spawnp` hand
 //!   every open managed file to the kernel first (`handover.rs`: the new
@@ -16,20 +26,101 @@
 //! What no library can save is documented beside the kernel's behaviour
 //! in docs/run.md: a process killed by a signal loses the data it did not
 //! fsync and the cache had not written back.
+//!
+//! Ownership: the state is `state.rs`'s; this module decides when the
+//! cache closes and when the files go to the kernel, and is the one
+//! builder of the state ([`state()`]): a call that may be the first to name
+//! a managed path gets the state through it, every other through
+//! `state::built`.
 
 use libc::{c_char, c_int, pid_t};
 
-use crate::{guard, real, state};
+use crate::state::{self, State};
+use crate::{guard, handover, real, stats, streams, table, watch};
+
+/// The process's state, built on the first call that names a path, with
+/// the exit and fork hooks registered by that build; `None` when
+/// nothing is managed.
+pub fn state() -> Option<&'static State> {
+    state::get(register_hooks)
+}
+
+/// Registers the hooks below: once, when the state is built.
+fn register_hooks() {
+    // SAFETY: registering plain functions to run at exit and around fork.
+    unsafe {
+        libc::atexit(write_back_at_exit);
+        libc::pthread_atfork(Some(hand_over_before_fork), None, Some(forked_child));
+    }
+}
+
+/// Writes back and syncs what the cache holds, then closes it: at normal
+/// exit (`exit`, a return from `main`) and before `_exit`. Later calls
+/// find no managed descriptor and go to the kernel.
+fn write_back_and_close() {
+    let Some(state) = state::built() else { return };
+    if let Some(cache) = state.take_cache() {
+        // A process that opened no managed file (a shell, a helper the
+        // program ran) has no statistics to leave.
+        if state.opened_any() {
+            stats::record_at_exit(&cache);
+        }
+        if let Err(e) = cache.close() {
+            state::complain(&format!("writing back at exit failed: {e}"));
+        }
+    }
+    // What the program does after this (later atexit handlers, destructors)
+    // goes to the kernel, which now holds every byte: the descriptors stop
+    // being managed, where their descriptions stood.
+    for (fd, desc) in table::entries() {
+        table::align_kernel_descriptor(fd, &desc);
+        table::remove(fd);
+    }
+}
+
+/// Every open managed file to the kernel (`handover.rs`): before a
+/// `fork`, whose child uses the descriptions it inherits through the
+/// kernel, and before an `exec` or a spawn, whose program does.
+fn hand_over_open_files() {
+    if let Err(e) = handover::hand_over(None) {
+        state::complain(&format!("a file stays cached, its data not written back: {e}"));
+    }
+}
+
+extern "C" fn hand_over_before_fork() {
+    let Some(_inside) = guard::enter() else { return };
+    hand_over_open_files();
+}
+
+extern "C" fn forked_child() {
+    guard::mark_forked_child();
+    watch::forget_in_child();
+    if let Some(state) = state::built() {
+        state.close_registries_in_child();
+    }
+}
+
+extern "C" fn write_back_at_exit() {
+    // Not in a forked child (its parent's cache is not its own), nor
+    // inside a call of this library.
+    let Some(inside) = guard::enter() else { return };
+    // The streams' buffered bytes go through the cache before it closes
+    // (outside the guard: their writes are this library's calls).
+    drop(inside);
+    streams::flush_at_exit();
+    let Some(_inside) = guard::enter() else { return };
+    write_back_and_close();
+}
 
 fn before_the_end() {
     if let Some(_inside) = guard::enter() {
-        state::write_back_and_close();
+        write_back_and_close();
     }
 }
 
 fn before_another_program() {
     if let Some(_inside) = guard::enter() {
-        state::hand_over_open_files();
+        hand_over_open_files();
     }
 }
 

@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use libc::{c_char, c_int, c_uint, off_t};
 
 use crate::table;
-use crate::{errno, guard, open, real, state};
+use crate::{errno, guard, lifetime, open, real};
 
 /// The cache's size of the file `(dev, ino)`, if a descriptor here has it.
 fn cached_len(dev: u64, ino: u64) -> Option<u64> {
@@ -112,7 +112,7 @@ pub unsafe extern "C" fn statx(
 /// A managed path's resolved form, if `path` is one (`None`: the kernel
 /// answers alone).
 fn managed(dirfd: c_int, path: *const c_char) -> Option<std::path::PathBuf> {
-    let state = state::get()?;
+    let state = lifetime::state()?;
     if path.is_null() {
         return None;
     }
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
 }
 
 fn unlink_cached(path: &std::path::Path) -> io::Result<()> {
-    state::get().expect("a managed path has a state").with_cache(|cache| cache.remove_file(path))
+    lifetime::state().expect("a managed path has a state").with_cache(|cache| cache.remove_file(path))
 }
 
 #[no_mangle]
@@ -194,7 +194,7 @@ fn rename_any(
 ) -> c_int {
     let Some(_inside) = guard::enter() else { return kernel() };
     let (Some(from_path), Some(to_path)) = (managed(from_dir, from), managed(to_dir, to)) else { return kernel() };
-    let state = state::get().expect("managed paths have a state");
+    let state = lifetime::state().expect("managed paths have a state");
     match state.with_cache(|cache| cache.rename(&from_path, &to_path)) {
         Ok(()) => 0,
         Err(e) => errno::fail(&e),

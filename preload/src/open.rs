@@ -26,11 +26,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use libc::{c_char, c_int, c_uint, mode_t};
-use wbcache::{Advice, OpenOptions, SyncRangeFlags};
+use wbcache::{Advice, OpenOptions};
 
 use crate::state::Fingerprint;
 use crate::table::{self, Desc};
-use crate::{errno, guard, handover, real, state, watch};
+use crate::{errno, guard, handover, lifetime, real, state, watch};
 
 /// The flags the kernel's open of a managed file leaves to the cache
 /// (`O_APPEND` stays: the kernel's descriptor carries it for the moment
@@ -64,7 +64,7 @@ pub fn resolve(dirfd: c_int, path: &CStr) -> Option<PathBuf> {
 /// another process holds the file (`uncached`). On failure `fd` is
 /// closed and the error returned.
 fn adopt(fd: c_int, path: &Path, flags: c_int, (key, now): ((u64, u64), Fingerprint)) -> io::Result<()> {
-    let state = state::get().expect("a managed open has a state");
+    let state = lifetime::state().expect("a managed open has a state");
     let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
     // Descriptors 0-2 are where the C library's own streams read and write.
     if fd <= 2 {
@@ -72,7 +72,7 @@ fn adopt(fd: c_int, path: &Path, flags: c_int, (key, now): ((u64, u64), Fingerpr
     }
     // Marked before anything is decided: an open by another process from
     // now on is seen, by the table or as contended.
-    watch::watch(fd);
+    watch::watch(fd, |key| handover::hand_over(Some(key)));
     state.take_contended(key);
     match state.lock_file(key, writable || flags & libc::O_TRUNC != 0) {
         Ok(()) => {}
@@ -210,7 +210,7 @@ fn managed_path(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<PathB
     if path.is_null() || flags & (libc::O_PATH | libc::O_DIRECTORY) != 0 {
         return None;
     }
-    let state = state::get()?;
+    let state = lifetime::state()?;
     // SAFETY: the program passes a NUL-terminated path (checked non-NULL).
     let c_path = unsafe { CStr::from_ptr(path) };
     resolve(dirfd, c_path).filter(|p| state.manages(p))
@@ -362,11 +362,6 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open64(path, f, mode) })
 }
 
-/// Writes `desc`'s dirty data back to the kernel (waiting for it).
-pub fn write_back(desc: &Desc) -> io::Result<()> {
-    desc.file.writeback_range(0..i64::MAX as u64, SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER)
-}
-
 /// Gives up a managed descriptor's claim on its file. The last one of the
 /// file writes its dirty data back to the kernel before the lock goes, and
 /// remembers how the file looked then: the cache keeps its (clean) data,
@@ -378,7 +373,7 @@ pub fn write_back(desc: &Desc) -> io::Result<()> {
 pub fn release(fd: Option<c_int>, desc: &Desc) -> io::Result<()> {
     let Some(state) = state::built() else { return Ok(()) };
     let written = if state.is_last_descriptor(desc.key) {
-        write_back(desc).and_then(|()| match fingerprint_of(desc) {
+        desc.write_back().and_then(|()| match fingerprint_of(desc) {
             Some(then) => {
                 state.remember_closed(desc.key, then);
                 Ok(())

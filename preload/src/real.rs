@@ -49,7 +49,7 @@ macro_rules! real_fns {
         $(
             #[allow(non_upper_case_globals, non_snake_case)]
             pub mod $name {
-                pub static SYMBOL: super::Real = super::Real::new(
+                pub static SYMBOL: crate::real::Real = crate::real::Real::new(
                     // SAFETY: the literal ends with its NUL.
                     unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) }
                 );

@@ -4,10 +4,12 @@
 //! device and inode) the cross-process locks and the count of descriptors
 //! of it that are open here, cached or handed to the kernel.
 //!
-//! Built on the first interposed call that names a path, never before:
-//! a program that touches no managed path pays for nothing. Without
-//! `WBCACHE_PATHS`, or when the cache cannot be built (one line on stderr
-//! says why), nothing is managed and every call goes to the C library.
+//! Built on the first interposed call that names a path, never before
+//! (`lifetime::state`, which registers the exit and fork hooks with the
+//! build; the process's end is `lifetime.rs`'s): a program that touches
+//! no managed path pays for nothing. Without `WBCACHE_PATHS`, or when the
+//! cache cannot be built (one line on stderr says why), nothing is
+//! managed and every call goes to the C library.
 //!
 //! Invariants: a file is cached here only while this process holds its
 //! cache lock (write-locked when any descriptor here may write it) and
@@ -157,8 +159,11 @@ struct FileLock {
 static STATE: OnceLock<Option<State>> = OnceLock::new();
 
 /// The state, built on first use; `None` when nothing is managed.
-pub fn get() -> Option<&'static State> {
-    STATE.get_or_init(build).as_ref()
+/// `on_built` runs once, inside a build that manages something, before
+/// any call sees the state: the process's exit and fork hooks
+/// (`lifetime::state`, the one caller) are registered then.
+pub fn get(on_built: fn()) -> Option<&'static State> {
+    STATE.get_or_init(|| build(on_built)).as_ref()
 }
 
 /// The state if it was built already (exit paths: nothing to do if not).
@@ -173,7 +178,7 @@ pub fn complain(message: &str) {
     unsafe { real::write(2, line.as_ptr().cast(), line.len()) };
 }
 
-fn build() -> Option<State> {
+fn build(on_built: fn()) -> Option<State> {
     let paths = std::env::var_os("WBCACHE_PATHS")?;
     let roots: Vec<PathBuf> = std::env::split_paths(&paths)
         .filter(|p| !p.as_os_str().is_empty())
@@ -196,61 +201,24 @@ fn build() -> Option<State> {
             return None;
         }
     };
-    // SAFETY: registering plain functions to run at exit and around fork.
-    unsafe {
-        libc::atexit(write_back_at_exit);
-        libc::pthread_atfork(Some(hand_over_before_fork), None, Some(forked_child));
-    }
+    on_built();
     Some(State { roots, cache: Mutex::new(Some(cache)), files: Mutex::new(Files::default()) })
 }
 
-/// Writes back and syncs what the cache holds, then closes it: at normal
-/// exit (`exit`, a return from `main`) and before `_exit`. Later calls
-/// find no managed descriptor and go to the kernel.
-pub fn write_back_and_close() {
-    let Some(state) = built() else { return };
-    let cache = state.cache.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(cache) = cache {
-        // A process that opened no managed file (a shell, a helper the
-        // program ran) has no statistics to leave.
-        if state.opened_any() {
-            crate::stats::record_at_exit(&cache);
-        }
-        if let Err(e) = cache.close() {
-            complain(&format!("writing back at exit failed: {e}"));
-        }
+impl State {
+    /// Takes the cache out, to close it (at exit): later calls find no
+    /// cache and fail with `EBADF`.
+    pub fn take_cache(&self) -> Option<Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
-    // What the program does after this (later atexit handlers, destructors)
-    // goes to the kernel, which now holds every byte: the descriptors stop
-    // being managed, where their descriptions stood.
-    for (fd, desc) in crate::table::entries() {
-        crate::table::align_kernel_descriptor(fd, &desc);
-        crate::table::remove(fd);
-    }
-}
 
-/// Every open managed file to the kernel (`handover.rs`): before a
-/// `fork`, whose child uses the descriptions it inherits through the
-/// kernel, and before an `exec` or a spawn, whose program does.
-pub fn hand_over_open_files() {
-    if let Err(e) = crate::handover::hand_over(None) {
-        complain(&format!("a file stays cached, its data not written back: {e}"));
-    }
-}
-
-extern "C" fn hand_over_before_fork() {
-    let Some(_inside) = crate::guard::enter() else { return };
-    hand_over_open_files();
-}
-
-extern "C" fn forked_child() {
-    crate::guard::mark_forked_child();
-    crate::watch::forget_in_child();
-    // The child holds none of the parent's locks: its copies of the
-    // registries would keep them held after the parent let them go (an
-    // open-file-description lock lives while a descriptor of it does).
-    if let Some(state) = built() {
-        if let Ok(files) = state.files.try_lock() {
+    /// In a forked child: closes its copies of the registries. The child
+    /// holds none of the parent's locks: its copies would keep them held
+    /// after the parent let them go (an open-file-description lock lives
+    /// while a descriptor of it does). Skipped if the registries' lock
+    /// was held at the fork (a child never waits for it).
+    pub fn close_registries_in_child(&self) {
+        if let Ok(files) = self.files.try_lock() {
             for registry in files.registries.values() {
                 // SAFETY: the child's copy of the registry, closed once.
                 unsafe {
@@ -260,21 +228,7 @@ extern "C" fn forked_child() {
             }
         }
     }
-}
 
-extern "C" fn write_back_at_exit() {
-    // Not in a forked child (its parent's cache is not its own), nor
-    // inside a call of this library.
-    let Some(inside) = crate::guard::enter() else { return };
-    // The streams' buffered bytes go through the cache before it closes
-    // (outside the guard: their writes are this library's calls).
-    drop(inside);
-    crate::stdio::flush_at_exit();
-    let Some(_inside) = crate::guard::enter() else { return };
-    write_back_and_close();
-}
-
-impl State {
     /// Whether `path` (absolute, its directories resolved) lies under a
     /// managed directory.
     pub fn manages(&self, path: &Path) -> bool {

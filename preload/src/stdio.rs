@@ -41,19 +41,20 @@
 //!   file streams (which `fopen` and then use the descriptor) work.
 //!
 //! Exit: the C library flushes streams after every `atexit` handler,
-//! when the cache has already closed. So the exit handler flushes the
-//! cookie streams before the cache closes ([`flush_at_exit`]; a stream
-//! another thread holds locked is skipped); a stream written later (in a
-//! handler registered before the cache existed, or glibc's final flush)
-//! reaches the kernel directly, at its description's position: the cache
-//! wrote everything back when it closed. So does a stream in a forked
-//! child (the parent wrote its dirty data back before the fork): at its
-//! description's position, at the end for `O_APPEND`, which the kernel's
-//! descriptor does not know.
+//! when the cache has already closed. So the exit handler (`lifetime.rs`)
+//! flushes the cookie streams before the cache closes
+//! (`streams::flush_at_exit`; a stream another thread holds locked is
+//! skipped); a stream written later (in a handler registered before the
+//! cache existed, or glibc's final flush) reaches the kernel directly, at
+//! its description's position: the cache wrote everything back when it
+//! closed. So does a stream in a forked child (the parent wrote its dirty
+//! data back before the fork): at its description's position, at the end
+//! for `O_APPEND`, which the kernel's descriptor does not know.
 //!
 //! Ownership and invariants: a cookie stream owns its descriptor (its
 //! close closes it, as `fclose` closes a glibc stream's). The registry
-//! holds a stream's entry exactly while it is open: the cookie's close
+//! (`streams.rs`) holds a stream's entry exactly while it is open: this
+//! module inserts it once the `FILE` is made, and the cookie's close
 //! removes it before the C library frees the `FILE`, so `fileno` never
 //! answers for a freed stream, and a stream address reused by the C
 //! library is never mistaken for a cookie stream.
@@ -65,17 +66,17 @@
 //! with `dup2` (their I/O stays inside the C library, on the kernel's
 //! file).
 
-use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::ptr::{self, addr_of_mut};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use libc::{c_char, c_int, c_void, off64_t, off_t, size_t, ssize_t, FILE};
 
+use crate::streams::{self, Stream};
 use crate::table::{self, Desc};
-use crate::{errno, guard, open, real, state};
+use crate::{errno, guard, lifetime, open, real, state};
 
 /// glibc's `cookie_io_functions_t`.
 #[repr(C)]
@@ -90,7 +91,6 @@ extern "C" {
     fn fopencookie(cookie: *mut c_void, mode: *const c_char, functions: CookieFunctions) -> *mut FILE;
     fn __fpurge(stream: *mut FILE);
     fn flockfile(stream: *mut FILE);
-    fn ftrylockfile(stream: *mut FILE) -> c_int;
     fn funlockfile(stream: *mut FILE);
     static mut stdin: *mut FILE;
     static mut stdout: *mut FILE;
@@ -195,31 +195,6 @@ impl Mode {
             _ => true,
         }
     }
-}
-
-/// A cookie stream: the descriptor it reads and writes (-1 once closed,
-/// or after a reopen that failed) and its `FILE` (the registry's key).
-struct Stream {
-    fd: AtomicI32,
-    file: AtomicUsize,
-}
-
-/// The open cookie streams, by `FILE` address.
-static STREAMS: Mutex<BTreeMap<usize, Arc<Stream>>> = Mutex::new(BTreeMap::new());
-
-/// Cookie streams open: while 0, `fileno` takes no lock.
-static OPEN_STREAMS: AtomicUsize = AtomicUsize::new(0);
-
-fn streams() -> MutexGuard<'static, BTreeMap<usize, Arc<Stream>>> {
-    STREAMS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The cookie stream `fp` is, if it is one.
-fn stream_of(fp: *mut FILE) -> Option<Arc<Stream>> {
-    if OPEN_STREAMS.load(Ordering::Acquire) == 0 || fp.is_null() {
-        return None;
-    }
-    streams().get(&(fp as usize)).cloned()
 }
 
 /// The stream behind a cookie.
@@ -367,9 +342,7 @@ unsafe extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {
     // SAFETY: the cookie is the `Arc` `cookie_stream` leaked for the
     // stream, released here once (stdio closes a stream once).
     let stream = unsafe { Arc::from_raw(cookie as *const Stream) };
-    if streams().remove(&stream.file.load(Ordering::Acquire)).is_some() {
-        OPEN_STREAMS.fetch_sub(1, Ordering::AcqRel);
-    }
+    streams::remove(&stream);
     let fd = stream.fd.swap(-1, Ordering::AcqRel);
     if fd < 0 {
         return 0;
@@ -387,7 +360,7 @@ unsafe extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {
 /// A cookie stream of `mode` over `fd`; NULL (with `errno`) when the C
 /// library cannot make one (the descriptor is then still the caller's).
 fn cookie_stream(fd: c_int, mode: Mode) -> *mut FILE {
-    let stream = Arc::new(Stream { fd: AtomicI32::new(fd), file: AtomicUsize::new(0) });
+    let stream = Arc::new(Stream::new(fd));
     let cookie = Arc::into_raw(stream.clone()) as *mut c_void;
     let functions = CookieFunctions { read: cookie_read, write: cookie_write, seek: cookie_seek, close: cookie_close };
     // SAFETY: a NUL-terminated mode; the cookie lives until its close.
@@ -397,9 +370,7 @@ fn cookie_stream(fd: c_int, mode: Mode) -> *mut FILE {
         drop(unsafe { Arc::from_raw(cookie as *const Stream) });
         return ptr::null_mut();
     }
-    stream.file.store(fp as usize, Ordering::Release);
-    streams().insert(fp as usize, stream);
-    OPEN_STREAMS.fetch_add(1, Ordering::AcqRel);
+    streams::insert(fp, stream);
     fp
 }
 
@@ -415,7 +386,7 @@ fn is_managed_path(path: *const c_char) -> bool {
     if path.is_null() {
         return false;
     }
-    let Some(state) = state::get() else { return false };
+    let Some(state) = lifetime::state() else { return false };
     // SAFETY: the program passes a NUL-terminated path (checked non-NULL).
     let path = unsafe { CStr::from_ptr(path) };
     open::resolve(libc::AT_FDCWD, path).is_some_and(|p| state.manages(&p))
@@ -677,7 +648,7 @@ fn freopen_any(
     if mode.is_null() || fp.is_null() {
         return kernel();
     }
-    if let Some(stream) = stream_of(fp) {
+    if let Some(stream) = streams::get(fp) {
         return reopen_in_place(&stream, fp, path, mode);
     }
     if !is_managed_path(path) {
@@ -706,7 +677,7 @@ pub unsafe extern "C" fn freopen64(path: *const c_char, mode: *const c_char, fp:
 
 /// A cookie stream's descriptor, or `kernel`'s answer for another stream.
 fn fileno_any(fp: *mut FILE, kernel: impl FnOnce() -> c_int) -> c_int {
-    match stream_of(fp) {
+    match streams::get(fp) {
         Some(stream) => match stream.fd.load(Ordering::Acquire) {
             fd if fd < 0 => errno::fail_with(libc::EBADF),
             fd => fd,
@@ -725,29 +696,6 @@ pub unsafe extern "C" fn fileno(fp: *mut FILE) -> c_int {
 pub unsafe extern "C" fn fileno_unlocked(fp: *mut FILE) -> c_int {
     // SAFETY: passed on.
     fileno_any(fp, || unsafe { real::fileno_unlocked(fp) })
-}
-
-/// At exit, before the cache closes: flushes every cookie stream no other
-/// thread holds locked (waiting for one could hang the exit), so its
-/// buffered bytes go through the cache. Called outside the guard.
-pub fn flush_at_exit() {
-    if OPEN_STREAMS.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    // Held throughout: a stream cannot close (its close takes this lock)
-    // while it is flushed here.
-    let streams = streams();
-    for &address in streams.keys() {
-        let fp = address as *mut FILE;
-        // SAFETY: an open stream (in the registry); the lock is tried,
-        // never waited for, and released after the flush.
-        unsafe {
-            if ftrylockfile(fp) == 0 {
-                libc::fflush(fp);
-                funlockfile(fp);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

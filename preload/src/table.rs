@@ -1,7 +1,10 @@
 //! The managed descriptors: for each descriptor number the program holds
 //! on a managed file, its open file description ([`Desc`]): the cache's
 //! handle, the file position and status flags, which `dup`licates share
-//! as the kernel's descriptions are shared.
+//! as the kernel's descriptions are shared. A description writes its
+//! file's dirty data back to the kernel ([`Desc::write_back`]) for the
+//! calls that need the kernel's file current: a last close, a hand-over,
+//! a mapping, an `ioctl`.
 //!
 //! The descriptor number itself is a real descriptor of the file, opened
 //! by the kernel with the program's flags (less `O_TRUNC` and `O_DIRECT`,
@@ -27,6 +30,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use wbcache::SyncRangeFlags;
+
 /// An open file description of a managed file.
 pub struct Desc {
     pub file: wbcache::File,
@@ -50,6 +55,11 @@ impl Desc {
 
     pub fn flags(&self) -> i32 {
         self.status_flags.load(Ordering::Acquire)
+    }
+
+    /// Writes the file's dirty data back to the kernel (waiting for it).
+    pub fn write_back(&self) -> std::io::Result<()> {
+        self.file.writeback_range(0..i64::MAX as u64, SyncRangeFlags::WRITE | SyncRangeFlags::WAIT_AFTER)
     }
 }
 

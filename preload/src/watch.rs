@@ -23,10 +23,21 @@
 //! closes its copy of the group's descriptor (the parent's thread answers
 //! the group's events, and a child that outlived it must not keep the
 //! group, with its marks, alive).
+//!
+//! Ownership: this module owns the group, its marks and its two threads;
+//! what a hand-over does is `handover.rs`'s, a layer above: `open.rs`,
+//! which places a file's mark ([`watch`]) as it starts caching the file,
+//! passes the hand-over in as a [`HandOver`], so the watcher names no
+//! module above its own.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::{guard, handover, real, state, table};
+use crate::{guard, real, state, table};
+
+/// How a file another process opens goes to the kernel: its device and
+/// inode in; `Err` when its dirty data could not be written back (the
+/// file then stays cached, and the open proceeds all the same).
+pub type HandOver = fn((u64, u64)) -> std::io::Result<()>;
 
 /// The fanotify group's descriptor, or -1 without one.
 static GROUP: AtomicI32 = AtomicI32::new(-1);
@@ -35,18 +46,19 @@ static GROUP: AtomicI32 = AtomicI32::new(-1);
 /// a process that caches a file pays for it, and each group counts
 /// against the user's limit (`fs.fanotify.max_user_groups`, 128 by
 /// default); -1 when the process may not (no `CAP_SYS_ADMIN`), the
-/// limit is reached, or the kernel has no fanotify.
-fn group() -> libc::c_int {
+/// limit is reached, or the kernel has no fanotify. The hand-over
+/// thread hands files over with `hand_over`, the first call's.
+fn group(hand_over: HandOver) -> libc::c_int {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| {
-        if let Some(group) = start() {
+        if let Some(group) = start(hand_over) {
             GROUP.store(group, Ordering::Release);
         }
     });
     GROUP.load(Ordering::Acquire)
 }
 
-fn start() -> Option<libc::c_int> {
+fn start(hand_over: HandOver) -> Option<libc::c_int> {
     let flags = libc::FAN_CLASS_CONTENT | libc::FAN_CLOEXEC | libc::FAN_UNLIMITED_MARKS | libc::FAN_UNLIMITED_QUEUE;
     // SAFETY: a plain system call.
     let group = unsafe { libc::fanotify_init(flags, (libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC) as u32) };
@@ -58,7 +70,7 @@ fn start() -> Option<libc::c_int> {
     let worker = std::thread::Builder::new().name("wbcache-handover".into()).spawn(move || {
         let _inside = guard::enter();
         for pending in handing {
-            let_go_of(pending.key);
+            let_go_of(pending.key, hand_over);
             respond(group, pending.event_fd);
             answered().push(pending.event_fd);
         }
@@ -96,18 +108,18 @@ fn answered() -> std::sync::MutexGuard<'static, Vec<libc::c_int>> {
     ANSWERED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Puts the permission mark on the file `fd` is open on.
-pub fn watch(fd: libc::c_int) {
-    mark(fd, libc::FAN_MARK_ADD);
+/// Puts the permission mark on the file `fd` is open on. The first call
+/// starts the watcher, whose hand-overs are `hand_over`.
+pub fn watch(fd: libc::c_int, hand_over: HandOver) {
+    mark(group(hand_over), fd, libc::FAN_MARK_ADD);
 }
 
 /// Takes the mark off the file `fd` is open on.
 pub fn unwatch(fd: libc::c_int) {
-    mark(fd, libc::FAN_MARK_REMOVE);
+    mark(GROUP.load(Ordering::Acquire), fd, libc::FAN_MARK_REMOVE);
 }
 
-fn mark(fd: libc::c_int, how: libc::c_uint) {
-    let group = if how == libc::FAN_MARK_ADD { group() } else { GROUP.load(Ordering::Acquire) };
+fn mark(group: libc::c_int, fd: libc::c_int, how: libc::c_uint) {
     if group < 0 {
         return;
     }
@@ -261,8 +273,8 @@ fn cached_here(key: (u64, u64), event_fd: libc::c_int) -> bool {
 
 /// Another process opens the file `key`, cached here: it goes to the
 /// kernel. Its mark goes with its last cached descriptor (`handover.rs`).
-fn let_go_of(key: (u64, u64)) {
-    if let Err(e) = handover::hand_over(Some(key)) {
+fn let_go_of(key: (u64, u64), hand_over: HandOver) {
+    if let Err(e) = hand_over(key) {
         state::complain(&format!("another process opened a cached file whose data stays cached: {e}"));
     }
 }
