@@ -332,7 +332,7 @@ fn the_checker_finds_upward_imports_and_only_those() {
 }
 
 /// docs/architecture.md shows the same tables: after a `<!-- layers:
-/// library -->` (or `capi`, `sqlite`) marker, a code block with one line
+/// library -->` (or `capi`, `sqlite`, ...) marker, a code block with one line
 /// per folder, as the constants above write them.
 #[test]
 fn the_documented_layers_are_the_checked_ones() {

@@ -153,13 +153,13 @@ fn copy(from: c_int, from_off: *mut off_t, to: c_int, to_off: *mut off_t, len: u
     let mut done = 0;
     while done < len {
         let want = buf.len().min(len - done);
-        let n = transfer(from, from_off, buf.as_mut_ptr().cast(), want, false)?;
+        let n = transfer(from, from_off, buf.as_mut_ptr().cast(), want, Direction::Read)?;
         if n == 0 {
             break;
         }
         let mut written = 0;
         while written < n {
-            let m = transfer(to, to_off, buf[written..].as_mut_ptr().cast(), n - written, true)?;
+            let m = transfer(to, to_off, buf[written..].as_mut_ptr().cast(), n - written, Direction::Write)?;
             written += m;
         }
         done += n;
@@ -167,17 +167,24 @@ fn copy(from: c_int, from_off: *mut off_t, to: c_int, to_off: *mut off_t, len: u
     Ok(done)
 }
 
+/// Which way one of `copy`'s transfers goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    Read,
+    Write,
+}
+
 /// One read or write for `copy`: at `*off` (advanced) when it is given,
 /// else at the descriptor's position.
-fn transfer(fd: c_int, off: *mut off_t, buf: *mut c_void, len: usize, write: bool) -> io::Result<usize> {
+fn transfer(fd: c_int, off: *mut off_t, buf: *mut c_void, len: usize, direction: Direction) -> io::Result<usize> {
     // SAFETY: `buf` is `copy`'s buffer of at least `len` bytes; `off` is
     // NULL or the program's offset variable, as the C calls take it.
     let n = unsafe {
-        match (off.is_null(), write) {
-            (true, false) => crate::rw::read(fd, buf, len),
-            (true, true) => crate::rw::write(fd, buf, len),
-            (false, false) => crate::rw::pread(fd, buf, len, *off),
-            (false, true) => crate::rw::pwrite(fd, buf, len, *off),
+        match (off.is_null(), direction) {
+            (true, Direction::Read) => crate::rw::read(fd, buf, len),
+            (true, Direction::Write) => crate::rw::write(fd, buf, len),
+            (false, Direction::Read) => crate::rw::pread(fd, buf, len, *off),
+            (false, Direction::Write) => crate::rw::pwrite(fd, buf, len, *off),
         }
     };
     if n < 0 {

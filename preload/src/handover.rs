@@ -53,7 +53,7 @@ pub fn hand_over(key: Option<(u64, u64)>) -> io::Result<()> {
         Some(key) => vec![key],
         None => table::entries().into_iter().map(|(_, d)| d.key).collect(),
     };
-    state.set_handing(&keys, true);
+    state.begin_handing(&keys);
     let marked = table::begin_hand_over(key);
     let (written, failed, first_error) = write_back_each_file(marked);
     table::abort_hand_over(&failed);
@@ -70,7 +70,7 @@ pub fn hand_over(key: Option<(u64, u64)>) -> io::Result<()> {
     }
     table::end_hand_over(&written);
     let_go(state, written);
-    state.set_handing(&keys, false);
+    state.end_handing(&keys);
     first_error.map_or(Ok(()), Err)
 }
 

@@ -313,16 +313,17 @@ impl State {
         Ok(())
     }
 
-    /// Marks the files `keys` as being handed to the kernel (`true`), or
-    /// no longer.
-    pub fn set_handing(&self, keys: &[(u64, u64)], handing: bool) {
+    /// Marks the files `keys` as being handed to the kernel.
+    pub fn begin_handing(&self, keys: &[(u64, u64)]) {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files.handing.extend(keys.iter().copied());
+    }
+
+    /// The files `keys` are no longer being handed to the kernel.
+    pub fn end_handing(&self, keys: &[(u64, u64)]) {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
         for key in keys {
-            if handing {
-                files.handing.insert(*key);
-            } else {
-                files.handing.remove(key);
-            }
+            files.handing.remove(key);
         }
     }
 

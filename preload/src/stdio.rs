@@ -114,12 +114,20 @@ struct Mode {
     cloexec: bool,
 }
 
+/// Which call's reading of a mode string: `fdopen` reads fewer letters
+/// and ignores `x`, `e` and a character set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ModeOf {
+    Fopen,
+    Fdopen,
+}
+
 impl Mode {
-    /// The mode as glibc's `fopen` (`fdopen` when `for_fdopen`: fewer
-    /// letters, and `x`, `e` and a character set ignored) reads it;
+    /// The mode as glibc's `fopen` or `fdopen` (as `call` says) reads it;
     /// `None` for a mode it refuses (`EINVAL`) or, for `fopen`, one
     /// naming a character set.
-    fn parse(mode: &CStr, for_fdopen: bool) -> Option<Mode> {
+    fn parse(mode: &CStr, call: ModeOf) -> Option<Mode> {
+        let for_fdopen = call == ModeOf::Fdopen;
         let bytes = mode.to_bytes();
         let kind = *bytes.first().filter(|k| matches!(k, b'r' | b'w' | b'a'))?;
         let mut parsed = Mode { kind, plus: false, exclusive: false, cloexec: false };
@@ -423,7 +431,7 @@ fn fopen_any(path: *const c_char, mode: *const c_char, kernel: impl FnOnce() -> 
         return kernel();
     }
     // SAFETY: the program passes a NUL-terminated mode (checked non-NULL).
-    let Some(parsed) = Mode::parse(unsafe { CStr::from_ptr(mode) }, false) else { return kernel() };
+    let Some(parsed) = Mode::parse(unsafe { CStr::from_ptr(mode) }, ModeOf::Fopen) else { return kernel() };
     // SAFETY: the program's path; 0666 as fopen creates files.
     let fd = unsafe { open::open(path, parsed.open_flags(), 0o666) };
     if fd < 0 {
@@ -447,7 +455,7 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     // SAFETY: the program passes a NUL-terminated mode (checked non-NULL).
-    let parsed = (!mode.is_null()).then(|| Mode::parse(unsafe { CStr::from_ptr(mode) }, true)).flatten();
+    let parsed = (!mode.is_null()).then(|| Mode::parse(unsafe { CStr::from_ptr(mode) }, ModeOf::Fdopen)).flatten();
     let Some(parsed) = parsed.filter(|_| is_managed_fd(fd)) else {
         // SAFETY: passed on.
         return unsafe { real::fdopen(fd, mode) };
@@ -549,7 +557,7 @@ fn reopen_descriptor(path: *const c_char, old: c_int, mode: Mode) -> c_int {
 /// `freopen` of a cookie stream: the same `FILE` over the new file.
 fn reopen_in_place(stream: &Stream, fp: *mut FILE, path: *const c_char, mode_text: *const c_char) -> *mut FILE {
     // SAFETY: the program passes a NUL-terminated mode (checked non-NULL).
-    let Some(mode) = Mode::parse(unsafe { CStr::from_ptr(mode_text) }, false) else {
+    let Some(mode) = Mode::parse(unsafe { CStr::from_ptr(mode_text) }, ModeOf::Fopen) else {
         errno::set(libc::EINVAL);
         return ptr::null_mut();
     };
@@ -610,7 +618,7 @@ fn forget_closed(fd: c_int) {
 /// the variable(s) that held it, and returned.
 fn replace_standard(fp: *mut FILE, path: *const c_char, mode_text: *const c_char) -> Option<*mut FILE> {
     // SAFETY: the program passes a NUL-terminated mode (checked non-NULL).
-    let mode = Mode::parse(unsafe { CStr::from_ptr(mode_text) }, false)?;
+    let mode = Mode::parse(unsafe { CStr::from_ptr(mode_text) }, ModeOf::Fopen)?;
     // SAFETY: the program's stream; glibc's standard streams are not
     // freed by fclose, and the variables are replaced below.
     let old = unsafe { real::fileno(fp) };
@@ -703,7 +711,7 @@ mod tests {
     use super::*;
 
     fn parse(mode: &str) -> Option<Mode> {
-        Mode::parse(&CString::new(mode).unwrap(), false)
+        Mode::parse(&CString::new(mode).unwrap(), ModeOf::Fopen)
     }
 
     #[test]
@@ -729,9 +737,9 @@ mod tests {
 
     #[test]
     fn fdopen_ignores_x_e_and_a_character_set() {
-        let mode = Mode::parse(c"wxe+", true).unwrap();
+        let mode = Mode::parse(c"wxe+", ModeOf::Fdopen).unwrap();
         assert_eq!(mode, Mode { kind: b'w', plus: true, exclusive: false, cloexec: false });
-        assert!(Mode::parse(c"r,ccs=UTF-8", true).is_some());
+        assert!(Mode::parse(c"r,ccs=UTF-8", ModeOf::Fdopen).is_some());
     }
 
     #[test]
@@ -750,7 +758,7 @@ mod tests {
 
     #[test]
     fn fdopen_modes_must_fit_the_descriptor() {
-        let fits = |mode: &str, status| Mode::parse(&CString::new(mode).unwrap(), true).unwrap().fits(status);
+        let fits = |mode: &str, status| Mode::parse(&CString::new(mode).unwrap(), ModeOf::Fdopen).unwrap().fits(status);
         assert!(fits("r", libc::O_RDONLY) && fits("r", libc::O_RDWR));
         assert!(!fits("r+", libc::O_RDONLY) && !fits("w", libc::O_RDONLY));
         assert!(fits("a", libc::O_WRONLY) && !fits("r", libc::O_WRONLY) && !fits("w+", libc::O_WRONLY));

@@ -60,6 +60,7 @@ pub struct GuardedFile {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GuardianProcess {
     Spawn,
+    #[cfg(any(test, feature = "sim"))]
     MemoryOnly,
 }
 
