@@ -50,11 +50,12 @@ unsafe fn gather<'a>(iov: *const iovec, count: c_int) -> io::Result<Vec<IoSlice<
     let iovs = if count == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(iov, count as usize) } };
     Ok(iovs
         .iter()
-        // SAFETY: each base is valid for its length (the caller's contract).
         .map(|v| {
             IoSlice::new(if v.iov_len == 0 {
                 &[]
             } else {
+                // SAFETY: each base is valid for its length (the caller's
+                // contract).
                 unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) }
             })
         })

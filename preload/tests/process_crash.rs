@@ -69,8 +69,8 @@ fn run_then_kill(python: &Path, scratch: &Scratch, args: &[&str], acks: u64, del
         std::thread::sleep(Duration::from_millis(10));
     }
     match kill {
-        // SAFETY: a signal to the child this test started.
         Kill::Program => {
+            // SAFETY: a signal to the child this test started.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         Kill::Group => group.kill(),

@@ -223,19 +223,26 @@ fn middle_process(image: &ExecImage<'_>) -> ! {
 /// Runs in a fork child of a threaded process: calls nothing but system
 /// calls.
 unsafe fn guardian_exec(image: &ExecImage<'_>) -> ! {
-    libc::syscall(libc::SYS_dup3, image.devnull, 0, 0);
-    libc::syscall(libc::SYS_dup3, image.devnull, 1, 0);
-    libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
-    for fd in image.keep {
-        libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFD, 0);
+    // SAFETY: system calls only, as this function's contract asks: the
+    // descriptors, argument and environment arrays were prepared before
+    // the fork and outlive the calls (execve replaces the image, or
+    // exit_group ends the process); `empty` is a valid, empty signal set
+    // (all zeros) of the 8 bytes the kernel's sigset has.
+    unsafe {
+        libc::syscall(libc::SYS_dup3, image.devnull, 0, 0);
+        libc::syscall(libc::SYS_dup3, image.devnull, 1, 0);
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        for fd in image.keep {
+            libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFD, 0);
+        }
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE, libc::SIGQUIT, libc::SIGTSTP] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        let empty: libc::sigset_t = std::mem::zeroed();
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &empty, std::ptr::null_mut::<libc::sigset_t>(), 8);
+        libc::syscall(libc::SYS_execve, c"/proc/self/exe".as_ptr(), image.argv.as_ptr(), image.envp.as_ptr());
+        libc::syscall(libc::SYS_exit_group, 127);
     }
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE, libc::SIGQUIT, libc::SIGTSTP] {
-        libc::signal(sig, libc::SIG_IGN);
-    }
-    let empty: libc::sigset_t = std::mem::zeroed();
-    libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &empty, std::ptr::null_mut::<libc::sigset_t>(), 8);
-    libc::syscall(libc::SYS_execve, c"/proc/self/exe".as_ptr(), image.argv.as_ptr(), image.envp.as_ptr());
-    libc::syscall(libc::SYS_exit_group, 127);
     unreachable!("exit_group returned")
 }
 

@@ -61,9 +61,10 @@ impl Drop for LoopDevice {
 pub fn mknod_block(at: &std::path::Path, rdev: u64) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap();
-    // SAFETY: `c` is a NUL-terminated path that outlives the call.
     #[allow(clippy::useless_conversion)] // dev_t is not u64 on every target.
-    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, rdev.try_into().unwrap()) };
+    let dev: libc::dev_t = rdev.try_into().unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, dev) };
     if rc == 0 {
         Ok(())
     } else {
