@@ -943,8 +943,9 @@ fn describe(name: &str, samples: &[Sample], get: impl Fn(&Sample) -> u64) -> Str
 
 fn file_system(dir: &Path) -> String {
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid path and a statfs buffer valid for writing.
+    // SAFETY: `statfs` is a plain C struct, for which all zeros is valid.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid path and a statfs buffer valid for writing.
     if unsafe { libc::statfs(path.as_ptr(), &mut fs) } != 0 {
         return "unknown".into();
     }

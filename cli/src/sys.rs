@@ -227,8 +227,9 @@ pub fn memory_fs(path: &Path) -> Option<&'static str> {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `st` is a plain C struct filled by statfs; `c` is a valid C string.
+    // SAFETY: `statfs` is a plain C struct, for which all zeros is valid.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a struct statfs fills.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
         return None;
     }
@@ -242,8 +243,9 @@ pub fn memory_fs(path: &Path) -> Option<&'static str> {
 /// Bytes available to this process on the file system of `path`.
 pub fn free_bytes(path: &Path) -> Option<u64> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: as in `memory_fs`.
+    // SAFETY: `statvfs` is a plain C struct, for which all zeros is valid.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a struct statvfs fills.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return None;
     }

@@ -103,10 +103,11 @@ impl EngineFile for DirectFile {
         let fd = self.fd();
         let ptr = buf.as_mut_ptr();
         let len = buf.len();
-        // SAFETY (for the pointer arithmetic below): `done < len`.
         self.one(
             &mut |done| {
-                opcode::Read::new(fd, unsafe { ptr.add(done) }, (len - done) as u32).offset(off + done as u64).build()
+                // SAFETY: pointer arithmetic within `buf`: `done < len`.
+                let at = unsafe { ptr.add(done) };
+                opcode::Read::new(fd, at, (len - done) as u32).offset(off + done as u64).build()
             },
             len,
         )
@@ -210,10 +211,11 @@ impl Flight<'_> {
     fn entry(&self, slot: usize, s: &Slot) -> io_uring::squeue::Entry {
         let (off, len) = (s.off + s.done as u64, (s.len - s.done) as u32);
         let e = if self.write {
-            // SAFETY (pointer arithmetic): `s.done < s.len <= wbuf.len()`.
+            // SAFETY: pointer arithmetic within `wbuf`: `s.done < s.len <= wbuf.len()`.
             opcode::Write::new(self.fd, unsafe { self.wbuf.as_ptr().add(s.done) }, len).offset(off).build()
         } else {
-            // SAFETY (pointer arithmetic): `s.done < s.len <= rbufs[slot].len()`.
+            // SAFETY: pointer arithmetic within the slot's buffer:
+            // `s.done < s.len <= rbufs[slot].len()`.
             opcode::Read::new(self.fd, unsafe { self.rptrs[slot].add(s.done) }, len).offset(off).build()
         };
         e.user_data(slot as u64)

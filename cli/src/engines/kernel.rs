@@ -189,8 +189,8 @@ impl EngineFile for KernelFile {
                 let buf = bufs[0];
                 let mut done = 0;
                 while done < buf.len() {
-                    // SAFETY: `buf[done..]` is valid for reads for its length.
                     let n = retry_eintr(|| {
+                        // SAFETY: `buf[done..]` is valid for reads for its length.
                         cvt(unsafe { libc::write(self.fd(), buf[done..].as_ptr() as *const _, buf.len() - done) })
                     })?;
                     if n == 0 {

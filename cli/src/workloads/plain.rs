@@ -351,8 +351,8 @@ fn read_round(file: &std::fs::File, base: *mut u8, footprint: u64, len: u64, bs:
             break; // a short read before the end: the file shrank
         }
         while inflight < DIRECT_REFERENCE_DEPTH && next_off < len {
-            // SAFETY (pointer arithmetic): slot `i < slots` lies inside
-            // the footprint.
+            // SAFETY: pointer arithmetic within the footprint: slot
+            // `i < slots` lies inside it.
             let buf = unsafe { base.add(((next_off / bs) % slots * bs) as usize) };
             let n = bs.min(len - next_off) as u32;
             let e = io_uring::opcode::Read::new(fd, buf, n).offset(next_off).build().user_data(next_off);
