@@ -30,6 +30,17 @@ use crate::buf::map::{map_populated, Populate, BLOCK_SIZE, MAPPED_BUF_MIN_BYTES}
 pub(super) const SLAB_BYTES: usize = 2 << 20;
 const SLAB_CLASSES: usize = (MAPPED_BUF_MIN_BYTES / BLOCK_SIZE).trailing_zeros() as usize;
 
+// What the slabs assume, checked when the crate builds: a stashed slab is
+// handed out whole as a mapped buffer of its size (so it is one, and
+// unmapped as one), every slot class fits a slab several times, and a
+// release batch holds at least a whole slab.
+const _: () = {
+    assert!(SLAB_BYTES == MAPPED_BUF_MIN_BYTES);
+    assert!(SLAB_CLASSES > 0 && (BLOCK_SIZE << (SLAB_CLASSES - 1)) < SLAB_BYTES);
+    assert!(SLAB_BYTES % BLOCK_SIZE == 0);
+    assert!(SLAB_RELEASE_BATCH_BYTES >= SLAB_BYTES);
+};
+
 /// Slots freed since the last release, held back (at most
 /// [`SLAB_RELEASE_BATCH_BYTES`]) so their pages go back to the kernel in
 /// few calls: sorted, neighbours coalesce (a cache dropping everything

@@ -410,8 +410,10 @@ pub fn batch_len(lens: impl IntoIterator<Item = u64>, bytes_max: u64) -> usize {
 pub fn run_batch(store: &dyn BackingStore, ops: &mut [IoOp<'_>]) {
     if store.info().direct_io {
         for op in ops.iter() {
-            debug_assert_eq!(op.offset % BLOCK_SIZE as u64, 0, "unaligned O_DIRECT offset");
-            debug_assert_eq!(op.len() % BLOCK_SIZE, 0, "unaligned O_DIRECT length");
+            // The engine's own invariant (folios are whole, aligned
+            // blocks): an unaligned O_DIRECT op would fail with EINVAL.
+            assert_eq!(op.offset % BLOCK_SIZE as u64, 0, "unaligned O_DIRECT offset");
+            assert_eq!(op.len() % BLOCK_SIZE, 0, "unaligned O_DIRECT length");
         }
     }
     for op in ops.iter_mut() {

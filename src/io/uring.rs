@@ -548,6 +548,7 @@ impl UringQueue {
     /// Folds one CQE into its write: done, retried, or failed. A write the
     /// kernel cancelled (see [`is_cancelled`]) is attempted here instead.
     fn complete(&mut self, slot: usize, res: i32) {
+        assert!(self.in_ring > 0, "a completion for a request the ring holds (slot {slot})");
         self.in_ring -= 1;
         let f = self.slots.get_mut(slot);
         let mut attempt = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };

@@ -210,6 +210,7 @@ impl InFlight {
         let wanted_by_sync = self.sync_inodes.contains(&inode.id());
         let priority = if wanted_by_sync { IoPriority::Sync } else { IoPriority::Async };
         let writes = inode.pass_writes(&pass, priority, id << TAG_SHIFT);
+        assert!((writes.len() as u64) < 1 << TAG_SHIFT, "a pass's I/O numbers fit below its id in the tag");
         if wanted_by_sync {
             Counters::add(&self.domain.dirty.cache.counters.promoted_bytes, pass.bytes());
         }
@@ -477,6 +478,9 @@ impl InFlight {
             let (class, len) = p.classes[index].expect("a completed I/O went to the queue");
             let io = p.device_ios[index].take().expect("a queued I/O is in the device account");
             if let Ok(n) = &c.result {
+                // The queues loop short writes: a write completes whole or
+                // fails.
+                assert_eq!(*n as u64, len, "I/O {index} of pass {id} completed whole");
                 completed_bytes += *n as u64;
                 written_bytes += p.pass.io_bytes(index);
             }
@@ -507,7 +511,7 @@ impl InFlight {
         debug_assert_eq!(self.passes.values().map(|p| p.remaining).sum::<usize>(), self.ios_queued, "queued I/Os");
         debug_assert_eq!(self.passes.values().map(|p| p.pass.bytes()).sum::<u64>(), self.bytes_queued, "queued bytes");
         debug_assert_eq!(self.passes_per_inode.values().sum::<usize>(), self.passes.len(), "passes per inode");
-        debug_assert_eq!(
+        assert_eq!(
             self.held_sync.len() + self.held_async.len() + self.in_queue,
             self.ios_queued,
             "every collected I/O is held or in the queue"

@@ -109,7 +109,7 @@ impl Inode {
         self.complete_chunks(pass.chunks, &mut outcome);
         let before = self.writeback_pass_bytes.fetch_sub(pass.bytes, Ordering::AcqRel);
         assert!(before >= pass.bytes, "a pass's bytes were counted when it was collected");
-        debug_assert_eq!(outcome.written_bytes + outcome.failed_bytes, pass.bytes, "every byte completes once");
+        assert_eq!(outcome.written_bytes + outcome.failed_bytes, pass.bytes, "every byte completes once");
         debug_assert_eq!(written_by_class.iter().sum::<u64>(), outcome.written_bytes, "written bytes counted once");
         if outcome.written_bytes > 0 {
             self.written_since_sync.store(true, Ordering::Release);

@@ -132,7 +132,7 @@ impl WbPass {
     /// the class it was written in.
     pub fn set_results(&mut self, results: Vec<(io::Result<usize>, IoClass)>) {
         assert_eq!(results.len(), self.groups.len(), "one result per I/O");
-        debug_assert_eq!(self.groups.last().map(|g| g.1), Some(self.chunks.len()), "the I/Os cover every chunk");
+        assert_eq!(self.groups.last().map(|g| g.1), Some(self.chunks.len()), "the I/Os cover every chunk");
         self.classes = results.iter().map(|&(_, class)| class).collect();
         for (&(i, j), (result, _)) in self.groups.iter().zip(results) {
             for c in &mut self.chunks[i..j] {

@@ -33,6 +33,29 @@ pub(super) const TAG_FOLIO: usize = 2;
 pub(super) const TAG_SIBLING: usize = 3;
 pub(super) const SIBLING_SHIFT: u32 = 3;
 
+// What the tagged words assume, checked when the crate builds: the
+// addresses a word holds (nodes, and folios as `Arc::into_raw` gives them)
+// leave the tag bits free, the tags are distinct and non-zero (0 is an
+// empty slot), and a sibling's number starts just above them.
+const _: () = {
+    assert!(std::mem::align_of::<Dense>() > TAG_BITS);
+    assert!(std::mem::align_of::<Sparse>() > TAG_BITS);
+    assert!(std::mem::align_of::<Folio>() > TAG_BITS);
+    let tags = [TAG_DENSE, TAG_SPARSE, TAG_FOLIO, TAG_SIBLING];
+    let mut i = 0;
+    while i < tags.len() {
+        assert!(tags[i] != 0 && tags[i] & !TAG_BITS == 0);
+        let mut j = i + 1;
+        while j < tags.len() {
+            assert!(tags[i] != tags[j]);
+            j += 1;
+        }
+        i += 1;
+    }
+    assert!(1 << SIBLING_SHIFT == TAG_BITS + 1);
+    assert!(SPARSE_SLOTS_MAX < SLOTS && SLOTS <= u64::BITS as usize);
+};
+
 /// A slot's word, decoded.
 #[derive(Clone, Copy)]
 pub(super) enum Slot<'a> {
