@@ -11,6 +11,7 @@ use crate::engines::EngineKind;
 use crate::sys::{exact_size, fmt_size};
 use crate::workloads::custom::{FioJob, FioRw};
 use crate::workloads::parallel_writeback::{PW_DEFAULT_WORKERS, PW_MAX_WORKERS};
+use crate::workloads::small_overwrite::{DEFAULT_OVERWRITES, QUICK_OVERWRITES};
 use crate::workloads::{custom, expand, Group, Params, Selection, WORKLOADS};
 
 const MIB: u64 = 1 << 20;
@@ -140,9 +141,6 @@ pub struct BenchArgs {
     pub fio: Option<PathBuf>,
 }
 
-pub const DEFAULT_OVERWRITES: &[&str] =
-    &["pwrite-1k-4k-file", "pwrite-1k-2m-file", "pwrite-10k-2m-file", "write-1k-2m-file", "writev-1k-2m-file"];
-pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"];
 /// The accounts data of `sqlite` with --quick.
 pub const SQLITE_QUICK_DATA: u64 = 4 * MIB;
 /// The database `rocksdb` builds with --quick.

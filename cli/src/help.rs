@@ -3,8 +3,8 @@
 //! workload does and models, its variants, the engines, the suites, and
 //! the options that take more than a line to explain).
 
-use crate::cli::{DEFAULT_OVERWRITES, QUICK_OVERWRITES};
 use crate::engines::EngineKind;
+use crate::workloads::small_overwrite::{DEFAULT_OVERWRITES, QUICK_OVERWRITES};
 use crate::workloads::WORKLOADS;
 
 /// What `bench --help` says after the options: each workload and engine in

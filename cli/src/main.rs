@@ -8,15 +8,20 @@
 //! `wbcache install` installs the C library, its header and pkg-config
 //! files ([`install`]).
 //!
-//! Layout: [`cli`] (options, suites), [`help`] (the help and `--list`
-//! texts), [`workloads`] (the `Workload` trait, the catalog, and one module
-//! per workload: its variants, job specs, worker code, rows, table and
-//! targets), [`engines`] (the five engines behind one trait),
+//! Layout, top first (each layer imports only those below it; the table
+//! is `CLI_LAYERS` in tests/architecture.rs): [`runner`] (the parent:
+//! places, leftovers of killed runs, cgroups, caches, workers, tables,
+//! charts); [`cli`] (options, suites); [`help`] (the help and `--list`
+//! texts), [`run`], [`install`]; [`workloads`] (the `Workload` trait, the
+//! catalog, and one module per workload: its variants, job specs, worker
+//! code, rows, table and targets); [`svg`] (drawing); [`report`] (result
+//! rows, JSON, the shared parts of the tables, the targets table);
 //! [`bench_worker`] (one measurement in a child process: its threads, the
-//! generic job runner), [`runner`] (the parent: places, leftovers of killed
-//! runs, cgroups, caches, workers), [`cgroup`], [`measure`] (histograms,
-//! series), [`report`] (result rows, JSON, the shared parts of the tables,
-//! targets), [`svg`], [`progress`], [`sys`].
+//! generic job runner); [`spec`] (what a measurement is made of);
+//! [`engines`] (the five engines behind one trait); [`cgroup`],
+//! [`measure`] (histograms, series), [`preload_library`], [`progress`],
+//! [`sys`]. This file only dispatches: the worker gets the catalog from
+//! here ([`workloads::Catalog`]), so that it names no workload.
 
 mod bench_worker;
 mod cgroup;
@@ -25,10 +30,12 @@ mod engines;
 mod help;
 mod install;
 mod measure;
+mod preload_library;
 mod progress;
 mod report;
 mod run;
 mod runner;
+mod spec;
 mod svg;
 mod sys;
 mod workloads;
@@ -61,7 +68,7 @@ fn main() {
         cli::Command::Bench(args) => runner::run(*args),
         cli::Command::Run(args) => run::run(args),
         cli::Command::Install(args) => install::run(args),
-        cli::Command::BenchWorker => bench_worker::main(),
+        cli::Command::BenchWorker => bench_worker::main(&workloads::Catalog),
     };
     std::process::exit(code);
 }

@@ -8,7 +8,8 @@
 //! Everything is checked before the program starts (the library exists,
 //! every directory exists, every option is known and valid), so a bad
 //! input is one line and exit status 2, never a program run uncached.
-//! The program's exit status is `run`'s.
+//! The program's exit status is `run`'s. The library is found as the
+//! bench finds it ([`crate::preload_library`]).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -17,8 +18,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use wbcache::Config;
 
-/// The library's file name, next to the `wbcache` binary.
-const PRELOAD_LIBRARY: &str = "libwbcache_preload.so";
+use crate::preload_library::{library, preload_list};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -38,21 +38,6 @@ pub struct RunArgs {
     /// The program and its arguments, after `--`.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub program: Vec<OsString>,
-}
-
-/// Where the preload library is: `WBCACHE_PRELOAD` if set, else beside
-/// this binary (the bench's workers, which run programs under it, ask
-/// the same way).
-pub(crate) fn library() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("WBCACHE_PRELOAD") {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the wbcache binary: {e}"))?;
-    let beside = exe.with_file_name(PRELOAD_LIBRARY);
-    if beside.is_file() {
-        return Ok(beside);
-    }
-    Err(format!("{} not found next to {} (build it with cargo build --release)", PRELOAD_LIBRARY, exe.display()))
 }
 
 /// The managed directories, each checked and made absolute.
@@ -121,14 +106,4 @@ pub fn run(args: RunArgs) -> i32 {
     let error = command.exec();
     eprintln!("wbcache run: {}: {error}", Path::new(program).display());
     127
-}
-
-/// `LD_PRELOAD` with the library first and any the caller set after it.
-pub(crate) fn preload_list(lib: &Path) -> OsString {
-    let mut list = lib.as_os_str().to_os_string();
-    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        list.push(":");
-        list.push(existing);
-    }
-    list
 }

@@ -17,8 +17,8 @@ use serde::Serialize;
 use super::offsets::{KeyedPerm, OpGen};
 use crate::engines::{EngineFile, EngineKind, System, Target, DIRECT_DEPTH};
 use crate::measure::Histogram;
+use crate::spec::{JobSpec, Pattern, Setup, Spec, MIB};
 use crate::sys::IoBuffer;
-use crate::workloads::{JobSpec, Pattern, Setup, Spec, MIB};
 
 /// The error of a job ended because another one failed (the first real
 /// error is the one reported).

@@ -8,7 +8,9 @@
 //! This module owns the threads, the sampler and the outcome; [`job`] the
 //! course of one job and the generic timed phase; [`offsets`] where the
 //! generic patterns' requests go. A job whose pattern is its workload's own
-//! is run by the workload (the spec names it).
+//! is run by the workload (the spec names it): the worker asks for it by
+//! name through [`OwnJobs`], which `main` passes down from the catalog, so
+//! the worker names no workload.
 
 mod job;
 mod offsets;
@@ -27,9 +29,22 @@ pub use offsets::OpGen;
 
 use crate::engines::{EngineKind, System};
 use crate::measure::{round3, HistData, Series};
-use crate::workloads::{Pattern, Spec, Workload};
+use crate::spec::{Pattern, Spec};
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// The workloads as the worker knows them: by the name a spec gives. A job
+/// whose pattern is its workload's own ([`Pattern::Own`]) is run by that
+/// workload. The catalog answers (`crate::workloads::Catalog`, passed down
+/// by `main`), so the worker names no workload.
+pub trait OwnJobs: Sync {
+    /// Whether a workload is named `workload`.
+    fn knows(&self, workload: &str) -> bool;
+
+    /// Runs the job of `ctx`, whose pattern is its workload's own, on the
+    /// job's thread.
+    fn run(&self, ctx: &JobContext<'_>) -> io::Result<JobRaw>;
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -129,8 +144,9 @@ impl Outcome {
     }
 }
 
-/// Entry point of `wbcache bench-worker`.
-pub fn main() -> i32 {
+/// Entry point of `wbcache bench-worker`; `own_jobs` runs the jobs whose
+/// pattern is their workload's own.
+pub fn main(own_jobs: &dyn OwnJobs) -> i32 {
     // Die with the parent: a killed `bench` must not leave a writer behind.
     // SAFETY: prctl with these arguments only sets a process attribute.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
@@ -146,7 +162,7 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let outcome = run(&spec);
+    let outcome = run(&spec, own_jobs);
     let json = serde_json::to_string(&outcome).expect("outcome serializes");
     let mut out = io::stdout().lock();
     let _ = writeln!(out, "{json}");
@@ -200,19 +216,19 @@ struct Sampler {
     states: Vec<SeriesState>,
 }
 
-pub fn run(spec: &Spec) -> Outcome {
+pub fn run(spec: &Spec, own_jobs: &dyn OwnJobs) -> Outcome {
     let sys = match System::new(spec.engine, &spec.wbcache_options) {
         Ok(s) => s,
         Err(e) => return Outcome::failed(&e),
     };
-    let Some(workload) = crate::workloads::by_name(&spec.workload) else {
+    if !own_jobs.knows(&spec.workload) {
         return Outcome::failed(&io::Error::other(format!("unknown workload '{}'", spec.workload)));
-    };
+    }
     let shared = Shared::new(spec.jobs.len());
     let mut sampler = Sampler::new(spec.jobs.len());
     let block_stat = || block_stat_of_spec(spec);
     let (raws, peak_before, cpu_start, block_start) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..spec.jobs.len()).map(|i| spawn_job(s, &sys, spec, workload, &shared, i)).collect();
+        let handles: Vec<_> = (0..spec.jobs.len()).map(|i| spawn_job(s, &sys, spec, own_jobs, &shared, i)).collect();
         shared.barrier.wait();
         let t0 = Instant::now();
         let cpu_start = crate::sys::cpu_busy_ticks();
@@ -242,7 +258,7 @@ pub fn run(spec: &Spec) -> Outcome {
     };
     // A program run under the preload has its own cache, in its own
     // process: its stats, when it left them, are the measurement's.
-    let program_stats = spec.jobs.iter().find_map(|j| crate::workloads::external::take_program_stats(&j.target.path));
+    let program_stats = spec.jobs.iter().find_map(|j| crate::preload_library::take_program_stats(&j.target.path));
     let wbcache_stats = program_stats.or_else(|| sys.stats_json());
     let io_backend = sys.io_backend();
     let peak_rss_bytes = crate::sys::peak_rss_bytes();
@@ -284,7 +300,7 @@ fn spawn_job<'scope, 'env>(
     s: &'scope Scope<'scope, 'env>,
     sys: &'env System,
     spec: &'env Spec,
-    workload: &'static dyn Workload,
+    own_jobs: &'env dyn OwnJobs,
     shared: &'env Shared,
     i: usize,
 ) -> ScopedJoinHandle<'scope, io::Result<JobRaw>> {
@@ -302,7 +318,7 @@ fn spawn_job<'scope, 'env>(
     };
     let run = move || {
         let r = match &job.pattern {
-            Pattern::Own(_) => workload.run_job(&ctx),
+            Pattern::Own(_) => own_jobs.run(&ctx),
             _ => job::run_stream_job(&ctx),
         };
         if r.is_err() {

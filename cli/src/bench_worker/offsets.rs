@@ -2,8 +2,8 @@
 //! random patterns ([`OpGen`]), and an order of many blocks that needs no
 //! table ([`KeyedPerm`]), which jobs sharing a file split between them.
 
+use crate::spec::Pattern;
 use crate::sys::Rng;
-use crate::workloads::Pattern;
 
 /// Offsets (relative to the target) of a streaming or random pattern.
 pub enum OpGen {

@@ -2,8 +2,13 @@
 //! renamed), the reference figures measured without an engine, and what
 //! every workload's rows share: the aggregate of a measurement's jobs, the
 //! generic summary line. [`table`] holds the Markdown tables' shared parts
-//! and the generic table, [`targets`] the check of wbcache's goals; each
-//! workload's own rows, table and goals are in its module.
+//! and the generic table, [`targets`] the targets table of wbcache's goals;
+//! each workload's own rows, table and goals are in its module.
+//!
+//! It stands below the workloads and knows none: a row names its group
+//! through [`RowGroup`] and its workload by name; turning an outcome into
+//! a workload's rows and gathering the workloads' goals are the catalog's
+//! (`crate::workloads`). Its own file, the rows, stands below its tables.
 
 mod device;
 mod table;
@@ -17,13 +22,12 @@ pub use table::{
     cell, figure_of, fmt_num, fmt_seconds, fmt_three_digits, markdown_table, mib, ms, push_table_head, push_table_row,
     ratio_of,
 };
-pub use targets::{find_row, targets, verdict_count, TargetInputs, Verdict};
+pub use targets::{find_row, targets_table, verdict_count, TargetInputs, Verdict};
 
 use crate::bench_worker::{JobResult, Outcome, Status};
 use crate::engines::EngineKind;
 use crate::measure::{rate_points, round3, sum_samples, HistData, Histogram, Percentiles, Series};
 use crate::sys::Machine;
-use crate::workloads::{Group, Workload};
 
 /// One result row. Field order and names are the JSON schema; fields that do
 /// not apply are `null`. The `#[serde(skip)]` fields feed tables and charts.
@@ -191,22 +195,34 @@ pub struct ResultRow {
     /// since its start, latency in ms)`, for charts.
     #[serde(skip)]
     pub fsync_points: Vec<(f64, f64)>,
-    /// The workload the row is of, which draws it in charts (`None` only
-    /// for rows made up in tests).
-    #[serde(skip)]
-    pub owner: Option<&'static dyn Workload>,
+}
+
+/// The group a row is of, as rows name it: its workload, its variant and
+/// its file-name-safe label. A measurement group (`crate::workloads::Group`)
+/// is one; the report knows groups by these names only, and leaves asking
+/// a row's workload anything to the layers that know the workloads.
+pub trait RowGroup {
+    /// The workload's name (JSON `workload`).
+    fn workload(&self) -> &str;
+
+    /// Its variant (JSON `variant`; `None` for a workload's only group).
+    fn variant(&self) -> Option<String>;
+
+    /// The label the group's rows carry ([`ResultRow::group`]): file names
+    /// of its charts.
+    fn slug(&self) -> String;
 }
 
 impl ResultRow {
     pub fn empty(
-        group: &Group,
+        group: &dyn RowGroup,
         engine: EngineKind,
         variant: Option<String>,
         status: Status,
         error: Option<String>,
     ) -> Self {
         ResultRow {
-            workload: group.workload.to_string(),
+            workload: group.workload().to_string(),
             engine: engine.name().to_string(),
             variant,
             throughput_mb_s: None,
@@ -265,7 +281,6 @@ impl ResultRow {
             fsync_tail_s: None,
             group: group.slug(),
             fsync_points: Vec::new(),
-            owner: Some(group.owner),
         }
     }
 
@@ -273,32 +288,14 @@ impl ResultRow {
         self.status == "ok"
     }
 
-    /// Whether the row is of workload `w`.
-    pub fn is_of(&self, w: &dyn Workload) -> bool {
-        self.workload == w.name()
-    }
-
-    /// Label in charts: engine, plus what tells the row apart from the
-    /// engine's others (a writer's role, a configuration).
-    pub fn series_label(&self) -> String {
-        self.owner.map_or_else(|| self.engine.clone(), |w| w.series_label(self))
-    }
-
-    /// The row's line in the throughput chart: colour and dash.
-    pub fn line_style(&self) -> (&'static str, &'static str) {
-        self.owner.map_or_else(|| (crate::svg::engine_color(&self.engine), ""), |w| w.line_style(self))
-    }
-
-    /// The row's measurement's line in the dirty-bytes chart: label, colour
-    /// and dash.
-    pub fn dirty_line(&self) -> (String, &'static str, &'static str) {
-        self.owner
-            .map_or_else(|| (self.engine.clone(), crate::svg::engine_color(&self.engine), ""), |w| w.dirty_line(self))
+    /// Whether the row is of the workload named `workload`.
+    pub fn is_of(&self, workload: &str) -> bool {
+        self.workload == workload
     }
 }
 
-pub fn failed_row(group: &Group, engine: EngineKind, status: Status, error: String) -> ResultRow {
-    ResultRow::empty(group, engine, group.variant.clone(), status, Some(error))
+pub fn failed_row(group: &dyn RowGroup, engine: EngineKind, status: Status, error: String) -> ResultRow {
+    ResultRow::empty(group, engine, group.variant(), status, Some(error))
 }
 
 fn merged(hists: impl Iterator<Item = HistData>) -> Option<Percentiles> {
@@ -310,7 +307,7 @@ fn merged(hists: impl Iterator<Item = HistData>) -> Option<Percentiles> {
 }
 
 pub fn aggregate(
-    group: &Group,
+    group: &dyn RowGroup,
     engine: EngineKind,
     variant: Option<String>,
     jobs: &[&JobResult],
@@ -341,29 +338,6 @@ pub fn aggregate(
     row.peak_dirty_bytes = Some(o.peak_dirty_bytes);
     row.dirty = o.dirty.clone();
     row
-}
-
-/// Turns a worker's outcome into result rows: a failed measurement's one
-/// row, or the workload's rows.
-pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRow> {
-    if o.status != Status::Ok {
-        let mut row = failed_row(group, engine, o.status, o.error.clone().unwrap_or_else(|| "failed".into()));
-        row.dirty = o.dirty.clone();
-        return vec![row];
-    }
-    let jobs: Vec<&JobResult> = o.jobs.iter().collect();
-    let mut rows = group.owner.rows(group, engine, &jobs, o);
-    let account = o.wbcache_stats.as_deref().and_then(device_account_of);
-    // The job that stopped last with a final fsync: its leftovers.
-    let last_stream =
-        jobs.iter().filter(|j| j.dirty_bytes_at_io_end.is_some()).max_by(|a, b| a.io_end_s.total_cmp(&b.io_end_s));
-    for row in &mut rows {
-        row.block_device = o.block_device.clone();
-        row.device_account = account.clone();
-        row.dirty_bytes_at_end = last_stream.and_then(|j| j.dirty_bytes_at_io_end);
-        row.durable_s = last_stream.map(|j| round6(j.end_s - j.io_end_s));
-    }
-    rows
 }
 
 /// The device account's keys of a wbcache stats JSON (see
@@ -557,7 +531,7 @@ pub(crate) mod test_support {
     /// `workload`'s target lines of `rows`: (target, met). Empty when the
     /// rows give no targets at all.
     pub fn verdicts(rows: &[ResultRow], workload: &str) -> Vec<(String, bool)> {
-        let Some(table) = targets(rows, 1 << 30, &[], true) else { return Vec::new() };
+        let Some(table) = crate::workloads::targets(rows, 1 << 30, &[], true) else { return Vec::new() };
         let prefix = format!("| {workload}");
         table
             .lines()

@@ -1,12 +1,12 @@
 //! wbcache's goals against the kernel, checked on this run's rows: each
 //! workload says its own ([`crate::workloads::Workload::targets`]), of its
-//! own rows and references; this module gathers them into one table, in
-//! the order the workloads give, and says which were met.
+//! own rows and references, as [`Verdict`]s; the catalog gathers them in
+//! the order the workloads give (`crate::workloads::targets`), and this
+//! module makes them one table that says which were met.
 
 use std::fmt::Write as _;
 
 use super::{Reference, ResultRow};
-use crate::workloads::WORKLOADS;
 
 /// One goal checked: what it is, what was measured, and whether it was met.
 pub struct Verdict {
@@ -38,18 +38,9 @@ pub fn find_row<'a>(rows: &[&'a ResultRow], variant: Option<&str>, engine: &str)
 /// or two runs are shown, but judged only as a median of three or more.
 pub const NOT_JUDGED: &str = "run with --repeat 3 to judge";
 
-/// wbcache's goals against the kernel, checked on this run's rows (`None`
-/// when the rows give no goal to check); each met or not when `judged`,
-/// else its figures with [`NOT_JUDGED`].
-pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference], judged: bool) -> Option<String> {
-    let mut workloads = WORKLOADS.to_vec();
-    workloads.sort_by_key(|w| w.targets_rank());
-    let mut lines: Vec<Verdict> = Vec::new();
-    for w in workloads {
-        let own_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.is_of(w)).collect();
-        let own_references: Vec<&Reference> = references.iter().filter(|r| r.workload == w.name()).collect();
-        lines.extend(w.targets(&own_rows, &TargetInputs { dirty_limit, references: &own_references }));
-    }
+/// The targets table of the goals checked (`None` when there is none);
+/// each met or not when `judged`, else its figures with [`NOT_JUDGED`].
+pub fn targets_table(lines: Vec<Verdict>, judged: bool) -> Option<String> {
     if lines.is_empty() {
         return None;
     }
@@ -76,6 +67,7 @@ pub fn verdict_count(table: Option<&str>) -> usize {
 mod tests {
     use super::*;
     use crate::report::ResultRow;
+    use crate::workloads::targets;
 
     fn seq_write(engine: &str, mb_s: f64) -> ResultRow {
         ResultRow {

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::INTERRUPTED;
+use super::interrupt::{stop_if_output_closed, INTERRUPTED};
 use crate::bench_worker::Outcome;
 use crate::cgroup::{CgroupHandle, MemCgroups};
 use crate::engines::EngineKind;
@@ -116,13 +116,13 @@ fn start_worker(spec: &Spec, cgroups: Option<&mut MemCgroups>) -> Result<(Child,
 /// `wbcache run` runs a program: its jobs' directories managed, the cache
 /// built from the measurement's options.
 fn preload_environment(command: &mut Command, spec: &Spec) -> Result<(), String> {
-    let lib = crate::run::library()?;
+    let lib = crate::preload_library::library()?;
     let mut dirs: Vec<&std::path::Path> = spec.jobs.iter().filter_map(|j| j.target.path.parent()).collect();
     dirs.sort();
     dirs.dedup();
     let paths = std::env::join_paths(dirs).map_err(|e| format!("the jobs' directories as WBCACHE_PATHS: {e}"))?;
     command
-        .env("LD_PRELOAD", crate::run::preload_list(&lib))
+        .env("LD_PRELOAD", crate::preload_library::preload_list(&lib))
         .env("WBCACHE_PATHS", paths)
         .env("WBCACHE_OPTIONS", &spec.wbcache_options);
     Ok(())
@@ -177,7 +177,7 @@ fn watch(
                 break None;
             }
         }
-        super::stop_if_output_closed();
+        stop_if_output_closed();
         if INTERRUPTED.load(Ordering::SeqCst) {
             let _ = child.kill();
             killed = Some("interrupted".into());

@@ -2,18 +2,20 @@
 //! or a raw device, [`site`]), the memory cgroups and the data file, then
 //! runs every (workload, engine) measurement in a fresh worker process
 //! ([`child`]), dropping the kernel's caches before each, and prints a table
-//! per workload as it completes, then the targets, the JSON and the charts.
+//! per workload as it completes, then the targets, the JSON and the charts
+//! ([`charts`]); a signal or a closed output stops it early ([`interrupt`]).
 //! It knows no workload: each group's workload lays out its files, makes
 //! its spec, turns the outcome into rows, measures its references and
 //! writes its table.
 
+mod charts;
 mod child;
+mod interrupt;
 mod leftovers;
 mod site;
 
 use std::fs;
-use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -24,58 +26,12 @@ use crate::cli::{BenchArgs, Plan};
 use crate::engines::{EngineKind, DIRECT_DEPTH};
 use crate::help::list_text;
 use crate::progress::{say, Progress};
-use crate::report::{failed_row, rows_from, targets, to_json, verdict_count, Reference, ResultRow};
+use crate::report::{failed_row, to_json, verdict_count, Reference, ResultRow};
 use crate::sys::{self, fmt_size, Machine};
-use crate::workloads::{build_spec, data_len, Group, Params, ReferenceContext, Spec};
+use crate::workloads::{build_spec, data_len, rows_from, targets, Group, Params, ReferenceContext, Spec};
 use child::run_worker;
+use interrupt::{install_signal_handlers, interrupted_by, print_stdout, INTERRUPTED};
 use site::{lay_out, lay_out_file, parents, prepare_site, Site};
-
-pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-/// The signal that interrupted the run (its exit status is 128 + it).
-static INTERRUPTED_BY: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    INTERRUPTED_BY.store(sig, Ordering::SeqCst);
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    let handler = on_signal as extern "C" fn(libc::c_int);
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
-    }
-}
-
-/// Prints a table. When nobody reads the output any more (`bench | head`),
-/// the run stops as if interrupted: the rest would be measured for nobody.
-fn print_stdout(progress: &mut Progress, text: &str) {
-    progress.clear();
-    let mut out = io::stdout().lock();
-    let written = writeln!(out, "{text}").and_then(|()| out.flush());
-    if written.is_err_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
-        stop_for_closed_output();
-    }
-}
-
-fn stop_for_closed_output() {
-    INTERRUPTED_BY.store(libc::SIGPIPE, Ordering::SeqCst);
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Stops the run as [`print_stdout`] does when stdout is a pipe nobody
-/// reads any more, found without writing: between two tables (a
-/// measurement can take minutes) the run notices too.
-pub(crate) fn stop_if_output_closed() {
-    let mut fd = libc::pollfd { fd: libc::STDOUT_FILENO, events: 0, revents: 0 };
-    // SAFETY: poll(2) of one descriptor, without waiting, on a pollfd this
-    // function owns; POLLERR is reported without being asked.
-    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
-    if ready > 0 && fd.revents & libc::POLLERR != 0 {
-        stop_for_closed_output();
-    }
-}
 
 /// Everything the measurements of a run share, and what they gather.
 struct Bench<'a> {
@@ -148,7 +104,7 @@ pub fn run(args: BenchArgs) -> i32 {
     let total = bench.measurements();
     let Bench { progress, rows, .. } = bench;
     drop(site.created_dir.take());
-    let interrupted_by = INTERRUPTED.load(Ordering::SeqCst).then(|| INTERRUPTED_BY.load(Ordering::SeqCst));
+    let interrupted_by = interrupted_by();
     say(&finish_line(rows.len(), total, progress.elapsed_s(), nr_errors, interrupted_by));
     if let Some(sig) = interrupted_by {
         // The shell's convention: 128 + the signal (130 for Ctrl-C, 143 for
@@ -338,7 +294,7 @@ fn write_outputs(bench: &Bench<'_>, machine: &Machine, config: &serde_json::Valu
             fmt_size(p.memory),
             fmt_size(p.size)
         );
-        match crate::svg::write_all(dir, rows, &subtitle) {
+        match charts::write_all(dir, rows, &subtitle) {
             Ok(files) => say(&format!("bench: {} charts in {}", files.len(), dir.display())),
             Err(e) => {
                 say(&format!("wbcache bench: writing charts to {}: {e}", dir.display()));
@@ -498,7 +454,7 @@ impl<'a> Bench<'a> {
     /// The group's references, once it ran on some engine (not after an
     /// interruption).
     fn measure_references(&mut self, group: &Group) {
-        let ran = self.rows.iter().any(|r| r.is_of(group.owner) && r.variant == group.variant && r.ok());
+        let ran = self.rows.iter().any(|r| r.is_of(group.workload) && r.variant == group.variant && r.ok());
         if !ran || INTERRUPTED.load(Ordering::SeqCst) {
             return;
         }
@@ -679,7 +635,7 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &Param
     let w = group.owner;
     let mine: Vec<&Group> = groups.iter().filter(|g| g.workload == group.workload).collect();
     let about = format!("{}.{}\n\n{}", w.about(&mine, p), w.context(), run_settings(p));
-    let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.is_of(w)).collect();
+    let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.is_of(w.name())).collect();
     let mut table = w.table(&about, &table_rows);
     if SHARES_THE_DISK.contains(&group.workload) {
         table.push_str(&crate::report::device_tables(&table_rows));

@@ -9,7 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use super::INTERRUPTED;
+use super::interrupt::INTERRUPTED;
 use crate::cli::Plan;
 use crate::progress::say;
 use crate::sys::{self, fmt_size, IoBuffer, ALIGN};

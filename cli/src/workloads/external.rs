@@ -2,12 +2,13 @@
 //! workload's job in the worker, as they are: found on `PATH` (a missing
 //! one makes the job `unsupported`, named), each in a process group of its
 //! own in a fresh directory of the measurement's, under the preload
-//! library (`libwbcache_preload.so`, found as `wbcache run` finds it) for
+//! library (`libwbcache_preload.so`, [`crate::preload_library`]) for
 //! the wbcache engines, and in the worker's memory cgroup for the kernel
 //! engines (a child stays in its parent's cgroup). A program still running
 //! when the bench's timeout comes is killed with its whole group; one
 //! whose worker dies is killed by the kernel (`PR_SET_PDEATHSIG`). Their
-//! output is read back whole for the workload to parse.
+//! output is read back whole for the workload to parse; the stats their
+//! preloaded caches leave, by the worker.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -22,6 +23,7 @@ use serde::Serialize;
 
 use super::{JobSpec, Pattern, Place, Setup, Spec};
 use crate::engines::{unsupported, EngineKind, Target};
+use crate::preload_library::{library, preload_list, program_stats_path};
 
 /// An executable named `name` on `PATH`; `unsupported: <name> not
 /// installed` when there is none.
@@ -96,8 +98,8 @@ pub fn command<S: AsRef<OsStr>>(
         })
     };
     if let Some(options) = preload_options {
-        let lib = crate::run::library().map_err(unsupported)?;
-        c.env("LD_PRELOAD", crate::run::preload_list(&lib)).env("WBCACHE_PATHS", dir).env("WBCACHE_OPTIONS", options);
+        let lib = library().map_err(unsupported)?;
+        c.env("LD_PRELOAD", preload_list(&lib)).env("WBCACHE_PATHS", dir).env("WBCACHE_OPTIONS", options);
         // A report left by an earlier run that did not get to take it
         // (a killed worker) is not this run's.
         let stats_path = program_stats_path(dir);
@@ -107,53 +109,6 @@ pub fn command<S: AsRef<OsStr>>(
         c.env_remove("WBCACHE_PATHS").env_remove("WBCACHE_STATS");
     }
     Ok(c)
-}
-
-/// Where the preload library in each program run in `dir` appends its
-/// cache's stats as it exits (`WBCACHE_STATS`): beside `dir`, outside the
-/// cached paths, so that the report is not itself cached.
-pub fn program_stats_path(dir: &Path) -> PathBuf {
-    let mut name = dir.as_os_str().to_owned();
-    name.push(".wbcache-stats.jsonl");
-    PathBuf::from(name)
-}
-
-/// The stats the programs run in `dir` left (see [`program_stats_path`]),
-/// as one JSON object, and the file removed; `None` when none was left.
-/// Several processes' lines (fio's job processes, two programs at once)
-/// are merged: counts and sums added, maxima and percentiles the larger
-/// of theirs (a percentile of the whole cannot be rebuilt from them).
-pub fn take_program_stats(dir: &Path) -> Option<String> {
-    let path = program_stats_path(dir);
-    let text = fs::read_to_string(&path).ok()?;
-    let _ = fs::remove_file(&path);
-    let lines: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let merged = lines.into_iter().reduce(|mut a, b| {
-        merge_stats(&mut a, &b);
-        a
-    })?;
-    Some(merged.to_string())
-}
-
-/// Merges `b` into `a`: numbers under keys that count or sum are added,
-/// every other number takes the larger value; objects recurse.
-fn merge_stats(a: &mut serde_json::Value, b: &serde_json::Value) {
-    const ADDED: &[&str] = &["ios", "bytes", "latency_us_total", "written_bytes_total", "hits", "misses", "fsyncs"];
-    let (Some(a), Some(b)) = (a.as_object_mut(), b.as_object()) else { return };
-    for (key, bv) in b {
-        match (a.get_mut(key), bv) {
-            (Some(av @ serde_json::Value::Object(_)), serde_json::Value::Object(_)) => merge_stats(av, bv),
-            (Some(av), serde_json::Value::Number(bn)) if av.is_u64() && bn.is_u64() => {
-                let (x, y) = (av.as_u64().unwrap_or(0), bn.as_u64().unwrap_or(0));
-                *av =
-                    serde_json::Value::from(if ADDED.contains(&key.as_str()) { x.saturating_add(y) } else { x.max(y) });
-            }
-            (None, _) => {
-                a.insert(key.clone(), bv.clone());
-            }
-            _ => {}
-        }
-    }
 }
 
 /// What a program printed, and how it ended.
@@ -301,26 +256,6 @@ pub fn drop_from_page_cache(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn program_stats_are_merged_and_taken_once() {
-        let dir = std::env::temp_dir().join(format!("wbcache-program-stats-{}", std::process::id()));
-        let path = program_stats_path(&dir);
-        assert!(path.to_string_lossy().ends_with(".wbcache-stats.jsonl") && !path.starts_with(&dir));
-        assert_eq!(take_program_stats(&dir), None, "nothing left");
-        fs::write(
-            &path,
-            "{\"device\":{\"read\":{\"ios\":3,\"lat_us\":{\"p99\":500}}},\"io_backend\":\"uring\"}\n\
-             not json\n\
-             {\"device\":{\"read\":{\"ios\":4,\"lat_us\":{\"p99\":200}}},\"extra\":1}\n",
-        )
-        .unwrap();
-        let merged: serde_json::Value = serde_json::from_str(&take_program_stats(&dir).unwrap()).unwrap();
-        assert_eq!(merged["device"]["read"]["ios"], 7, "counts add up");
-        assert_eq!(merged["device"]["read"]["lat_us"]["p99"], 500, "percentiles: the larger");
-        assert_eq!((merged["io_backend"].as_str(), merged["extra"].as_u64()), (Some("uring"), Some(1)));
-        assert!(!path.exists(), "the file is taken");
-    }
 
     fn sh(script: &str, dir: &Path) -> Command {
         command(Path::new("/bin/sh"), &["-c", script], dir, None).unwrap()

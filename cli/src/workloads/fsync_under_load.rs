@@ -410,7 +410,7 @@ fn fsync_rows(group: &Group, engine: EngineKind, f: FsyncGroup, jobs: &[&JobResu
 /// fsync, `(when it began, its latency in ms)`.
 pub fn fsync_lines(rows: &[ResultRow]) -> Vec<Line> {
     rows.iter()
-        .filter(|r| r.ok() && r.is_of(&FSYNC_UNDER_LOAD))
+        .filter(|r| r.ok() && r.is_of(FSYNC_UNDER_LOAD.name()))
         .filter(|r| r.variant.as_deref() == Some(FsyncGroup::SmallLoad.variant()))
         .filter(|r| !r.fsync_points.is_empty())
         .map(|r| Line {
@@ -550,8 +550,7 @@ mod tests {
     use super::*;
     use crate::bench_worker::Status;
     use crate::report::test_support::{job, own, verdicts};
-    use crate::report::{rows_from, targets};
-    use crate::workloads::{build_spec, groups_for, info, test_params as params, Spec};
+    use crate::workloads::{build_spec, groups_for, info, rows_from, targets, test_params as params, Spec};
 
     #[test]
     fn fsync_under_load_expands_to_five_groups() {
@@ -663,7 +662,7 @@ mod tests {
         assert_eq!(b.throughput_mb_s, Some(1000.0), "500 MB over the 0.5 s they ran");
         assert_eq!(b.fsync_lat_us, None);
         assert_eq!(b.fsync_total_s, None);
-        assert_eq!(b.series_label(), "wbcache background");
+        assert_eq!(FSYNC_UNDER_LOAD.series_label(b), "wbcache background");
         // large/load reports its background too; idle groups only the foreground.
         let large = rows_from(&fsync_group("large/load"), EngineKind::Wbcache, &o);
         assert_eq!(large[1].variant.as_deref(), Some("background/with-large-fsync"));

@@ -347,10 +347,10 @@ pub fn hot_alone_ratios(rows: &mut [ResultRow]) {
     let alone_variant = Some(HotSet::Alone.name());
     let alone: Vec<(String, f64)> = rows
         .iter()
-        .filter(|r| r.is_of(&HOT_SET) && r.variant.as_deref() == alone_variant && r.ok())
+        .filter(|r| r.is_of(HOT_SET.name()) && r.variant.as_deref() == alone_variant && r.ok())
         .filter_map(|r| Some((r.engine.clone(), r.hot_mb_s.filter(|v| *v > 0.0)?)))
         .collect();
-    for r in rows.iter_mut().filter(|r| r.is_of(&HOT_SET) && r.variant.as_deref() != alone_variant) {
+    for r in rows.iter_mut().filter(|r| r.is_of(HOT_SET.name()) && r.variant.as_deref() != alone_variant) {
         let base = alone.iter().find(|(e, _)| *e == r.engine).map(|(_, v)| *v);
         r.hot_mb_s_alone_ratio = match (r.ok().then_some(r.hot_mb_s).flatten(), base) {
             (Some(a), Some(b)) => Some(round3(a / b)),
@@ -471,8 +471,9 @@ mod tests {
     use crate::report::test_support::{
         job, ok_outcome, own, verdicts, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS,
     };
-    use crate::report::{rows_from, targets};
-    use crate::workloads::{build_spec, data_len, groups_for, info, test_params as params, variants_of, Spec};
+    use crate::workloads::{
+        build_spec, data_len, groups_for, info, rows_from, targets, test_params as params, variants_of, Spec,
+    };
 
     /// hot-set: three variants on every engine, selectable one by one.
     #[test]

@@ -10,8 +10,16 @@
 //! the workload that made it ([`Group::owner`]) and the workload's own typed
 //! description of it, so shared code asks the group, never a name. Names
 //! (`workload`, `variant`) are what the command line, the JSON and the
-//! worker's spec say; only the worker, which gets a spec as JSON, looks a
-//! workload up by its name ([`by_name`]).
+//! worker's spec say; what knows only a name looks the workload up in the
+//! catalog ([`by_name`]): the worker, which gets a spec as JSON (through
+//! [`Catalog`], which `main` passes down to it), and the charts, which get
+//! rows ([`owner_of`]).
+//!
+//! This module is the layer above the worker, the report and the charts'
+//! drawing: it turns a group's outcome into its rows ([`rows_from`]) and
+//! gathers every workload's goals ([`targets`]), so those layers name no
+//! workload. Its own file stands below the workloads' modules, which build
+//! on its trait and [`Group`].
 
 pub mod advice;
 pub mod competing;
@@ -25,7 +33,6 @@ pub mod plain;
 pub mod rand_read;
 pub mod rocksdb;
 pub mod small_overwrite;
-mod spec;
 pub mod sqlite;
 
 use std::any::Any;
@@ -33,11 +40,14 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
-pub use spec::{data_len, round_down, JobSpec, Jobs, Params, Pattern, Place, Setup, Spec, KIB, MIB};
+pub use crate::spec::{data_len, round_down, JobSpec, Jobs, Params, Pattern, Place, Setup, Spec, KIB, MIB};
 
-use crate::bench_worker::{JobContext, JobRaw, JobResult, Outcome};
+use crate::bench_worker::{JobContext, JobRaw, JobResult, Outcome, OwnJobs, Status};
 use crate::engines::{EngineKind, Target};
-use crate::report::{aggregate, markdown_table, Reference, ResultRow, TargetInputs, Verdict};
+use crate::report::{
+    aggregate, device_account_of, failed_row, markdown_table, round6, targets_table, Reference, ResultRow, RowGroup,
+    TargetInputs, Verdict,
+};
 
 /// A workload's catalog entry (`--help`, `--list`, the tables' headings).
 pub struct WorkloadInfo {
@@ -83,6 +93,23 @@ pub fn info(name: &str) -> Option<&'static WorkloadInfo> {
 pub fn by_name(name: &str) -> Option<&'static dyn Workload> {
     let outside: [&'static dyn Workload; 2] = [&custom::CUSTOM, &fio::jobfile::FIO_JOBFILE];
     WORKLOADS.iter().copied().chain(outside).find(|w| w.name() == name)
+}
+
+/// The catalog as the worker asks it ([`OwnJobs`]): a spec's workload by
+/// its name ([`by_name`]), which runs the jobs of its own pattern.
+pub struct Catalog;
+
+impl OwnJobs for Catalog {
+    fn knows(&self, workload: &str) -> bool {
+        by_name(workload).is_some()
+    }
+
+    fn run(&self, ctx: &JobContext<'_>) -> io::Result<JobRaw> {
+        match by_name(&ctx.spec.workload) {
+            Some(workload) => workload.run_job(ctx),
+            None => Err(io::Error::other(format!("unknown workload '{}'", ctx.spec.workload))),
+        }
+    }
 }
 
 /// What the command line gives the expansion of workload names besides the
@@ -330,6 +357,20 @@ impl fmt::Debug for Group {
     }
 }
 
+impl RowGroup for Group {
+    fn workload(&self) -> &str {
+        self.workload
+    }
+
+    fn variant(&self) -> Option<String> {
+        self.variant.clone()
+    }
+
+    fn slug(&self) -> String {
+        Group::slug(self)
+    }
+}
+
 impl Group {
     /// A group of `owner`'s, described by `shape` (its own type).
     pub fn new<S: Any + Send + Sync>(owner: &'static dyn Workload, variant: Option<String>, shape: S) -> Group {
@@ -402,6 +443,51 @@ pub fn build_spec(group: &Group, engine: EngineKind, p: &Params, place: &Place, 
         progress,
         timeout_s: None,
     }
+}
+
+/// Turns a worker's outcome into result rows: a failed measurement's one
+/// row, or the workload's rows.
+pub fn rows_from(group: &Group, engine: EngineKind, o: &Outcome) -> Vec<ResultRow> {
+    if o.status != Status::Ok {
+        let mut row = failed_row(group, engine, o.status, o.error.clone().unwrap_or_else(|| "failed".into()));
+        row.dirty = o.dirty.clone();
+        return vec![row];
+    }
+    let jobs: Vec<&JobResult> = o.jobs.iter().collect();
+    let mut rows = group.owner.rows(group, engine, &jobs, o);
+    let account = o.wbcache_stats.as_deref().and_then(device_account_of);
+    // The job that stopped last with a final fsync: its leftovers.
+    let last_stream =
+        jobs.iter().filter(|j| j.dirty_bytes_at_io_end.is_some()).max_by(|a, b| a.io_end_s.total_cmp(&b.io_end_s));
+    for row in &mut rows {
+        row.block_device = o.block_device.clone();
+        row.device_account = account.clone();
+        row.dirty_bytes_at_end = last_stream.and_then(|j| j.dirty_bytes_at_io_end);
+        row.durable_s = last_stream.map(|j| round6(j.end_s - j.io_end_s));
+    }
+    rows
+}
+
+/// The workload a row is of, which labels and draws its lines in charts
+/// (`None` for a row whose workload no catalog entry names: one made up).
+pub fn owner_of(row: &ResultRow) -> Option<&'static dyn Workload> {
+    by_name(&row.workload)
+}
+
+/// wbcache's goals against the kernel, checked on this run's rows: each
+/// workload's own ([`Workload::targets`]), of its rows and references, in
+/// the order of their [`Workload::targets_rank`] (then the catalog's), as
+/// the report's table (`None` when the rows give no goal to check).
+pub fn targets(rows: &[ResultRow], dirty_limit: u64, references: &[Reference], judged: bool) -> Option<String> {
+    let mut workloads = WORKLOADS.to_vec();
+    workloads.sort_by_key(|w| w.targets_rank());
+    let mut lines: Vec<Verdict> = Vec::new();
+    for w in workloads {
+        let own_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.is_of(w.name())).collect();
+        let own_references: Vec<&Reference> = references.iter().filter(|r| r.workload == w.name()).collect();
+        lines.extend(w.targets(&own_rows, &TargetInputs { dirty_limit, references: &own_references }));
+    }
+    targets_table(lines, judged)
 }
 
 /// The sizes the workloads' tests run with.

@@ -563,7 +563,7 @@ fn pw_comparisons(rows: &[&ResultRow]) -> Vec<String> {
             None => "shared".to_string(),
         };
         if let Some(x) = pw_find(rows, &shared_variant, &r.engine).and_then(|s| writeback_ratio(s, Some(r))) {
-            shared_vs_files.push(format!("{} {x:.2}×", r.series_label()));
+            shared_vs_files.push(format!("{} {x:.2}×", PARALLEL_WRITEBACK.series_label(r)));
         }
     }
     if !shared_vs_files.is_empty() {
@@ -610,8 +610,9 @@ mod tests {
     use super::*;
     use crate::bench_worker::Status;
     use crate::report::test_support::{job, verdicts, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS};
-    use crate::report::{rows_from, targets};
-    use crate::workloads::{build_spec, expand, groups_for, info, test_params as params, variants_of, MIB};
+    use crate::workloads::{
+        build_spec, expand, groups_for, info, rows_from, targets, test_params as params, variants_of, MIB,
+    };
 
     /// Rows are named `<pattern>` (kernel engines) and
     /// `<pattern>/<routing>-<workers>` (wbcache): 2 + 7 groups per pattern,
@@ -797,7 +798,7 @@ mod tests {
         assert_eq!(r.cpu_s_per_gib, Some(round3(3.75 / (1200.0 / 1024.0))));
         assert_eq!(r.written_bytes_per_worker, Some(vec![1 << 20, 2 << 20]));
         assert_eq!(r.group, "parallel-writeback-files", "one chart per pattern");
-        assert_eq!(r.series_label(), "wbcache rotor-2");
+        assert_eq!(PARALLEL_WRITEBACK.series_label(r), "wbcache rotor-2");
         let json = serde_json::to_value(r).unwrap();
         assert_eq!(json["writeback_mb_s"], r.writeback_mb_s.unwrap());
         assert_eq!(json["cpu_s_per_gib"], r.cpu_s_per_gib.unwrap());
@@ -813,7 +814,10 @@ mod tests {
         let mut kernel = o.clone();
         kernel.wbcache_stats = None;
         let k = rows_from(&pw_group("files"), EngineKind::KernelBuffered, &kernel);
-        assert_eq!((k[0].series_label().as_str(), k[0].written_bytes_per_worker.clone()), ("kernel-buffered", None));
+        assert_eq!(
+            (PARALLEL_WRITEBACK.series_label(&k[0]).as_str(), k[0].written_bytes_per_worker.clone()),
+            ("kernel-buffered", None)
+        );
         // Stats without the array (or an empty one) give no column.
         assert_eq!(written_per_worker(r#"{"dirty_bytes":0}"#), None);
         assert_eq!(written_per_worker(r#"{"writeback_workers":[]}"#), None);

@@ -388,7 +388,7 @@ fn read_round(file: &std::fs::File, base: *mut u8, footprint: u64, len: u64, bs:
 mod tests {
     use super::*;
     use crate::bench_worker::Status;
-    use crate::report::targets;
+    use crate::workloads::targets;
 
     #[test]
     fn direct_read_reference_reads_the_whole_file() {

@@ -38,6 +38,12 @@ pub struct Overwrite {
     pub file_size: u64,
 }
 
+/// The variants the default suite runs.
+pub const DEFAULT_OVERWRITES: &[&str] =
+    &["pwrite-1k-4k-file", "pwrite-1k-2m-file", "pwrite-10k-2m-file", "write-1k-2m-file", "writev-1k-2m-file"];
+/// The variants `--quick` runs.
+pub const QUICK_OVERWRITES: &[&str] = &["pwrite-1k-4k-file", "pwrite-1k-2m-file"];
+
 /// All 18 small-overwrite variant names.
 pub fn overwrite_variants() -> Vec<String> {
     let mut v = Vec::new();

@@ -491,9 +491,8 @@ impl Workload for Fio {
 mod tests {
     use super::*;
     use crate::bench_worker::JobResult;
-    use crate::report::rows_from;
     use crate::report::test_support::{ok_outcome, own};
-    use crate::workloads::{build_spec, groups_for, info, test_params as params, variants_of, Spec};
+    use crate::workloads::{build_spec, groups_for, info, rows_from, test_params as params, variants_of, Spec};
 
     /// fio: four patterns in two modes, on four engines, selectable by
     /// pattern or by pattern and mode; not in the default suite.

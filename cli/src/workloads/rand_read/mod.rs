@@ -393,8 +393,9 @@ pub fn memcpy_reference_us(span: u64, bs: u64, calls: u64, warmup: u64, cap: Dur
 mod tests {
     use super::*;
     use crate::bench_worker::Status;
-    use crate::report::{targets, to_json};
+    use crate::report::to_json;
     use crate::sys::Machine;
+    use crate::workloads::targets;
 
     #[test]
     fn memcpy_reference_times_the_calls_it_made() {

@@ -462,10 +462,10 @@ mod tests {
     use super::*;
     use crate::bench_worker::Status;
     use crate::report::test_support::{ok_outcome, own, READERS_NULLS};
-    use crate::report::{rows_from, to_json};
+    use crate::report::to_json;
     use crate::sys::Machine;
     use crate::workloads::rand_read::{CachedPattern, RAND_READ};
-    use crate::workloads::{build_spec, groups_for, test_params, variants_of, Place, Setup, Workload, MIB};
+    use crate::workloads::{build_spec, groups_for, rows_from, test_params, variants_of, Place, Setup, Workload, MIB};
 
     fn group(variant: &str) -> Group {
         groups_for(&format!("rand-read/{variant}"), None).unwrap().remove(0)
@@ -734,7 +734,10 @@ mod tests {
         for engine in
             [EngineKind::KernelBuffered, EngineKind::KernelDontcache, EngineKind::Wbcache, EngineKind::KernelDirect]
         {
-            let o = crate::bench_worker::run(&build_spec(&g, engine, &p, &place(&dir.0), false));
+            let o = crate::bench_worker::run(
+                &build_spec(&g, engine, &p, &place(&dir.0), false),
+                &crate::workloads::Catalog,
+            );
             if o.status == Status::Unsupported && engine != EngineKind::Wbcache {
                 continue; // O_DIRECT or RWF_DONTCACHE not here
             }

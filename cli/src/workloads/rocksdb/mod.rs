@@ -398,9 +398,8 @@ pub fn rocksdb_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
 mod tests {
     use super::*;
     use crate::bench_worker::JobResult;
-    use crate::report::rows_from;
     use crate::report::test_support::{ok_outcome, own};
-    use crate::workloads::{build_spec, groups_for, info, test_params as params, variants_of};
+    use crate::workloads::{build_spec, groups_for, info, rows_from, test_params as params, variants_of};
 
     /// rocksdb: five db_bench benchmarks, on three engines, one by one
     /// selectable; not in the default suite.

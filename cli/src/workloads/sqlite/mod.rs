@@ -481,9 +481,9 @@ mod tests {
     use super::*;
     use crate::bench_worker::Status;
     use crate::measure::Percentiles;
+    use crate::report::failed_row;
     use crate::report::test_support::{job, ok_outcome, own, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS};
-    use crate::report::{failed_row, rows_from};
-    use crate::workloads::{build_spec, groups_for, info, test_params as params, variants_of};
+    use crate::workloads::{build_spec, groups_for, info, rows_from, test_params as params, variants_of};
 
     /// sqlite: four variants on kernel-buffered and wbcache only,
     /// selectable one by one.

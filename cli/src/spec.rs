@@ -4,7 +4,8 @@
 //! [`Pattern`]). The generic patterns are run by the worker's own job
 //! runner; a workload's own pattern ([`Pattern::Own`]) travels as JSON in
 //! the workload's own terms and is run by the workload
-//! ([`super::Workload::run_job`]).
+//! ([`crate::workloads::Workload::run_job`]). Every layer that makes,
+//! sends or runs a measurement speaks these types; they name no workload.
 
 use std::path::PathBuf;
 
@@ -141,7 +142,7 @@ pub enum Pattern {
     /// once between them. Until the deadline.
     RandShare { bs: u64, share: u64, shares: u64, key: u64 },
     /// A timed phase of the workload's own, in its own terms: the worker
-    /// hands the job to the workload ([`super::Workload::run_job`]).
+    /// hands the job to the workload ([`crate::workloads::Workload::run_job`]).
     Own(serde_json::Value),
 }
 
