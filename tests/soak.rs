@@ -943,8 +943,10 @@ fn describe(name: &str, samples: &[Sample], get: impl Fn(&Sample) -> u64) -> Str
 
 fn file_system(dir: &Path) -> String {
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid path and a statfs buffer valid for writing.
+    // SAFETY: `statfs` is plain integer data: all zeros is a valid value.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated CString alive for the call, and
+    // `fs` a live `statfs` on this stack, valid for the one statfs writes.
     if unsafe { libc::statfs(path.as_ptr(), &mut fs) } != 0 {
         return "unknown".into();
     }
