@@ -47,7 +47,9 @@ pub(super) unsafe fn cache_ref<'a>(c: *const wbc_cache) -> Result<&'a Cache, Fai
 /// `f` is NULL or a live pointer from [`wbc_open`](super::wbc_open) not yet
 /// passed to [`wbc_close`](super::wbc_close).
 pub(super) unsafe fn file_ref<'a>(f: *const wbc_file) -> Result<&'a File, Failure> {
-    // SAFETY: as in `cache_ref`, for a wbc_file box.
+    // SAFETY: the caller guarantees `f` is NULL or points to a live wbc_file
+    // box (from `wbc_open`, not yet closed), which nothing mutates through a
+    // shared borrow.
     unsafe { f.as_ref() }.map(|h| &h.file).ok_or_else(|| einval("NULL file handle"))
 }
 

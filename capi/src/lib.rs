@@ -143,7 +143,8 @@ mod tests {
 
     fn pread(f: *mut wbc_file, len: usize, off: u64, flags: u32) -> Result<Vec<u8>, i64> {
         let mut buf = vec![0xAAu8; len];
-        // SAFETY: as in `pwrite`, for writes.
+        // SAFETY: `f` is live (or NULL in the tests of NULL handling); `buf`
+        // is a Vec of `len` bytes, valid for writes of them.
         let n = unsafe { wbc_pread(f, buf.as_mut_ptr().cast(), len, off, flags) };
         if n < 0 {
             return Err(n);
@@ -298,12 +299,14 @@ mod tests {
         }
         let options = CString::new("bogus=1").unwrap();
         let mut c = ptr::null_mut();
-        // SAFETY: as above.
+        // SAFETY: `options` is a NUL-terminated CString alive for the call;
+        // `c` is a local pointer, valid for the write.
         unsafe { wbc_cache_open(options.as_ptr(), &mut c) };
         assert!(last_error().contains("bogus"), "{}", last_error());
         // Not UTF-8.
         let options = CString::new(vec![0xffu8, 0xfe]).unwrap();
-        // SAFETY: as above.
+        // SAFETY: `options` is a NUL-terminated CString alive for the call
+        // (its bytes need not be UTF-8); `c` is a local, valid for the write.
         assert_eq!(unsafe { wbc_cache_open(options.as_ptr(), &mut c) }, -libc::EINVAL);
     }
 
@@ -432,7 +435,8 @@ mod tests {
         assert!(n as usize >= small.len());
         assert_eq!(small, [b'X'; 8], "nothing written to a short buffer");
         let mut exact = vec![b'X'; n as usize];
-        // SAFETY: as above; one byte short of room for the NUL.
+        // SAFETY: `c` is live; `exact` is a Vec valid for writes of its
+        // length (one byte short of room for the NUL).
         assert_eq!(unsafe { wbc_stats_json(c, exact.as_mut_ptr().cast(), exact.len()) }, n);
         assert!(exact.iter().all(|&b| b == b'X'));
 

@@ -78,7 +78,8 @@ pub unsafe extern "C" fn wbc_cache_open(options: *const c_char, out: *mut *mut w
             Config::from_options(options.to_str().map_err(|_| einval("options are not UTF-8"))?)?
         };
         let handle = Box::new(wbc_cache { cache: Cache::new(config)? });
-        // SAFETY: as above.
+        // SAFETY: `out` was checked non-NULL at the top and the caller
+        // guarantees it is valid for a pointer write.
         unsafe { out.write(Box::into_raw(handle)) };
         Ok(())
     })
@@ -190,7 +191,8 @@ pub unsafe extern "C" fn wbc_open(
         if oflags & libc::O_APPEND != 0 && oflags & libc::O_TRUNC != 0 && !file.is_block_device() {
             file.set_len(0).map_err(|e| Failure::on_path(path, e))?;
         }
-        // SAFETY: as above.
+        // SAFETY: `out` was checked non-NULL at the top and the caller
+        // guarantees it is valid for a pointer write.
         unsafe { out.write(Box::into_raw(Box::new(wbc_file { file }))) };
         Ok(())
     })

@@ -142,7 +142,8 @@ unsafe fn vectored_args<'a>(
     flags: u32,
     access: Access,
 ) -> Result<(&'a File, &'a [libc::iovec], WriteFlags), Failure> {
-    // SAFETY: forwarded to the caller.
+    // SAFETY: the caller guarantees `f` is NULL or a live `wbc_open`
+    // handle, as `file_ref` requires.
     let file = unsafe { file_ref(f) }?;
     // The handle's mode before the list, as Linux checks: a bad list on a
     // handle of the wrong mode is `EBADF`, not `EINVAL`.
@@ -153,7 +154,8 @@ unsafe fn vectored_args<'a>(
     if !allowed {
         return Err(io::Error::from_raw_os_error(libc::EBADF).into());
     }
-    // SAFETY: forwarded to the caller.
+    // SAFETY: the caller guarantees `iov` is NULL or valid for reads of
+    // `iovcnt` iovecs, as `iovecs` requires.
     let list = unsafe { iovecs(iov, iovcnt) }?;
     Ok((file, list, io_flags(flags)?))
 }

@@ -1251,7 +1251,9 @@ impl Fuzzer {
         let off = offset(&mut self.rng);
         let flags = rw_flags(&mut self.rng);
         let buf: *mut u8 = if self.rng.chance(5) { ptr::null_mut() } else { self.back.as_mut_ptr() };
-        // SAFETY: as in `op_pwrite`, for writes.
+        // SAFETY: `f` NULL or live; `buf` NULL, or `back` (BUF_BYTES long)
+        // valid for writes of `len` bytes, or `len` is past SSIZE_MAX
+        // (refused before use).
         let rc = unsafe { capi::wbc_pread(f, buf.cast(), len, off, flags) };
         let call = format!("wbc_pread({f:?}, {len}, {off}, {flags:#x})");
         self.failures.check(i, &call, "wbc_pread", rc);
@@ -1316,7 +1318,11 @@ impl Fuzzer {
         let off = offset(&mut self.rng);
         let flags = rw_flags(&mut self.rng);
         let iov = if null_iov { ptr::null() } else { list.as_ptr() };
-        // SAFETY: as in `op_pwritev`, for writes into `back`.
+        // SAFETY: `f` NULL or live; `iov` NULL or valid for `list.len()`
+        // iovecs, each NULL or valid for writes of its length within `back`
+        // (alive until after the call) unless the ABI refuses the list
+        // first (count outside 0..=1024, a length or total past SSIZE_MAX,
+        // a NULL base with a length).
         let rc = unsafe { capi::wbc_preadv(f, iov, count, off, flags) };
         self.back = back;
         let total: usize = list.iter().fold(0usize, |t, v| t.saturating_add(v.iov_len));

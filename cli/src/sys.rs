@@ -82,7 +82,8 @@ impl Deref for IoBuffer {
 
 impl DerefMut for IoBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` makes the access unique.
+        // SAFETY: `ptr` is valid for `len` initialised (zeroed) bytes while
+        // self lives, and `&mut self` makes the access unique.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }

@@ -21,10 +21,12 @@ use crate::{fdops, meta, open, rw};
 #[no_mangle]
 pub unsafe extern "C" fn __pread_chk(fd: c_int, buf: *mut c_void, len: size_t, off: off_t, buf_len: size_t) -> ssize_t {
     if len > buf_len {
-        // SAFETY: glibc's answer to a fortified overflow.
+        // SAFETY: abort takes nothing and has no precondition; it is
+        // glibc's answer to a fortified overflow.
         unsafe { libc::abort() };
     }
-    // SAFETY: as `pread`.
+    // SAFETY: the program's arguments, passed on to `pread`, whose contract
+    // is this call's: `buf` writable for `len` bytes (`len <= buf_len`).
     unsafe { rw::pread(fd, buf, len, off) }
 }
 
@@ -37,10 +39,13 @@ pub unsafe extern "C" fn __pread64_chk(
     buf_len: size_t,
 ) -> ssize_t {
     if len > buf_len {
-        // SAFETY: glibc's answer to a fortified overflow.
+        // SAFETY: abort takes nothing and has no precondition; it is
+        // glibc's answer to a fortified overflow.
         unsafe { libc::abort() };
     }
-    // SAFETY: as `pread64`.
+    // SAFETY: the program's arguments, passed on to `pread64`, whose
+    // contract is this call's: `buf` writable for `len` bytes (`len <=
+    // buf_len`).
     unsafe { rw::pread64(fd, buf, len, off) }
 }
 

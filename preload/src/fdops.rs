@@ -191,7 +191,8 @@ fn transfer(fd: c_int, off: *mut off_t, buf: *mut c_void, len: usize, direction:
         return Err(io::Error::last_os_error());
     }
     if !off.is_null() {
-        // SAFETY: as above.
+        // SAFETY: `off` is non-NULL (checked): the program's offset variable
+        // or a local of the caller, writable for this call.
         unsafe { *off += n as off_t };
     }
     Ok(n as usize)
@@ -208,11 +209,13 @@ enum CopyCall {
 /// A descriptor's status flags and `stat`, as the program would see them
 /// (the cache's size for a managed file).
 fn status(fd: c_int) -> io::Result<(c_int, libc::stat)> {
-    // SAFETY: the interposed calls; `st` is valid for one `stat`.
+    // SAFETY: F_GETFL reads no argument (0 passed) and writes no memory of
+    // ours; a bad `fd` only fails.
     let flags = unsafe { fcntl(fd, libc::F_GETFL, 0) };
     // SAFETY: an all-zero `stat` is a valid value for fstat to fill.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
+    // SAFETY: `st` is a live `stat` on this stack, valid for the one
+    // `stat` fstat writes.
     if flags < 0 || unsafe { crate::meta::fstat(fd, &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -225,7 +228,8 @@ fn start(fd: c_int, off: *mut off_t) -> io::Result<off_t> {
         // SAFETY: the program's offset variable.
         return Ok(unsafe { *off });
     }
-    // SAFETY: the interposed call.
+    // SAFETY: lseek takes no pointer, only `fd` and numbers (SEEK_CUR by 0
+    // only reads the position); a bad `fd` only fails.
     match unsafe { crate::rw::lseek(fd, 0, libc::SEEK_CUR) } {
         -1 => Err(io::Error::last_os_error()),
         pos => Ok(pos),
@@ -322,7 +326,8 @@ fn copy_any(
         // the one position as it was, then leaves it after the write.
         let (mut at_in, mut at_out) = (start(from, from_off)?, start(to, to_off)?);
         let n = copy(from, &mut at_in, to, &mut at_out, len)?;
-        // SAFETY: the interposed call.
+        // SAFETY: lseek takes no pointer, only the program's descriptor
+        // `to` and numbers.
         unsafe { crate::rw::lseek(to, at_out, libc::SEEK_SET) };
         Ok(n)
     });

@@ -138,7 +138,8 @@ fn uncached(state: &state::State, fd: c_int, key: (u64, u64), flags: c_int) -> i
     } else {
         watch::unwatch(fd);
     }
-    // SAFETY: plain calls on the descriptor the kernel just gave.
+    // SAFETY: fcntl's F_GETFL and F_SETFL take and give integers only (no
+    // pointer); `fd` is the descriptor the kernel just gave, still ours.
     let applied = unsafe {
         (flags & libc::O_TRUNC == 0 || truncate_through_kernel(fd, flags))
             && (flags & libc::O_DIRECT == 0
@@ -168,7 +169,8 @@ fn truncate_through_kernel(fd: c_int, flags: c_int) -> bool {
         return true;
     }
     if flags & libc::O_ACCMODE != libc::O_RDONLY {
-        // SAFETY: a plain call on the descriptor the kernel just gave.
+        // SAFETY: ftruncate takes no pointer; `fd` is the descriptor the
+        // kernel just gave, still ours.
         return unsafe { real::ftruncate(fd, 0) } == 0;
     }
     let Ok(same) = std::ffi::CString::new(format!("/proc/self/fd/{fd}")) else { return false };
@@ -320,7 +322,7 @@ pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: as `__open_2`.
+    // SAFETY: the program's arguments, passed on (no O_CREAT: no mode).
     open_managed(libc::AT_FDCWD, path, flags, |f| unsafe { real::open64(path, f, 0) })
 }
 

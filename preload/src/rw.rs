@@ -74,7 +74,8 @@ unsafe fn one<'a>(buf: *const c_void, len: size_t) -> io::Result<[IoSlice<'a>; 1
     if buf.is_null() || len > isize::MAX as usize {
         return Err(io::Error::from_raw_os_error(libc::EFAULT));
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: `buf` is non-NULL and `len <= isize::MAX` (checked), and the
+    // caller guarantees it is valid for reads of `len` bytes for `'a`.
     Ok([IoSlice::new(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })])
 }
 
@@ -254,10 +255,12 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
 #[no_mangle]
 pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buf_len: size_t) -> ssize_t {
     if len > buf_len {
-        // SAFETY: glibc's answer to a fortified overflow.
+        // SAFETY: abort takes nothing and has no precondition; it is
+        // glibc's answer to a fortified overflow.
         unsafe { libc::abort() };
     }
-    // SAFETY: as `read`.
+    // SAFETY: the program's arguments, passed on to `read`, whose contract
+    // is this call's: `buf` writable for `len` bytes (`len <= buf_len`).
     unsafe { read(fd, buf, len) }
 }
 
@@ -450,8 +453,9 @@ fn seek(fd: c_int, desc: &Desc, off: off_t, whence: c_int) -> io::Result<u64> {
         _ => return Err(einval()),
     };
     let target = base.checked_add(off).filter(|t| *t >= 0).ok_or_else(einval)?;
-    // SAFETY: a plain call on the program's own descriptor, whose kernel
-    // position is realigned whenever the kernel is handed it.
+    // SAFETY: lseek takes no pointer; it moves the program's own
+    // descriptor, whose kernel position is realigned whenever the kernel is
+    // handed it.
     if target > FAR_POSITION && unsafe { real::lseek(fd, target, libc::SEEK_SET) } < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -477,7 +477,8 @@ fn open_registry(dev: u64) -> std::io::Result<libc::c_int> {
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: as above; widening the mode past the umask (best effort).
+    // SAFETY: fchmod takes no pointer; `fd` is the descriptor just opened,
+    // ours. It widens the mode past the umask (best effort).
     unsafe { libc::fchmod(fd, 0o666) };
     Ok(above_program_descriptors(fd))
 }
@@ -494,7 +495,9 @@ pub fn above_program_descriptors(fd: libc::c_int) -> libc::c_int {
     if fd >= floor {
         return fd;
     }
-    // SAFETY: plain calls on this library's own descriptor.
+    // SAFETY: F_DUPFD_CLOEXEC and close take integers only (no pointer);
+    // `fd` is this library's own descriptor, closed once, after its
+    // duplicate exists, and not used after.
     unsafe {
         let high = real::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor as libc::c_ulong);
         if high < 0 {

@@ -319,7 +319,8 @@ unsafe extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, len: 
     while done < len {
         // SAFETY: within stdio's buffer.
         let (rest, left) = (unsafe { buf.add(done) }, len - done);
-        // SAFETY: as above.
+        // SAFETY: `rest` is `buf` advanced by `done < len`: the `left` bytes
+        // of stdio's buffer not yet written, readable for this call.
         let n = serve(fd, || unsafe { crate::rw::write(fd, rest.cast(), left) }, |d| kernel_write(d, fd, rest, left));
         if n <= 0 {
             break;
@@ -334,12 +335,14 @@ unsafe extern "C" fn cookie_seek(cookie: *mut c_void, off: *mut off64_t, whence:
     let fd = unsafe { stream_at(cookie) }.fd.load(Ordering::Acquire);
     // SAFETY: stdio passes its offset variable.
     let wanted = unsafe { *off };
-    // SAFETY: a plain call on the stream's descriptor.
+    // SAFETY: lseek takes no pointer, only the stream's descriptor and
+    // numbers; a descriptor closed meanwhile only fails with EBADF.
     let pos = serve(fd, || unsafe { crate::rw::lseek(fd, wanted, whence) }, |d| kernel_seek(d, fd, wanted, whence));
     if pos < 0 {
         return -1;
     }
-    // SAFETY: as above.
+    // SAFETY: `off` is stdio's offset variable, passed for this call and
+    // writable (its position goes back there).
     unsafe { *off = pos };
     0
 }
@@ -407,7 +410,8 @@ fn is_managed_path(path: *const c_char) -> bool {
 fn stream_over(fd: c_int, mode: Mode, mode_text: *const c_char) -> *mut FILE {
     let fp = if is_managed_fd(fd) {
         if mode.starts_at_end() {
-            // SAFETY: a plain call on our descriptor.
+            // SAFETY: lseek takes no pointer; `fd` is the descriptor just
+            // opened, ours.
             unsafe { crate::rw::lseek(fd, 0, libc::SEEK_END) };
         }
         cookie_stream(fd, mode)
@@ -475,7 +479,8 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
             return ptr::null_mut();
         }
         if parsed.starts_at_end() {
-            // SAFETY: a plain call on the program's descriptor.
+            // SAFETY: lseek takes no pointer, only the program's descriptor
+            // (open: its flags were just read) and numbers.
             unsafe { crate::rw::lseek(fd, 0, libc::SEEK_END) };
         }
     }
@@ -597,7 +602,8 @@ fn standard_streams() -> [*mut *mut FILE; 3] {
 }
 
 fn is_standard(fp: *mut FILE) -> bool {
-    // SAFETY: reading the C library's variables.
+    // SAFETY: the addresses of glibc's `stdin`/`stdout`/`stderr`, statics
+    // valid for the whole process; reading a pointer from them is plain.
     standard_streams().iter().any(|&v| unsafe { v.read() } == fp)
 }
 
@@ -622,7 +628,9 @@ fn replace_standard(fp: *mut FILE, path: *const c_char, mode_text: *const c_char
     // SAFETY: the program's stream; glibc's standard streams are not
     // freed by fclose, and the variables are replaced below.
     let old = unsafe { real::fileno(fp) };
-    // SAFETY: as above.
+    // SAFETY: `fp` is the program's open stream (freopen's contract),
+    // closed once here; it is not used after (a standard stream's memory is
+    // not freed by fclose, and the variables holding it are replaced below).
     unsafe { libc::fclose(fp) };
     forget_closed(old);
     // SAFETY: the program's path; 0666 as fopen creates files.

@@ -212,7 +212,8 @@ pub fn any_of(key: (u64, u64)) -> Option<Arc<Desc>> {
 pub fn align_kernel_descriptor(fd: libc::c_int, desc: &Desc) {
     let pos = *desc.pos.lock().unwrap_or_else(|e| e.into_inner());
     let changeable = libc::O_APPEND | libc::O_DIRECT;
-    // SAFETY: plain calls on the program's own descriptor.
+    // SAFETY: lseek and fcntl's F_GETFL/F_SETFL take integers only (no
+    // pointer); they only reposition and reflag the program's descriptor.
     unsafe {
         crate::real::lseek(fd, pos as libc::off_t, libc::SEEK_SET);
         let kernel_flags = crate::real::fcntl(fd, libc::F_GETFL, 0);

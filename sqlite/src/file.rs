@@ -173,7 +173,9 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
 }
 
 unsafe extern "C" fn x_read(file: *mut ffi::sqlite3_file, buf: *mut c_void, amount: c_int, offset: i64) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     let Ok(len) = usize::try_from(amount) else { return ffi::SQLITE_IOERR_READ };
     let Ok(off) = u64::try_from(offset) else { return ffi::SQLITE_IOERR_READ };
@@ -212,7 +214,9 @@ fn read_full(f: &wbcache::File, buf: &mut [u8], off: u64) -> std::io::Result<usi
 }
 
 unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, buf: *const c_void, amount: c_int, offset: i64) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     let Ok(len) = usize::try_from(amount) else { return ffi::SQLITE_IOERR_WRITE };
     let Ok(off) = u64::try_from(offset) else { return ffi::SQLITE_IOERR_WRITE };
@@ -235,7 +239,9 @@ unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, buf: *const c_void, a
 }
 
 unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     let Ok(size) = u64::try_from(size) else { return ffi::SQLITE_IOERR_TRUNCATE };
     // As the unix VFS: a chunked file is cut to a whole chunk.
@@ -250,7 +256,9 @@ unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_in
 }
 
 unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     guard(ffi::SQLITE_IOERR_FSYNC, || {
         let Some(f) = st.cached() else { return ffi::SQLITE_IOERR_FSYNC };
@@ -269,7 +277,9 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int
 }
 
 unsafe extern "C" fn x_file_size(file: *mut ffi::sqlite3_file, out: *mut i64) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     guard(ffi::SQLITE_IOERR_FSTAT, || {
         let len = match st.cached() {
@@ -291,7 +301,9 @@ unsafe extern "C" fn x_file_size(file: *mut ffi::sqlite3_file, out: *mut i64) ->
 }
 
 unsafe extern "C" fn x_lock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     let Some(want) = Level::from_sqlite(level) else { return ffi::SQLITE_MISUSE };
     guard(ffi::SQLITE_IOERR_LOCK, || {
@@ -318,7 +330,9 @@ unsafe extern "C" fn x_lock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int
 }
 
 unsafe extern "C" fn x_unlock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     let Some(to) = Level::from_sqlite(level).filter(|&l| l <= Level::Shared) else { return ffi::SQLITE_MISUSE };
     guard(ffi::SQLITE_IOERR_UNLOCK, || {
@@ -331,7 +345,9 @@ unsafe extern "C" fn x_unlock(file: *mut ffi::sqlite3_file, level: c_int) -> c_i
 }
 
 unsafe extern "C" fn x_check_reserved_lock(file: *mut ffi::sqlite3_file, out: *mut c_int) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     let reserved = st.db.as_ref().is_some_and(|db| db.reserved());
     // SAFETY: SQLite passes a writable int.
@@ -345,7 +361,8 @@ unsafe extern "C" fn x_check_reserved_lock(file: *mut ffi::sqlite3_file, out: *m
 /// `arg` points at a writable int.
 unsafe fn bool_control(flag: &mut bool, arg: *mut c_void) {
     let arg = arg.cast::<c_int>();
-    // SAFETY: per the contract.
+    // SAFETY: the caller guarantees `arg` points at a writable int, alive
+    // for this call.
     unsafe {
         if *arg < 0 {
             *arg = c_int::from(*flag);
@@ -356,7 +373,9 @@ unsafe fn bool_control(flag: &mut bool, arg: *mut c_void) {
 }
 
 unsafe extern "C" fn x_file_control(file: *mut ffi::sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     match op {
         ffi::SQLITE_FCNTL_LOCKSTATE => {
@@ -413,7 +432,9 @@ unsafe extern "C" fn x_sector_size(_file: *mut ffi::sqlite3_file) -> c_int {
 }
 
 unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     // Only powersafe overwrite (see docs/quickstart.md): writeback rewrites whole
     // 4 KiB blocks, and bytes of a block outside a write keep the values
@@ -458,7 +479,9 @@ unsafe extern "C" fn x_shm_map(
     extend: c_int,
     out: *mut *mut c_void,
 ) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     // SAFETY: SQLite passes a writable pointer.
     unsafe { *out = std::ptr::null_mut() };
@@ -471,7 +494,8 @@ unsafe extern "C" fn x_shm_map(
         let node = shm.as_mut().expect("made by shm_node");
         match node.map(region, bytes, extend != 0) {
             Ok(p) => {
-                // SAFETY: as above.
+                // SAFETY: `out` is the writable `void **` SQLite passes to
+                // xShmMap for its answer, valid for the whole call.
                 unsafe { *out = p.cast() };
                 ffi::SQLITE_OK
             }
@@ -481,7 +505,9 @@ unsafe extern "C" fn x_shm_map(
 }
 
 unsafe extern "C" fn x_shm_lock(file: *mut ffi::sqlite3_file, offset: c_int, count: c_int, flags: c_int) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     let (Ok(first), Ok(n)) = (usize::try_from(offset), usize::try_from(count)) else {
         return ffi::SQLITE_IOERR_SHMLOCK;
@@ -509,7 +535,9 @@ unsafe extern "C" fn x_shm_lock(file: *mut ffi::sqlite3_file, offset: c_int, cou
 }
 
 unsafe extern "C" fn x_shm_barrier(file: *mut ffi::sqlite3_file) {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     // The index's mutex orders this connection's accesses with those of
@@ -520,7 +548,9 @@ unsafe extern "C" fn x_shm_barrier(file: *mut ffi::sqlite3_file) {
 }
 
 unsafe extern "C" fn x_shm_unmap(file: *mut ffi::sqlite3_file, _delete: c_int) -> c_int {
-    // SAFETY: see `state`.
+    // SAFETY: SQLite calls this method only on a file `xOpen` initialised
+    // and `xClose` has not freed, one thread at a time (its rule for one
+    // file): what `state` requires.
     let st = unsafe { state(file) };
     guard(ffi::SQLITE_IOERR_SHMMAP, || {
         if let (Some(db), true) = (&st.db, st.shm_mapped) {

@@ -68,7 +68,8 @@ pub fn register(cache: Arc<Cache>, name: &str, make_default: bool) -> std::io::R
 /// `db` is an open connection of the SQLite this program links (as
 /// rusqlite's `Connection::handle` gives), for the whole call.
 pub unsafe fn register_stats_function(db: *mut ffi::sqlite3, cache: Arc<Cache>) -> std::io::Result<()> {
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller guarantees `db` is an open connection of the
+    // SQLite this program links, which `SqliteApi::linked` leads to.
     unsafe { function::create(&SqliteApi::linked(), db, cache) }
         .map_err(|rc| std::io::Error::other(format!("SQLite refused wbcache_stats() with result code {rc}")))
 }
@@ -179,6 +180,8 @@ pub unsafe extern "C" fn sqlite3_extension_init(
     err: *mut *mut c_char,
     routines: *const c_void,
 ) -> c_int {
-    // SAFETY: same contract.
+    // SAFETY: this function's contract is `sqlite3_wbcachesqlite_init`'s
+    // (SQLite's loader, with its connection, message slot and routine
+    // table); the arguments are passed on unchanged.
     unsafe { sqlite3_wbcachesqlite_init(db, err, routines) }
 }

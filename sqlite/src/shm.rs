@@ -166,7 +166,8 @@ mod tests {
             node.map(i, 32768, true).unwrap();
         }
         assert_eq!(node.map(2, 32768, false).unwrap(), r2, "regions never move");
-        // SAFETY: as above.
+        // SAFETY: region 2 is 32768 bytes long and still mapped (regions
+        // never move and `node` lives), so byte 100 is inside it.
         assert_eq!(unsafe { *r2.add(100) }, 7);
         // SAFETY: region 0 is 32768 bytes long.
         assert!((0..32768).all(|i| unsafe { *r0.add(i) } == 0));

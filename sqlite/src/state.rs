@@ -35,7 +35,9 @@ pub struct VfsState {
 // SAFETY: `os` points at SQLite's static VFS object, which SQLite lets any
 // thread use; everything else is Send and Sync on its own.
 unsafe impl Send for VfsState {}
-// SAFETY: as above.
+// SAFETY: `os` points at SQLite's static VFS object, which SQLite lets
+// any thread use, and `&VfsState` only reads the pointer and calls its
+// methods; the other fields are Sync on their own (a Mutex, an atomic).
 unsafe impl Sync for VfsState {}
 
 /// Runs `body`, turning a panic into `on_panic` (a panic must not unwind

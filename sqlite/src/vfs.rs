@@ -53,10 +53,11 @@ pub fn register(api: SqliteApi, cache: Arc<Cache>, name: &str, make_default: boo
             format!("a SQLite VFS named '{name}' is already registered"),
         ));
     }
-    // SAFETY: as above; NULL asks for the default VFS.
+    // SAFETY: `vfs_find` is SQLite's; `c"unix"` is a NUL-terminated static.
     let mut os = unsafe { (api.vfs_find)(c"unix".as_ptr()) };
     if os.is_null() {
-        // SAFETY: as above.
+        // SAFETY: `vfs_find` is SQLite's, and takes NULL to ask for the
+        // default VFS.
         os = unsafe { (api.vfs_find)(std::ptr::null()) };
     }
     if os.is_null() {
@@ -125,7 +126,8 @@ unsafe fn path_of(name: *const c_char) -> Option<PathBuf> {
     if name.is_null() {
         return None;
     }
-    // SAFETY: per the contract.
+    // SAFETY: `name` is non-NULL (checked) and the caller guarantees it is
+    // NUL-terminated; the bytes are copied before returning.
     let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
 }
@@ -401,7 +403,8 @@ unsafe extern "C" fn x_full_pathname(
 /// # Safety
 /// `vfs` is one [`register`] made.
 unsafe fn os(vfs: *mut ffi::sqlite3_vfs) -> *mut ffi::sqlite3_vfs {
-    // SAFETY: per the contract.
+    // SAFETY: the caller guarantees `vfs` is one `register` made, as
+    // `vfs_state` requires.
     unsafe { vfs_state(vfs) }.os()
 }
 
@@ -411,7 +414,9 @@ unsafe extern "C" fn x_dl_open(vfs: *mut ffi::sqlite3_vfs, name: *const c_char) 
 }
 
 unsafe extern "C" fn x_dl_error(vfs: *mut ffi::sqlite3_vfs, len: c_int, out: *mut c_char) {
-    // SAFETY: as above.
+    // SAFETY: SQLite calls this with the VFS `register` made, so `os` is
+    // sound; the OS VFS is SQLite's static object, and its method gets
+    // SQLite's own `len` and `out` (a buffer of `len` bytes), unchanged.
     unsafe {
         if let Some(f) = os(vfs).as_ref().and_then(|o| o.xDlError) {
             f(os(vfs), len, out)
@@ -424,12 +429,16 @@ unsafe extern "C" fn x_dl_sym(
     handle: *mut c_void,
     symbol: *const c_char,
 ) -> Option<unsafe extern "C" fn(*mut ffi::sqlite3_vfs, *mut c_void, *const c_char)> {
-    // SAFETY: as above.
+    // SAFETY: SQLite calls this with the VFS `register` made, so `os` is
+    // sound; the OS VFS is SQLite's static object, and its method gets the
+    // handle its xDlOpen returned and SQLite's NUL-terminated symbol.
     unsafe { os(vfs).as_ref().and_then(|o| o.xDlSym).and_then(|f| f(os(vfs), handle, symbol)) }
 }
 
 unsafe extern "C" fn x_dl_close(vfs: *mut ffi::sqlite3_vfs, handle: *mut c_void) {
-    // SAFETY: as above.
+    // SAFETY: SQLite calls this with the VFS `register` made, so `os` is
+    // sound; the OS VFS is SQLite's static object, and its method gets the
+    // handle its xDlOpen returned, which SQLite closes once.
     unsafe {
         if let Some(f) = os(vfs).as_ref().and_then(|o| o.xDlClose) {
             f(os(vfs), handle)
@@ -448,17 +457,24 @@ unsafe extern "C" fn x_sleep(vfs: *mut ffi::sqlite3_vfs, micros: c_int) -> c_int
 }
 
 unsafe extern "C" fn x_current_time(vfs: *mut ffi::sqlite3_vfs, out: *mut f64) -> c_int {
-    // SAFETY: as above.
+    // SAFETY: SQLite calls this with the VFS `register` made, so `os` is
+    // sound; the OS VFS is SQLite's static object, and its method gets
+    // SQLite's own `out`, a writable double.
     unsafe { os(vfs).as_ref().and_then(|o| o.xCurrentTime).map_or(ffi::SQLITE_ERROR, |f| f(os(vfs), out)) }
 }
 
 unsafe extern "C" fn x_get_last_error(vfs: *mut ffi::sqlite3_vfs, len: c_int, out: *mut c_char) -> c_int {
-    // SAFETY: as above.
+    // SAFETY: SQLite calls this with the VFS `register` made, so `os` is
+    // sound; the OS VFS is SQLite's static object, and its method gets
+    // SQLite's own `len` and `out` (a buffer of `len` bytes), unchanged.
     unsafe { os(vfs).as_ref().and_then(|o| o.xGetLastError).map_or(0, |f| f(os(vfs), len, out)) }
 }
 
 unsafe extern "C" fn x_current_time_int64(vfs: *mut ffi::sqlite3_vfs, out: *mut i64) -> c_int {
-    // SAFETY: as above; version 2 VFS objects have this method.
+    // SAFETY: SQLite calls this with the VFS `register` made, so `os` is
+    // sound; the OS VFS is SQLite's static object, whose
+    // `xCurrentTimeInt64` field exists from version 2 on (checked), and its
+    // method gets SQLite's own `out`, a writable sqlite3_int64.
     unsafe {
         let o = os(vfs);
         match o.as_ref() {

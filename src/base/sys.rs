@@ -167,7 +167,8 @@ pub fn map_shared(fd: RawFd, len: usize, prot: libc::c_int) -> io::Result<std::p
 /// `[ptr, ptr + len)` is a mapping of the caller's, and `advice` does
 /// nothing to it that its users do not expect.
 pub unsafe fn advise(ptr: *mut libc::c_void, len: usize, advice: libc::c_int) -> io::Result<()> {
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller guarantees `[ptr, ptr + len)` is a mapping of
+    // theirs and that `advice`'s effect on it is one its users expect.
     check(unsafe { libc::madvise(ptr, len, advice) } as libc::c_long).map(drop)
 }
 
@@ -328,7 +329,8 @@ pub fn map_anonymous(len: usize, flags: libc::c_int) -> Option<std::ptr::NonNull
 /// `[addr, addr + len)` is (part of) a mapping of ours that nothing refers
 /// to any more.
 pub unsafe fn unmap(addr: *mut libc::c_void, len: usize) -> io::Result<()> {
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller guarantees `[addr, addr + len)` is (part of) a
+    // mapping of ours that nothing refers to any more.
     check(unsafe { libc::syscall(libc::SYS_munmap, addr, len) }).map(drop)
 }
 
@@ -339,7 +341,8 @@ pub unsafe fn unmap(addr: *mut libc::c_void, len: usize) -> io::Result<()> {
 /// whose effect the caller accepts for it (`MADV_DONTNEED` zeroes private
 /// anonymous pages).
 pub unsafe fn madvise(addr: *mut libc::c_void, len: usize, advice: libc::c_int) -> io::Result<()> {
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller guarantees `[addr, addr + len)` lies in a mapping
+    // of ours and accepts `advice`'s effect on it.
     check(unsafe { libc::syscall(libc::SYS_madvise, addr, len, libc::c_long::from(advice)) }).map(drop)
 }
 

@@ -240,7 +240,9 @@ impl std::ops::Deref for AlignedBuf {
 
 impl std::ops::DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in deref, and `&mut self` guarantees exclusive access.
+        // SAFETY: `ptr` is valid for `len` initialised bytes (or dangling
+        // with `len` 0), owned by this buffer until drop; `&mut self` makes
+        // this the only reference to them for the borrow.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }

@@ -123,7 +123,9 @@ pub struct TableView {
 
 // SAFETY: the view only hands out references to atomics.
 unsafe impl Send for TableView {}
-// SAFETY: as above.
+// SAFETY: through `&TableView` one gets only shared references to the
+// header's plain fields (written before any view exists, never changed
+// after) and to atomics, so views used from several threads cannot race.
 unsafe impl Sync for TableView {}
 
 impl TableView {
@@ -315,7 +317,9 @@ pub struct Arena {
 // slots are handed out once (under the allocator's lock) and the table is
 // atomics only.
 unsafe impl Send for Arena {}
-// SAFETY: as above.
+// SAFETY: `&Arena` reaches the mappings (alive as long as the arena) only
+// through the table's atomics and through slots handed out once under the
+// allocator's mutex, so no byte has two writers racing.
 unsafe impl Sync for Arena {}
 
 /// A slot handed out by [`Arena::allocate`]: its first block and length.

@@ -341,7 +341,8 @@ enum OwnerWatch {
 
 impl OwnerWatch {
     fn open(owner: libc::pid_t) -> OwnerWatch {
-        // SAFETY: pidfd_open takes a pid and flags.
+        // SAFETY: pidfd_open reads no memory (a pid and a zero flag word);
+        // the descriptor it returns is ours.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner, 0) } as RawFd;
         if fd >= 0 {
             // SAFETY: a fresh descriptor, ours.

@@ -258,7 +258,9 @@ impl Flight<'_> {
         };
         if again {
             let e = self.entry(slot, &s);
-            // SAFETY: as in `start`.
+            // SAFETY: the resubmitted request points into `wbuf` or its
+            // slot's read buffer, which outlive the run, and the run reaps
+            // every submitted request before it returns (also on errors).
             unsafe { push_or_abort(ring, &e) };
             self.slots[slot] = Some(s);
         } else {

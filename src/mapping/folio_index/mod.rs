@@ -100,16 +100,22 @@ unsafe fn find_from<'a>(root: usize, block: u64) -> Option<&'a Folio> {
     if root == 0 {
         return None;
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller's contract is `decode`'s: `root` was loaded from
+    // the root word under the index's lock or in a read section, so its
+    // node stays allocated for `'a`.
     let mut node = unsafe { node_at(root) };
     if block >> (SLOT_BITS * (node.level() + 1)) != 0 {
         return None;
     }
     loop {
-        // SAFETY: the caller's contract.
+        // SAFETY: a slot of a node reached from `root`, loaded under the
+        // caller's contract (the index's lock or a read section), so what
+        // its word points to stays allocated for `'a`.
         let mut slot = unsafe { decode(node.load(slot_of(block, node.level()))) };
         if let Slot::Sibling(first) = slot {
-            // SAFETY: as above.
+            // SAFETY: `first` is a slot of the same node, loaded under the
+            // caller's contract (the index's lock or a read section), so what
+            // its word points to stays allocated for `'a`.
             slot = unsafe { decode(node.load(first)) };
         }
         match slot {
@@ -335,7 +341,9 @@ impl FolioIndex {
                 grown += child.bytes() as isize;
                 grown += put(parent, i, child.into_word());
             }
-            // SAFETY: as above; `put` may have replaced the node.
+            // SAFETY: the index's write lock is held (the caller's `&mut`),
+            // so the node `parent` points to now (`put` may have published a
+            // replacement) is freed by no one while we use it.
             let node = unsafe { node_at(parent.load(Ordering::Relaxed)) };
             parent = node.word(i).expect("the child's slot is in use");
             debug_assert!(is_node(parent.load(Ordering::Relaxed)), "a node below a node");
@@ -412,11 +420,13 @@ impl FolioIndex {
         let i = slot_of(index, node.level());
         let child_word = node.word(i).expect("the folio is indexed at its level");
         let (folio, mut change) = Self::remove_in(child_word, index, order, NodeRole::Inner);
-        // SAFETY: as above; the child may have been replaced.
+        // SAFETY: the index's write lock is held (the caller's `&mut`), so
+        // the node `child_word` points to now (the call above may have
+        // replaced it) is freed by no one while we use it.
         let child = unsafe { node_at(child_word.load(Ordering::Relaxed)) };
         if child.used() == 0 {
             let child_bytes = child.bytes() as isize;
-            // SAFETY: as above: `parent`'s node may have been replaced.
+            // `take` loads `parent` afresh: its node may have been replaced.
             let (empty, c) = take(parent, i, role);
             defer_release(empty);
             change += c - child_bytes;
@@ -504,7 +514,9 @@ impl FolioIndex {
                         folios.push((f.index, f.order));
                     }
                     Slot::Sibling(first) => {
-                        // SAFETY: as above.
+                        // SAFETY: `check` borrows the index (`&self`), so no
+                        // writer changes or frees what the node's slot
+                        // `first` points to while the walk reads it.
                         let Slot::Folio(f) = (unsafe { decode(node.load(first)) }) else {
                             panic!("a sibling of no folio")
                         };

@@ -81,9 +81,13 @@ pub(super) unsafe fn decode<'a>(word: usize) -> Slot<'a> {
         0 => Slot::Empty,
         // SAFETY: the caller's contract; the tag says what the address is.
         TAG_DENSE => Slot::Node(Node::Dense(unsafe { &*(addr as *const Dense) })),
-        // SAFETY: as above.
+        // SAFETY: TAG_SPARSE marks a `Sparse` node's address (tagged by
+        // `Owned::into_word`), and the caller's contract keeps the index's
+        // nodes allocated for `'a`.
         TAG_SPARSE => Slot::Node(Node::Sparse(unsafe { &*(addr as *const Sparse) })),
-        // SAFETY: as above: the index's reference keeps the folio alive.
+        // SAFETY: TAG_FOLIO marks an address from `Arc::into_raw` (made by
+        // `folio_word`): the index's reference, which the caller's contract
+        // keeps in the index, so the folio alive, for `'a`.
         TAG_FOLIO => Slot::Folio(unsafe { &*(addr as *const Folio) }),
         _ => Slot::Sibling(word >> SIBLING_SHIFT),
     }
@@ -120,11 +124,17 @@ pub(super) fn defer_release(word: usize) {
 pub(super) unsafe fn release_word(word: usize) {
     let addr = word & !TAG_BITS;
     match word & TAG_BITS {
-        // SAFETY: made by `Owned::into_word` from a `Box`; the caller's contract.
+        // SAFETY: TAG_DENSE marks a `Box<Dense>` leaked by
+        // `Owned::into_word`; the caller's contract makes us its last owner,
+        // with no reader left to load it, so it is reclaimed once.
         TAG_DENSE => drop(unsafe { Box::from_raw(addr as *mut Dense) }),
-        // SAFETY: as above.
+        // SAFETY: TAG_SPARSE marks a `Box<Sparse>` leaked by
+        // `Owned::into_word`; the caller's contract makes us its last owner,
+        // with no reader left to load it, so it is reclaimed once.
         TAG_SPARSE => drop(unsafe { Box::from_raw(addr as *mut Sparse) }),
-        // SAFETY: made by `folio_word` from an `Arc<Folio>`; as above.
+        // SAFETY: TAG_FOLIO marks the index's reference, made by
+        // `folio_word` with `Arc::into_raw`; the caller's contract makes us
+        // its last owner, so that one count is given back once.
         TAG_FOLIO => drop(unsafe { Arc::from_raw(addr as *const Folio) }),
         _ => {}
     }
@@ -290,7 +300,8 @@ impl<'a> Node<'a> {
 /// As [`decode`].
 #[inline]
 pub(super) unsafe fn node_at<'a>(word: usize) -> Node<'a> {
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller's contract is `decode`'s: `word` was loaded from a
+    // slot of an index whose nodes stay allocated for `'a`.
     match unsafe { decode(word) } {
         Slot::Node(node) => node,
         _ => unreachable!("a node word"),
@@ -327,7 +338,9 @@ pub(super) fn put(parent: &AtomicUsize, i: usize, word: usize) -> isize {
             replace(parent, new)
         }
     };
-    // SAFETY: as above; `parent` now points to the node holding the slot.
+    // SAFETY: the index's write lock is held (all callers), so the node
+    // `parent` now points to (the one holding the slot, perhaps a
+    // replacement just published) is freed by no one while we read it.
     debug_assert_eq!(unsafe { node_at(parent.load(Ordering::Relaxed)) }.used(), used_before + 1);
     change
 }
@@ -366,7 +379,9 @@ pub(super) fn take(parent: &AtomicUsize, i: usize, role: NodeRole) -> (usize, is
             replace(parent, Owned::sparse(s.level, &entries))
         }
     };
-    // SAFETY: as above.
+    // SAFETY: the index's write lock is held (all callers), so the node
+    // `parent` now points to (perhaps a replacement just published) is
+    // freed by no one while we read it.
     debug_assert_eq!(unsafe { node_at(parent.load(Ordering::Relaxed)) }.used(), used_before - 1);
     (taken, change)
 }
@@ -395,10 +410,14 @@ pub(super) unsafe fn release_tree(word: usize) {
         // SAFETY: the caller's contract: the tree is alive until freed here.
         let children: Vec<(usize, usize)> = unsafe { node_at(word) }.entries_from(0).collect();
         for (_, child) in children {
-            // SAFETY: as above, for each subtree.
+            // SAFETY: `child` heads a subtree of the tree the caller handed
+            // over, so no one else owns it and no reader can walk it; it
+            // sits in one slot only, so it is freed once.
             unsafe { release_tree(child) };
         }
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller handed over `word` (no one else owns it, no reader
+    // can load it), and a node's children were freed above: only the node
+    // or the folio reference itself is left, freed once here.
     unsafe { release_word(word) };
 }
