@@ -13,19 +13,21 @@
 //! folder nearest to both: there, the child of that folder that holds B
 //! must be below the child that holds A. So `policy::memory` naming
 //! `mapping::folio` is checked in the crate's table (`policy` above
-//! `mapping`), and `io::sim::backend` naming `io` in `io`'s table (`sim`
-//! above `mod`, the folder's own `mod.rs`). A new file inherits its
+//! `mapping`), and `policy::dirty::work` naming `policy::dirty` in that
+//! folder's table (`work` above `mod`, the folder's own `mod.rs`). A new file inherits its
 //! folder's place: it needs a place in its folder's table only to import a
 //! sibling or be imported by one. A folder's `mod.rs` is above all its
-//! children unless its table places `mod`.
+//! children unless its table places `mod`; placed among them, it may use
+//! only the children below it (it may re-export any), so that a `mod.rs`
+//! and a child never use each other.
 //!
 //! What counts as an import: every `crate::…` and `super::…` path in the
 //! module's non-test code (use declarations, paths in expressions and
 //! types, grouped `use crate::{a, b::c}` trees), comments and string
-//! literals left out. A path resolves to the deepest module it names. A
-//! module's own descendants (`crate::io` → `crate::io::fd`, the crate root
-//! → anything) may be named from it: a parent declares, re-exports and
-//! dispatches to its children, and those may use what it defines.
+//! literals left out; a folder's own file's relative paths to its
+//! children (`fd::open`) too. A path resolves to the deepest module it
+//! names, and through a re-export (`pub use`) to the module that defines
+//! the item, so `crate::io::IoPriority` counts as naming `io::store`.
 
 mod common;
 
@@ -42,14 +44,14 @@ api: cache > file > shared
 api::file: cursor > mod > options
 writeback: worker > inflight, sync_range > domain, policy, mod
 readahead: workers, window
-inode: pass > sync, range_ops, read, write, size, folios, membership, gate > mod > errseq
-inode::pass: ios, completion > mod
+inode: sync > pass > range_ops, read, write, size, folios, membership > mod > gate, errseq
+inode::pass: ios, completion > chunk
 policy: route, throttle, dropbehind > memory > dirty, evict > background_budget
 policy::dirty: room, sync_waiter, work, bandwidth > mod > progress
 mapping: mod > folio_index > folio
 mapping::folio_index: mod > node
 stats: mod > per_thread, device > histogram
-io: threads, uring, sim > fd, queue > mod
+io: threads, uring, sim > backend > fd, queue > store
 io::sim: backend > store > attempt > disk > config, stats, rng
 buf: user > pool > aligned > slab > map
 guardian: mod > process > replay > arena
@@ -93,7 +95,12 @@ fn parse_tables(text: &str) -> Tables {
     let mut tables = Tables::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let (folder, order) = line.split_once(": ").unwrap_or_else(|| panic!("`{line}`: no `folder:`"));
-        let layers = order.split('>').map(|layer| layer.split(',').map(|m| m.trim().to_string()).collect()).collect();
+        let layers: Vec<Vec<String>> =
+            order.split('>').map(|layer| layer.split(',').map(|m| m.trim().to_string()).collect()).collect();
+        let mut seen = BTreeSet::new();
+        for name in layers.iter().flatten() {
+            assert!(seen.insert(name.clone()), "`{name}` has two places in `{folder}`'s table");
+        }
         let previous = tables.insert(folder.trim().to_string(), layers);
         assert!(previous.is_none(), "folder `{folder}` has two tables");
     }
@@ -190,31 +197,167 @@ fn use_tree(s: &str) -> (Vec<Vec<String>>, usize) {
     (vec![vec![ident]], skipped + ident_len)
 }
 
-/// The modules `module`'s code names, resolved to the deepest known module.
-fn imports_of(module: &str, code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+/// What a tree's modules publish, so that a path through a re-export is
+/// charged to the module that defines the item: each module's re-exports
+/// (`pub use`) by the name they publish, its glob re-exports
+/// (`pub use store::*`), and the names it defines itself.
+#[derive(Default)]
+struct Published {
+    reexports: BTreeMap<(String, String), String>,
+    globs: BTreeMap<String, Vec<String>>,
+    defined: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Published {
+    /// Reads every module's re-exports and definitions.
+    fn of(sources: &[(String, String)], modules: &BTreeSet<String>) -> Published {
+        let mut published = Published::default();
+        for (module, code) in sources {
+            published.defined.insert(module.clone(), defined_names(code));
+            for statement in reexport_statements(code) {
+                for segments in use_tree(statement).0 {
+                    let Some((target, Some(item))) = resolve_path(module, &segments, modules) else { continue };
+                    if item == "*" {
+                        published.globs.entry(module.clone()).or_default().push(target);
+                    } else if target != *module {
+                        published.reexports.insert((module.clone(), item), target);
+                    }
+                }
+            }
+        }
+        published
+    }
+
+    /// The module that defines `name`, as `module` publishes it.
+    fn definer(&self, module: &str, name: &str) -> String {
+        let mut at = module.to_string();
+        // Re-export chains are short; the bound only keeps a cycle of
+        // re-exports from looping.
+        for _ in 0..8 {
+            if let Some(target) = self.reexports.get(&(at.clone(), name.to_string())) {
+                at = target.clone();
+            } else if self.defined.get(&at).is_some_and(|names| names.contains(name)) {
+                break;
+            } else {
+                match self.globs.get(&at).map(Vec::as_slice) {
+                    Some([only]) => at = only.clone(),
+                    _ => break,
+                }
+            }
+        }
+        at
+    }
+}
+
+/// The trees of each `pub use …;` (any visibility) in `code`.
+fn reexport_statements(code: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("pub") {
+        let start = from + at;
+        from = start + 3;
+        let after = &code[from..];
+        let visibility_end = if after.starts_with('(') { after.find(')').map_or(0, |e| e + 1) } else { 0 };
+        let rest = after[visibility_end..].trim_start();
+        let preceded_by_ident = code[..start].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        if let (Some(tree), false) = (rest.strip_prefix("use "), preceded_by_ident) {
+            found.push(&tree[..tree.find(';').unwrap_or(tree.len())]);
+        }
+    }
+    found
+}
+
+/// The names `code` defines at any depth (functions, types, traits,
+/// constants, statics).
+fn defined_names(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for keyword in ["fn ", "struct ", "enum ", "trait ", "const ", "static ", "type ", "union "] {
+        for (at, _) in code.match_indices(keyword) {
+            let starts_word = code[..at].ends_with(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+            let name: String =
+                code[at + keyword.len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if starts_word && !name.is_empty() {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// The module a path written in `module` names and the item after it, if
+/// any (`*` for a glob): `crate::…`, `super::…`, `self::…` or a child's
+/// name first; `None` for any other (another crate's) path.
+fn resolve_path(module: &str, segments: &[String], modules: &BTreeSet<String>) -> Option<(String, Option<String>)> {
     let parent = module.rsplit_once("::").map_or("crate".to_string(), |(p, _)| p.to_string());
+    let child = |name: &str| if module == "crate" { name.to_string() } else { format!("{module}::{name}") };
+    let (first, rest) = segments.split_first()?;
+    let base = match first.as_str() {
+        "crate" => "crate".to_string(),
+        "super" => parent,
+        "self" => module.to_string(),
+        name if modules.contains(&child(name)) => child(name),
+        _ => return None,
+    };
+    let (deepest, at) = deepest_module(&base, rest, modules);
+    Some((deepest, rest.get(at).cloned()))
+}
+
+/// The deepest module `segments` name from `base` (`super` climbs one),
+/// and the index of the first segment after it.
+fn deepest_module(base: &str, segments: &[String], modules: &BTreeSet<String>) -> (String, usize) {
+    let mut current = if base == "crate" { String::new() } else { base.to_string() };
+    let (mut deepest, mut after) = (base.to_string(), 0);
+    for (i, seg) in segments.iter().enumerate() {
+        if seg == "super" {
+            current = current.rsplit_once("::").map_or(String::new(), |(p, _)| p.to_string());
+            deepest = if current.is_empty() { "crate".to_string() } else { current.clone() };
+            after = i + 1;
+            continue;
+        }
+        current = if current.is_empty() { seg.clone() } else { format!("{current}::{seg}") };
+        if modules.contains(&current) {
+            deepest = current.clone();
+            after = i + 1;
+        }
+    }
+    (deepest, after)
+}
+
+/// The modules `module`'s code names, each charged to the module that
+/// defines what it names: the deepest module of the path, or, through a
+/// re-export, the module the item comes from.
+fn imports_of(module: &str, code: &str, modules: &BTreeSet<String>, published: &Published) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    for (keyword, base) in [("crate::", "crate".to_string()), ("super::", parent)] {
+    // A module names others by `crate::`, `super::` and `self::` paths, and
+    // a folder's own file names its children by relative paths too
+    // (`fd::open`, `use queue::Reap`).
+    let prefix = if module == "crate" { String::new() } else { format!("{module}::") };
+    let children: Vec<String> = modules
+        .iter()
+        .filter_map(|m| m.strip_prefix(&prefix).filter(|rest| !prefix.is_empty() && !rest.contains("::")))
+        .map(str::to_string)
+        .collect();
+    let keywords = ["crate", "super", "self"].into_iter().map(str::to_string).chain(children);
+    for first in keywords {
+        let keyword = format!("{first}::");
         let mut from = 0;
-        while let Some(at) = code[from..].find(keyword) {
+        while let Some(at) = code[from..].find(&keyword) {
             let start = from + at;
             from = start + keyword.len();
             let preceded_by_ident =
                 code[..start].chars().next_back().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
-            if preceded_by_ident {
+            if preceded_by_ident || (first == "self" && module == "crate") {
                 continue;
             }
-            for segments in use_tree(&code[from..]).0 {
-                let mut current = if base == "crate" { String::new() } else { base.clone() };
-                let mut deepest = base.clone();
-                for seg in segments {
-                    current = if current.is_empty() { seg } else { format!("{current}::{seg}") };
-                    if modules.contains(&current) {
-                        deepest = current.clone();
-                    }
-                }
-                if deepest != module {
-                    found.insert(deepest);
+            for mut segments in use_tree(&code[from..]).0 {
+                segments.insert(0, first.clone());
+                let Some((deepest, item)) = resolve_path(module, &segments, modules) else { continue };
+                let target = match item {
+                    Some(item) => published.definer(&deepest, &item),
+                    None => deepest,
+                };
+                if target != module {
+                    found.insert(target);
                 }
             }
         }
@@ -288,10 +431,13 @@ fn stale_table_entries(tree: &Tree, folders: &BTreeMap<String, BTreeSet<String>>
 
 /// Why `module` may not import `target`, if it may not: the table of the
 /// folder nearest to both must place `target`'s side below `module`'s.
-fn import_problem(tables: &Tables, module: &str, target: &str) -> Option<String> {
+fn import_problem(tables: &Tables, module: &str, target: &str, how: Naming) -> Option<String> {
     let (from, to) = (segments(module), segments(target));
-    if to.is_empty() || to.starts_with(&from) {
-        return None; // the crate root, or the module's own descendant
+    if to.is_empty() {
+        return None; // the crate root
+    }
+    if to.starts_with(&from) {
+        return descendant_problem(tables, module, target, how);
     }
     let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
     let folder = folder_name(&from[..common]);
@@ -310,16 +456,67 @@ fn import_problem(tables: &Tables, module: &str, target: &str) -> Option<String>
     })
 }
 
+/// How a module names another: in code (a call, a type, a plain `use`),
+/// or only in a re-export (`pub use`), which is how a parent publishes
+/// its children's items.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    Code,
+    ReexportOnly,
+}
+
+/// Why `module` may not use its descendant `target`, if it may not: a
+/// folder's own `mod.rs` stands above its children and uses them freely,
+/// unless its table places `mod` lower, among them; then it may use only
+/// the children below it (re-exports aside), or a child above it and it
+/// would use each other.
+fn descendant_problem(tables: &Tables, module: &str, target: &str, how: Naming) -> Option<String> {
+    let mod_rank = rank(tables, module, "mod").expect("`mod` always has a place");
+    if how == Naming::ReexportOnly || mod_rank < 0 {
+        return None;
+    }
+    let child = segments(target)[segments(module).len()];
+    let Some(child_rank) = rank(tables, module, child) else {
+        return Some(format!("`{module}` uses `{target}`, but `{child}` has no place in `{module}`'s table"));
+    };
+    (child_rank <= mod_rank)
+        .then(|| format!("`{module}` uses its child `{target}`: in `{module}`'s table `{child}` is not below `mod`"))
+}
+
+/// `code` without its re-exports (`pub use …;`, `pub(crate) use …;`).
+fn without_reexports(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("pub") {
+        let after = &rest[at + 3..];
+        let visibility_end = if after.starts_with('(') { after.find(')').map_or(0, |e| e + 1) } else { 0 };
+        let is_reexport = after[visibility_end..].trim_start().starts_with("use ")
+            && !rest[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        if !is_reexport {
+            out.push_str(&rest[..at + 3]);
+            rest = after;
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        rest = after.find(';').map_or("", |end| &after[end + 1..]);
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Every import of `tree` against its tables: one line per violation.
 fn violations(tree: &Tree) -> Vec<String> {
     let files = rust_files(&tree.root);
     let modules: BTreeSet<String> = files.iter().map(|f| module_of(&tree.root, f)).collect();
+    let sources: Vec<(String, String)> =
+        files.iter().map(|f| (module_of(&tree.root, f), code_only(&std::fs::read_to_string(f).unwrap()))).collect();
+    let published = Published::of(&sources, &modules);
     let mut problems = stale_table_entries(tree, &folders_of(&modules));
-    for file in &files {
-        let module = module_of(&tree.root, file);
-        let code = code_only(&std::fs::read_to_string(file).unwrap());
-        for target in imports_of(&module, &code, &modules) {
-            if let Some(problem) = import_problem(&tree.tables, &module, &target) {
+    for (file, (module, code)) in files.iter().zip(&sources) {
+        let in_code = imports_of(module, &without_reexports(code), &modules, &published);
+        for target in imports_of(module, code, &modules, &published) {
+            let how = if in_code.contains(&target) { Naming::Code } else { Naming::ReexportOnly };
+            if let Some(problem) = import_problem(&tree.tables, module, &target, how) {
                 let rel = file.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(file);
                 problems.push(format!("{}: {problem}", rel.display()));
             }
@@ -344,10 +541,10 @@ fn the_checker_finds_upward_imports_and_only_those() {
         "use crate::{buf::AlignedBuf, locks};\n// crate::file in a comment\nlet s = \"crate::file\";\n\
          fn f() -> crate::io::fd::FdStore { todo!() }\n#[cfg(test)]\nmod tests { use crate::file::File; }\n",
     );
-    let found = imports_of("inode", &code, &modules);
+    let found = imports_of("inode", &code, &modules, &Published::default());
     assert_eq!(found.into_iter().collect::<Vec<_>>(), ["buf", "io::fd", "locks"]);
     let code = code_only("use super::{BackingStore, IoOp};\nuse crate::inode::Inode;");
-    let found = imports_of("io::fd", &code, &modules);
+    let found = imports_of("io::fd", &code, &modules, &Published::default());
     assert_eq!(found.into_iter().collect::<Vec<_>>(), ["inode", "io"]);
 }
 
@@ -438,6 +635,44 @@ fn a_folders_own_file_stands_above_its_children_unless_placed() {
     assert_eq!(problems.len(), 2, "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("names `gone`, which has no file")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("folder `old`, which has no files")), "{problems:?}");
+}
+
+/// A folder's `mod.rs` placed among its children may not use the ones
+/// above it (they use it: a cycle), though it may re-export them; unplaced,
+/// it stands above all and uses them freely. `super::super` climbs two.
+#[test]
+fn a_folders_own_file_placed_low_uses_only_what_is_below_it() {
+    let tree = |mod_rs: &'static str| {
+        let files = [
+            ("io/mod.rs", mod_rs),
+            ("io/fd.rs", "use super::IoOp;\n"),
+            ("io/sim/mod.rs", "pub mod disk;\n"),
+            ("io/sim/disk.rs", "use super::super::IoOp;\n"),
+            ("io/types.rs", ""),
+        ];
+        violations_in(&files, "crate: io\nio: sim, fd > mod > types")
+    };
+    assert_eq!(tree("pub mod fd; pub use fd::FdStore; use types::Op;\n"), Vec::<String>::new());
+    let problems = tree("pub fn open() { fd::open() }\n");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("`io` uses its child `io::fd`: in `io`'s table `fd` is not below `mod`"),
+        "{problems:?}"
+    );
+    let unplaced = [("io/mod.rs", "pub fn open() { fd::open() }\n"), ("io/fd.rs", "")];
+    assert_eq!(violations_in(&unplaced, "crate: io\nio: fd"), Vec::<String>::new());
+}
+
+#[test]
+#[should_panic(expected = "`fd` has two places in `io`'s table")]
+fn a_name_twice_in_one_table_is_refused() {
+    parse_tables("io: fd > queue > fd");
+}
+
+#[test]
+fn reexports_are_told_from_uses() {
+    let code = "pub use fd::A;\npub(crate) use queue::{B, C};\nuse pass::D;\nfn f() { crate::x::y(); }\n";
+    assert_eq!(without_reexports(code), "\n\nuse pass::D;\nfn f() { crate::x::y(); }\n");
 }
 
 /// The longest a non-test function may be, in lines from its `fn` to its

@@ -363,7 +363,7 @@ fn rewrite_during_writeback_then_sync() {
 // Engine bug: a short read at end of file resubmitted at an unaligned offset
 
 /// Engine bug in `io::run_batch` (src/io/mod.rs), reached from the read
-/// paths (`Inode::fill_range_marked`, `fill_blocks`): reading the partial
+/// paths (`Inode::fill_range`, `fill_blocks`): reading the partial
 /// last block of an O_DIRECT store transfers up to end of file, a count that
 /// is not a multiple of the block size, and the driver resubmits the
 /// remainder at that unaligned offset, counting on a 0-byte "end of file"

@@ -2504,7 +2504,7 @@ fn large_folio_write_stays_under_the_dirty_limit() {
 /// crashed, and single-threaded seeds with `dirty_limit` equal to
 /// `capacity` and a failing disk), fixed: a write or a read that needs a
 /// new folio while every cached folio is dirty waits in
-/// `Memory::reserve_folio_buf` for writeback to clean one. With the disk
+/// `Memory::reserve` for writeback to clean one. With the disk
 /// failing that never happens; the wait went on for 30 s, ignoring the
 /// cache closing, and `Cache::close` waited with it. Dirty folios fill the
 /// memory whenever `dirty_limit` is `capacity`, and also far below it,

@@ -682,7 +682,7 @@ fn child_buffers_refused() {
 
 /// Folio buffers that cannot be allocated (the `AlignedBuf` test hook,
 /// standing in for a refused `mmap` and a full heap): `ENOMEM` to the
-/// writer, nothing dirty lost. Needs `Memory::reserve_folio_buf`
+/// writer, nothing dirty lost. Needs `Memory::reserve`
 /// (`src/policy/memory.rs`) to allocate with `AlignedBuf::try_zeroed` and give
 /// the reservation back when it fails; until then a refused buffer aborts
 /// the process (`handle_alloc_error`) and the hook is not consulted.

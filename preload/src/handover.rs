@@ -26,7 +26,7 @@
 //! descriptions (`table::begin_hand_over`), so no write is acknowledged
 //! by the cache after its data went to the kernel; hand-overs run one at
 //! a time, and an open of a file being handed over is the kernel's
-//! (`state::set_handing`); a failed writeback leaves the file cached
+//! (`State::begin_handing`, `State::end_handing`); a failed writeback leaves the file cached
 //! (its data still dirty) and is returned.
 
 use std::io;

@@ -36,13 +36,11 @@ pub const MAPPED_BUF_MIN_BYTES: usize = HUGE_PAGE_BYTES;
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 // What the buffers and slabs cut from mappings assume, checked when the
-// crate builds: blocks and huge pages are powers of two, a huge page is
-// whole blocks, and buffers get mappings of their own from one huge page
-// up (smaller power-of-two sizes are slab slots).
+// crate builds: blocks and huge pages are powers of two, and a huge page
+// (the smallest buffer with a mapping of its own) is whole blocks.
 const _: () = {
     assert!(BLOCK_SIZE.is_power_of_two() && HUGE_PAGE_BYTES.is_power_of_two());
     assert!(HUGE_PAGE_BYTES % BLOCK_SIZE == 0);
-    assert!(MAPPED_BUF_MIN_BYTES == HUGE_PAGE_BYTES);
 };
 
 /// A private anonymous mapping of `len` bytes, zeroed and faulted in: on

@@ -32,8 +32,9 @@ const SLAB_CLASSES: usize = (MAPPED_BUF_MIN_BYTES / BLOCK_SIZE).trailing_zeros()
 
 // What the slabs assume, checked when the crate builds: a stashed slab is
 // handed out whole as a mapped buffer of its size (so it is one, and
-// unmapped as one), every slot class fits a slab several times, and a
-// release batch holds at least a whole slab.
+// unmapped as one), every slot class is smaller than a slab (a slab holds
+// at least two slots of the largest), and a release batch holds at least a
+// whole slab.
 const _: () = {
     assert!(SLAB_BYTES == MAPPED_BUF_MIN_BYTES);
     assert!(SLAB_CLASSES > 0 && (BLOCK_SIZE << (SLAB_CLASSES - 1)) < SLAB_BYTES);

@@ -83,7 +83,8 @@ impl Inode {
     /// Finds the folio covering `block` or inserts a new one. A new folio is
     /// the largest naturally aligned power of two that starts at `block`, ends
     /// at or before `limit_block` and overlaps no cached folio; it is empty
-    /// (nothing uptodate) and marked `read_in_flight` when `for_fill`.
+    /// (nothing uptodate), and a fill's ([`BufUse::Read`]) starts
+    /// [`FolioStart::Filling`].
     /// Returns the folio and whether it was created here.
     pub(super) fn find_or_create(
         self: &Arc<Self>,

@@ -73,7 +73,6 @@ use gate::{ResizeGuard, StoreLenGate};
 pub use pass::{PassScope, PassSize, SizeFix, WbPass, WritebackOutcome};
 pub use range_ops::Allocation;
 pub use read::FillPlan;
-use sync::Tickets;
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
 
@@ -97,6 +96,13 @@ pub struct InodeHandles {
     pub dropbehind: Arc<DropBehind>,
     pub dirty: Arc<DomainDirty>,
     pub dirty_list: Arc<dyn DirtyInodeList>,
+}
+
+/// In-flight writeback tickets of an inode (see `inode::sync`).
+#[derive(Default)]
+pub struct Tickets {
+    pub last_issued: u64,
+    pub in_flight: std::collections::BTreeSet<u64>,
 }
 
 pub struct Inode {

@@ -12,7 +12,6 @@
 //! These are methods of [`Inode`] that files and the writeback layer
 //! call; the inode's own data paths never do.
 
-use std::collections::BTreeSet;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,13 +25,6 @@ use crate::io::{IoPriority, BLOCK_SIZE};
 use crate::stats::{Counters, DeviceClass, Reason};
 
 const BLOCK: u64 = BLOCK_SIZE as u64;
-
-/// In-flight writeback tickets of an inode.
-#[derive(Default)]
-pub struct Tickets {
-    pub last_issued: u64,
-    pub in_flight: BTreeSet<u64>,
-}
 
 impl Inode {
     pub(super) fn ticket_begin(&self) -> u64 {

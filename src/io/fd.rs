@@ -34,7 +34,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority, OpenHow, Symlink, BLOCK_SIZE};
+use super::store::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority, OpenHow, Symlink, BLOCK_SIZE};
 use crate::base::sys::{self, Fd, SyncKind};
 
 /// Executes one attempt of a batch on a raw descriptor; the part of a
@@ -607,7 +607,7 @@ impl BackingStore for FdStore {
             match sys::pwrite(fd.as_raw_fd(), &data[done..], at) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
                 Ok(n) => done += n,
-                Err(e) if super::is_retryable(&e) => {}
+                Err(e) if super::store::is_retryable(&e) => {}
                 Err(e) => return Err(e),
             }
         }

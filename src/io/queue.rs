@@ -28,7 +28,7 @@ use std::io;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{is_retryable, run_batch, Attempt, BackingStore, IoOp, IoPriority, MAX_ATTEMPTS_PER_OP};
+use super::store::{is_retryable, run_batch, Attempt, BackingStore, IoOp, IoPriority, MAX_ATTEMPTS_PER_OP};
 use crate::buf::AlignedBuf;
 
 /// A part of a queued write: a byte range of a shared buffer.

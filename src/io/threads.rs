@@ -29,9 +29,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
+use super::backend::Io;
 use super::fd::{ioprio_of, open_fd_store, rw_iovecs, rw_once, FdEngine};
 use super::queue::{complete_without_backend, Completion, QueuedWrite, Reap, SlotTable, WriteQueue};
-use super::{Attempt, BackingStore, Io, IoKind, IoOp, IoPriority, OpenHow};
+use super::store::{Attempt, BackingStore, IoKind, IoOp, IoPriority, OpenHow};
 
 /// Most workers a pool runs. Each worker keeps one request in flight, so
 /// this is the pool's device queue depth: scattered 4 KiB writeback needs a

@@ -29,9 +29,10 @@ use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 
+use super::backend::Io;
 use super::fd::{ioprio_of, open_fd_store, rw_once, FdEngine, SyncEngine};
 use super::queue::{complete_without_backend, BatchQueue, Completion, QueuedWrite, Reap, SlotTable, WriteQueue};
-use super::{Attempt, BackingStore, Io, IoKind, IoOp, OpenHow};
+use super::store::{Attempt, BackingStore, IoKind, IoOp, OpenHow};
 use crate::base::sys;
 
 /// The kernel's limit on ring entries (`IORING_MAX_ENTRIES`).

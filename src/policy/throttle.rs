@@ -199,7 +199,7 @@ fn check_due(input: &ThrottleInput, ratelimit: u64) -> bool {
 /// Throttles a writer that just dirtied `newly_bytes` in `domain`, as
 /// `balance_dirty_pages` does: rate-limited checks, a pause from the pure
 /// policy above, and waiting for writeback progress while over the dirty
-/// limit. An uncached writer (`dontcache`) is also held to
+/// limit. An uncached writer ([`Caching::Uncached`]) is also held to
 /// [`uncached_input`]'s bound.
 pub fn balance_dirty(domain: &DomainDirty, cfg: &Config, newly_bytes: u64, caching: Caching) {
     let cache = &domain.cache;

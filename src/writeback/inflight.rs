@@ -185,8 +185,7 @@ impl InFlight {
         self.failed = false;
     }
 
-    /// Starts a pass of up to `max_bytes` (and `max_chunks` runs) on
-    /// `inode` and returns the dirty bytes it took (0: nothing was dirty;
+    /// Starts a pass of up to `size` on `inode` and returns the dirty bytes it took (0: nothing was dirty;
     /// clean blocks it bridges are not counted). Its I/O is sync when an
     /// fsync waits for the inode now. Before returning, completes what
     /// finished and waits while more is collected than the bounds.

@@ -336,8 +336,8 @@ impl File {
     }
 
     /// A read the cache did not answer whole, or that must not be cached:
-    /// reads ahead as `decision` says, then reads (`dontcache`: uncached)
-    /// through the store as needed.
+    /// reads ahead as `decision` says, then reads (cached or not, as
+    /// `caching` says) through the store as needed.
     fn read_through<T: ReadTarget + ?Sized>(
         &self,
         buf: &mut T,

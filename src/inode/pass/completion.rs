@@ -10,7 +10,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{SizeFix, WbChunk, WbPass, WritebackOutcome};
+use super::chunk::{SizeFix, WbChunk, WbPass, WritebackOutcome};
 use crate::base::locks::{self, Rank};
 use crate::buf::AlignedBuf;
 use crate::guardian::arena::BlockState;

@@ -9,7 +9,7 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
-use super::{WbChunk, WbPass};
+use super::chunk::{WbChunk, WbPass};
 use crate::base::locks::{self, Rank};
 use crate::inode::Inode;
 use crate::io::queue::{QueuedWrite, Segment};

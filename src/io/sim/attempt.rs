@@ -14,7 +14,7 @@ use super::config::Fault;
 use super::disk::{errno, FaultRule, SimStore, State, BLOCK_SIZE_U64};
 use super::rng::Rng;
 use super::stats::SimWrite;
-use crate::io::{Attempt, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
+use crate::io::store::{Attempt, IoOp, IoPriority, BLOCK_SIZE, IOV_MAX};
 use std::io;
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use super::config::{Fault, SimConfig};
 use super::rng::Rng;
 use super::stats::{PathErrors, SimStats, SimWrite};
 use crate::base::locks;
-use crate::io::{BackingInfo, BLOCK_SIZE};
+use crate::io::store::{BackingInfo, BLOCK_SIZE};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //! - A file is an inode with two images, each a `Vec<u8>` whose length is
 //!   the file size: the *written* image is what reads see, the *durable*
 //!   image is what survives [`SimIo::crash`]. `sync` copies written to
-//!   durable (data and length; `data_only` makes no difference here).
+//!   durable (data and length; a `SyncKind` makes no difference here).
 //! - Names map paths to inodes. Creating, truncating and removing names are
 //!   metadata operations that take effect at once and are durable at once;
 //!   only file contents and lengths are subject to the crash model.
@@ -71,7 +71,7 @@ pub use config::{Fault, SimConfig};
 pub use stats::{SimStats, SimWrite};
 
 /// The class of a request, as [`SimWrite`] reports it.
-pub use super::IoPriority;
+pub use super::store::IoPriority;
 
 #[cfg(test)]
 mod tests {

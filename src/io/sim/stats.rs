@@ -7,7 +7,7 @@
 //! (`SimIo::stats`,
 //! `SimIo::write_log`), never a live view.
 
-use crate::io::IoPriority;
+use crate::io::store::IoPriority;
 use std::path::PathBuf;
 
 /// Counters since `SimIo::new`; see the [`sim`](super)

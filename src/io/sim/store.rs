@@ -12,7 +12,7 @@ use super::config::Fault;
 use super::disk::{errno, SimStore};
 use crate::base::locks;
 use crate::base::sys::SyncKind;
-use crate::io::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority};
+use crate::io::store::{Attempt, BackingInfo, BackingStore, IoOp, IoPriority};
 use std::io;
 
 impl BackingStore for SimStore {
@@ -59,7 +59,7 @@ impl BackingStore for SimStore {
             match self.attempt(&mut st, &mut op, IoPath::Buffered) {
                 Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the file accepted no bytes")),
                 Ok(n) => done += n,
-                Err(e) if crate::io::is_retryable(&e) => {}
+                Err(e) if crate::io::store::is_retryable(&e) => {}
                 Err(e) => return Err(e),
             }
         }

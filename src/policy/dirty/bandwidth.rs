@@ -10,25 +10,15 @@
 //! half of it; each worker is busy at most once at a time. A sample under
 //! 256 KiB, or timed at zero, says nothing about the device and is dropped.
 //!
-//! The window is a field of the domain's [`DomainDirty`] (in the parent,
-//! which builds it, so [`BandwidthWindow`] is `pub(super)`), under its
-//! own lock, shared by every worker of the domain.
+//! The window (`BandwidthWindow`, defined with the domain's
+//! [`DomainDirty`] in the parent) is a field of the domain, under its own
+//! lock, shared by every worker of the domain.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::DomainDirty;
 use crate::base::locks;
-
-/// Bytes the domain's workers completed since `since`, a stretch in which
-/// at least one of them had writes in flight all along: the device's rate
-/// for this domain, whatever the number of workers.
-#[derive(Default)]
-pub(super) struct BandwidthWindow {
-    busy_workers: usize,
-    since: Option<Instant>,
-    bytes: u64,
-}
 
 /// How long a bandwidth sample spans at most.
 const BANDWIDTH_SAMPLE_PERIOD: Duration = Duration::from_millis(50);

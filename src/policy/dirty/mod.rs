@@ -25,12 +25,12 @@
 //! every domain and the memory accounting share; a domain's
 //! [`DomainDirty`] is shared by the domain, its workers and its inodes, and
 //! listed in the cache's until the cache closes
-//! ([`CacheDirty::clear_domains`] breaks that cycle). Both types are
-//! defined here, fields and all, with the gauges' methods; each child adds
+//! ([`CacheDirty::clear_domains`] breaks that cycle). Every type the two
+//! hold or take is defined here, fields and all: the gauges' methods, the
+//! worker wakeups, the bandwidth window and [`DirtyRoom`]; each child adds
 //! the `impl` of its own concept and reads the fields it needs (a child
-//! sees its parent's private items). What this file needs of a child is
-//! `pub(super)`: the worker wakeups and bandwidth window it builds, and
-//! the room's fields, which the gauges consume.
+//! sees its parent's private items), and this file names no child but to
+//! re-export it.
 //!
 //! Layering inside the folder, top first: `room`, `sync_waiter`, `work`
 //! and `bandwidth`, which name the types defined here; this file;
@@ -43,15 +43,11 @@ mod sync_waiter;
 mod work;
 
 pub use progress::Progress;
-pub use room::DirtyRoom;
 pub use sync_waiter::{READER_SYNC_WAITER_ID, READ_RECENT};
 pub use work::{DontcacheRoundEnd, Work};
 
-use bandwidth::BandwidthWindow;
-use work::WorkerWakeup;
-
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use crate::base::locks;
@@ -320,6 +316,72 @@ impl DomainDirty {
         debug_assert!(before >= bytes, "unclean underflow");
         self.cache.progress.made();
     }
+}
+
+/// Room under the dirty limit that a writer took before dirtying blocks
+/// ([`DomainDirty::try_take_room`]): counted in `unclean_bytes` from the
+/// moment it is taken, consumed as the writer's blocks become dirty
+/// ([`DomainDirty::account_dirty_bytes`]), and what is left is given back
+/// when it drops (the write covered fewer new blocks, or failed).
+pub struct DirtyRoom<'a> {
+    domain: &'a DomainDirty,
+    bytes: u64,
+}
+
+impl DirtyRoom<'_> {
+    /// Room not dirtied yet.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Adds `more` (taken in the same domain) to this room.
+    pub fn absorb(&mut self, mut more: DirtyRoom<'_>) {
+        debug_assert!(std::ptr::eq(self.domain, more.domain), "rooms of one domain");
+        self.bytes += std::mem::take(&mut more.bytes);
+        debug_assert_eq!(more.bytes, 0, "moved, not given back");
+    }
+}
+
+impl Drop for DirtyRoom<'_> {
+    fn drop(&mut self) {
+        if self.bytes == 0 {
+            return;
+        }
+        let cache = &self.domain.cache;
+        // SeqCst here and where a writer registers as waiting and then
+        // tries for room: one of the two sees the other (no lost wakeup).
+        let before = cache.unclean_bytes.fetch_sub(self.bytes, Ordering::SeqCst);
+        debug_assert!(before >= self.bytes, "unclean underflow");
+        // Writers waiting for room may be waiting for exactly this. Only
+        // then: a rewrite of dirty blocks gives its whole room back on every
+        // call, and waking nobody through a lock cost it more than the copy.
+        if cache.nr_dirty_waiters.load(Ordering::SeqCst) > 0 {
+            cache.progress.made();
+        }
+    }
+}
+
+/// A writeback worker's coalesced work bits and what it sleeps on.
+#[derive(Default)]
+struct WorkerWakeup {
+    bits: AtomicU32,
+    /// Set by the worker before it looks at `bits` and waits, cleared when
+    /// it wakes: a kick notifies (and counts a wakeup) only while it is
+    /// set. A worker that is awake finds the bit at its next round, as the
+    /// kernel does not wake a flusher whose writeback is in progress.
+    sleeping: AtomicBool,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+/// Bytes the domain's workers completed since `since`, a stretch in which
+/// at least one of them had writes in flight all along: the device's rate
+/// for this domain, whatever the number of workers.
+#[derive(Default)]
+struct BandwidthWindow {
+    busy_workers: usize,
+    since: Option<Instant>,
+    bytes: u64,
 }
 
 #[cfg(test)]

@@ -12,57 +12,14 @@
 //! its I/Os end, except the blocks a failed bridge made dirty.
 //!
 //! A [`DirtyRoom`] is owned by the writer that took it and borrows its
-//! domain's [`DomainDirty`]; its fields are `pub(super)` because the
-//! gauges (in the parent) consume it. Bridges have no guard: the pass that
+//! domain's [`DomainDirty`]; it is defined with the gauges (in the
+//! parent), which consume it. Bridges have no guard: the pass that
 //! reserved them gives them back ([`DomainDirty::end_bridges`]).
 
 use std::sync::atomic::Ordering;
 
-use super::DomainDirty;
+use super::{DirtyRoom, DomainDirty};
 use crate::io::BLOCK_SIZE;
-
-/// Room under the dirty limit that a writer took before dirtying blocks
-/// ([`DomainDirty::try_take_room`]): counted in `unclean_bytes` from the
-/// moment it is taken, consumed as the writer's blocks become dirty
-/// ([`DomainDirty::account_dirty_bytes`]), and what is left is given back
-/// when it drops (the write covered fewer new blocks, or failed).
-pub struct DirtyRoom<'a> {
-    pub(super) domain: &'a DomainDirty,
-    pub(super) bytes: u64,
-}
-
-impl DirtyRoom<'_> {
-    /// Room not dirtied yet.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// Adds `more` (taken in the same domain) to this room.
-    pub fn absorb(&mut self, mut more: DirtyRoom<'_>) {
-        debug_assert!(std::ptr::eq(self.domain, more.domain), "rooms of one domain");
-        self.bytes += std::mem::take(&mut more.bytes);
-        debug_assert_eq!(more.bytes, 0, "moved, not given back");
-    }
-}
-
-impl Drop for DirtyRoom<'_> {
-    fn drop(&mut self) {
-        if self.bytes == 0 {
-            return;
-        }
-        let cache = &self.domain.cache;
-        // SeqCst here and where a writer registers as waiting and then
-        // tries for room: one of the two sees the other (no lost wakeup).
-        let before = cache.unclean_bytes.fetch_sub(self.bytes, Ordering::SeqCst);
-        debug_assert!(before >= self.bytes, "unclean underflow");
-        // Writers waiting for room may be waiting for exactly this. Only
-        // then: a rewrite of dirty blocks gives its whole room back on every
-        // call, and waking nobody through a lock cost it more than the copy.
-        if cache.nr_dirty_waiters.load(Ordering::SeqCst) > 0 {
-            cache.progress.made();
-        }
-    }
-}
 
 impl DomainDirty {
     /// Adds `bytes` to `unclean_bytes` if the sum stays at or under

@@ -1,5 +1,5 @@
 //! The coalesced work bits that wake a domain's flushers: one set of bits
-//! per writeback worker ([`WorkerWakeup`]), set by kicks (from writers,
+//! per writeback worker (`WorkerWakeup`), set by kicks (from writers,
 //! uncached writes, reclaim) and taken by the worker, and the shutdown that
 //! stops them.
 //!
@@ -15,11 +15,11 @@
 //!
 //! The wakeups, the listed-workers mask, the uncached kicks' generation
 //! and the shutdown flag are fields of the domain's [`DomainDirty`] (in
-//! the parent), which builds the wakeups (so [`WorkerWakeup`] is
-//! `pub(super)`); each worker sleeps on its own.
+//! the parent, with the `WorkerWakeup` type); each worker sleeps on its
+//! own.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{CacheDirty, DomainDirty};
@@ -77,19 +77,6 @@ pub struct DontcacheRoundEnd {
     pub generation_seen: u64,
     /// The worker's dirty list holds inodes.
     pub worker_has_dirty: bool,
-}
-
-/// A writeback worker's coalesced work bits and what it sleeps on.
-#[derive(Default)]
-pub(super) struct WorkerWakeup {
-    bits: AtomicU32,
-    /// Set by the worker before it looks at `bits` and waits, cleared when
-    /// it wakes: a kick notifies (and counts a wakeup) only while it is
-    /// set. A worker that is awake finds the bit at its next round, as the
-    /// kernel does not wake a flusher whose writeback is in progress.
-    sleeping: AtomicBool,
-    lock: Mutex<()>,
-    cond: Condvar,
 }
 
 impl CacheDirty {
