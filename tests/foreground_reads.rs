@@ -96,8 +96,13 @@ fn periodic_writeback_waits_while_reads_miss() {
         }
         stop.store(true, Ordering::Relaxed);
         assert!(reading.join().unwrap() > 100, "{what}: the reader kept reading");
+        // Clean and no longer under writeback: the write has reached the
+        // store (dirty bytes alone reach 0 while the I/O is in flight).
         assert!(
-            wait_until(Duration::from_secs(5), || cache.stats().dirty_bytes == 0),
+            wait_until(Duration::from_secs(5), || {
+                let st = cache.stats();
+                st.dirty_bytes == 0 && st.writeback_bytes == 0
+            }),
             "{what}: written once the reads stopped: {:?}",
             cache.stats()
         );
