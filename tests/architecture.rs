@@ -77,13 +77,13 @@ crate: aliases > stdio > fdops > meta > open, control, rw > lifetime > stats, ha
 const CLI_LAYERS: &str = "
 crate: runner > cli > help, install, run > workloads > svg > report > bench_worker > spec > engines > cgroup, measure, preload_library, progress, sys
 bench_worker: job > offsets
-engines: direct, kernel, preload, wbcache_file > mod
+engines: direct, kernel, preload, wbcache_file > engine > syscall > unsupported
 report: device > table, targets > mod
 runner: charts, child, site > interrupt, leftovers
-workloads: advice, competing, custom, fio, fsync_under_load, hot_set, parallel_writeback, rand_read, rocksdb, small_overwrite, sqlite > external, plain > mod
-workloads::fio: jobfile, table > mod > output
-workloads::rand_read: readers > mod
-workloads::sqlite: db > mod
+workloads: advice, competing, custom, fio, fsync_under_load, hot_set, parallel_writeback, rand_read, rocksdb, small_overwrite, sqlite > external, plain > workload
+workloads::fio: jobfile > mod > table > output
+workloads::rand_read: readers > region
+workloads::sqlite: db > job
 ";
 
 /// Per folder (`crate` for the root, else its module path), its children's

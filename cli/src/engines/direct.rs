@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
 
-use super::{retry_eintr, unsupported, CallKind, EngineFile, NextOp, OnDone, Pipelined, Target, DIRECT_DEPTH};
+use super::engine::{CallKind, EngineFile, NextOp, OnDone, Pipelined, Target, DIRECT_DEPTH};
+use super::syscall::retry_eintr;
+use super::unsupported::unsupported;
 use crate::sys::IoBuffer;
 
 /// O_DIRECT through io_uring.

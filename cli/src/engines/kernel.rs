@@ -12,14 +12,8 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use wbcache::Advice;
 
-use super::{cvt, retry_eintr, unsupported, CallKind, EngineFile, SharedReader, Target, RWF_DONTCACHE};
-
-fn unsupported_flag(e: io::Error) -> io::Error {
-    match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP | libc::EINVAL) => unsupported(format!("RWF_DONTCACHE refused by the kernel here ({e})")),
-        _ => e,
-    }
-}
+use super::engine::{CallKind, EngineFile, SharedReader, Target};
+use super::syscall::{cvt, read_full, retry_eintr, unsupported_flag, RWF_DONTCACHE};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -268,34 +262,6 @@ impl EngineFile for KernelFile {
             cvt(rc as isize).map(drop)
         })
     }
-}
-
-/// Reads `buf` at `off` from `fd` (to its end of file): `pread(2)`, or
-/// `preadv2(2)` with `RWF_DONTCACHE` when `dontcache`. Takes `&` only, so
-/// threads sharing the descriptor call it at once ([`SharedReader::Fd`]).
-pub(super) fn read_full(fd: RawFd, buf: &mut [u8], off: u64, dontcache: bool) -> io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        let n = retry_eintr(|| {
-            let pos = (off + done as u64) as libc::off_t;
-            // SAFETY: `buf[done..]` is valid for writes for its length.
-            let rc = unsafe {
-                if dontcache {
-                    let iov = libc::iovec { iov_base: buf[done..].as_mut_ptr() as *mut _, iov_len: buf.len() - done };
-                    libc::preadv2(fd, &iov, 1, pos, RWF_DONTCACHE)
-                } else {
-                    libc::pread(fd, buf[done..].as_mut_ptr() as *mut _, buf.len() - done, pos)
-                }
-            };
-            cvt(rc)
-        });
-        let n = if dontcache { n.map_err(unsupported_flag)? } else { n? };
-        if n == 0 {
-            break;
-        }
-        done += n;
-    }
-    Ok(done)
 }
 
 impl KernelFile {

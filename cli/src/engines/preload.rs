@@ -8,7 +8,7 @@
 use std::ffi::CStr;
 use std::io;
 
-use super::unsupported;
+use super::unsupported::unsupported;
 
 type StatsFn = unsafe extern "C" fn(*mut libc::c_char, libc::size_t) -> libc::ssize_t;
 

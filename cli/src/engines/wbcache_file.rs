@@ -7,7 +7,7 @@ use std::io;
 
 use wbcache::{Advice, SyncRangeFlags, WriteFlags, RESIDENT_CACHED};
 
-use super::{CallKind, EngineFile, SharedReader};
+use super::engine::{CallKind, EngineFile, SharedReader};
 
 pub(super) struct WbFile {
     pub(super) file: wbcache::File,

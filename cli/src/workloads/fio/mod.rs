@@ -31,7 +31,7 @@ use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{unsupported, EngineKind};
 use crate::report::ResultRow;
 use crate::sys::fmt_size;
-pub use output::FioJobFigures;
+pub use output::{FioJobFigures, FioResult};
 pub use table::{fio_rows, fio_summary, fio_table};
 
 /// fio, as the catalog and the tables name it.
@@ -236,13 +236,6 @@ pub struct FioRun {
     /// Jobs that only help the measured ones (their figures are dropped).
     #[serde(default)]
     pub helper_jobs: Vec<String>,
-}
-
-/// What a job that ran fio reports: fio's version and its jobs' figures.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct FioResult {
-    pub version: String,
-    pub jobs: Vec<FioJobFigures>,
 }
 
 /// The options every engine's fio gets: the engine's I/O path, jobs as

@@ -3,7 +3,8 @@
 //! runtime, bandwidth, IOPS and completion-latency (`clat_ns`)
 //! percentiles; from `json+` also the completion-latency histogram, with
 //! which the reports of several fio processes merge into one as fio merges
-//! its own jobs (same buckets, same percentile rule).
+//! its own jobs (same buckets, same percentile rule). [`FioResult`] is
+//! what a job that ran fio sends on: the rows and the tables read it.
 
 use std::collections::BTreeMap;
 
@@ -44,6 +45,15 @@ pub struct FioJobFigures {
 /// A whole report: fio's version and its jobs, in its order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FioReport {
+    pub version: String,
+    pub jobs: Vec<FioJobFigures>,
+}
+
+/// What a job that ran fio reports, its processes' reports read and merged
+/// as asked (the worker sends it on to the rows): fio's version and its
+/// jobs' figures.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FioResult {
     pub version: String,
     pub jobs: Vec<FioJobFigures>,
 }

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{FioJobFigures, FioResult};
+use super::output::{FioJobFigures, FioResult};
 use crate::bench_worker::{JobResult, Outcome, Status};
 use crate::engines::EngineKind;
 use crate::measure::round3;

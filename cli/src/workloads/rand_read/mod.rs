@@ -6,9 +6,11 @@
 //! measured in the bench's own process: the memory's share of any cache's
 //! read, against which wbcache's cost is checked. The reader-thread
 //! variants (`cached-4k-readers-<threads>`: several threads reading
-//! `cached-4k`'s region on one open file at once) are in [`readers`].
+//! `cached-4k`'s region on one open file at once) are in [`readers`]; the
+//! region every cached variant reads ([`cached_span`]) is in `region`.
 
 mod readers;
+mod region;
 
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
@@ -17,8 +19,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    described, round_down, Group, JobSpec, Jobs, Params, Pattern, Place, ReferenceContext, Selection, Setup, Workload,
-    WorkloadInfo, KIB, MIB,
+    described, Group, JobSpec, Jobs, Params, Pattern, Place, ReferenceContext, Selection, Setup, Workload,
+    WorkloadInfo, KIB,
 };
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind};
@@ -26,6 +28,7 @@ use crate::measure::Histogram;
 use crate::report::{find_row, markdown_table, Reference, ResultRow, TargetInputs, Verdict};
 use crate::sys::{fmt_size, IoBuffer, Rng};
 use readers::{ReaderReads, READERS_FAMILY, READER_COUNTS};
+use region::cached_span;
 
 pub struct RandRead;
 
@@ -81,11 +84,6 @@ impl CachedShape {
             CachedShape::Written => "cached-4k-written",
         }
     }
-}
-
-/// The region the `cached-4k` variant reads at random.
-pub fn cached_span(p: &Params) -> u64 {
-    round_down((p.memory / 4).min(64 * MIB).min(p.size), 4 * KIB)
 }
 
 /// The cached variants' timed phase: `iterations` random `bs` reads inside

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::cached_span;
+use super::region::cached_span;
 use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind, SharedReader, Target};
 use crate::measure::round3;

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use rusqlite::{params, Connection, OpenFlags};
 
-use super::{Journal, SqliteJob, ACCOUNTS_PER_BRANCH, TELLERS_PER_BRANCH};
+use super::job::{Journal, SqliteJob, ACCOUNTS_PER_BRANCH, TELLERS_PER_BRANCH};
 use crate::engines::{unsupported, System};
 use crate::measure::Histogram;
 use crate::sys::Rng;

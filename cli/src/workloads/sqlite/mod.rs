@@ -1,13 +1,15 @@
 //! `sqlite`: SQLite running pgbench's TPC-B-like transaction on
 //! kernel-buffered (SQLite's unix VFS) and on wbcache (the wbcache VFS),
 //! in WAL and DELETE journal modes, alone or next to a streaming writer of
-//! the same engine. The transactions job is this module's own (it loads
-//! the database in [`db`], waits for the writer's head start, then runs
-//! transactions until the deadline or the writer's end); the writer is the
-//! generic streaming loop. One row per measurement: transactions per
-//! second, the commit's latency, the writer's MB/s and the peak RSS.
+//! the same engine. The transactions job is this module's own (told what
+//! to do by a [`SqliteJob`], in [`job`], it loads the database in [`db`],
+//! waits for the writer's head start, then runs transactions until the
+//! deadline or the writer's end); the writer is the generic streaming
+//! loop. One row per measurement: transactions per second, the commit's
+//! latency, the writer's MB/s and the peak RSS.
 
 mod db;
+mod job;
 
 use std::fmt::Write as _;
 use std::io;
@@ -27,6 +29,7 @@ use crate::report::{
     aggregate, figure_of, fmt_num, mib, ms, of_role, push_table_head, push_table_row, ratio_of, ResultRow,
 };
 use crate::sys::fmt_size;
+pub use job::{Journal, SqliteJob};
 
 /// The transaction `sqlite` runs.
 const PGBENCH_TPCB: &str = "pgbench's built-in TPC-B-like script";
@@ -58,26 +61,6 @@ static INFO: WorkloadInfo = WorkloadInfo {
              same cache to the same disk: what a commit costs, idle and under the stream",
     source: Some(PGBENCH_TPCB),
 };
-
-/// SQLite's journal modes the `sqlite` workload measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Journal {
-    /// `journal_mode=WAL`: commits append to the write-ahead log.
-    Wal,
-    /// `journal_mode=DELETE`: SQLite's default rollback journal.
-    Delete,
-}
-
-impl Journal {
-    /// The `PRAGMA journal_mode` value (SQLite answers it in lower case).
-    pub fn pragma(self) -> &'static str {
-        match self {
-            Journal::Wal => "wal",
-            Journal::Delete => "delete",
-        }
-    }
-}
 
 /// The variants of `sqlite`: a journal mode, with the transactions alone
 /// or next to a streaming writer of the same engine.
@@ -124,40 +107,11 @@ pub const TRANSACTIONS: &str = "transactions";
 pub const STREAMER: &str = "streamer";
 /// The streaming writer's request size.
 pub const SQLITE_STREAM_BS: u64 = MIB;
-/// pgbench's shape: accounts and tellers per branch.
-pub const ACCOUNTS_PER_BRANCH: u64 = 100_000;
-pub const TELLERS_PER_BRANCH: u64 = 10;
 /// The bytes one account takes in the database's 4 KiB pages (an
 /// 84-character filler, three integers, the cell's header, the b-tree's
 /// inner pages; measured: 3,355,443 accounts made a 315.7 MiB database, 98.7
 /// bytes each), to size the table from the bytes wanted.
 pub const SQLITE_ACCOUNT_BYTES: u64 = 98;
-
-/// What a `sqlite` transactions job does: the database to load (its
-/// target; SQLite's files next to it are the job's other targets, removed
-/// with it), the journal mode to measure, and how far the streaming writer
-/// gets ahead of the first transaction.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SqliteJob {
-    pub journal: Journal,
-    /// Accounts loaded (pgbench's `100,000 × scale`, here to reach the size).
-    pub accounts: u64,
-    /// The transactions start once the job with the [`STREAMER`] role has
-    /// written this many bytes (0: no streaming writer).
-    pub head_start: u64,
-}
-
-impl SqliteJob {
-    /// pgbench's scale: branches, one per 100,000 accounts (the last one
-    /// may have fewer).
-    pub fn branches(&self) -> u64 {
-        self.accounts.div_ceil(ACCOUNTS_PER_BRANCH).max(1)
-    }
-
-    pub fn tellers(&self) -> u64 {
-        self.branches() * TELLERS_PER_BRANCH
-    }
-}
 
 /// What `sqlite`'s transactions job measured besides its transactions.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
