@@ -213,6 +213,12 @@ mod tests {
     use super::*;
     use crate::policy::background_budget::BackgroundBudget;
 
+    /// A round that stops with nothing more to write, its generation
+    /// sampled now, the worker's list holding inodes.
+    fn stopped_now(d: &DomainDirty) -> DontcacheRoundEnd {
+        DontcacheRoundEnd { keep_going: false, generation_seen: d.dontcache_kick_generation(), worker_has_dirty: true }
+    }
+
     /// A bit already set is not set again; taking the bits clears them, all
     /// but `start_dontcache`, which the worker ends.
     #[test]
@@ -224,14 +230,7 @@ mod tests {
         d.kick(Work::StartDontcache);
         assert_eq!(d.take_work(0), WorkBits::of(&[Work::Background, Work::StartDontcache]));
         assert_eq!(d.take_work(0), WorkBits::of(&[Work::StartDontcache]), "held until the worker ends it");
-        d.end_start_dontcache(
-            0,
-            DontcacheRoundEnd {
-                keep_going: false,
-                generation_seen: d.dontcache_kick_generation(),
-                worker_has_dirty: true,
-            },
-        );
+        d.end_start_dontcache(0, stopped_now(&d));
         assert_eq!(d.take_work(0), WorkBits::NONE);
         d.cache.kick_all(Work::Reclaim);
         assert_eq!(d.wait_work(0, Duration::from_millis(1)), WorkBits::of(&[Work::Reclaim]));
@@ -288,14 +287,7 @@ mod tests {
             DontcacheRoundEnd { keep_going: false, generation_seen: seen, worker_has_dirty: true },
         );
         assert_eq!(d.take_work(0), WorkBits::of(&[Work::StartDontcache]), "a kick since the sample is not lost");
-        d.end_start_dontcache(
-            0,
-            DontcacheRoundEnd {
-                keep_going: false,
-                generation_seen: d.dontcache_kick_generation(),
-                worker_has_dirty: true,
-            },
-        );
+        d.end_start_dontcache(0, stopped_now(&d));
         assert_eq!(d.take_work(0), WorkBits::NONE);
     }
 
