@@ -111,7 +111,7 @@ impl Inode {
             }
             return Ok(());
         }
-        let (mut map, no_io) = self.quiesce_blocks(off / BLOCK, end.div_ceil(BLOCK));
+        let (mut map, no_io) = self.quiesce_blocks(off / BLOCK..end.div_ceil(BLOCK));
         // The store first: if it refuses, the cache is as it was.
         self.store().allocate(how.mode(), off, len)?;
         let bulk = BulkFree::begin();

@@ -206,13 +206,28 @@ impl Inode {
     /// before the mapping lock (writeback completions take mapping locks)
     /// and never held while waiting for a fill.
     fn quiesce_for_cut(&self, new_size: u64) -> (IndexWriteGuard<'_>, ResizeGuard<'_>) {
-        self.quiesce_blocks(new_size / BLOCK, u64::MAX)
+        self.quiesce_blocks(new_size / BLOCK..)
     }
 
-    /// As [`Inode::quiesce_for_cut`], for the folios that overlap blocks
-    /// `[first, end)`: the mapping's write lock with no fill in flight
-    /// over them, and the store's length gate.
-    pub(crate) fn quiesce_blocks(&self, first: u64, end: u64) -> (IndexWriteGuard<'_>, ResizeGuard<'_>) {
+    /// As [`Inode::quiesce_for_cut`], for the folios that overlap the
+    /// block range `blocks` (`first..end`, or `first..` to the end): the
+    /// mapping's write lock with no fill in flight over them, and the
+    /// store's length gate.
+    pub(crate) fn quiesce_blocks(
+        &self,
+        blocks: impl std::ops::RangeBounds<u64>,
+    ) -> (IndexWriteGuard<'_>, ResizeGuard<'_>) {
+        use std::ops::Bound;
+        let first = match blocks.start_bound() {
+            Bound::Included(&b) => b,
+            Bound::Excluded(&b) => b + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match blocks.end_bound() {
+            Bound::Included(&b) => b + 1,
+            Bound::Excluded(&b) => b,
+            Bound::Unbounded => u64::MAX,
+        };
         let filling_in_range = |map: &FolioIndex| {
             let from = map.find(first).map_or(first, |f| f.index);
             map.range(from..end).find(|f| f.lock().read_in_flight).map(FolioRef::to_arc)
