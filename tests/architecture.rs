@@ -176,6 +176,9 @@ fn use_tree(s: &str) -> (Vec<Vec<String>>, usize) {
             at += used.max(1);
         }
     }
+    if s_trim.starts_with('*') {
+        return (vec![vec!["*".to_string()]], skipped + 1); // a glob
+    }
     let ident_len = s_trim.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s_trim.len());
     if ident_len == 0 {
         return (vec![Vec::new()], skipped);
@@ -661,6 +664,30 @@ fn a_folders_own_file_placed_low_uses_only_what_is_below_it() {
     );
     let unplaced = [("io/mod.rs", "pub fn open() { fd::open() }\n"), ("io/fd.rs", "")];
     assert_eq!(violations_in(&unplaced, "crate: io\nio: fd"), Vec::<String>::new());
+}
+
+/// A path through a re-export is charged to the module that defines the
+/// item: `super::Work`, published by `dirty/mod.rs` from `work.rs`, names
+/// `work` (above `room`), not the folder's own file (placed below it).
+/// Glob re-exports are followed too.
+#[test]
+fn a_path_through_a_reexport_names_the_defining_module() {
+    let tree = |mod_rs: &'static str| {
+        let files = [
+            ("dirty/mod.rs", mod_rs),
+            ("dirty/work.rs", "pub struct Work;\n"),
+            ("dirty/room.rs", "use super::Work;\npub struct Room;\n"),
+        ];
+        violations_in(&files, "crate: dirty\ndirty: work > room > mod")
+    };
+    for mod_rs in
+        ["pub mod room; pub mod work; pub use work::Work;\n", "pub mod room; pub mod work; pub use work::*;\n"]
+    {
+        let problems = tree(mod_rs);
+        assert_eq!(problems.len(), 1, "{mod_rs}: {problems:?}");
+        assert!(problems[0].contains("`dirty::room` imports `dirty::work`"), "{problems:?}");
+    }
+    assert_eq!(tree("pub mod room; pub mod work;\npub struct Work;\n"), Vec::<String>::new(), "defined in mod.rs");
 }
 
 #[test]
