@@ -188,31 +188,59 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
-    /// A job without a role, other targets, or a say over the others.
-    pub fn new(
-        engine: EngineKind,
-        target: Target,
-        setup: Setup,
-        pattern: Pattern,
-        fsync_at_end: bool,
-        seed: u64,
-    ) -> JobSpec {
+    /// A job of `pattern` on `target`, built up from there: no setup, no
+    /// final fsync, seed 0, no role, no other targets, no say over the
+    /// jobs beside it.
+    pub fn new(engine: EngineKind, target: Target, pattern: Pattern) -> JobSpec {
         JobSpec {
             role: None,
             engine,
             target,
             more_targets: Vec::new(),
-            setup,
+            setup: Setup::None,
             pattern,
-            fsync_at_end,
-            seed,
+            fsync_at_end: false,
+            seed: 0,
             fsync_after_all: false,
             stops_others: false,
         }
     }
 
+    /// The same job, its target made ready by `setup` first.
+    pub fn with_setup(self, setup: Setup) -> JobSpec {
+        JobSpec { setup, ..self }
+    }
+
+    /// The same job, ending with an fsync of its target (a stream's
+    /// final fsync, timed as part of it).
+    pub fn with_final_fsync(self) -> JobSpec {
+        self.with_final_fsync_if(true)
+    }
+
+    /// The same job, ending with an fsync of its target when `fsync`.
+    pub fn with_final_fsync_if(self, fsync: bool) -> JobSpec {
+        JobSpec { fsync_at_end: fsync, ..self }
+    }
+
+    /// The same job, its random offsets and data drawn from `seed`.
+    pub fn seeded(self, seed: u64) -> JobSpec {
+        JobSpec { seed, ..self }
+    }
+
     pub fn with_role(self, role: &str) -> JobSpec {
         JobSpec { role: Some(role.to_string()), ..self }
+    }
+
+    /// The same job, also touching `targets` (removed after the run as
+    /// its target is).
+    pub fn with_more_targets(self, more_targets: Vec<Target>) -> JobSpec {
+        JobSpec { more_targets, ..self }
+    }
+
+    /// The same job, fsyncing its target once every job of the
+    /// measurement has done its I/O, when `fsync`.
+    pub fn with_fsync_after_all_if(self, fsync: bool) -> JobSpec {
+        JobSpec { fsync_after_all: fsync, ..self }
     }
 
     /// The same job, stopping the jobs beside it when it ends.

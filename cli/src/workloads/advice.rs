@@ -235,9 +235,9 @@ impl Workload for AdviceWorkload {
         let v = *group.shape::<AdviceVariant>();
         let pattern = Pattern::own(&AdviceJob { variant: v, bs: ADVICE_BS, every: ADVICE_EVERY });
         let j = if v.reads() {
-            JobSpec::new(engine, place.data(advice_cold_len(p)), Setup::Cold, pattern, false, 70)
+            JobSpec::new(engine, place.data(advice_cold_len(p)), pattern).with_setup(Setup::Cold).seeded(70)
         } else {
-            JobSpec::new(engine, place.fresh(name, 0, advice_stream_len(p)), Setup::None, pattern, true, 71)
+            JobSpec::new(engine, place.fresh(name, 0, advice_stream_len(p)), pattern).with_final_fsync().seeded(71)
         };
         Jobs { jobs: vec![j], deadline_s: p.stream_cap_s, pipelined: false }
     }

@@ -4,7 +4,7 @@
 //! them apart by their dash.
 
 use super::plain::DONTCACHE_KICK;
-use super::{Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Setup, Workload, WorkloadInfo, MIB};
+use super::{Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Workload, WorkloadInfo, MIB};
 use crate::bench_worker::{JobResult, Outcome};
 use crate::engines::EngineKind;
 use crate::report::{aggregate, ResultRow};
@@ -48,9 +48,12 @@ impl Workload for Competing {
     fn jobs(&self, _group: &Group, engine: EngineKind, p: &Params, place: &Place, name: &str) -> Jobs {
         let per = place.per_writer(2, p.size);
         let seq_w = || Pattern::Seq { write: true, bs: MIB, total: None };
-        let a = JobSpec::new(engine, place.fresh(name, 0, per), Setup::None, seq_w(), true, 5).with_role(WRITER);
+        let a = JobSpec::new(engine, place.fresh(name, 0, per), seq_w()).with_final_fsync().seeded(5).with_role(WRITER);
         let peer = engine.buffered_peer();
-        let b = JobSpec::new(peer, place.fresh(name, 1, per), Setup::None, seq_w(), true, 6).with_role(BUFFERED_PEER);
+        let b = JobSpec::new(peer, place.fresh(name, 1, per), seq_w())
+            .with_final_fsync()
+            .seeded(6)
+            .with_role(BUFFERED_PEER);
         Jobs { jobs: vec![a, b], deadline_s: p.runtime_s, pipelined: true }
     }
 

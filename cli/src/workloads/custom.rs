@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::{round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Setup, Workload, WorkloadInfo};
+use super::{round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Workload, WorkloadInfo};
 use crate::bench_worker::{eof_at, JobContext, JobFiles, JobRaw, Measured, OpGen};
 use crate::engines::{EngineFile, EngineKind, Target};
 use crate::measure::Histogram;
@@ -193,9 +193,10 @@ impl Workload for Custom {
             .map(|j| {
                 let mut targets: Vec<Target> = (0..fio.nrfiles).map(|f| custom_file(place, fio, j, f)).collect();
                 let first = targets.remove(0);
-                let mut job = JobSpec::new(engine, first, Setup::None, Pattern::own(fio), fio.end_fsync, 11 + j);
-                job.more_targets = targets;
-                job
+                JobSpec::new(engine, first, Pattern::own(fio))
+                    .with_final_fsync_if(fio.end_fsync)
+                    .seeded(11 + j)
+                    .with_more_targets(targets)
             })
             .collect();
         let deadline_s = if fio.runtime_capped { p.runtime_s } else { p.stream_cap_s };

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{JobSpec, Pattern, Place, Setup, Spec};
+use super::{JobSpec, Pattern, Place, Spec};
 use crate::engines::{unsupported, EngineKind, Target};
 use crate::preload_library::{library, preload_list, program_stats_path};
 
@@ -61,7 +61,7 @@ pub fn run_dir(place: &Place, name: &str) -> Option<PathBuf> {
 pub fn program_job<T: Serialize>(engine: EngineKind, dir: Option<&Path>, pattern: &T, bytes: u64) -> JobSpec {
     let target =
         Target { path: dir.map(Path::to_path_buf).unwrap_or_default(), offset: 0, len: bytes, create: dir.is_some() };
-    JobSpec::new(engine, target, Setup::None, Pattern::own(pattern), false, 0)
+    JobSpec::new(engine, target, Pattern::own(pattern))
 }
 
 /// The capacity an option string gives a cache.

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    described, round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Setup, Workload, WorkloadInfo, KIB,
-    MIB,
+    described, round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Workload, WorkloadInfo, KIB, MIB,
 };
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineKind, Target};
@@ -248,13 +247,13 @@ impl Workload for FsyncUnderLoad {
         let mut jobs = Vec::new();
         if f.foreground().is_some() {
             let pat = Pattern::own(&FsyncEach { bs, iterations, pause_ms });
-            let fg = JobSpec::new(engine, fg_target, Setup::None, pat, false, 12);
+            let fg = JobSpec::new(engine, fg_target, pat).seeded(12);
             jobs.push(fg.with_role(FOREGROUND).stopping_the_others());
         }
         if f.loaded() {
             for (i, t) in bg_targets.into_iter().enumerate() {
                 let pat = Pattern::Seq { write: true, bs: MIB, total: None };
-                jobs.push(JobSpec::new(engine, t, Setup::None, pat, false, 13 + i as u64).with_role(BACKGROUND));
+                jobs.push(JobSpec::new(engine, t, pat).seeded(13 + i as u64).with_role(BACKGROUND));
             }
         }
         let deadline_s = f.foreground().map_or(p.runtime_s, |fg| fg.deadline_s(p.runtime_s));

@@ -223,11 +223,11 @@ impl Workload for HotSetWorkload {
             hot_layout(place, name, hot_len(p), hot_stream_len(p), v == HotSet::ReadStream);
         let setup = Setup::Hot { bytes: hot_target.len };
         let reads = Pattern::own(&HotReads { bs: HOT_BS });
-        let hot = JobSpec::new(hot_engine(engine), hot_target, setup, reads, false, 50).with_role(HOT);
+        let hot = JobSpec::new(hot_engine(engine), hot_target, reads).with_setup(setup).seeded(50).with_role(HOT);
         let mut jobs = vec![hot];
         if let Some(write) = v.stream_writes() {
             let pat = Pattern::Seq { write, bs: HOT_STREAM_BS, total: Some(stream_target.len) };
-            let streamer = JobSpec::new(engine, stream_target, Setup::None, pat, write, 51);
+            let streamer = JobSpec::new(engine, stream_target, pat).with_final_fsync_if(write).seeded(51);
             jobs.push(streamer.with_role(STREAMER).stopping_the_others());
         }
         let deadline_s = if v == HotSet::Alone { p.runtime_s } else { p.stream_cap_s };

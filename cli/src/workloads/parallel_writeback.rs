@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use wbcache::Routing;
 
-use super::{round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Setup, Workload, WorkloadInfo, KIB};
+use super::{round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Workload, WorkloadInfo, KIB};
 use crate::bench_worker::{JobResult, Outcome};
 use crate::engines::EngineKind;
 use crate::measure::round3;
@@ -289,7 +289,7 @@ impl Workload for ParallelWriteback {
                     .map(|i| {
                         let pat = Pattern::Rand { write: true, bs: PW_BS, ops };
                         // Each file its own random order.
-                        JobSpec::new(engine, place.fresh(name, i as usize, per), Setup::None, pat, true, 20 + i)
+                        JobSpec::new(engine, place.fresh(name, i as usize, per), pat).with_final_fsync().seeded(20 + i)
                     })
                     .collect()
             }
@@ -298,9 +298,7 @@ impl Workload for ParallelWriteback {
                 (0..PW_WRITERS)
                     .map(|i| {
                         let pat = Pattern::RandShare { bs: PW_BS, share: i, shares: PW_WRITERS, key: 40 };
-                        let mut j = JobSpec::new(engine, t.clone(), Setup::None, pat, false, 40 + i);
-                        j.fsync_after_all = i == 0;
-                        j
+                        JobSpec::new(engine, t.clone(), pat).seeded(40 + i).with_fsync_after_all_if(i == 0)
                     })
                     .collect()
             }

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{
-    data_len, round_down, Group, JobSpec, Jobs, Params, Pattern, Place, ReferenceContext, Selection, Setup, Workload,
+    data_len, round_down, Group, JobSpec, Jobs, Params, Pattern, Place, ReferenceContext, Selection, Workload,
     WorkloadInfo, KIB, MIB,
 };
 use crate::engines::EngineKind;
@@ -132,17 +132,19 @@ impl Workload for Plain {
         let (jobs, deadline_s) = match self.stream {
             Stream::SeqWrite => {
                 let t = place.fresh(name, 0, p.size);
-                (vec![JobSpec::new(engine, t, Setup::None, seq_w(MIB, Some(p.size)), true, 1)], p.stream_cap_s)
+                (vec![JobSpec::new(engine, t, seq_w(MIB, Some(p.size))).with_final_fsync().seeded(1)], p.stream_cap_s)
             }
             Stream::RandWrite => {
                 let pat = Pattern::Rand { write: true, bs: 4 * KIB, ops: Some(p.size / (4 * KIB)) };
-                (vec![JobSpec::new(engine, place.data(p.size), Setup::None, pat, true, 2)], p.runtime_s)
+                (vec![JobSpec::new(engine, place.data(p.size), pat).with_final_fsync().seeded(2)], p.runtime_s)
             }
             Stream::MultiWriter => {
                 let per = round_down(p.size / 4, MIB);
                 let jobs = (0..4)
                     .map(|i| {
-                        JobSpec::new(engine, place.fresh(name, i, per), Setup::None, seq_w(MIB, Some(per)), true, 3)
+                        JobSpec::new(engine, place.fresh(name, i, per), seq_w(MIB, Some(per)))
+                            .with_final_fsync()
+                            .seeded(3)
                     })
                     .collect();
                 (jobs, p.stream_cap_s)
@@ -151,14 +153,16 @@ impl Workload for Plain {
                 let per = place.per_writer(32, p.size);
                 let jobs = (0..32)
                     .map(|i| {
-                        JobSpec::new(engine, place.fresh(name, i, per), Setup::None, seq_w(64 * KIB, None), true, 4)
+                        JobSpec::new(engine, place.fresh(name, i, per), seq_w(64 * KIB, None))
+                            .with_final_fsync()
+                            .seeded(4)
                     })
                     .collect();
                 (jobs, p.runtime_s)
             }
             Stream::SeqRead => {
                 let pat = Pattern::Seq { write: false, bs: MIB, total: Some(p.size) };
-                (vec![JobSpec::new(engine, place.data(p.size), Setup::None, pat, false, 7)], p.stream_cap_s)
+                (vec![JobSpec::new(engine, place.data(p.size), pat).seeded(7)], p.stream_cap_s)
             }
         };
         Jobs { jobs, deadline_s, pipelined: true }

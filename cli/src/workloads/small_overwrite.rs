@@ -155,7 +155,7 @@ impl Workload for SmallOverwrite {
         let iterations = if bs >= 10 * KIB { p.iterations_10k } else { p.iterations_1k };
         let pat = Pattern::own(&Calls { call, bs, iovecs, iterations, warmup: p.warmup });
         let t = place.fresh(name, 0, file_size.max(iovecs * bs));
-        let job = JobSpec::new(engine, t, Setup::Prefill { bytes: file_size }, pat, false, 10);
+        let job = JobSpec::new(engine, t, pat).with_setup(Setup::Prefill { bytes: file_size }).seeded(10);
         Jobs { jobs: vec![job], deadline_s: p.call_cap_s, pipelined: false }
     }
 

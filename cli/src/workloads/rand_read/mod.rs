@@ -156,14 +156,14 @@ impl Workload for RandRead {
         let shape = match *group.shape::<RandReadGroup>() {
             RandReadGroup::Cold => {
                 let pat = Pattern::Rand { write: false, bs: 4 * KIB, ops: None };
-                let job = JobSpec::new(engine, place.data(p.size), Setup::None, pat, false, 8);
+                let job = JobSpec::new(engine, place.data(p.size), pat).seeded(8);
                 return Jobs { jobs: vec![job], deadline_s: p.runtime_s, pipelined: true };
             }
             RandReadGroup::Cached(shape) => shape,
             RandReadGroup::Readers(threads) => {
                 let reads = ReaderReads::new(p, threads);
                 let (span, pat) = (reads.span, Pattern::own(&CachedPattern::Readers(reads)));
-                let job = JobSpec::new(engine, place.data(span), Setup::Warm { bytes: span }, pat, false, 9);
+                let job = JobSpec::new(engine, place.data(span), pat).with_setup(Setup::Warm { bytes: span }).seeded(9);
                 return Jobs { jobs: vec![job], deadline_s: p.call_cap_s, pipelined: false };
             }
         };
@@ -173,9 +173,9 @@ impl Workload for RandRead {
         let job = match shape {
             CachedShape::Written => {
                 let t = place.fresh(name, 0, span);
-                JobSpec::new(engine, t, Setup::ScatteredWrites { bytes: span, bs: 4 * KIB }, pat, false, 9)
+                JobSpec::new(engine, t, pat).with_setup(Setup::ScatteredWrites { bytes: span, bs: 4 * KIB }).seeded(9)
             }
-            _ => JobSpec::new(engine, place.data(span), Setup::Warm { bytes: span }, pat, false, 9),
+            _ => JobSpec::new(engine, place.data(span), pat).with_setup(Setup::Warm { bytes: span }).seeded(9),
         };
         Jobs { jobs: vec![job], deadline_s: p.call_cap_s, pipelined: false }
     }

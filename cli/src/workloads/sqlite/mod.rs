@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    round_down, variants_named, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Setup, Spec, Workload,
-    WorkloadInfo, MIB,
+    round_down, variants_named, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Spec, Workload, WorkloadInfo,
+    MIB,
 };
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineKind, Target};
@@ -240,8 +240,7 @@ impl Workload for Sqlite {
         let streaming = v.streaming && place.device.is_none();
         let head_start = if streaming { sqlite_head_start(p) } else { 0 };
         let sq = SqliteJob { journal: v.journal, accounts: sqlite_accounts(p), head_start };
-        let mut txn = JobSpec::new(engine, db, Setup::None, Pattern::own(&sq), false, 60);
-        txn.more_targets = side_files;
+        let txn = JobSpec::new(engine, db, Pattern::own(&sq)).seeded(60).with_more_targets(side_files);
         let mut jobs = vec![txn.with_role(TRANSACTIONS).stopping_the_others()];
         if streaming {
             let len = sqlite_stream_len(p);
@@ -250,7 +249,7 @@ impl Workload for Sqlite {
             // takes well under a second on a fast disk); then fsync, as
             // hot-set's write-stream.
             let pat = Pattern::Seq { write: true, bs: SQLITE_STREAM_BS, total: None };
-            let streamer = JobSpec::new(engine, place.fresh(name, 0, len), Setup::None, pat, true, 61);
+            let streamer = JobSpec::new(engine, place.fresh(name, 0, len), pat).with_final_fsync().seeded(61);
             jobs.push(streamer.with_role(STREAMER).stopping_the_others());
         }
         Jobs { jobs, deadline_s: p.runtime_s, pipelined: false }
