@@ -19,8 +19,8 @@ mod targets;
 use serde::Serialize;
 
 pub use table::{
-    cell, figure_of, fmt_num, fmt_seconds, fmt_three_digits, markdown_table, mib, ms, push_table_head, push_table_row,
-    ratio_of,
+    baseline, dash, figure_of, fmt_count, fmt_num, fmt_seconds, fmt_three_digits, heading, markdown_table, mib, ms,
+    ratio_of, Cells, RowTable,
 };
 pub use targets::{find_row, targets_table, verdict_count, TargetInputs, Verdict};
 

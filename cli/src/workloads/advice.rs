@@ -7,7 +7,6 @@
 //! what is cached) is this module's own; one row per measurement, compared
 //! with the same engine's plain variant and with the kernel.
 
-use std::fmt::Write as _;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -20,9 +19,7 @@ use super::{
 };
 use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind};
-use crate::report::{
-    aggregate, figure_of, fmt_num, fmt_seconds, mib, push_table_head, push_table_row, ratio_of, round6, ResultRow,
-};
+use crate::report::{aggregate, figure_of, fmt_num, fmt_seconds, heading, mib, ratio_of, round6, ResultRow, RowTable};
 use crate::sys::{fmt_size, IoBuffer};
 
 /// The calls `advice` makes, and the applications that make them.
@@ -443,8 +440,7 @@ pub const ADVICE_COLUMNS: &str = "MB/s: the bytes read or written over the time 
 pub fn advice_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     let mut rows: Vec<&ResultRow> = rows.to_vec();
     rows.sort_by_key(|r| advice_rank(r));
-    let has_status = rows.iter().any(|r| !r.ok());
-    let mut head = vec![
+    let head = [
         "variant",
         "engine",
         "MB/s",
@@ -456,36 +452,26 @@ pub fn advice_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         "peak cached MiB",
         "peak dirty+wb MiB",
     ];
-    if has_status {
-        head.push("status");
-    }
-    let mut out = String::new();
-    let _ = writeln!(out, "### {title}\n\n{about}\n\n{ADVICE_COLUMNS}\n");
-    push_table_head(&mut out, &head);
-    let dash = || "—".to_string();
-    let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
+    let mut table = RowTable::new(&[&heading(title), about, ADVICE_COLUMNS], &head, &rows);
     let mb_s_of = |variant: &str, engine: &str| figure_of(&rows, variant, engine, |b| b.throughput_mb_s);
     for r in &rows {
-        let ok = r.ok();
-        let mb_s = r.throughput_mb_s.filter(|_| ok);
+        let mb_s = r.throughput_mb_s.filter(|_| r.ok());
         let variant = r.variant.as_deref().unwrap_or("");
         let plain = AdviceVariant::parse(variant).and_then(AdviceVariant::plain);
-        let vs_plain = ratio_of(mb_s, plain.and_then(|v| mb_s_of(v.name(), &r.engine)));
-        let vs_kernel = ratio_of(mb_s, mb_s_of(variant, "kernel-buffered"));
-        let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
-        c.push(mb_s.map(fmt_num).unwrap_or_else(dash));
-        c.push(times(vs_plain));
-        c.push(times(vs_kernel));
-        c.push(r.lat_us.filter(|_| ok).map(|p| fmt_num(p.p999)).unwrap_or_else(dash));
+        let mut c = table.cells(r);
+        c.variant().engine().figure(mb_s, fmt_num);
+        c.times(ratio_of(mb_s, plain.and_then(|v| mb_s_of(v.name(), &r.engine))));
+        c.times(ratio_of(mb_s, mb_s_of(variant, "kernel-buffered")));
+        c.figure(r.lat_us, |p| fmt_num(p.p999));
         for v in [r.advise_s, r.fsync_s] {
-            c.push(v.filter(|_| ok).map(fmt_seconds).unwrap_or_else(dash));
+            c.figure(v, fmt_seconds);
         }
         for v in [r.peak_cached_bytes, r.peak_dirty_bytes] {
-            c.push(v.filter(|_| ok).map(mib).unwrap_or_else(dash));
+            c.figure(v, mib);
         }
-        push_table_row(&mut out, c, r, has_status);
+        table.push(c);
     }
-    out
+    table.finish()
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineKind, Target};
 use crate::measure::{round3, Histogram, Percentiles};
 use crate::report::{
-    aggregate, cell, find_row, fmt_num, fmt_seconds, ms, of_role, push_table_head, round6, ResultRow, TargetInputs,
-    Verdict,
+    aggregate, baseline, find_row, fmt_num, fmt_seconds, heading, ms, of_role, ratio_of, round6, ResultRow, RowTable,
+    TargetInputs, Verdict,
 };
 use crate::svg::{engine_color, line_chart_scaled, Line};
 use crate::sys::{fmt_size, IoBuffer};
@@ -437,14 +437,18 @@ fn fsync_variant_rank(variant: Option<&str>) -> usize {
     variant.and_then(|v| ORDER.iter().position(|o| *o == v)).unwrap_or(ORDER.len())
 }
 
+/// What the `fsync-under-load` table's columns mean (printed above it).
+const FSYNC_COLUMNS: &str = "fsync columns: the foreground's fsyncs, each timed alone; total: their sum. MB/s: on \
+     foreground rows, the foreground's bytes over its time (pauses included); on background rows, the two background \
+     writers' bytes over the time they ran. p99 vs kernel-buffered: fsync p99 ÷ kernel-buffered's in the same \
+     variant (lower is better).";
+
 /// The `fsync-under-load` table: fsync latency and total per engine and
 /// variant, and MB/s (the foreground's, or the background writers').
 pub fn fsync_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
-    use std::fmt::Write as _;
     let mut rows: Vec<&ResultRow> = rows.to_vec();
     rows.sort_by_key(|r| fsync_variant_rank(r.variant.as_deref()));
-    let has_status = rows.iter().any(|r| !r.ok());
-    let mut head = vec![
+    let head = [
         "variant",
         "engine",
         "fsync p50 ms",
@@ -454,42 +458,19 @@ pub fn fsync_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         "MB/s",
         "p99 vs kernel-buffered",
     ];
-    if has_status {
-        head.push("status");
-    }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "### {title}\n\n{about}\n\nfsync columns: the foreground's fsyncs, each timed alone; total: their sum. \
-         MB/s: on foreground rows, the foreground's bytes over its time (pauses included); on background rows, \
-         the two background writers' bytes over the time they ran. p99 vs kernel-buffered: fsync p99 ÷ \
-         kernel-buffered's in the same variant (lower is better).\n"
-    );
-    push_table_head(&mut out, &head);
-    let dash = || "—".to_string();
+    let mut table = RowTable::new(&[&heading(title), about, FSYNC_COLUMNS], &head, &rows);
     for r in &rows {
-        let fsync = r.fsync_lat_us.filter(|_| r.ok());
-        let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
+        let mut c = table.cells(r);
+        c.variant().engine();
         for f in [|p: &Percentiles| p.p50, |p: &Percentiles| p.p99, |p: &Percentiles| p.max] {
-            c.push(fsync.as_ref().map(|p| ms(f(p))).unwrap_or_else(dash));
+            c.figure(r.fsync_lat_us.as_ref(), |p| ms(f(p)));
         }
-        c.push(r.fsync_total_s.filter(|_| r.ok()).map(fmt_seconds).unwrap_or_else(dash));
-        c.push(r.throughput_mb_s.filter(|_| r.ok()).map(fmt_num).unwrap_or_else(dash));
-        let base = rows.iter().find(|b| b.engine == "kernel-buffered" && b.variant == r.variant && b.ok());
-        let ratio = match (fsync, base.and_then(|b| b.fsync_lat_us)) {
-            (Some(a), Some(b)) if b.p99 > 0.0 => Some(a.p99 / b.p99),
-            _ => None,
-        };
-        c.push(ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(dash));
-        if has_status {
-            c.push(match &r.error {
-                Some(e) if !r.ok() => cell(&format!("{}: {e}", r.status)),
-                _ => r.status.clone(),
-            });
-        }
-        let _ = writeln!(out, "| {} |", c.join(" | "));
+        c.figure(r.fsync_total_s, fmt_seconds).figure(r.throughput_mb_s, fmt_num);
+        let kernel_p99 = baseline(r, &rows).and_then(|b| b.fsync_lat_us).map(|p| p.p99).filter(|p99| *p99 > 0.0);
+        c.times(ratio_of(r.fsync_lat_us.map(|p| p.p99), kernel_p99));
+        table.push(c);
     }
-    out
+    table.finish()
 }
 
 /// `fsync-under-load`'s goals, where this run has the rows they compare.

@@ -6,7 +6,6 @@
 //! streaming loop, and the hot reader stops when it ends. One row per
 //! measurement, compared with the same engine's `alone` row once that ran.
 
-use std::fmt::Write as _;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -21,8 +20,7 @@ use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outco
 use crate::engines::{EngineFile, EngineKind, Target};
 use crate::measure::round3;
 use crate::report::{
-    aggregate, find_row, fmt_num, mib, of_role, push_table_head, push_table_row, round6, ResultRow, TargetInputs,
-    Verdict,
+    aggregate, find_row, fmt_num, heading, mib, of_role, round6, ResultRow, RowTable, TargetInputs, Verdict,
 };
 use crate::sys::{fmt_size, IoBuffer};
 
@@ -389,44 +387,37 @@ pub const HOT_COLUMNS: &str = "stream MB/s: the streamer's bytes over its time (
 pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     let mut rows: Vec<&ResultRow> = rows.to_vec();
     rows.sort_by_key(|r| hot_rank(r));
-    let has_status = rows.iter().any(|r| !r.ok());
     let has_dropped = rows.iter().any(|r| r.dropbehind_freed_bytes.is_some());
     let mut head =
         vec!["engine", "variant", "stream MB/s", "hot MB/s", "hot vs alone", "hot hit ratio", "peak dirty+wb MiB"];
     if has_dropped {
         head.push("dropped behind MiB");
     }
-    if has_status {
-        head.push("status");
-    }
     let dropped_note = if has_dropped {
         " dropped behind: what wbcache freed behind uncached I/O (dropbehind_freed_bytes of its stats), in MiB."
     } else {
         ""
     };
-    let mut out = String::new();
-    let _ = writeln!(out, "### {title}\n\n{about}\n\n{HOT_COLUMNS}{dropped_note}\n");
-    push_table_head(&mut out, &head);
-    let dash = || "—".to_string();
+    let columns = format!("{HOT_COLUMNS}{dropped_note}");
+    let mut table = RowTable::new(&[&heading(title), about, &columns], &head, &rows);
     for r in &rows {
-        let ok = r.ok();
         let alone = r.variant.as_deref() == Some(HotSet::Alone.name());
-        let mut c: Vec<String> = vec![r.engine.clone(), r.variant.clone().unwrap_or_else(dash)];
-        c.push(r.throughput_mb_s.filter(|_| ok && !alone).map(fmt_num).unwrap_or_else(dash));
-        c.push(r.hot_mb_s.filter(|_| ok).map(fmt_num).unwrap_or_else(dash));
-        c.push(r.hot_mb_s_alone_ratio.filter(|_| ok).map(|x| format!("{x:.2}×")).unwrap_or_else(dash));
-        c.push(match r.hot_hit_ratio.filter(|_| ok) {
-            Some(x) => percent(x),
-            None if ok && r.engine == "kernel-direct" => "— (no cache)".into(),
-            None => dash(),
-        });
-        c.push(r.peak_dirty_bytes.filter(|_| ok).map(mib).unwrap_or_else(dash));
+        let mut c = table.cells(r);
+        c.engine().variant();
+        c.figure(r.throughput_mb_s.filter(|_| !alone), fmt_num);
+        c.figure(r.hot_mb_s, fmt_num);
+        c.times(r.hot_mb_s_alone_ratio);
+        match r.hot_hit_ratio {
+            None if r.ok() && r.engine == "kernel-direct" => c.text("— (no cache)"),
+            hit_ratio => c.figure(hit_ratio, percent),
+        };
+        c.figure(r.peak_dirty_bytes, mib);
         if has_dropped {
-            c.push(r.dropbehind_freed_bytes.filter(|_| ok).map(mib).unwrap_or_else(dash));
+            c.figure(r.dropbehind_freed_bytes, mib);
         }
-        push_table_row(&mut out, c, r, has_status);
+        table.push(c);
     }
-    out
+    table.finish()
 }
 
 /// `hot-set`'s goals, per streaming variant: wbcache-dontcache keeps its

@@ -6,15 +6,13 @@
 //! own, with the cache's options changed to match. The writers are the
 //! generic random-write loops; one chart per pattern holds every row.
 
-use std::fmt::Write as _;
-
 use wbcache::Routing;
 
 use super::{round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Workload, WorkloadInfo, KIB};
 use crate::bench_worker::{JobResult, Outcome};
 use crate::engines::EngineKind;
 use crate::measure::round3;
-use crate::report::{aggregate, cell, fmt_num, fmt_three_digits, push_table_head, ResultRow, TargetInputs, Verdict};
+use crate::report::{aggregate, fmt_num, fmt_three_digits, heading, Cells, ResultRow, RowTable, TargetInputs, Verdict};
 use crate::svg::engine_color;
 use crate::sys::fmt_size;
 
@@ -451,7 +449,6 @@ pub const PW_COLUMNS: &str = "writers MB/s: bytes written ÷ the time from the f
 /// kernel-direct of the same pattern. Under it: region against rotor at
 /// each worker count, and one shared file against one file per writer.
 pub fn pw_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
-    let has_status = rows.iter().any(|r| !r.ok());
     let has_workers = rows.iter().any(|r| r.written_bytes_per_worker.is_some());
     let mut head = vec![
         "variant",
@@ -466,56 +463,40 @@ pub fn pw_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     if has_workers {
         head.push("written per worker MiB");
     }
-    if has_status {
-        head.push("status");
-    }
     let workers_note = if has_workers {
         " written per worker: what each of the cache's writeback workers wrote (the writeback_workers of its \
          stats), in MiB; what the fsyncs wrote themselves is not in it."
     } else {
         ""
     };
-    let mut out = String::new();
-    let _ = writeln!(out, "### {title}\n\n{about}\n\n{PW_COLUMNS}{workers_note}\n");
-    push_table_head(&mut out, &head);
+    let columns = format!("{PW_COLUMNS}{workers_note}");
+    let mut table = RowTable::new(&[&heading(title), about, &columns], &head, rows);
     for r in rows {
-        let _ = writeln!(out, "| {} |", pw_cells(r, rows, has_workers, has_status).join(" | "));
+        let mut c = table.cells(r);
+        pw_cells(&mut c, r, rows, has_workers);
+        table.push(c);
     }
     for line in pw_comparisons(rows) {
-        let _ = writeln!(out, "\n{line}");
+        table.push_paragraph(&line);
     }
-    out
+    table.finish()
 }
 
 /// One row's cells in the `parallel-writeback` table.
-fn pw_cells(r: &ResultRow, rows: &[&ResultRow], has_workers: bool, has_status: bool) -> Vec<String> {
-    let dash = || "—".to_string();
-    let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
+fn pw_cells(c: &mut Cells<'_>, r: &ResultRow, rows: &[&ResultRow], has_workers: bool) {
     let (pattern, config) = pw_parts(r);
     let single = config.and_then(|_| pw_find(rows, &format!("{pattern}/single-1"), "wbcache"));
-    let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
-    for v in [r.throughput_mb_s, r.writeback_mb_s] {
-        c.push(v.filter(|_| r.ok()).map(fmt_num).unwrap_or_else(dash));
-    }
-    c.push(r.cpu_s_per_gib.filter(|_| r.ok()).map(fmt_three_digits).unwrap_or_else(dash));
-    c.push(times(writeback_ratio(r, single)));
-    c.push(times(writeback_ratio(r, pw_find(rows, pattern, "kernel-buffered"))));
-    c.push(times(writeback_ratio(r, pw_find(rows, pattern, "kernel-direct"))));
+    c.variant().engine().figure(r.throughput_mb_s, fmt_num).figure(r.writeback_mb_s, fmt_num);
+    c.figure(r.cpu_s_per_gib, fmt_three_digits);
+    c.times(writeback_ratio(r, single));
+    c.times(writeback_ratio(r, pw_find(rows, pattern, "kernel-buffered")));
+    c.times(writeback_ratio(r, pw_find(rows, pattern, "kernel-direct")));
     if has_workers {
-        c.push(match &r.written_bytes_per_worker {
-            Some(w) => {
-                w.iter().map(|b| format!("{:.0}", *b as f64 / (1u64 << 20) as f64)).collect::<Vec<_>>().join(" / ")
-            }
-            None => dash(),
-        });
+        let per_worker = |w: &Vec<u64>| {
+            w.iter().map(|b| format!("{:.0}", *b as f64 / (1u64 << 20) as f64)).collect::<Vec<_>>().join(" / ")
+        };
+        c.figure(r.written_bytes_per_worker.as_ref(), per_worker);
     }
-    if has_status {
-        c.push(match &r.error {
-            Some(e) if !r.ok() => cell(&format!("{}: {e}", r.status)),
-            _ => r.status.clone(),
-        });
-    }
-    c
 }
 
 /// The two comparisons under the `parallel-writeback` table, where the run

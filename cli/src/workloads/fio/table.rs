@@ -3,13 +3,11 @@
 //! and engine, with fio's own figures per direction, and the table of
 //! them side by side with the ratio to kernel-buffered.
 
-use std::fmt::Write as _;
-
 use super::output::{FioJobFigures, FioResult};
 use crate::bench_worker::{JobResult, Outcome, Status};
 use crate::engines::EngineKind;
 use crate::measure::round3;
-use crate::report::{fmt_num, push_table_head, push_table_row, ResultRow};
+use crate::report::{baseline, fmt_num, heading, ratio_of, ResultRow, RowTable};
 use crate::workloads::Group;
 
 /// The rows of one measurement: one per job fio reported (its name the
@@ -83,7 +81,6 @@ pub fn fio_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     let rows = ranked(rows);
     let reads = rows.iter().any(|r| r.read_iops.is_some());
     let writes = rows.iter().any(|r| r.write_iops.is_some());
-    let has_status = rows.iter().any(|r| !r.ok());
     let mut head = vec!["variant", "engine"];
     if reads {
         head.extend(["read MB/s", "read IOPS", "read p50 µs", "read p99 µs"]);
@@ -92,30 +89,23 @@ pub fn fio_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         head.extend(["write MB/s", "write IOPS", "write p50 µs", "write p99 µs"]);
     }
     head.push("MB/s vs kernel-buffered");
-    if has_status {
-        head.push("status");
-    }
-    let mut out = String::new();
-    let _ = writeln!(out, "### {title}\n\n{about}\n\n{FIO_COLUMNS}\n");
-    push_table_head(&mut out, &head);
-    let cell = |v: Option<f64>| v.map(fmt_num).unwrap_or_else(|| "—".into());
+    let mut table = RowTable::new(&[&heading(title), about, FIO_COLUMNS], &head, &rows);
     for r in &rows {
-        let ok = r.ok();
-        let mut c = vec![r.variant.clone().unwrap_or_else(|| "—".into()), r.engine.clone()];
-        let figures = |v: [Option<f64>; 4]| v.map(|x| cell(x.filter(|_| ok)));
+        let mut c = table.cells(r);
+        c.variant().engine();
         if reads {
-            c.extend(figures([r.read_mb_s, r.read_iops, r.read_clat_us_p50, r.read_clat_us_p99]));
+            for v in [r.read_mb_s, r.read_iops, r.read_clat_us_p50, r.read_clat_us_p99] {
+                c.figure(v, fmt_num);
+            }
         }
         if writes {
-            c.extend(figures([r.write_mb_s, r.write_iops, r.write_clat_us_p50, r.write_clat_us_p99]));
+            for v in [r.write_mb_s, r.write_iops, r.write_clat_us_p50, r.write_clat_us_p99] {
+                c.figure(v, fmt_num);
+            }
         }
-        let base = rows.iter().find(|b| b.engine == "kernel-buffered" && b.variant == r.variant && b.ok());
-        let ratio = match (r.throughput_mb_s.filter(|_| ok), base.and_then(|b| b.throughput_mb_s)) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
-        };
-        c.push(ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(|| "—".into()));
-        push_table_row(&mut out, c, r, has_status);
+        let kernel = baseline(r, &rows).and_then(|b| b.throughput_mb_s).filter(|b| *b > 0.0);
+        c.times(ratio_of(r.throughput_mb_s, kernel));
+        table.push(c);
     }
-    out
+    table.finish()
 }

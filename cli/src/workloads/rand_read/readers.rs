@@ -24,7 +24,7 @@ use super::region::cached_span;
 use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind, SharedReader, Target};
 use crate::measure::round3;
-use crate::report::{aggregate, figure_of, fmt_num, push_table_head, push_table_row, ratio_of, Reference, ResultRow};
+use crate::report::{aggregate, dash, figure_of, fmt_num, ratio_of, Reference, ResultRow, RowTable};
 use crate::sys::{fmt_size, IoBuffer, Rng};
 use crate::workloads::{Group, Params, KIB};
 
@@ -429,32 +429,31 @@ const READERS_COLUMNS: &str = "Reader threads on one open file: µs/call is ever
 /// call, reads/s in all and MB/s, and reads/s against kernel-buffered's
 /// at the same thread count and against the engine's own single reader.
 pub fn table(rows: &[&ResultRow]) -> String {
-    let has_status = rows.iter().any(|r| !r.ok());
-    let mut head = vec!["variant", "engine", "readers", "µs/call", "reads/s", "MB/s"];
-    head.extend(["reads/s vs kernel-buffered", "reads/s vs 1 reader"]);
-    if has_status {
-        head.push("status");
-    }
-    let mut out = format!("{READERS_COLUMNS}\n\n");
-    push_table_head(&mut out, &head);
-    let dash = || "—".to_string();
+    let head = [
+        "variant",
+        "engine",
+        "readers",
+        "µs/call",
+        "reads/s",
+        "MB/s",
+        "reads/s vs kernel-buffered",
+        "reads/s vs 1 reader",
+    ];
+    let mut table = RowTable::new(&[READERS_COLUMNS], &head, rows);
     for r in rows {
-        let ok = r.ok();
         let variant = r.variant.clone().unwrap_or_else(dash);
         let threads = r.reader_threads.or_else(|| threads_of(&variant));
-        let mine = r.reads_per_s.filter(|v| ok && *v > 0.0);
+        let mine = r.reads_per_s.filter(|v| *v > 0.0);
         let kernel = figure_of(rows, &variant, "kernel-buffered", reads_per_s_of);
         let single = figure_of(rows, &variant_of(1), &r.engine, reads_per_s_of);
-        let times = |x: f64| format!("{x:.2}×");
-        let mut c = vec![variant.clone(), r.engine.clone(), threads.map(|n| n.to_string()).unwrap_or_else(dash)];
-        c.push(r.us_per_call.filter(|_| ok).map(|us| format!("{us:.3}")).unwrap_or_else(dash));
-        c.push(mine.map(fmt_num).unwrap_or_else(dash));
-        c.push(r.throughput_mb_s.filter(|_| ok).map(fmt_num).unwrap_or_else(dash));
-        c.push(ratio_of(mine, kernel).map(times).unwrap_or_else(dash));
-        c.push(ratio_of(mine, single).map(times).unwrap_or_else(dash));
-        push_table_row(&mut out, c, r, has_status);
+        let mut c = table.cells(r);
+        c.variant().engine().text(threads.map(|n| n.to_string()).unwrap_or_else(dash));
+        c.figure(r.us_per_call, |us| format!("{us:.3}"));
+        c.figure(mine, fmt_num).figure(r.throughput_mb_s, fmt_num);
+        c.times(ratio_of(mine, kernel)).times(ratio_of(mine, single));
+        table.push(c);
     }
-    out
+    table.finish()
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@
 
 mod output;
 
-use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -27,7 +26,7 @@ use super::{Group, Jobs, Params, Place, Selection, Spec, Workload, WorkloadInfo,
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome, Status};
 use crate::engines::EngineKind;
 use crate::measure::{round3, Percentiles};
-use crate::report::{failed_row, fmt_num, mib, push_table_head, push_table_row, ResultRow};
+use crate::report::{baseline, failed_row, fmt_num, heading, mib, ratio_of, ResultRow, RowTable};
 use crate::sys::fmt_size;
 pub use output::BenchFigures;
 
@@ -356,42 +355,22 @@ pub fn rocksdb_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     };
     let mut rows = rows.to_vec();
     rows.sort_by_key(|r| rank(r));
-    let has_status = rows.iter().any(|r| !r.ok());
-    let mut head = vec![
-        "variant",
-        "engine",
-        "ops/s",
-        "p50 µs",
-        "p99 µs",
-        "p99.9 µs",
-        "MB/s",
-        "db MiB",
-        "ops/s vs kernel-buffered",
-    ];
-    if has_status {
-        head.push("status");
-    }
-    let mut out = String::new();
-    let _ = writeln!(out, "### {title}\n\n{about}\n\n{ROCKSDB_COLUMNS}\n");
-    push_table_head(&mut out, &head);
-    let dash = || "—".to_string();
+    let head =
+        ["variant", "engine", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "MB/s", "db MiB", "ops/s vs kernel-buffered"];
+    let mut table = RowTable::new(&[&heading(title), about, ROCKSDB_COLUMNS], &head, &rows);
     for r in &rows {
-        let ok = r.ok();
-        let mut c = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
+        let mut c = table.cells(r);
+        c.variant().engine();
         let p999 = r.lat_us.as_ref().map(|p| p.p999);
         for v in [r.ops_per_s, r.op_us_p50, r.op_us_p99, p999, r.throughput_mb_s] {
-            c.push(v.filter(|_| ok).map(fmt_num).unwrap_or_else(dash));
+            c.figure(v, fmt_num);
         }
-        c.push(r.db_bytes.filter(|_| ok).map(mib).unwrap_or_else(dash));
-        let base = rows.iter().find(|b| b.engine == "kernel-buffered" && b.variant == r.variant && b.ok());
-        let ratio = match (r.ops_per_s.filter(|_| ok), base.and_then(|b| b.ops_per_s)) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
-        };
-        c.push(ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(dash));
-        push_table_row(&mut out, c, r, has_status);
+        c.figure(r.db_bytes, mib);
+        let kernel = baseline(r, &rows).and_then(|b| b.ops_per_s).filter(|b| *b > 0.0);
+        c.times(ratio_of(r.ops_per_s, kernel));
+        table.push(c);
     }
-    out
+    table.finish()
 }
 
 #[cfg(test)]

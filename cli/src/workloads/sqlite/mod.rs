@@ -11,7 +11,6 @@
 mod db;
 mod job;
 
-use std::fmt::Write as _;
 use std::io;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -26,7 +25,7 @@ use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineKind, Target};
 use crate::measure::{round3, HistData, Histogram};
 use crate::report::{
-    aggregate, figure_of, fmt_num, mib, ms, of_role, push_table_head, push_table_row, ratio_of, ResultRow,
+    aggregate, figure_of, fmt_count, fmt_num, heading, mib, ms, of_role, ratio_of, ResultRow, RowTable,
 };
 use crate::sys::fmt_size;
 pub use job::{Journal, SqliteJob};
@@ -183,19 +182,6 @@ pub fn sqlite_about(p: &Params) -> String {
         fmt_count(accounts),
         fmt_size(p.sqlite_data_bytes)
     )
-}
-
-/// `1234567` as `1,234,567`.
-fn fmt_count(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 impl Workload for Sqlite {
@@ -380,8 +366,7 @@ pub const SQLITE_COLUMNS: &str = "TPS: transactions per second. vs idle: TPS ÷ 
 pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     let mut rows: Vec<&ResultRow> = rows.to_vec();
     rows.sort_by_key(|r| sqlite_rank(r));
-    let has_status = rows.iter().any(|r| !r.ok());
-    let mut head = vec![
+    let head = [
         "variant",
         "engine",
         "TPS",
@@ -396,37 +381,27 @@ pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         "peak dirty+wb MiB",
         "TPS vs kernel-buffered",
     ];
-    if has_status {
-        head.push("status");
-    }
-    let mut out = String::new();
-    let _ = writeln!(out, "### {title}\n\n{about}\n\n{SQLITE_COLUMNS}\n");
-    push_table_head(&mut out, &head);
-    let dash = || "—".to_string();
-    let times = |x: Option<f64>| x.map(|x| format!("{x:.2}×")).unwrap_or_else(dash);
+    let mut table = RowTable::new(&[&heading(title), about, SQLITE_COLUMNS], &head, &rows);
     let tps_of = |variant: &str, engine: &str| figure_of(&rows, variant, engine, |b| b.tps);
     for r in &rows {
-        let ok = r.ok();
-        let tps = r.tps.filter(|_| ok);
+        let tps = r.tps.filter(|_| r.ok());
         let variant = r.variant.as_deref().unwrap_or("");
         let idle =
             SqliteVariant::parse(variant).filter(|v| v.streaming).map(|v| SqliteVariant { streaming: false, ..v });
-        let vs_idle = ratio_of(tps, idle.and_then(|v| tps_of(v.name(), &r.engine)));
-        let vs_kernel = ratio_of(tps, tps_of(variant, "kernel-buffered"));
-        let mut c: Vec<String> = vec![r.variant.clone().unwrap_or_else(dash), r.engine.clone()];
-        c.push(tps.map(fmt_num).unwrap_or_else(dash));
-        c.push(times(vs_idle));
+        let mut c = table.cells(r);
+        c.variant().engine().figure(tps, fmt_num);
+        c.times(ratio_of(tps, idle.and_then(|v| tps_of(v.name(), &r.engine))));
         for v in [r.commit_us_p50, r.commit_us_p99, r.commit_us_max, r.lat_us.map(|p| p.p99)] {
-            c.push(v.filter(|_| ok).map(ms).unwrap_or_else(dash));
+            c.figure(v, ms);
         }
-        c.push(r.stream_mb_s.filter(|_| ok).map(fmt_num).unwrap_or_else(dash));
+        c.figure(r.stream_mb_s, fmt_num);
         for v in [r.db_bytes, r.peak_rss_bytes, r.peak_dirty_bytes] {
-            c.push(v.filter(|_| ok).map(mib).unwrap_or_else(dash));
+            c.figure(v, mib);
         }
-        c.push(times(vs_kernel));
-        push_table_row(&mut out, c, r, has_status);
+        c.times(ratio_of(tps, tps_of(variant, "kernel-buffered")));
+        table.push(c);
     }
-    out
+    table.finish()
 }
 
 #[cfg(test)]
