@@ -11,13 +11,16 @@
 //! (`crate::workloads`). Its own file, the rows, stands below its tables.
 
 mod device;
+pub mod own;
 mod table;
 
 pub use device::device_tables;
 mod targets;
 
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+pub use own::{field_names, OwnColumns, OwnFigures};
 pub use table::{
     baseline, dash, figure_of, fmt_count, fmt_num, fmt_seconds, fmt_three_digits, heading, markdown_table, mib, ms,
     ratio_of, Cells, RowTable,
@@ -30,7 +33,10 @@ use crate::measure::{rate_points, round3, sum_samples, HistData, Histogram, Perc
 use crate::sys::Machine;
 
 /// One result row. Field order and names are the JSON schema; fields that do
-/// not apply are `null`. The `#[serde(skip)]` fields feed tables and charts.
+/// not apply are `null`. The fields every workload's rows have are here; a
+/// workload's own figures are a type of its module, held in
+/// [`ResultRow::own_figures`] and written in the JSON where schema 1 has
+/// them. The `#[serde(skip)]` fields feed tables and charts.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ResultRow {
     pub workload: String,
@@ -48,110 +54,11 @@ pub struct ResultRow {
     pub per_second_mb_s: Option<Vec<f64>>,
     pub status: String,
     pub error: Option<String>,
-    /// `fsync-under-load`'s foreground rows: the sum of every fsync's time,
-    /// in seconds.
-    pub fsync_total_s: Option<f64>,
-    /// `parallel-writeback`: the bytes written over the time from the first
-    /// write until the last fsync returned (every byte clean), in MB/s.
-    /// (Its `throughput_mb_s` is the writers' alone: until the last write
-    /// returned, no fsync.)
-    pub writeback_mb_s: Option<f64>,
-    /// `parallel-writeback`: the machine's busy CPU time over that same
-    /// time (user, nice, system, irq and softirq of every CPU in
-    /// `/proc/stat`, kernel threads included), in seconds per GiB written.
-    pub cpu_s_per_gib: Option<f64>,
-    /// `parallel-writeback`'s wbcache rows: the bytes each writeback worker
-    /// wrote, in the order the cache's stats list them (`null` when they
-    /// do not).
-    pub written_bytes_per_worker: Option<Vec<u64>>,
-    /// `hot-set`: the share (0 to 1) of the hot reader's 256 KiB reads
-    /// whose every page (kernel) or block (wbcache) was cached just before
-    /// the read; `null` on kernel-direct, which has no cache.
-    pub hot_hit_ratio: Option<f64>,
-    /// `hot-set`: the hot reader's bytes over the time it read, in MB/s.
-    /// (The row's `throughput_mb_s` is the streamer's; on `alone` rows, the
-    /// hot reader's.)
-    pub hot_mb_s: Option<f64>,
-    /// `hot-set`'s streaming rows: `hot_mb_s` ÷ the same engine's `alone`
-    /// row's, when this run has it.
-    pub hot_mb_s_alone_ratio: Option<f64>,
-    /// `hot-set`'s wbcache rows: the bytes the cache dropped behind
-    /// uncached I/O (`dropbehind_freed_bytes` of its stats) over the whole
-    /// measurement, setup included.
-    pub dropbehind_freed_bytes: Option<u64>,
-    /// `hot-set`'s wbcache rows: CPU time the cache's drop-behind reaper
-    /// thread used (`dropbehind_cpu_us` of its stats), microseconds.
-    pub dropbehind_cpu_us: Option<u64>,
-    /// `sqlite`: transactions per second (transactions ÷ the time they
-    /// ran). Its `ops` are the transactions, `runtime_s` that time, and
-    /// `lat_us` each whole transaction's latency (BEGIN to COMMIT's return).
-    pub tps: Option<f64>,
-    /// `sqlite`: the COMMIT statement's latency alone, in µs: median, 99th
-    /// percentile, maximum.
-    pub commit_us_p50: Option<f64>,
-    pub commit_us_p99: Option<f64>,
-    pub commit_us_max: Option<f64>,
-    /// `sqlite`'s streaming rows: the streaming writer's bytes over the
-    /// time it wrote, in MB/s.
-    pub stream_mb_s: Option<f64>,
-    /// `sqlite`: the database file's size after the load, in bytes;
-    /// `rocksdb`: the database directory's after the run.
-    pub db_bytes: Option<u64>,
-    /// `sqlite`: the worker process's peak resident set size (`VmHWM`,
-    /// the load included), in bytes. For wbcache it includes the cache's
-    /// memory; the kernel's page cache is not in it.
-    pub peak_rss_bytes: Option<u64>,
-    /// `advice`'s stream rows: the most bytes of the written file cached
-    /// at once (dirty ones included), of the looks after every 8 MiB
-    /// written: `mincore(2)` on a mapping of the file for the kernel,
-    /// `File::cached_ranges` for wbcache.
-    pub peak_cached_bytes: Option<u64>,
-    /// `advice`'s stream rows: the final fsync's time, in seconds (the
-    /// row's `total_s` less its `runtime_s`).
-    pub fsync_s: Option<f64>,
-    /// `advice`'s advised rows: the time spent inside the advice calls, in
-    /// seconds: the one WILLNEED of `cold-read-willneed` (part of its
-    /// MB/s), the sum of every DONTNEED of `stream-dontneed` or range
-    /// writeback start of `stream-sync-range`.
-    pub advise_s: Option<f64>,
-    /// `advice`'s advised rows: the advice calls `advise_s` adds up.
-    pub advise_calls: Option<u64>,
-    /// `advice`'s stream rows: the time the looks at the file's cached
-    /// bytes took, in seconds: the bench's own work, left out of the row's
-    /// `runtime_s`, `total_s` and MB/s.
-    pub cached_look_s: Option<f64>,
-    /// `fio`, `fio-jobfile` and `rocksdb`: the program that measured the
-    /// row, as it names its version (`fio-3.33`, `RocksDB 7.8.3`).
-    pub tool_version: Option<String>,
-    /// `fio` and `fio-jobfile`: fio's own figures of the row's reads, from
-    /// its JSON report: MB/s (`bw_bytes` ÷ 10^6), IOPS, and the completion
-    /// latency's (`clat_ns`) median and 99th percentile in µs; `null`
-    /// without reads. The row's `throughput_mb_s` is the reads' and
-    /// writes' MB/s together, `ops` their requests, `runtime_s` fio's.
-    pub read_mb_s: Option<f64>,
-    pub read_iops: Option<f64>,
-    pub read_clat_us_p50: Option<f64>,
-    pub read_clat_us_p99: Option<f64>,
-    /// `fio` and `fio-jobfile`: the same of the row's writes.
-    pub write_mb_s: Option<f64>,
-    pub write_iops: Option<f64>,
-    pub write_clat_us_p50: Option<f64>,
-    pub write_clat_us_p99: Option<f64>,
-    /// `rocksdb`: db_bench's operations per second for the row's
-    /// benchmark, and the median and 99th percentile of its microseconds
-    /// per operation (`--histogram`). The row's `lat_us` is its P50, P99,
-    /// P99.9 and Max, `throughput_mb_s` its MB/s, `ops` its operations,
-    /// `runtime_s` its seconds.
-    pub ops_per_s: Option<f64>,
-    pub op_us_p50: Option<f64>,
-    pub op_us_p99: Option<f64>,
-    /// `rand-read`'s `cached-4k-readers` rows: every reader thread's reads
-    /// over the time from their common start until the last one ended, in
-    /// reads per second (all threads together). The row's `us_per_call` is
-    /// each thread's time over its reads (the mean over every read).
-    pub reads_per_s: Option<f64>,
-    /// `rand-read`'s `cached-4k-readers` rows: the reader threads.
-    pub reader_threads: Option<u32>,
+    /// The workload's own figures, a type of its module (see [`own`]):
+    /// in the JSON, every workload's own columns, `null` where they are
+    /// another workload's.
+    #[serde(flatten)]
+    pub own_figures: OwnFigures,
     /// The block layer's counters of the device under the measurement's
     /// files, from the start of its timed phase until its last job ended
     /// (every engine; absent where the files are on no block device):
@@ -237,41 +144,7 @@ impl ResultRow {
             per_second_mb_s: None,
             status: status.name().to_string(),
             error,
-            fsync_total_s: None,
-            writeback_mb_s: None,
-            cpu_s_per_gib: None,
-            written_bytes_per_worker: None,
-            hot_hit_ratio: None,
-            hot_mb_s: None,
-            hot_mb_s_alone_ratio: None,
-            dropbehind_freed_bytes: None,
-            dropbehind_cpu_us: None,
-            tps: None,
-            commit_us_p50: None,
-            commit_us_p99: None,
-            commit_us_max: None,
-            stream_mb_s: None,
-            db_bytes: None,
-            peak_rss_bytes: None,
-            peak_cached_bytes: None,
-            fsync_s: None,
-            advise_s: None,
-            advise_calls: None,
-            cached_look_s: None,
-            tool_version: None,
-            read_mb_s: None,
-            read_iops: None,
-            read_clat_us_p50: None,
-            read_clat_us_p99: None,
-            write_mb_s: None,
-            write_iops: None,
-            write_clat_us_p50: None,
-            write_clat_us_p99: None,
-            ops_per_s: None,
-            op_us_p50: None,
-            op_us_p99: None,
-            reads_per_s: None,
-            reader_threads: None,
+            own_figures: OwnFigures::default(),
             block_device: None,
             device_account: None,
             dirty_bytes_at_end: None,
@@ -286,6 +159,29 @@ impl ResultRow {
 
     pub fn ok(&self) -> bool {
         self.status == "ok"
+    }
+
+    /// The same row, its own figures written as `columns` in the JSON.
+    pub fn in_columns(&self, columns: &OwnColumns) -> ResultRow {
+        ResultRow { own_figures: self.own_figures.in_columns(columns), ..self.clone() }
+    }
+
+    /// The workload's own figures, as `T`, the type that wrote them
+    /// ([`ResultRow::set_own`]); every field `None` on a row without them.
+    pub fn own<T: DeserializeOwned + Default>(&self) -> T {
+        self.own_figures.read()
+    }
+
+    /// Writes the workload's own figures, a type of its module.
+    pub fn set_own<T: Serialize>(&mut self, figures: &T) {
+        self.own_figures = OwnFigures::of(figures);
+    }
+
+    /// Changes the workload's own figures, of type `T`.
+    pub fn update_own<T: Serialize + DeserializeOwned + Default>(&mut self, change: impl FnOnce(&mut T)) {
+        let mut figures: T = self.own();
+        change(&mut figures);
+        self.set_own(&figures);
     }
 
     /// Whether the row is of the workload named `workload`.
@@ -452,13 +348,16 @@ struct Report<'a> {
     references: &'a [Reference],
 }
 
+/// The JSON report: its rows' own figures written as `columns`.
 pub fn to_json(
     machine: &Machine,
     config: &serde_json::Value,
     results: &[ResultRow],
     references: &[Reference],
+    columns: &OwnColumns,
 ) -> String {
-    serde_json::to_string_pretty(&Report { version: 1, machine, config, results, references })
+    let results: Vec<ResultRow> = results.iter().map(|r| r.in_columns(columns)).collect();
+    serde_json::to_string_pretty(&Report { version: 1, machine, config, results: &results, references })
         .expect("report serializes")
 }
 
@@ -538,6 +437,17 @@ pub(crate) mod test_support {
             .filter(|l| l.starts_with(&prefix))
             .map(|l| (l.split(" | ").next().unwrap().trim_start_matches("| ").to_string(), l.ends_with("| met |")))
             .collect()
+    }
+
+    /// A row's JSON text as the report writes it: every workload's own
+    /// columns, `null` where they are another's.
+    pub fn row_json(row: &ResultRow) -> String {
+        serde_json::to_string(&row.in_columns(&crate::workloads::own_columns())).unwrap()
+    }
+
+    /// A row's JSON as the report writes it, parsed.
+    pub fn row_value(row: &ResultRow) -> serde_json::Value {
+        serde_json::from_str(&row_json(row)).unwrap()
     }
 
     /// A workload's own figures of a job, as the worker passes them on.

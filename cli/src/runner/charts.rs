@@ -61,7 +61,7 @@ pub fn write_all(dir: &Path, rows: &[ResultRow], subtitle: &str) -> io::Result<V
 fn throughput_chart(g: &str, rows: &[&ResultRow], subtitle: &str) -> Option<(String, String)> {
     let lines: Vec<Line> = rows
         .iter()
-        .filter(|r| r.us_per_call.is_none() && r.tps.is_none())
+        .filter(|r| owner_of(r).map_or(r.us_per_call.is_none(), |w| w.charts_throughput(r)))
         .map(|r| {
             let label = match (r.rate_points.len(), r.runtime_s) {
                 (0, Some(t)) => format!("{} (no point: I/O took {t:.2} s)", series_label(r)),
@@ -94,7 +94,7 @@ fn latency_chart(g: &str, rows: &[&ResultRow], subtitle: &str) -> Option<(String
         })
         .collect();
     let series = [("p50", "#9ecae1"), ("p99", "#4292c6"), ("p99.9", "#08519c"), ("max", "#08306b")];
-    let per = if with_lat.iter().all(|r| r.tps.is_some()) { "transaction" } else { "call" };
+    let per = owner_of(with_lat[0]).map_or("call", |w| w.latency_of());
     let svg = log_bar_chart(
         &format!("{g}: latency per {per} (percentiles)"),
         subtitle,

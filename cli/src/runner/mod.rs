@@ -28,7 +28,9 @@ use crate::help::list_text;
 use crate::progress::{say, Progress};
 use crate::report::{failed_row, to_json, verdict_count, Reference, ResultRow};
 use crate::sys::{self, fmt_size, Machine};
-use crate::workloads::{build_spec, data_len, rows_from, targets, Group, Params, ReferenceContext, Spec};
+use crate::workloads::{
+    build_spec, data_len, own_columns, rows_from, targets, Group, Params, ReferenceContext, Spec, Workload,
+};
 use child::run_worker;
 use interrupt::{install_signal_handlers, interrupted_by, print_stdout, INTERRUPTED};
 use site::{lay_out, lay_out_file, parents, prepare_site, Site};
@@ -279,7 +281,7 @@ fn write_outputs(bench: &Bench<'_>, machine: &Machine, config: &serde_json::Valu
     let nr_errors = rows.iter().filter(|r| r.status == Status::Error.name()).count();
     let mut code = if nr_errors > 0 { 1 } else { 0 };
     if let Some(path) = &plan.args.json {
-        if let Err(e) = fs::write(path, to_json(machine, config, rows, &bench.references) + "\n") {
+        if let Err(e) = fs::write(path, to_json(machine, config, rows, &bench.references, &own_columns()) + "\n") {
             say(&format!("wbcache bench: writing {}: {e}", path.display()));
             code = 1;
         }
@@ -448,7 +450,7 @@ impl<'a> Bench<'a> {
             self.worker_stderr.clear();
             runs.push(rows_from(group, engine, &outcome));
         }
-        median_run(runs)
+        median_run(group.owner, runs)
     }
 
     /// The group's references, once it ran on some engine (not after an
@@ -565,25 +567,16 @@ fn summary(group: &Group, rows: &[ResultRow]) -> String {
     group.owner.summary(rows)
 }
 
-/// Of several runs of one measurement, the one whose primary figure
-/// (throughput, µs/call for per-call rows, the fsync total for
-/// fsync-under-load's foreground rows, the writeback MB/s for
-/// parallel-writeback, the hot reader's MB/s for hot-set, or the
-/// transactions per second for sqlite, of its first row) is the median
-/// among the runs that succeeded; a failed run only if all failed.
-fn median_run(mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
+/// Of several runs of one measurement of `workload`'s, the one whose
+/// primary figure ([`Workload::primary_figure`] of its first row) is the
+/// median among the runs that succeeded; a failed run only if all failed.
+fn median_run(workload: &dyn Workload, mut runs: Vec<Vec<ResultRow>>) -> Vec<ResultRow> {
     let key = |rows: &Vec<ResultRow>| -> Option<f64> {
         let row = rows.first()?;
         if row.status != "ok" {
             return None;
         }
-        row.fsync_total_s
-            .or(row.reads_per_s)
-            .or(row.us_per_call)
-            .or(row.writeback_mb_s)
-            .or(row.hot_mb_s)
-            .or(row.tps)
-            .or(row.throughput_mb_s)
+        workload.primary_figure(row)
     };
     let mut ok: Vec<(f64, usize)> = runs.iter().enumerate().filter_map(|(i, r)| key(r).map(|k| (k, i))).collect();
     if ok.is_empty() {
@@ -637,15 +630,11 @@ fn workload_table(group: &Group, groups: &[Group], rows: &[ResultRow], p: &Param
     let about = format!("{}.{}\n\n{}", w.about(&mine, p), w.context(), run_settings(p));
     let table_rows: Vec<&ResultRow> = rows.iter().filter(|r| r.is_of(w.name())).collect();
     let mut table = w.table(&about, &table_rows);
-    if SHARES_THE_DISK.contains(&group.workload) {
+    if w.shares_the_disk() {
         table.push_str(&crate::report::device_tables(&table_rows));
     }
     table
 }
-
-/// The workloads whose foreground reads or commits share the disk with
-/// writeback: their tables are followed by the device tables.
-const SHARES_THE_DISK: &[&str] = &["sqlite", "fsync-under-load", "fio", "fio-jobfile", "rocksdb", "hot-set"];
 
 /// The sizes and times behind a table, printed with each one so that a
 /// table read alone (or a workload run alone) says what it measured.
@@ -673,6 +662,9 @@ fn timer_overhead_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workloads::fsync_under_load::{FsyncFigures, FSYNC_UNDER_LOAD};
+    use crate::workloads::parallel_writeback::{WritebackFigures, PARALLEL_WRITEBACK};
+    use crate::workloads::plain::SEQ_WRITE;
 
     #[test]
     fn the_last_line_counts_failed_measurements() {
@@ -703,15 +695,13 @@ mod tests {
     #[test]
     fn median_run_orders_parallel_writeback_runs_by_their_writeback() {
         let pw_run = |writeback: f64, writers: f64| {
-            vec![ResultRow {
-                status: "ok".into(),
-                writeback_mb_s: Some(writeback),
-                throughput_mb_s: Some(writers),
-                ..ResultRow::default()
-            }]
+            let mut row = ResultRow { status: "ok".into(), throughput_mb_s: Some(writers), ..ResultRow::default() };
+            row.set_own(&WritebackFigures { writeback_mb_s: Some(writeback), ..WritebackFigures::default() });
+            vec![row]
         };
-        let picked = median_run(vec![pw_run(300.0, 900.0), pw_run(100.0, 800.0), pw_run(200.0, 100.0)]);
-        assert_eq!(picked[0].writeback_mb_s, Some(200.0));
+        let runs = vec![pw_run(300.0, 900.0), pw_run(100.0, 800.0), pw_run(200.0, 100.0)];
+        let picked = median_run(&PARALLEL_WRITEBACK, runs);
+        assert_eq!(picked[0].own::<WritebackFigures>().writeback_mb_s, Some(200.0));
     }
 
     fn run(status: &str, mb_s: f64) -> Vec<ResultRow> {
@@ -723,29 +713,27 @@ mod tests {
     #[test]
     fn median_run_orders_fsync_runs_by_their_total() {
         let fsync_run = |total: f64, mb_s: f64| {
+            let mut foreground = ResultRow { status: "ok".into(), throughput_mb_s: Some(mb_s), ..ResultRow::default() };
+            foreground.set_own(&FsyncFigures { fsync_total_s: Some(total) });
             vec![
-                ResultRow {
-                    status: "ok".into(),
-                    fsync_total_s: Some(total),
-                    throughput_mb_s: Some(mb_s),
-                    ..ResultRow::default()
-                },
+                foreground,
                 ResultRow { status: "ok".into(), throughput_mb_s: Some(1000.0 - mb_s), ..ResultRow::default() },
             ]
         };
-        let picked = median_run(vec![fsync_run(3.0, 1.0), fsync_run(1.0, 2.0), fsync_run(2.0, 3.0)]);
-        assert_eq!(picked[0].fsync_total_s, Some(2.0), "the median total, not the median MB/s");
+        let runs = vec![fsync_run(3.0, 1.0), fsync_run(1.0, 2.0), fsync_run(2.0, 3.0)];
+        let picked = median_run(&FSYNC_UNDER_LOAD, runs);
+        assert_eq!(picked[0].own::<FsyncFigures>().fsync_total_s, Some(2.0), "the median total, not the median MB/s");
         assert_eq!(picked.len(), 2, "the run's rows stay together");
     }
 
     #[test]
     fn median_run_picks_the_middle_successful_run() {
-        let picked = median_run(vec![run("ok", 900.0), run("ok", 1500.0), run("ok", 1200.0)]);
+        let picked = median_run(&SEQ_WRITE, vec![run("ok", 900.0), run("ok", 1500.0), run("ok", 1200.0)]);
         assert_eq!(picked[0].throughput_mb_s, Some(1200.0));
-        let picked = median_run(vec![run("error", 0.0), run("ok", 700.0), run("ok", 800.0)]);
+        let picked = median_run(&SEQ_WRITE, vec![run("error", 0.0), run("ok", 700.0), run("ok", 800.0)]);
         assert_eq!(picked[0].status, "ok", "failed runs are not chosen while one succeeded");
-        let picked = median_run(vec![run("error", 0.0)]);
+        let picked = median_run(&SEQ_WRITE, vec![run("error", 0.0)]);
         assert_eq!(picked[0].status, "error");
-        assert!(median_run(Vec::new()).is_empty());
+        assert!(median_run(&SEQ_WRITE, Vec::new()).is_empty());
     }
 }

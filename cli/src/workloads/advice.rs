@@ -19,7 +19,9 @@ use super::{
 };
 use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind};
-use crate::report::{aggregate, figure_of, fmt_num, fmt_seconds, heading, mib, ratio_of, round6, ResultRow, RowTable};
+use crate::report::{
+    aggregate, field_names, figure_of, fmt_num, fmt_seconds, heading, mib, ratio_of, round6, ResultRow, RowTable,
+};
 use crate::sys::{fmt_size, IoBuffer};
 
 /// The calls `advice` makes, and the applications that make them.
@@ -255,6 +257,10 @@ impl Workload for AdviceWorkload {
         vec![advice_row(group, engine, jobs, o)]
     }
 
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<AdviceFigures>()
+    }
+
     /// MB/s, the calls' p99.9, the advice calls' and the fsync's time, the
     /// peak of the file's cached bytes.
     fn summary(&self, rows: &[ResultRow]) -> String {
@@ -263,13 +269,14 @@ impl Workload for AdviceWorkload {
         if let Some(l) = &r.lat_us {
             s.push_str(&format!(", p99.9 {:.1} µs", l.p999));
         }
-        if let Some(a) = r.advise_s {
+        let own = advice_figures(r);
+        if let Some(a) = own.advise_s {
             s.push_str(&format!(", advice {:.3} ms", a * 1e3));
         }
-        if let Some(f) = r.fsync_s {
+        if let Some(f) = own.fsync_s {
             s.push_str(&format!(", fsync {f:.3} s"));
         }
-        if let Some(c) = r.peak_cached_bytes {
+        if let Some(c) = own.peak_cached_bytes {
             s.push_str(&format!(", peak cached {:.1} MiB", c as f64 / (1u64 << 20) as f64));
         }
         s
@@ -394,23 +401,54 @@ fn stream(
     Ok((advise_time, look_time))
 }
 
+/// `advice`'s own figures of its rows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AdviceFigures {
+    /// Stream rows: the most bytes of the written file cached at once
+    /// (dirty ones included), of the looks after every 8 MiB written:
+    /// `mincore(2)` on a mapping of the file for the kernel,
+    /// `File::cached_ranges` for wbcache.
+    pub peak_cached_bytes: Option<u64>,
+    /// Stream rows: the final fsync's time, in seconds (the row's
+    /// `total_s` less its `runtime_s`).
+    pub fsync_s: Option<f64>,
+    /// Advised rows: the time spent inside the advice calls, in seconds:
+    /// the one WILLNEED of `cold-read-willneed` (part of its MB/s), the
+    /// sum of every DONTNEED of `stream-dontneed` or range writeback
+    /// start of `stream-sync-range`.
+    pub advise_s: Option<f64>,
+    /// Advised rows: the advice calls `advise_s` adds up.
+    pub advise_calls: Option<u64>,
+    /// Stream rows: the time the looks at the file's cached bytes took, in
+    /// seconds: the bench's own work, left out of the row's `runtime_s`,
+    /// `total_s` and MB/s.
+    pub cached_look_s: Option<f64>,
+}
+
+/// A row's [`AdviceFigures`] (all `None` on another workload's row).
+fn advice_figures(row: &ResultRow) -> AdviceFigures {
+    row.own()
+}
+
 /// `advice`'s row: the reads' or the writes' figures (MB/s until the
 /// last read, or until the final fsync returned), and what the job
 /// measured besides: the peak of the streamed file's cached bytes, the
 /// final fsync's time, the time inside the advice calls.
 fn advice_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) -> ResultRow {
     let mut row = aggregate(group, engine, group.variant.clone(), jobs, o);
+    let mut figures = AdviceFigures::default();
     if let Some(j) = jobs.first() {
         if let Some(a) = j.own::<AdviceResult>() {
-            row.peak_cached_bytes = a.peak_cached_bytes;
-            row.advise_s = a.advise_s.map(round6);
-            row.advise_calls = a.advise_s.map(|_| a.advise_calls);
-            row.cached_look_s = a.peak_cached_bytes.map(|_| round6(a.look_s));
+            figures.peak_cached_bytes = a.peak_cached_bytes;
+            figures.advise_s = a.advise_s.map(round6);
+            figures.advise_calls = a.advise_s.map(|_| a.advise_calls);
+            figures.cached_look_s = a.peak_cached_bytes.map(|_| round6(a.look_s));
         }
         if j.fsync.is_some() {
-            row.fsync_s = Some(round6((j.end_s - j.io_end_s).max(0.0)));
+            figures.fsync_s = Some(round6((j.end_s - j.io_end_s).max(0.0)));
         }
     }
+    row.set_own(&figures);
     row
 }
 
@@ -463,10 +501,11 @@ pub fn advice_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         c.times(ratio_of(mb_s, plain.and_then(|v| mb_s_of(v.name(), &r.engine))));
         c.times(ratio_of(mb_s, mb_s_of(variant, "kernel-buffered")));
         c.figure(r.lat_us, |p| fmt_num(p.p999));
-        for v in [r.advise_s, r.fsync_s] {
+        let own = advice_figures(r);
+        for v in [own.advise_s, own.fsync_s] {
             c.figure(v, fmt_seconds);
         }
-        for v in [r.peak_cached_bytes, r.peak_dirty_bytes] {
+        for v in [own.peak_cached_bytes, r.peak_dirty_bytes] {
             c.figure(v, mib);
         }
         table.push(c);
@@ -480,7 +519,9 @@ mod tests {
     use crate::bench_worker::Status;
     use crate::measure::{round3, Histogram, Percentiles};
     use crate::report::failed_row;
-    use crate::report::test_support::{job, ok_outcome, own, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS};
+    use crate::report::test_support::{
+        job, ok_outcome, own, row_json, row_value, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS,
+    };
     use crate::workloads::{build_spec, groups_for, info, rows_from, test_params as params, variants_of};
 
     /// advice: five variants on kernel-buffered and wbcache only,
@@ -587,9 +628,12 @@ mod tests {
         let r = &rows_from(&advice_group("stream-dontneed"), EngineKind::KernelBuffered, &o)[0];
         assert_eq!((r.workload.as_str(), r.variant.as_deref()), ("advice", Some("stream-dontneed")));
         assert_eq!(r.throughput_mb_s, Some(512.0), "the fsync included");
-        assert_eq!((r.fsync_s, r.peak_cached_bytes), (Some(0.5), Some(32 << 20)));
-        assert_eq!((r.advise_s, r.advise_calls, r.cached_look_s), (Some(0.0125), Some(64), Some(0.002)));
-        let text = serde_json::to_string(r).unwrap();
+        assert_eq!((advice_figures(r).fsync_s, advice_figures(r).peak_cached_bytes), (Some(0.5), Some(32 << 20)));
+        assert_eq!(
+            (advice_figures(r).advise_s, advice_figures(r).advise_calls, advice_figures(r).cached_look_s),
+            (Some(0.0125), Some(64), Some(0.002))
+        );
+        let text = row_json(r);
         assert!(
             text.ends_with(&format!(
                 "{SQLITE_NULLS},\"peak_cached_bytes\":33554432,\"fsync_s\":0.5,\"advise_s\":0.0125,\
@@ -603,9 +647,17 @@ mod tests {
         let o = ok_outcome(vec![read], None);
         let r = &rows_from(&advice_group("cold-read"), EngineKind::Wbcache, &o)[0];
         assert_eq!(r.throughput_mb_s, Some(round3((64 << 20) as f64 / 0.05 / 1e6)));
-        assert_eq!((r.fsync_s, r.peak_cached_bytes, r.advise_s, r.advise_calls), (None, None, None, None));
-        assert_eq!(r.cached_look_s, None);
-        let json = serde_json::to_value(r).unwrap();
+        assert_eq!(
+            (
+                advice_figures(r).fsync_s,
+                advice_figures(r).peak_cached_bytes,
+                advice_figures(r).advise_s,
+                advice_figures(r).advise_calls
+            ),
+            (None, None, None, None)
+        );
+        assert_eq!(advice_figures(r).cached_look_s, None);
+        let json = row_value(r);
         assert!(json["advise_s"].is_null() && json.get("peak_cached_bytes").is_some());
     }
 
@@ -621,11 +673,11 @@ mod tests {
         row.lat_us = Some(Percentiles { p50: 400.0, p99: 2_000.0, p999: 12_345.0, max: 40_000.0 });
         row.peak_dirty_bytes = Some(64 << 20);
         if variant.starts_with("stream") {
-            row.fsync_s = Some(0.25);
-            row.peak_cached_bytes = Some(128 << 20);
+            row.update_own(|f: &mut AdviceFigures| f.fsync_s = Some(0.25));
+            row.update_own(|f: &mut AdviceFigures| f.peak_cached_bytes = Some(128 << 20));
         }
         if variant.contains('-') && variant != "cold-read" {
-            row.advise_s = Some(0.0042);
+            row.update_own(|f: &mut AdviceFigures| f.advise_s = Some(0.0042));
         }
         row
     }

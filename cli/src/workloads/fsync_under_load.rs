@@ -20,8 +20,8 @@ use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineKind, Target};
 use crate::measure::{round3, Histogram, Percentiles};
 use crate::report::{
-    aggregate, baseline, find_row, fmt_num, fmt_seconds, heading, ms, of_role, ratio_of, round6, ResultRow, RowTable,
-    TargetInputs, Verdict,
+    aggregate, baseline, field_names, find_row, fmt_num, fmt_seconds, heading, ms, of_role, ratio_of, round6,
+    ResultRow, RowTable, TargetInputs, Verdict,
 };
 use crate::svg::{engine_color, line_chart_scaled, Line};
 use crate::sys::{fmt_size, IoBuffer};
@@ -269,17 +269,31 @@ impl Workload for FsyncUnderLoad {
         fsync_rows(group, engine, *group.shape::<FsyncGroup>(), jobs, o)
     }
 
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<FsyncFigures>()
+    }
+
+    fn shares_the_disk(&self) -> bool {
+        true
+    }
+
+    /// The fsync total of a foreground row (not its MB/s, which the pauses
+    /// dominate).
+    fn primary_figure(&self, row: &ResultRow) -> Option<f64> {
+        fsync_total_s(row).or(row.us_per_call).or(row.throughput_mb_s)
+    }
+
     /// The foreground's fsyncs, and the background's MB/s.
     fn summary(&self, rows: &[ResultRow]) -> String {
-        let Some(fg) = rows.iter().find(|r| r.fsync_total_s.is_some()) else {
+        let Some(fg) = rows.iter().find(|r| fsync_total_s(r).is_some()) else {
             return crate::report::summary(rows);
         };
         let mut s = match fg.fsync_lat_us {
             Some(p) => format!("fsync p50 {:.2} ms, p99 {:.2} ms", p.p50 / 1e3, p.p99 / 1e3),
             None => "no fsync".into(),
         };
-        s.push_str(&format!(", fsync total {:.3} s", fg.fsync_total_s.unwrap_or(0.0)));
-        if let Some(t) = rows.iter().filter(|r| r.fsync_total_s.is_none()).find_map(|r| r.throughput_mb_s) {
+        s.push_str(&format!(", fsync total {:.3} s", fsync_total_s(fg).unwrap_or(0.0)));
+        if let Some(t) = rows.iter().filter(|r| fsync_total_s(r).is_none()).find_map(|r| r.throughput_mb_s) {
             s.push_str(&format!(", background {t:.1} MB/s"));
         }
         s
@@ -380,6 +394,18 @@ fn fsync_each(
     Ok(m)
 }
 
+/// `fsync-under-load`'s own figure of its foreground rows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FsyncFigures {
+    /// The sum of every fsync's time of the foreground, in seconds.
+    pub fsync_total_s: Option<f64>,
+}
+
+/// A foreground row's fsync total ([`FsyncFigures`]); `None` on other rows.
+fn fsync_total_s(row: &ResultRow) -> Option<f64> {
+    row.own::<FsyncFigures>().fsync_total_s
+}
+
 /// `fsync-under-load`: the foreground's row (its fsyncs, its writes, its
 /// bytes over its time) and the background writers' row (their bytes over
 /// the time they ran), whichever the group has.
@@ -389,7 +415,7 @@ fn fsync_rows(group: &Group, engine: EngineKind, f: FsyncGroup, jobs: &[&JobResu
     if !fore.is_empty() {
         let mut row = aggregate(group, engine, group.variant.clone(), &fore, o);
         let own: Vec<FsyncEachResult> = fore.iter().filter_map(|j| j.own()).collect();
-        row.fsync_total_s = Some(round6(own.iter().map(|r| r.total_s).sum()));
+        row.set_own(&FsyncFigures { fsync_total_s: Some(round6(own.iter().map(|r| r.total_s).sum())) });
         row.fsync_points = own.into_iter().flat_map(|r| r.points).collect();
         // Its fsyncs are charted one by one; there is no final fsync.
         row.fsync_tail_s = None;
@@ -465,7 +491,7 @@ pub fn fsync_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         for f in [|p: &Percentiles| p.p50, |p: &Percentiles| p.p99, |p: &Percentiles| p.max] {
             c.figure(r.fsync_lat_us.as_ref(), |p| ms(f(p)));
         }
-        c.figure(r.fsync_total_s, fmt_seconds).figure(r.throughput_mb_s, fmt_num);
+        c.figure(fsync_total_s(r), fmt_seconds).figure(r.throughput_mb_s, fmt_num);
         let kernel_p99 = baseline(r, &rows).and_then(|b| b.fsync_lat_us).map(|p| p.p99).filter(|p99| *p99 > 0.0);
         c.times(ratio_of(r.fsync_lat_us.map(|p| p.p99), kernel_p99));
         table.push(c);
@@ -478,7 +504,7 @@ fn fsync_targets(rows: &[&ResultRow]) -> Vec<Verdict> {
     let mut lines = Vec::new();
     let find = |variant: FsyncGroup, engine: &str| find_row(rows, Some(variant.variant()), engine);
     let p99 = |r: &ResultRow| r.fsync_lat_us.map(|p| p.p99);
-    let total = |r: &ResultRow| r.fsync_total_s;
+    let total = fsync_total_s;
     let wb_small_load = find(FsyncGroup::SmallLoad, "wbcache");
     if let (Some(a), Some(b)) = (wb_small_load.and_then(p99), find(FsyncGroup::SmallIdle, "wbcache").and_then(p99)) {
         lines.push(Verdict::new(
@@ -529,7 +555,7 @@ fn fsync_targets(rows: &[&ResultRow]) -> Vec<Verdict> {
 mod tests {
     use super::*;
     use crate::bench_worker::Status;
-    use crate::report::test_support::{job, own, verdicts};
+    use crate::report::test_support::{job, own, row_json, row_value, verdicts};
     use crate::workloads::{build_spec, groups_for, info, rows_from, targets, test_params as params, Spec};
 
     #[test]
@@ -630,7 +656,7 @@ mod tests {
         assert_eq!(rows.len(), 2, "{rows:?}");
         let (f, b) = (&rows[0], &rows[1]);
         assert_eq!(f.variant.as_deref(), Some("small/load"));
-        assert_eq!(f.fsync_total_s, Some(0.008));
+        assert_eq!(fsync_total_s(f), Some(0.008));
         assert_eq!(f.bytes, Some(3 * 4096));
         assert_eq!(f.throughput_mb_s, Some(round3(3.0 * 4096.0 / 0.5 / 1e6)));
         let p = f.fsync_lat_us.unwrap();
@@ -641,7 +667,7 @@ mod tests {
         assert_eq!(b.variant.as_deref(), Some("background/with-fsync"));
         assert_eq!(b.throughput_mb_s, Some(1000.0), "500 MB over the 0.5 s they ran");
         assert_eq!(b.fsync_lat_us, None);
-        assert_eq!(b.fsync_total_s, None);
+        assert_eq!(fsync_total_s(b), None);
         assert_eq!(FSYNC_UNDER_LOAD.series_label(b), "wbcache background");
         // large/load reports its background too; idle groups only the foreground.
         let large = rows_from(&fsync_group("large/load"), EngineKind::Wbcache, &o);
@@ -655,15 +681,15 @@ mod tests {
         assert_eq!(alone.len(), 1);
         assert_eq!((alone[0].variant.as_deref(), alone[0].throughput_mb_s), (Some("background/alone"), Some(1000.0)));
         // The JSON row carries the total, after `error`; other rows carry null.
-        let json = serde_json::to_value(f).unwrap();
+        let json = row_value(f);
         assert_eq!(json["fsync_total_s"], 0.008);
         assert!(json.get("fsync_points").is_none(), "chart data stays out of the JSON");
-        let text = serde_json::to_string(f).unwrap();
+        let text = row_json(f);
         assert!(
             text.contains(",\"error\":null,\"fsync_total_s\":0.008,\"writeback_mb_s\":null,"),
             "the new fields come after the older ones: {text}"
         );
-        let json = serde_json::to_value(b).unwrap();
+        let json = row_value(b);
         assert!(json["fsync_total_s"].is_null());
         // The table: fsync figures in ms, dashes on the background row.
         let table = fsync_table("fsync-under-load", "about", &rows.iter().collect::<Vec<_>>());
@@ -681,7 +707,7 @@ mod tests {
         );
         row.fsync_lat_us =
             p99_ms.map(|ms| Percentiles { p50: ms * 500.0, p99: ms * 1e3, p999: ms * 1e3, max: ms * 1e3 });
-        row.fsync_total_s = total;
+        row.set_own(&FsyncFigures { fsync_total_s: total });
         row.throughput_mb_s = Some(mb_s);
         row
     }

@@ -20,7 +20,8 @@ use crate::bench_worker::{eof_at, JobContext, JobRaw, JobResult, Measured, Outco
 use crate::engines::{EngineFile, EngineKind, Target};
 use crate::measure::round3;
 use crate::report::{
-    aggregate, find_row, fmt_num, heading, mib, of_role, round6, ResultRow, RowTable, TargetInputs, Verdict,
+    aggregate, field_names, find_row, fmt_num, heading, mib, of_role, round6, ResultRow, RowTable, TargetInputs,
+    Verdict,
 };
 use crate::sys::{fmt_size, IoBuffer};
 
@@ -245,16 +246,29 @@ impl Workload for HotSetWorkload {
         hot_alone_ratios(rows);
     }
 
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<HotSetFigures>()
+    }
+
+    fn shares_the_disk(&self) -> bool {
+        true
+    }
+
+    /// The hot reader's MB/s.
+    fn primary_figure(&self, row: &ResultRow) -> Option<f64> {
+        row.us_per_call.or(hot_figures(row).hot_mb_s).or(row.throughput_mb_s)
+    }
+
     /// The streamer's and the hot reader's MB/s, the hit ratio.
     fn summary(&self, rows: &[ResultRow]) -> String {
         let Some(r) = rows.last() else { return crate::report::summary(rows) };
-        let Some(hot) = r.hot_mb_s else { return crate::report::summary(rows) };
+        let Some(hot) = hot_figures(r).hot_mb_s else { return crate::report::summary(rows) };
         let mut s = match r.variant.as_deref() {
             Some(v) if v == HotSet::Alone.name() => String::new(),
             _ => format!("stream {:.1} MB/s, ", r.throughput_mb_s.unwrap_or(0.0)),
         };
         s.push_str(&format!("hot {hot:.1} MB/s"));
-        if let Some(x) = r.hot_hit_ratio {
+        if let Some(x) = hot_figures(r).hot_hit_ratio {
             s.push_str(&format!(", hot hit ratio {:.1}%", x * 100.0));
         }
         s
@@ -312,6 +326,34 @@ fn hot_reads(ctx: &JobContext<'_>, file: &mut dyn EngineFile, bs: u64, started: 
     Ok(m)
 }
 
+/// `hot-set`'s own figures of its rows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HotSetFigures {
+    /// The share (0 to 1) of the hot reader's 256 KiB reads whose every
+    /// page (kernel) or block (wbcache) was cached just before the read;
+    /// `None` on kernel-direct, which has no cache.
+    pub hot_hit_ratio: Option<f64>,
+    /// The hot reader's bytes over the time it read, in MB/s. (The row's
+    /// `throughput_mb_s` is the streamer's; on `alone` rows, the hot
+    /// reader's.)
+    pub hot_mb_s: Option<f64>,
+    /// Streaming rows: `hot_mb_s` ÷ the same engine's `alone` row's, when
+    /// this run has it.
+    pub hot_mb_s_alone_ratio: Option<f64>,
+    /// wbcache rows: the bytes the cache dropped behind uncached I/O
+    /// (`dropbehind_freed_bytes` of its stats) over the whole
+    /// measurement, setup included.
+    pub dropbehind_freed_bytes: Option<u64>,
+    /// wbcache rows: CPU time the cache's drop-behind reaper thread used
+    /// (`dropbehind_cpu_us` of its stats), microseconds.
+    pub dropbehind_cpu_us: Option<u64>,
+}
+
+/// A row's [`HotSetFigures`] (all `None` on another workload's row).
+fn hot_figures(row: &ResultRow) -> HotSetFigures {
+    row.own()
+}
+
 /// `hot-set`'s row: the streamer's figures (the hot reader's on `alone`),
 /// the hot reader's MB/s and hit ratio, and for wbcache the bytes dropped
 /// behind uncached I/O.
@@ -319,17 +361,20 @@ fn hot_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) 
     let (hot, streamer) = (of_role(jobs, HOT), of_role(jobs, STREAMER));
     let main = if streamer.is_empty() { &hot } else { &streamer };
     let mut row = aggregate(group, engine, group.variant.clone(), main, o);
+    let mut figures = HotSetFigures::default();
     if let Some(h) = hot.first() {
-        row.hot_mb_s = (h.io_end_s > 0.0).then(|| round3(h.bytes as f64 / h.io_end_s / 1e6));
+        figures.hot_mb_s = (h.io_end_s > 0.0).then(|| round3(h.bytes as f64 / h.io_end_s / 1e6));
         let resident_chunks = h.own::<HotReaderResult>().and_then(|r| r.resident_chunks);
-        row.hot_hit_ratio = resident_chunks.filter(|_| h.ops > 0).map(|r| round6(r as f64 / h.ops as f64));
+        figures.hot_hit_ratio = resident_chunks.filter(|_| h.ops > 0).map(|r| round6(r as f64 / h.ops as f64));
         if streamer.is_empty() {
             // Alone: the row's MB/s is the hot reader's, the same figure.
-            row.throughput_mb_s = row.hot_mb_s;
+            row.throughput_mb_s = figures.hot_mb_s;
         }
     }
-    row.dropbehind_freed_bytes = o.wbcache_stats.as_deref().and_then(|s| stats_u64(s, "dropbehind_freed_bytes"));
-    row.dropbehind_cpu_us = o.wbcache_stats.as_deref().and_then(|s| stats_u64(s, "dropbehind_cpu_us"));
+    let stats = o.wbcache_stats.as_deref();
+    figures.dropbehind_freed_bytes = stats.and_then(|s| stats_u64(s, "dropbehind_freed_bytes"));
+    figures.dropbehind_cpu_us = stats.and_then(|s| stats_u64(s, "dropbehind_cpu_us"));
+    row.set_own(&figures);
     row
 }
 
@@ -346,14 +391,17 @@ pub fn hot_alone_ratios(rows: &mut [ResultRow]) {
     let alone: Vec<(String, f64)> = rows
         .iter()
         .filter(|r| r.is_of(HOT_SET.name()) && r.variant.as_deref() == alone_variant && r.ok())
-        .filter_map(|r| Some((r.engine.clone(), r.hot_mb_s.filter(|v| *v > 0.0)?)))
+        .filter_map(|r| Some((r.engine.clone(), hot_figures(r).hot_mb_s.filter(|v| *v > 0.0)?)))
         .collect();
     for r in rows.iter_mut().filter(|r| r.is_of(HOT_SET.name()) && r.variant.as_deref() != alone_variant) {
         let base = alone.iter().find(|(e, _)| *e == r.engine).map(|(_, v)| *v);
-        r.hot_mb_s_alone_ratio = match (r.ok().then_some(r.hot_mb_s).flatten(), base) {
-            (Some(a), Some(b)) => Some(round3(a / b)),
-            _ => None,
-        };
+        let ok = r.ok();
+        r.update_own(|f: &mut HotSetFigures| {
+            f.hot_mb_s_alone_ratio = match (f.hot_mb_s.filter(|_| ok), base) {
+                (Some(a), Some(b)) => Some(round3(a / b)),
+                _ => None,
+            }
+        });
     }
 }
 
@@ -387,7 +435,7 @@ pub const HOT_COLUMNS: &str = "stream MB/s: the streamer's bytes over its time (
 pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     let mut rows: Vec<&ResultRow> = rows.to_vec();
     rows.sort_by_key(|r| hot_rank(r));
-    let has_dropped = rows.iter().any(|r| r.dropbehind_freed_bytes.is_some());
+    let has_dropped = rows.iter().any(|r| hot_figures(r).dropbehind_freed_bytes.is_some());
     let mut head =
         vec!["engine", "variant", "stream MB/s", "hot MB/s", "hot vs alone", "hot hit ratio", "peak dirty+wb MiB"];
     if has_dropped {
@@ -405,15 +453,15 @@ pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         let mut c = table.cells(r);
         c.engine().variant();
         c.figure(r.throughput_mb_s.filter(|_| !alone), fmt_num);
-        c.figure(r.hot_mb_s, fmt_num);
-        c.times(r.hot_mb_s_alone_ratio);
-        match r.hot_hit_ratio {
+        c.figure(hot_figures(r).hot_mb_s, fmt_num);
+        c.times(hot_figures(r).hot_mb_s_alone_ratio);
+        match hot_figures(r).hot_hit_ratio {
             None if r.ok() && r.engine == "kernel-direct" => c.text("— (no cache)"),
             hit_ratio => c.figure(hit_ratio, percent),
         };
         c.figure(r.peak_dirty_bytes, mib);
         if has_dropped {
-            c.figure(r.dropbehind_freed_bytes, mib);
+            c.figure(hot_figures(r).dropbehind_freed_bytes, mib);
         }
         table.push(c);
     }
@@ -430,18 +478,19 @@ fn hot_targets(rows: &[&ResultRow]) -> Vec<Verdict> {
         let variant = v.name();
         let Some(w) = find(v, "wbcache-dontcache") else { continue };
         let kernel = find(v, "kernel-buffered");
-        if let Some(a) = w.hot_hit_ratio {
-            let beside = kernel.and_then(|k| k.hot_hit_ratio).map(|k| format!(" (kernel-buffered {})", percent(k)));
+        if let Some(a) = hot_figures(w).hot_hit_ratio {
+            let beside =
+                kernel.and_then(|k| hot_figures(k).hot_hit_ratio).map(|k| format!(" (kernel-buffered {})", percent(k)));
             lines.push(Verdict::new(
                 format!("hot-set {variant}: wbcache-dontcache hot hit ratio ≥ 99%"),
                 format!("{}{}", percent(a), beside.unwrap_or_default()),
                 a >= 0.99,
             ));
         }
-        let alone = find(HotSet::Alone, "wbcache-dontcache").and_then(|r| r.hot_mb_s).filter(|b| *b > 0.0);
-        if let (Some(a), Some(b)) = (w.hot_mb_s, alone) {
-            let kernel_alone = find(HotSet::Alone, "kernel-buffered").and_then(|r| r.hot_mb_s);
-            let beside = match (kernel.and_then(|k| k.hot_mb_s), kernel_alone) {
+        let alone = find(HotSet::Alone, "wbcache-dontcache").and_then(|r| hot_figures(r).hot_mb_s).filter(|b| *b > 0.0);
+        if let (Some(a), Some(b)) = (hot_figures(w).hot_mb_s, alone) {
+            let kernel_alone = find(HotSet::Alone, "kernel-buffered").and_then(|r| hot_figures(r).hot_mb_s);
+            let beside = match (kernel.and_then(|k| hot_figures(k).hot_mb_s), kernel_alone) {
                 (Some(k), Some(ka)) if ka > 0.0 => format!("; kernel-buffered {:.2}×", k / ka),
                 _ => String::new(),
             };
@@ -460,7 +509,7 @@ mod tests {
     use super::*;
     use crate::bench_worker::Status;
     use crate::report::test_support::{
-        job, ok_outcome, own, verdicts, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS,
+        job, ok_outcome, own, row_json, row_value, verdicts, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS,
     };
     use crate::workloads::{
         build_spec, data_len, groups_for, info, rows_from, targets, test_params as params, variants_of, Spec,
@@ -574,12 +623,12 @@ mod tests {
         assert_eq!((r.workload.as_str(), r.variant.as_deref()), ("hot-set", Some("write-stream")));
         assert_eq!(r.throughput_mb_s, Some(500.0), "the streamer's");
         assert_eq!(r.bytes, Some(500_000_000));
-        assert_eq!(r.hot_mb_s, Some(2000.0));
-        assert_eq!(r.hot_hit_ratio, Some(0.99));
-        assert_eq!(r.dropbehind_freed_bytes, Some(512 << 20));
-        assert_eq!(r.dropbehind_cpu_us, Some(1234));
+        assert_eq!(hot_figures(r).hot_mb_s, Some(2000.0));
+        assert_eq!(hot_figures(r).hot_hit_ratio, Some(0.99));
+        assert_eq!(hot_figures(r).dropbehind_freed_bytes, Some(512 << 20));
+        assert_eq!(hot_figures(r).dropbehind_cpu_us, Some(1234));
         assert_eq!(r.peak_dirty_bytes, Some(2 << 20));
-        let text = serde_json::to_string(r).unwrap();
+        let text = row_json(r);
         assert!(
             text.ends_with(
                 &format!(",\"hot_hit_ratio\":0.99,\"hot_mb_s\":2000.0,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":536870912,\"dropbehind_cpu_us\":1234,{SQLITE_NULLS},{ADVICE_NULLS},{PROGRAM_NULLS},{READERS_NULLS}}}")
@@ -589,9 +638,12 @@ mod tests {
         // Alone: the hot reader's figures are the row's; O_DIRECT: no ratio.
         let alone = ok_outcome(vec![hot_job(HOT, 1_000_000_000, 100, 1.0, None)], None);
         let a = &rows_from(&hot_group("alone"), EngineKind::KernelDirect, &alone)[0];
-        assert_eq!((a.throughput_mb_s, a.hot_mb_s, a.hot_hit_ratio), (Some(1000.0), Some(1000.0), None));
-        assert_eq!(a.dropbehind_freed_bytes, None);
-        let json = serde_json::to_value(a).unwrap();
+        assert_eq!(
+            (a.throughput_mb_s, hot_figures(a).hot_mb_s, hot_figures(a).hot_hit_ratio),
+            (Some(1000.0), Some(1000.0), None)
+        );
+        assert_eq!(hot_figures(a).dropbehind_freed_bytes, None);
+        let json = row_value(a);
         assert!(json["hot_hit_ratio"].is_null() && json.get("hot_hit_ratio").is_some());
     }
 
@@ -603,8 +655,8 @@ mod tests {
             Status::Ok,
             None,
         );
-        row.hot_mb_s = Some(hot_mb_s);
-        row.hot_hit_ratio = ratio;
+        row.update_own(|f: &mut HotSetFigures| f.hot_mb_s = Some(hot_mb_s));
+        row.update_own(|f: &mut HotSetFigures| f.hot_hit_ratio = ratio);
         row.throughput_mb_s = Some(if variant == "alone" { hot_mb_s } else { 1500.0 });
         row.peak_dirty_bytes = Some(64 << 20);
         row
@@ -628,10 +680,10 @@ mod tests {
     fn hot_set_targets() {
         let mut rows = hot_rows();
         hot_alone_ratios(&mut rows);
-        assert_eq!(rows[3].hot_mb_s_alone_ratio, Some(0.96));
-        assert_eq!(rows[2].hot_mb_s_alone_ratio, Some(0.4));
-        assert_eq!(rows[0].hot_mb_s_alone_ratio, None, "the alone row is the reference");
-        assert_eq!(rows[6].hot_mb_s_alone_ratio, None, "no kernel-direct alone row");
+        assert_eq!(hot_figures(&rows[3]).hot_mb_s_alone_ratio, Some(0.96));
+        assert_eq!(hot_figures(&rows[2]).hot_mb_s_alone_ratio, Some(0.4));
+        assert_eq!(hot_figures(&rows[0]).hot_mb_s_alone_ratio, None, "the alone row is the reference");
+        assert_eq!(hot_figures(&rows[6]).hot_mb_s_alone_ratio, None, "no kernel-direct alone row");
         let v = verdicts(&rows, "hot-set");
         let names: Vec<&str> = v.iter().map(|(t, _)| t.as_str()).collect();
         assert_eq!(
@@ -662,8 +714,8 @@ mod tests {
     #[test]
     fn hot_set_table() {
         let mut rows = hot_rows();
-        rows[1].dropbehind_freed_bytes = Some(0);
-        rows[3].dropbehind_freed_bytes = Some(512 << 20);
+        rows[1].update_own(|f: &mut HotSetFigures| f.dropbehind_freed_bytes = Some(0));
+        rows[3].update_own(|f: &mut HotSetFigures| f.dropbehind_freed_bytes = Some(512 << 20));
         hot_alone_ratios(&mut rows);
         let refs: Vec<&ResultRow> = rows.iter().collect();
         let table = hot_table("hot-set", "about", &refs);

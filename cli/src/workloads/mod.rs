@@ -2,9 +2,12 @@
 //! its own (a family sharing one implementation, such as [`plain`], is one
 //! module): its catalog entry, its variants and their expansion into
 //! measurement groups, its job specs, what the worker runs for it where the
-//! generic job runner does not, its result rows, its table and its targets.
-//! [`WORKLOADS`] is the catalog, in the order of `--list`, the suites and
-//! the report; adding a workload is a module and a line there.
+//! generic job runner does not, its result rows (with its own figures, a
+//! type of its module), its table (through the report's one builder) and
+//! its targets. [`WORKLOADS`] is the catalog, in the order of `--list`,
+//! the suites and the report; adding a workload is a module and a line
+//! there, and one more in [`OWN_FIELDS_ORDER`] if its rows have figures
+//! of their own (the JSON's columns: [`own_columns`]).
 //!
 //! A [`Group`] is one workload and variant, run once per engine; it carries
 //! the workload that made it ([`Group::owner`]) and the workload's own typed
@@ -43,7 +46,7 @@ use std::io;
 pub use crate::spec::{data_len, round_down, JobSpec, Jobs, Params, Pattern, Place, Setup, Spec, KIB, MIB};
 
 use crate::bench_worker::{JobContext, JobRaw, OwnJobs};
-use crate::report::{targets_table, Reference, ResultRow, TargetInputs, Verdict};
+use crate::report::{targets_table, OwnColumns, Reference, ResultRow, TargetInputs, Verdict};
 pub use workload::{
     build_spec, described, rows_from, variants_named, Group, ReferenceContext, Selection, Workload, WorkloadInfo,
 };
@@ -66,6 +69,28 @@ pub static WORKLOADS: &[&dyn Workload] = &[
     &fio::FIO,
     &rocksdb::ROCKSDB,
 ];
+
+/// The workloads whose rows have figures of their own
+/// ([`Workload::own_fields`]), in the order their fields joined schema 1
+/// of the JSON report, which every row has, `null` where they are another
+/// workload's: a workload with new figures goes last.
+static OWN_FIELDS_ORDER: &[&dyn Workload] = &[
+    &fsync_under_load::FSYNC_UNDER_LOAD,
+    &parallel_writeback::PARALLEL_WRITEBACK,
+    &hot_set::HOT_SET,
+    &sqlite::SQLITE,
+    &advice::ADVICE,
+    &fio::FIO,
+    &rocksdb::ROCKSDB,
+    &rand_read::RAND_READ,
+];
+
+/// The JSON report's columns of the rows' own figures: every workload's
+/// own fields, in the order they joined the schema.
+pub fn own_columns() -> OwnColumns {
+    let fields: Vec<Vec<String>> = OWN_FIELDS_ORDER.iter().map(|w| w.own_fields()).collect();
+    OwnColumns::new(fields.iter().map(Vec::as_slice))
+}
 
 /// The catalog entry named `name`.
 #[cfg(test)]
@@ -157,4 +182,68 @@ pub fn test_params(runtime_s: f64) -> Params {
 #[cfg(test)]
 pub fn variants_of(groups: &[Group]) -> Vec<String> {
     groups.iter().map(|g| g.variant.clone().unwrap()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Schema 1's own columns, as the JSON has had them: a workload's new
+    /// figures may only be added at the end.
+    #[test]
+    fn own_columns_are_schema_1s_in_its_order() {
+        let schema_1 = [
+            "fsync_total_s",
+            "writeback_mb_s",
+            "cpu_s_per_gib",
+            "written_bytes_per_worker",
+            "hot_hit_ratio",
+            "hot_mb_s",
+            "hot_mb_s_alone_ratio",
+            "dropbehind_freed_bytes",
+            "dropbehind_cpu_us",
+            "tps",
+            "commit_us_p50",
+            "commit_us_p99",
+            "commit_us_max",
+            "stream_mb_s",
+            "db_bytes",
+            "peak_rss_bytes",
+            "peak_cached_bytes",
+            "fsync_s",
+            "advise_s",
+            "advise_calls",
+            "cached_look_s",
+            "tool_version",
+            "read_mb_s",
+            "read_iops",
+            "read_clat_us_p50",
+            "read_clat_us_p99",
+            "write_mb_s",
+            "write_iops",
+            "write_clat_us_p50",
+            "write_clat_us_p99",
+            "ops_per_s",
+            "op_us_p50",
+            "op_us_p99",
+            "reads_per_s",
+            "reader_threads",
+        ];
+        let columns = own_columns();
+        assert_eq!(columns.names(), schema_1);
+    }
+
+    /// Every workload's own figures are columns of the JSON: one with
+    /// figures of its own and missing from the order would fail every
+    /// report it is in.
+    #[test]
+    fn every_workload_with_own_figures_has_columns() {
+        let columns = own_columns();
+        let outside: [&'static dyn Workload; 2] = [&custom::CUSTOM, &fio::jobfile::FIO_JOBFILE];
+        for w in WORKLOADS.iter().copied().chain(outside) {
+            for field in w.own_fields() {
+                assert!(columns.names().contains(&field), "{}'s {field} is in no column", w.name());
+            }
+        }
+    }
 }

@@ -6,13 +6,16 @@
 //! own, with the cache's options changed to match. The writers are the
 //! generic random-write loops; one chart per pattern holds every row.
 
+use serde::{Deserialize, Serialize};
 use wbcache::Routing;
 
 use super::{round_down, Group, JobSpec, Jobs, Params, Pattern, Place, Selection, Workload, WorkloadInfo, KIB};
 use crate::bench_worker::{JobResult, Outcome};
 use crate::engines::EngineKind;
 use crate::measure::round3;
-use crate::report::{aggregate, fmt_num, fmt_three_digits, heading, Cells, ResultRow, RowTable, TargetInputs, Verdict};
+use crate::report::{
+    aggregate, field_names, fmt_num, fmt_three_digits, heading, Cells, ResultRow, RowTable, TargetInputs, Verdict,
+};
 use crate::svg::engine_color;
 use crate::sys::fmt_size;
 
@@ -316,12 +319,21 @@ impl Workload for ParallelWriteback {
         vec![pw_row(group, engine, *group.shape::<PwGroup>(), jobs, o)]
     }
 
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<WritebackFigures>()
+    }
+
+    /// The writeback's MB/s (every byte on the disk), not the writers'.
+    fn primary_figure(&self, row: &ResultRow) -> Option<f64> {
+        row.us_per_call.or(pw_figures(row).writeback_mb_s).or(row.throughput_mb_s)
+    }
+
     /// The writers', then the writeback's MB/s and the CPU.
     fn summary(&self, rows: &[ResultRow]) -> String {
         let Some(r) = rows.last() else { return crate::report::summary(rows) };
-        let Some(w) = r.writeback_mb_s else { return crate::report::summary(rows) };
+        let Some(w) = pw_figures(r).writeback_mb_s else { return crate::report::summary(rows) };
         let mut s = format!("writers {:.1} MB/s, writeback {w:.1} MB/s", r.throughput_mb_s.unwrap_or(0.0));
-        if let Some(c) = r.cpu_s_per_gib {
+        if let Some(c) = pw_figures(r).cpu_s_per_gib {
             s.push_str(&format!(", {c:.2} CPU s/GiB"));
         }
         if let Some(t) = r.total_s {
@@ -385,6 +397,28 @@ impl Workload for ParallelWriteback {
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// `parallel-writeback`'s own figures of its rows.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct WritebackFigures {
+    /// The bytes written over the time from the first write until the
+    /// last fsync returned (every byte clean), in MB/s. (The row's
+    /// `throughput_mb_s` is the writers' alone: until the last write
+    /// returned, no fsync.)
+    pub writeback_mb_s: Option<f64>,
+    /// The machine's busy CPU time over that same time (user, nice,
+    /// system, irq and softirq of every CPU in `/proc/stat`, kernel
+    /// threads included), in seconds per GiB written.
+    pub cpu_s_per_gib: Option<f64>,
+    /// wbcache rows: the bytes each writeback worker wrote, in the order
+    /// the cache's stats list them (`None` when they do not).
+    pub written_bytes_per_worker: Option<Vec<u64>>,
+}
+
+/// A row's [`WritebackFigures`] (all `None` on another workload's row).
+fn pw_figures(row: &ResultRow) -> WritebackFigures {
+    row.own()
+}
+
 /// `parallel-writeback`'s row: the writers' MB/s (until the last write
 /// returned), the writeback's (until the last fsync returned), the
 /// machine's CPU time per GiB over the latter, and for wbcache what each
@@ -395,9 +429,11 @@ fn pw_row(group: &Group, engine: EngineKind, pw: PwGroup, jobs: &[&JobResult], o
     let writers_s = jobs.iter().map(|j| j.io_end_s).fold(0.0, f64::max);
     let clean_s = jobs.iter().map(|j| j.end_s).fold(0.0, f64::max);
     row.throughput_mb_s = (writers_s > 0.0).then(|| round3(bytes as f64 / writers_s / 1e6));
-    row.writeback_mb_s = (clean_s > 0.0).then(|| round3(bytes as f64 / clean_s / 1e6));
-    row.cpu_s_per_gib = o.cpu_busy_s.filter(|_| bytes > 0).map(|cpu| round3(cpu / (bytes as f64 / GIB)));
-    row.written_bytes_per_worker = o.wbcache_stats.as_deref().and_then(written_per_worker);
+    row.set_own(&WritebackFigures {
+        writeback_mb_s: (clean_s > 0.0).then(|| round3(bytes as f64 / clean_s / 1e6)),
+        cpu_s_per_gib: o.cpu_busy_s.filter(|_| bytes > 0).map(|cpu| round3(cpu / (bytes as f64 / GIB))),
+        written_bytes_per_worker: o.wbcache_stats.as_deref().and_then(written_per_worker),
+    });
     // One chart per pattern, every engine and configuration in it.
     row.group = format!("{}-{}", group.workload, pw.pattern.name());
     row
@@ -428,7 +464,10 @@ fn pw_find<'a>(rows: &[&'a ResultRow], variant: &str, engine: &str) -> Option<&'
 }
 
 fn writeback_ratio(row: &ResultRow, base: Option<&ResultRow>) -> Option<f64> {
-    match (row.ok().then_some(row.writeback_mb_s).flatten(), base.and_then(|b| b.writeback_mb_s)) {
+    match (
+        row.ok().then_some(pw_figures(row).writeback_mb_s).flatten(),
+        base.and_then(|b| pw_figures(b).writeback_mb_s),
+    ) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     }
@@ -449,7 +488,7 @@ pub const PW_COLUMNS: &str = "writers MB/s: bytes written ÷ the time from the f
 /// kernel-direct of the same pattern. Under it: region against rotor at
 /// each worker count, and one shared file against one file per writer.
 pub fn pw_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
-    let has_workers = rows.iter().any(|r| r.written_bytes_per_worker.is_some());
+    let has_workers = rows.iter().any(|r| pw_figures(r).written_bytes_per_worker.is_some());
     let mut head = vec![
         "variant",
         "engine",
@@ -486,8 +525,8 @@ pub fn pw_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
 fn pw_cells(c: &mut Cells<'_>, r: &ResultRow, rows: &[&ResultRow], has_workers: bool) {
     let (pattern, config) = pw_parts(r);
     let single = config.and_then(|_| pw_find(rows, &format!("{pattern}/single-1"), "wbcache"));
-    c.variant().engine().figure(r.throughput_mb_s, fmt_num).figure(r.writeback_mb_s, fmt_num);
-    c.figure(r.cpu_s_per_gib, fmt_three_digits);
+    c.variant().engine().figure(r.throughput_mb_s, fmt_num).figure(pw_figures(r).writeback_mb_s, fmt_num);
+    c.figure(pw_figures(r).cpu_s_per_gib, fmt_three_digits);
     c.times(writeback_ratio(r, single));
     c.times(writeback_ratio(r, pw_find(rows, pattern, "kernel-buffered")));
     c.times(writeback_ratio(r, pw_find(rows, pattern, "kernel-direct")));
@@ -495,7 +534,7 @@ fn pw_cells(c: &mut Cells<'_>, r: &ResultRow, rows: &[&ResultRow], has_workers: 
         let per_worker = |w: &Vec<u64>| {
             w.iter().map(|b| format!("{:.0}", *b as f64 / (1u64 << 20) as f64)).collect::<Vec<_>>().join(" / ")
         };
-        c.figure(r.written_bytes_per_worker.as_ref(), per_worker);
+        c.figure(pw_figures(r).written_bytes_per_worker.as_ref(), per_worker);
     }
 }
 
@@ -562,10 +601,10 @@ fn pw_targets(rows: &[&ResultRow]) -> Vec<Verdict> {
             .copied()
             .filter(|r| r.engine == "wbcache" && r.ok())
             .filter(|r| matches!(pw_parts(r), (p, Some(_)) if p == pattern))
-            .filter_map(|r| Some((r.writeback_mb_s?, pw_parts(r).1?)))
+            .filter_map(|r| Some((pw_figures(r).writeback_mb_s?, pw_parts(r).1?)))
             .max_by(|a, b| a.0.total_cmp(&b.0));
         let Some((a, config)) = best else { continue };
-        let kernel = |engine: &str| pw_find(rows, pattern, engine).and_then(|r| r.writeback_mb_s);
+        let kernel = |engine: &str| pw_find(rows, pattern, engine).and_then(|r| pw_figures(r).writeback_mb_s);
         if let Some(b) = kernel("kernel-buffered") {
             lines.push(Verdict::new(
                 format!("parallel-writeback {pattern}: best wbcache writeback MB/s ≥ kernel-buffered"),
@@ -588,7 +627,9 @@ fn pw_targets(rows: &[&ResultRow]) -> Vec<Verdict> {
 mod tests {
     use super::*;
     use crate::bench_worker::Status;
-    use crate::report::test_support::{job, verdicts, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS};
+    use crate::report::test_support::{
+        job, row_json, row_value, verdicts, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS, SQLITE_NULLS,
+    };
     use crate::workloads::{
         build_spec, expand, groups_for, info, rows_from, targets, test_params as params, variants_of, MIB,
     };
@@ -773,16 +814,16 @@ mod tests {
         let bytes = 12.0 * (100 << 20) as f64;
         assert_eq!(r.variant.as_deref(), Some("files/rotor-2"));
         assert_eq!(r.throughput_mb_s, Some(round3(bytes / 1.11 / 1e6)), "until the last write, no fsync");
-        assert_eq!(r.writeback_mb_s, Some(round3(bytes / 3.1 / 1e6)), "until the last fsync");
-        assert_eq!(r.cpu_s_per_gib, Some(round3(3.75 / (1200.0 / 1024.0))));
-        assert_eq!(r.written_bytes_per_worker, Some(vec![1 << 20, 2 << 20]));
+        assert_eq!(pw_figures(r).writeback_mb_s, Some(round3(bytes / 3.1 / 1e6)), "until the last fsync");
+        assert_eq!(pw_figures(r).cpu_s_per_gib, Some(round3(3.75 / (1200.0 / 1024.0))));
+        assert_eq!(pw_figures(r).written_bytes_per_worker, Some(vec![1 << 20, 2 << 20]));
         assert_eq!(r.group, "parallel-writeback-files", "one chart per pattern");
         assert_eq!(PARALLEL_WRITEBACK.series_label(r), "wbcache rotor-2");
-        let json = serde_json::to_value(r).unwrap();
-        assert_eq!(json["writeback_mb_s"], r.writeback_mb_s.unwrap());
-        assert_eq!(json["cpu_s_per_gib"], r.cpu_s_per_gib.unwrap());
+        let json = row_value(r);
+        assert_eq!(json["writeback_mb_s"], pw_figures(r).writeback_mb_s.unwrap());
+        assert_eq!(json["cpu_s_per_gib"], pw_figures(r).cpu_s_per_gib.unwrap());
         assert_eq!(json["written_bytes_per_worker"], serde_json::json!([1 << 20, 2 << 20]));
-        let text = serde_json::to_string(r).unwrap();
+        let text = row_json(r);
         assert!(text.ends_with(&format!(
             ",\"fsync_total_s\":null,\"writeback_mb_s\":{},\"cpu_s_per_gib\":{},\"written_bytes_per_worker\":[1048576,2097152],\
              \"hot_hit_ratio\":null,\"hot_mb_s\":null,\"hot_mb_s_alone_ratio\":null,\"dropbehind_freed_bytes\":null,\"dropbehind_cpu_us\":null,\
@@ -794,7 +835,7 @@ mod tests {
         kernel.wbcache_stats = None;
         let k = rows_from(&pw_group("files"), EngineKind::KernelBuffered, &kernel);
         assert_eq!(
-            (PARALLEL_WRITEBACK.series_label(&k[0]).as_str(), k[0].written_bytes_per_worker.clone()),
+            (PARALLEL_WRITEBACK.series_label(&k[0]).as_str(), pw_figures(&k[0]).written_bytes_per_worker.clone()),
             ("kernel-buffered", None)
         );
         // Stats without the array (or an empty one) give no column.
@@ -811,9 +852,9 @@ mod tests {
             Status::Ok,
             None,
         );
-        row.writeback_mb_s = Some(writeback);
+        row.update_own(|f: &mut WritebackFigures| f.writeback_mb_s = Some(writeback));
         row.throughput_mb_s = Some(writeback * 1.5);
-        row.cpu_s_per_gib = Some(2.5);
+        row.update_own(|f: &mut WritebackFigures| f.cpu_s_per_gib = Some(2.5));
         row
     }
 
@@ -873,7 +914,7 @@ mod tests {
             pw_row("shared/rotor-2", "wbcache", 300.0),
             pw_row("shared/region-2", "wbcache", 300.0),
         ];
-        rows[4].written_bytes_per_worker = Some(vec![3 << 20, 1 << 20]);
+        rows[4].update_own(|f: &mut WritebackFigures| f.written_bytes_per_worker = Some(vec![3 << 20, 1 << 20]));
         rows[8].status = "error".into();
         rows[8].error = Some("boom".into());
         let refs: Vec<&ResultRow> = rows.iter().collect();

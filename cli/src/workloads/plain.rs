@@ -435,6 +435,7 @@ mod tests {
             &serde_json::json!({}),
             &[row],
             &[reference, memcpy],
+            &crate::workloads::own_columns(),
         ))
         .unwrap();
         assert_eq!(json["references"][0]["workload"], "seq-read");

@@ -19,6 +19,8 @@ use std::sync::Arc;
 
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Outcome, Status};
 use crate::engines::{EngineKind, Target};
+#[cfg(doc)]
+use crate::report::field_names;
 use crate::report::{
     aggregate, device_account_of, failed_row, markdown_table, round6, Reference, ResultRow, RowGroup, TargetInputs,
     Verdict,
@@ -177,6 +179,33 @@ pub trait Workload: Sync {
     /// far are given; it changes only its own), after each measurement.
     fn after_rows(&self, _rows: &mut [ResultRow]) {}
 
+    /// The fields of its rows' own figures, the type it writes with
+    /// [`ResultRow::set_own`], in their order: `field_names::<T>()`
+    /// ([`field_names`]); none by default. The catalog makes the JSON's
+    /// columns of them.
+    fn own_fields(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The figure of a measurement's first row by which `--repeat` picks
+    /// the median run: by default µs per call for per-call rows, else
+    /// MB/s.
+    fn primary_figure(&self, row: &ResultRow) -> Option<f64> {
+        row.us_per_call.or(row.throughput_mb_s)
+    }
+
+    /// Whether a row has a line in the group's throughput chart: by
+    /// default, the rows that are not per call (which have no stream to
+    /// chart).
+    fn charts_throughput(&self, row: &ResultRow) -> bool {
+        row.us_per_call.is_none()
+    }
+
+    /// What one latency of its rows is of (the latency chart's title).
+    fn latency_of(&self) -> &'static str {
+        "call"
+    }
+
     /// The progress display's line for a measurement's successful rows.
     fn summary(&self, rows: &[ResultRow]) -> String {
         crate::report::summary(rows)
@@ -228,6 +257,13 @@ pub trait Workload: Sync {
     /// Its table, under `about`, of its rows.
     fn table(&self, about: &str, rows: &[&ResultRow]) -> String {
         markdown_table(self.name(), about, rows)
+    }
+
+    /// Whether its foreground reads or commits share the disk with
+    /// writeback: its table is then followed by the device tables (the
+    /// block layer's counters and the cache's device account).
+    fn shares_the_disk(&self) -> bool {
+        false
     }
 
     /// Its goals for wbcache, checked on its rows of this run.

@@ -12,10 +12,12 @@
 use std::io;
 use std::path::PathBuf;
 
-use super::{capacity_of, engine_options, fio_rows, fio_summary, fio_table, run_dir, run_fio, FioRun, FIO_SOURCE};
+use super::{
+    capacity_of, engine_options, fio_rows, fio_summary, fio_table, run_dir, run_fio, FioFigures, FioRun, FIO_SOURCE,
+};
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Outcome};
 use crate::engines::EngineKind;
-use crate::report::ResultRow;
+use crate::report::{field_names, ResultRow};
 use crate::sys::fmt_size;
 use crate::workloads::external::program_job;
 use crate::workloads::{Group, Jobs, Params, Place, Selection, Spec, Workload, WorkloadInfo};
@@ -105,6 +107,14 @@ impl Workload for FioJobfile {
 
     fn rows(&self, group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) -> Vec<ResultRow> {
         fio_rows(group, engine, jobs, o)
+    }
+
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<FioFigures>()
+    }
+
+    fn shares_the_disk(&self) -> bool {
+        true
     }
 
     fn summary(&self, rows: &[ResultRow]) -> String {

@@ -29,10 +29,10 @@ use super::external::{command, find_tool, fresh_dir, program_job, run_together, 
 use super::{Group, Jobs, Params, Place, Selection, Workload, WorkloadInfo, MIB};
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{unsupported, EngineKind};
-use crate::report::ResultRow;
+use crate::report::{field_names, ResultRow};
 use crate::sys::fmt_size;
 pub use output::{FioJobFigures, FioResult};
-pub use table::{fio_rows, fio_summary, fio_table};
+pub use table::{fio_rows, fio_summary, fio_table, FioFigures};
 
 /// fio, as the catalog and the tables name it.
 pub const FIO_SOURCE: &str = "fio, the Flexible I/O Tester (https://github.com/axboe/fio): its own jobs and its \
@@ -457,6 +457,14 @@ impl Workload for Fio {
         fio_rows(group, engine, jobs, o)
     }
 
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<FioFigures>()
+    }
+
+    fn shares_the_disk(&self) -> bool {
+        true
+    }
+
     fn summary(&self, rows: &[ResultRow]) -> String {
         fio_summary(rows)
     }
@@ -613,6 +621,8 @@ mod tests {
         assert!(e.to_string().starts_with("fio job j: ioengine=libaio goes past the preload library"), "{e}");
     }
 
+    use super::table::fio_figures;
+
     fn measured(engine: EngineKind, fixture: &str) -> Vec<ResultRow> {
         let report = output::parse(fixture).unwrap();
         let result = FioResult { version: report.version, jobs: report.jobs };
@@ -628,13 +638,14 @@ mod tests {
         let fixture = include_str!("testdata/fio-randrw-threads.json");
         let kernel = measured(EngineKind::KernelBuffered, fixture).remove(0);
         assert_eq!((kernel.workload.as_str(), kernel.variant.as_deref()), ("fio", Some("randrw")));
-        assert_eq!((kernel.read_mb_s, kernel.write_mb_s), (Some(1707.965), Some(730.809)));
-        assert_eq!((kernel.read_iops, kernel.write_iops), (Some(416_983.713), Some(178_420.195)));
-        assert_eq!((kernel.read_clat_us_p50, kernel.read_clat_us_p99), (Some(0.652), Some(30.848)));
-        assert_eq!((kernel.write_clat_us_p50, kernel.write_clat_us_p99), (Some(0.812), Some(2.448)));
+        let own = fio_figures(&kernel);
+        assert_eq!((own.read_mb_s, own.write_mb_s), (Some(1707.965), Some(730.809)));
+        assert_eq!((own.read_iops, own.write_iops), (Some(416_983.713), Some(178_420.195)));
+        assert_eq!((own.read_clat_us_p50, own.read_clat_us_p99), (Some(0.652), Some(30.848)));
+        assert_eq!((own.write_clat_us_p50, own.write_clat_us_p99), (Some(0.812), Some(2.448)));
         assert_eq!(kernel.throughput_mb_s, Some(2438.774));
         assert_eq!((kernel.ops, kernel.runtime_s), (Some(128_014 + 54_775), Some(0.307)));
-        assert_eq!(kernel.tool_version.as_deref(), Some("fio-3.33"));
+        assert_eq!(own.tool_version.as_deref(), Some("fio-3.33"));
         let mut wb = kernel.clone();
         wb.engine = "wbcache".into();
         wb.throughput_mb_s = Some(4877.548);

@@ -3,6 +3,8 @@
 //! and engine, with fio's own figures per direction, and the table of
 //! them side by side with the ratio to kernel-buffered.
 
+use serde::{Deserialize, Serialize};
+
 use super::output::{FioJobFigures, FioResult};
 use crate::bench_worker::{JobResult, Outcome, Status};
 use crate::engines::EngineKind;
@@ -20,36 +22,65 @@ pub fn fio_rows(group: &Group, engine: EngineKind, jobs: &[&JobResult], _o: &Out
     result.jobs.iter().map(|j| fio_row(group, engine, &result.version, j)).collect()
 }
 
+/// The own figures of the rows of `fio` and `fio-jobfile`: fio's own, from
+/// its JSON report. The row's `throughput_mb_s` is the reads' and writes'
+/// MB/s together, `ops` their requests, `runtime_s` fio's.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FioFigures {
+    /// The program that measured the row, as it names its version
+    /// (`fio-3.33`).
+    pub tool_version: Option<String>,
+    /// The row's reads: MB/s (`bw_bytes` ÷ 10^6), IOPS, and the completion
+    /// latency's (`clat_ns`) median and 99th percentile in µs; `None`
+    /// without reads.
+    pub read_mb_s: Option<f64>,
+    pub read_iops: Option<f64>,
+    pub read_clat_us_p50: Option<f64>,
+    pub read_clat_us_p99: Option<f64>,
+    /// The same of the row's writes.
+    pub write_mb_s: Option<f64>,
+    pub write_iops: Option<f64>,
+    pub write_clat_us_p50: Option<f64>,
+    pub write_clat_us_p99: Option<f64>,
+}
+
+/// A row's [`FioFigures`] (all `None` on another workload's row).
+pub fn fio_figures(row: &ResultRow) -> FioFigures {
+    row.own()
+}
+
 fn fio_row(group: &Group, engine: EngineKind, version: &str, j: &FioJobFigures) -> ResultRow {
     let mut row = ResultRow::empty(group, engine, Some(j.name.clone()), Status::Ok, None);
     let mb_s = |bw_bytes: f64| round3(bw_bytes / 1e6);
     let us = |ns: Option<f64>| ns.map(|ns| round3(ns / 1e3));
     let (r, w) = (&j.read, &j.write);
+    let mut figures = FioFigures { tool_version: Some(version.to_string()), ..FioFigures::default() };
     if r.total_ios > 0 {
-        (row.read_mb_s, row.read_iops) = (Some(mb_s(r.bw_bytes)), Some(round3(r.iops)));
-        (row.read_clat_us_p50, row.read_clat_us_p99) = (us(r.clat_ns_p50), us(r.clat_ns_p99));
+        (figures.read_mb_s, figures.read_iops) = (Some(mb_s(r.bw_bytes)), Some(round3(r.iops)));
+        (figures.read_clat_us_p50, figures.read_clat_us_p99) = (us(r.clat_ns_p50), us(r.clat_ns_p99));
     }
     if w.total_ios > 0 {
-        (row.write_mb_s, row.write_iops) = (Some(mb_s(w.bw_bytes)), Some(round3(w.iops)));
-        (row.write_clat_us_p50, row.write_clat_us_p99) = (us(w.clat_ns_p50), us(w.clat_ns_p99));
+        (figures.write_mb_s, figures.write_iops) = (Some(mb_s(w.bw_bytes)), Some(round3(w.iops)));
+        (figures.write_clat_us_p50, figures.write_clat_us_p99) = (us(w.clat_ns_p50), us(w.clat_ns_p99));
     }
+    row.set_own(&figures);
     row.throughput_mb_s = Some(mb_s(r.bw_bytes + w.bw_bytes));
     row.bytes = Some(j.io_bytes());
     row.ops = Some(j.total_ios());
     row.runtime_s = Some(round3(r.runtime_ms.max(w.runtime_ms) as f64 / 1e3));
-    row.tool_version = Some(version.to_string());
     row
 }
 
 /// The progress display's line: the last row's MB/s and IOPS.
 pub fn fio_summary(rows: &[ResultRow]) -> String {
     let Some(r) = rows.last() else { return "no result".into() };
-    let iops = r.read_iops.unwrap_or(0.0) + r.write_iops.unwrap_or(0.0);
+    let own = fio_figures(r);
+    let iops = own.read_iops.unwrap_or(0.0) + own.write_iops.unwrap_or(0.0);
     format!(
         "{:.1} MB/s, {} IOPS ({})",
         r.throughput_mb_s.unwrap_or(0.0),
         fmt_num(iops),
-        r.tool_version.as_deref().unwrap_or("fio")
+        own.tool_version.as_deref().unwrap_or("fio")
     )
 }
 
@@ -79,8 +110,8 @@ fn ranked<'a>(rows: &[&'a ResultRow]) -> Vec<&'a ResultRow> {
 /// directions some row has, and the MB/s against kernel-buffered's.
 pub fn fio_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     let rows = ranked(rows);
-    let reads = rows.iter().any(|r| r.read_iops.is_some());
-    let writes = rows.iter().any(|r| r.write_iops.is_some());
+    let reads = rows.iter().any(|r| fio_figures(r).read_iops.is_some());
+    let writes = rows.iter().any(|r| fio_figures(r).write_iops.is_some());
     let mut head = vec!["variant", "engine"];
     if reads {
         head.extend(["read MB/s", "read IOPS", "read p50 µs", "read p99 µs"]);
@@ -91,15 +122,16 @@ pub fn fio_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
     head.push("MB/s vs kernel-buffered");
     let mut table = RowTable::new(&[&heading(title), about, FIO_COLUMNS], &head, &rows);
     for r in &rows {
+        let own = fio_figures(r);
         let mut c = table.cells(r);
         c.variant().engine();
         if reads {
-            for v in [r.read_mb_s, r.read_iops, r.read_clat_us_p50, r.read_clat_us_p99] {
+            for v in [own.read_mb_s, own.read_iops, own.read_clat_us_p50, own.read_clat_us_p99] {
                 c.figure(v, fmt_num);
             }
         }
         if writes {
-            for v in [r.write_mb_s, r.write_iops, r.write_clat_us_p50, r.write_clat_us_p99] {
+            for v in [own.write_mb_s, own.write_iops, own.write_clat_us_p50, own.write_clat_us_p99] {
                 c.figure(v, fmt_num);
             }
         }

@@ -25,9 +25,9 @@ use super::{
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineFile, EngineKind};
 use crate::measure::Histogram;
-use crate::report::{find_row, markdown_table, Reference, ResultRow, TargetInputs, Verdict};
+use crate::report::{field_names, find_row, markdown_table, Reference, ResultRow, TargetInputs, Verdict};
 use crate::sys::{fmt_size, IoBuffer, Rng};
-use readers::{ReaderReads, READERS_FAMILY, READER_COUNTS};
+use readers::{ReaderReads, ReadersRowFigures, READERS_FAMILY, READER_COUNTS};
 use region::cached_span;
 
 pub struct RandRead;
@@ -195,6 +195,15 @@ impl Workload for RandRead {
             RandReadGroup::Readers(_) => vec![readers::row(group, engine, jobs, o)],
             _ => vec![crate::report::aggregate(group, engine, group.variant.clone(), jobs, o)],
         }
+    }
+
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<ReadersRowFigures>()
+    }
+
+    /// Of the reader-thread variants, every thread's reads per second.
+    fn primary_figure(&self, row: &ResultRow) -> Option<f64> {
+        readers::readers_figures(row).reads_per_s.or(row.us_per_call).or(row.throughput_mb_s)
     }
 
     fn summary(&self, rows: &[ResultRow]) -> String {
@@ -433,8 +442,14 @@ mod tests {
         assert!(table.contains("| 0.120 µs | NOT met"), "{table}");
         assert!(reference.sentence().contains("64M buffer"), "{}", reference.sentence());
         let machine = Machine { kernel: "k".into(), cpus: 2, mem_bytes: 1, fs: "ext4".into(), device: "vda".into() };
-        let json: serde_json::Value =
-            serde_json::from_str(&to_json(&machine, &serde_json::json!({}), &[row], &[reference])).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&to_json(
+            &machine,
+            &serde_json::json!({}),
+            &[row],
+            &[reference],
+            &crate::workloads::own_columns(),
+        ))
+        .unwrap();
         assert_eq!(json["references"][0]["variant"], "cached-4k");
         assert_eq!(json["references"][0]["us_per_call"], 0.4);
     }

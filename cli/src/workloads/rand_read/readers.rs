@@ -394,6 +394,24 @@ pub fn family_about(threads: &[u32], p: &Params) -> String {
     )
 }
 
+/// `rand-read`'s own figures of the rows of its reader-thread variants
+/// (`cached-4k-readers-N`). The row's `us_per_call` is each thread's time
+/// over its reads (the mean over every read).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReadersRowFigures {
+    /// Every reader thread's reads over the time from their common start
+    /// until the last one ended, in reads per second (all threads
+    /// together).
+    pub reads_per_s: Option<f64>,
+    /// The reader threads.
+    pub reader_threads: Option<u32>,
+}
+
+/// A row's [`ReadersRowFigures`] (all `None` on other rows).
+pub fn readers_figures(row: &ResultRow) -> ReadersRowFigures {
+    row.own()
+}
+
 /// A row of a `cached-4k-readers` variant: the job's figures, with the
 /// reads per second of all its threads and their number; its MB/s and
 /// time are the threads' common time's.
@@ -401,8 +419,10 @@ pub fn row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) 
     let mut row = aggregate(group, engine, group.variant.clone(), jobs, o);
     if let Some(f) = jobs.first().and_then(|j| j.own::<ReadersFigures>()) {
         let bytes = jobs.iter().map(|j| j.bytes).sum::<u64>();
-        row.reads_per_s = Some(f.reads_per_s().round());
-        row.reader_threads = Some(f.reader_threads);
+        row.set_own(&ReadersRowFigures {
+            reads_per_s: Some(f.reads_per_s().round()),
+            reader_threads: Some(f.reader_threads),
+        });
         row.runtime_s = Some(round3(f.wall_s));
         row.throughput_mb_s = (f.wall_s > 0.0).then(|| round3(bytes as f64 / f.wall_s / 1e6));
     }
@@ -411,12 +431,13 @@ pub fn row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcome) 
 
 /// The progress display's line of a row of these variants.
 pub fn summary(r: &ResultRow) -> Option<String> {
-    let (us, per_s, threads) = (r.us_per_call?, r.reads_per_s?, r.reader_threads?);
+    let own = readers_figures(r);
+    let (us, per_s, threads) = (r.us_per_call?, own.reads_per_s?, own.reader_threads?);
     Some(format!("{us:.3} µs/call, {} reads/s in all ({threads} reader threads)", fmt_num(per_s)))
 }
 
 fn reads_per_s_of(r: &ResultRow) -> Option<f64> {
-    r.reads_per_s
+    readers_figures(r).reads_per_s
 }
 
 /// What the columns of [`table`] say.
@@ -442,8 +463,9 @@ pub fn table(rows: &[&ResultRow]) -> String {
     let mut table = RowTable::new(&[READERS_COLUMNS], &head, rows);
     for r in rows {
         let variant = r.variant.clone().unwrap_or_else(dash);
-        let threads = r.reader_threads.or_else(|| threads_of(&variant));
-        let mine = r.reads_per_s.filter(|v| *v > 0.0);
+        let own = readers_figures(r);
+        let threads = own.reader_threads.or_else(|| threads_of(&variant));
+        let mine = own.reads_per_s.filter(|v| *v > 0.0);
         let kernel = figure_of(rows, &variant, "kernel-buffered", reads_per_s_of);
         let single = figure_of(rows, &variant_of(1), &r.engine, reads_per_s_of);
         let mut c = table.cells(r);
@@ -460,7 +482,7 @@ pub fn table(rows: &[&ResultRow]) -> String {
 mod tests {
     use super::*;
     use crate::bench_worker::Status;
-    use crate::report::test_support::{ok_outcome, own, READERS_NULLS};
+    use crate::report::test_support::{ok_outcome, own, row_json, READERS_NULLS};
     use crate::report::to_json;
     use crate::sys::Machine;
     use crate::workloads::rand_read::{CachedPattern, RAND_READ};
@@ -589,8 +611,14 @@ mod tests {
         assert!(alone.contains("reads of this pattern by 1 reader thread."), "{alone}");
         assert!(sentence.contains("0.200 µs per copy and reaches 8,000,000 copies/s in all"), "{sentence}");
         let machine = Machine { kernel: "k".into(), cpus: 2, mem_bytes: 1, fs: "ext4".into(), device: "vda".into() };
-        let json: serde_json::Value =
-            serde_json::from_str(&to_json(&machine, &serde_json::json!({}), &[], &[reference])).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&to_json(
+            &machine,
+            &serde_json::json!({}),
+            &[],
+            &[reference],
+            &crate::workloads::own_columns(),
+        ))
+        .unwrap();
         let r = &json["references"][0];
         assert_eq!((r["variant"].as_str(), r["us_per_call"].as_f64()), (Some("cached-4k-readers-2"), Some(0.2)));
         assert_eq!((r["reads_per_s"].as_f64(), r["reader_threads"].as_u64()), (Some(8e6), Some(2)));
@@ -618,21 +646,23 @@ mod tests {
         let figures = ReadersFigures { reader_threads: 2, reads: 400_000, wall_s: 0.1, us_per_call: 0.5 };
         let rows = rows_from(&g, EngineKind::Wbcache, &ok_outcome(vec![readers_job(&figures)], None));
         let r = &rows[0];
-        assert_eq!((r.reads_per_s, r.reader_threads, r.us_per_call), (Some(4e6), Some(2), Some(0.5)));
+        let own = readers_figures(r);
+        assert_eq!((own.reads_per_s, own.reader_threads, r.us_per_call), (Some(4e6), Some(2), Some(0.5)));
         assert_eq!((r.throughput_mb_s, r.runtime_s, r.ops), (Some(16_384.0), Some(0.1), Some(400_000)));
         assert!(r.lat_us.is_none(), "the reads are timed together, not one by one");
-        let json = serde_json::to_string(r).unwrap();
+        let json = row_json(r);
         assert!(json.ends_with(",\"reads_per_s\":4000000.0,\"reader_threads\":2}"), "{json}");
         let cold =
             ResultRow::empty(&groups_for("rand-read", None).unwrap()[0], EngineKind::Wbcache, None, Status::Ok, None);
-        assert!(serde_json::to_string(&cold).unwrap().ends_with(&format!(",{READERS_NULLS}}}")));
+        assert!(row_json(&cold).ends_with(&format!(",{READERS_NULLS}}}")));
         assert_eq!(RAND_READ.summary(&rows), "0.500 µs/call, 4,000,000 reads/s in all (2 reader threads)");
     }
 
     fn row(variant: &str, engine: EngineKind, reads_per_s: f64, us: f64) -> ResultRow {
         let g = group(variant);
         let mut r = ResultRow::empty(&g, engine, g.variant.clone(), Status::Ok, None);
-        (r.reads_per_s, r.us_per_call, r.reader_threads) = (Some(reads_per_s), Some(us), threads_of(variant));
+        r.us_per_call = Some(us);
+        r.set_own(&ReadersRowFigures { reads_per_s: Some(reads_per_s), reader_threads: threads_of(variant) });
         r.throughput_mb_s = Some(reads_per_s * 4096.0 / 1e6);
         r
     }
@@ -742,8 +772,9 @@ mod tests {
             }
             assert_eq!(o.status, Status::Ok, "{engine:?}: {:?}", o.error);
             let r = rows_from(&g, engine, &o).remove(0);
-            assert_eq!((r.reader_threads, r.ops, r.bytes), (Some(2), Some(4_000), Some(4_000 * 4096)), "{engine:?}");
-            assert!(r.reads_per_s.is_some_and(|v| v > 0.0) && r.us_per_call.is_some_and(|v| v > 0.0), "{r:?}");
+            let own = readers_figures(&r);
+            assert_eq!((own.reader_threads, r.ops, r.bytes), (Some(2), Some(4_000), Some(4_000 * 4096)), "{engine:?}");
+            assert!(own.reads_per_s.is_some_and(|v| v > 0.0) && r.us_per_call.is_some_and(|v| v > 0.0), "{r:?}");
         }
     }
 }

@@ -26,7 +26,7 @@ use super::{Group, Jobs, Params, Place, Selection, Spec, Workload, WorkloadInfo,
 use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome, Status};
 use crate::engines::EngineKind;
 use crate::measure::{round3, Percentiles};
-use crate::report::{baseline, failed_row, fmt_num, heading, mib, ratio_of, ResultRow, RowTable};
+use crate::report::{baseline, failed_row, field_names, fmt_num, heading, mib, ratio_of, ResultRow, RowTable};
 use crate::sys::fmt_size;
 pub use output::BenchFigures;
 
@@ -294,13 +294,22 @@ impl Workload for Rocksdb {
         vec![rocksdb_row(group, engine, &result)]
     }
 
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<DbBenchFigures>()
+    }
+
+    fn shares_the_disk(&self) -> bool {
+        true
+    }
+
     fn summary(&self, rows: &[ResultRow]) -> String {
         let Some(r) = rows.last() else { return "no result".into() };
-        let p99 = r.op_us_p99.map(|v| format!(", p99 {v} µs")).unwrap_or_default();
+        let own = db_bench_figures(r);
+        let p99 = own.op_us_p99.map(|v| format!(", p99 {v} µs")).unwrap_or_default();
         format!(
             "{} ops/s{p99} ({})",
-            fmt_num(r.ops_per_s.unwrap_or(0.0)),
-            r.tool_version.as_deref().unwrap_or("db_bench")
+            fmt_num(own.ops_per_s.unwrap_or(0.0)),
+            own.tool_version.as_deref().unwrap_or("db_bench")
         )
     }
 
@@ -324,20 +333,46 @@ impl Workload for Rocksdb {
     }
 }
 
+/// `rocksdb`'s own figures of its rows: db_bench's for the row's
+/// benchmark. The row's `lat_us` is its P50, P99, P99.9 and Max,
+/// `throughput_mb_s` its MB/s, `ops` its operations, `runtime_s` its
+/// seconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DbBenchFigures {
+    /// The program that measured the row, as it names its version
+    /// (`RocksDB 7.8.3`).
+    pub tool_version: Option<String>,
+    /// The database directory's size after the run, in bytes.
+    pub db_bytes: Option<u64>,
+    /// Operations per second, and the median and 99th percentile of the
+    /// microseconds per operation (`--histogram`).
+    pub ops_per_s: Option<f64>,
+    pub op_us_p50: Option<f64>,
+    pub op_us_p99: Option<f64>,
+}
+
+/// A row's [`DbBenchFigures`] (all `None` on another workload's row).
+fn db_bench_figures(row: &ResultRow) -> DbBenchFigures {
+    row.own()
+}
+
 /// A `rocksdb` row: db_bench's figures for its benchmark.
 fn rocksdb_row(group: &Group, engine: EngineKind, result: &RocksdbResult) -> ResultRow {
     let f = &result.figures;
     let mut row = ResultRow::empty(group, engine, group.variant.clone(), Status::Ok, None);
-    row.ops_per_s = Some(f.ops_per_s);
-    (row.op_us_p50, row.op_us_p99) = (f.us_p50, f.us_p99);
+    row.set_own(&DbBenchFigures {
+        tool_version: Some(result.version.clone()),
+        db_bytes: Some(result.db_bytes),
+        ops_per_s: Some(f.ops_per_s),
+        op_us_p50: f.us_p50,
+        op_us_p99: f.us_p99,
+    });
     if let (Some(p50), Some(p99), Some(p999), Some(max)) = (f.us_p50, f.us_p99, f.us_p999, f.us_max) {
         row.lat_us = Some(Percentiles { p50, p99, p999, max });
     }
     row.throughput_mb_s = f.mb_s;
     row.ops = Some(f.operations);
     row.runtime_s = Some(round3(f.seconds));
-    row.db_bytes = Some(result.db_bytes);
-    row.tool_version = Some(result.version.clone());
     row
 }
 
@@ -362,12 +397,13 @@ pub fn rocksdb_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         let mut c = table.cells(r);
         c.variant().engine();
         let p999 = r.lat_us.as_ref().map(|p| p.p999);
-        for v in [r.ops_per_s, r.op_us_p50, r.op_us_p99, p999, r.throughput_mb_s] {
+        let own = db_bench_figures(r);
+        for v in [own.ops_per_s, own.op_us_p50, own.op_us_p99, p999, r.throughput_mb_s] {
             c.figure(v, fmt_num);
         }
-        c.figure(r.db_bytes, mib);
-        let kernel = baseline(r, &rows).and_then(|b| b.ops_per_s).filter(|b| *b > 0.0);
-        c.times(ratio_of(r.ops_per_s, kernel));
+        c.figure(own.db_bytes, mib);
+        let kernel = baseline(r, &rows).and_then(|b| db_bench_figures(b).ops_per_s).filter(|b| *b > 0.0);
+        c.times(ratio_of(own.ops_per_s, kernel));
         table.push(c);
     }
     table.finish()
@@ -449,11 +485,12 @@ mod tests {
     fn rocksdb_rows_and_table() {
         let report = output::parse(include_str!("testdata/db_bench-fill-read.txt"));
         let kernel = row_of(EngineKind::KernelBuffered, report[2].clone());
-        assert_eq!((kernel.variant.as_deref(), kernel.ops_per_s), (Some("readrandom"), Some(506_072.0)));
-        assert_eq!((kernel.op_us_p50, kernel.op_us_p99), (Some(1.30), Some(3.71)));
+        let own = db_bench_figures(&kernel);
+        assert_eq!((kernel.variant.as_deref(), own.ops_per_s), (Some("readrandom"), Some(506_072.0)));
+        assert_eq!((own.op_us_p50, own.op_us_p99), (Some(1.30), Some(3.71)));
         assert_eq!(kernel.lat_us, Some(Percentiles { p50: 1.30, p99: 3.71, p999: 51.0, max: 587.0 }));
         assert_eq!((kernel.throughput_mb_s, kernel.ops, kernel.runtime_s), (Some(127.0), Some(5000), Some(0.01)));
-        assert_eq!((kernel.db_bytes, kernel.tool_version.as_deref()), (Some(20 << 20), Some("RocksDB 7.8.3")));
+        assert_eq!((own.db_bytes, own.tool_version.as_deref()), (Some(20 << 20), Some("RocksDB 7.8.3")));
         let mut faster = report[2].clone();
         faster.ops_per_s *= 1.5;
         let wb = row_of(EngineKind::Wbcache, faster);

@@ -25,7 +25,7 @@ use crate::bench_worker::{JobContext, JobRaw, JobResult, Measured, Outcome};
 use crate::engines::{EngineKind, Target};
 use crate::measure::{round3, HistData, Histogram};
 use crate::report::{
-    aggregate, figure_of, fmt_count, fmt_num, heading, mib, ms, of_role, ratio_of, ResultRow, RowTable,
+    aggregate, field_names, figure_of, fmt_count, fmt_num, heading, mib, ms, of_role, ratio_of, ResultRow, RowTable,
 };
 use crate::sys::fmt_size;
 pub use job::{Journal, SqliteJob};
@@ -254,18 +254,41 @@ impl Workload for Sqlite {
         vec![sqlite_row(group, engine, jobs, o)]
     }
 
+    fn own_fields(&self) -> Vec<String> {
+        field_names::<SqliteFigures>()
+    }
+
+    /// The transactions per second.
+    fn primary_figure(&self, row: &ResultRow) -> Option<f64> {
+        row.us_per_call.or(sqlite_figures(row).tps).or(row.throughput_mb_s)
+    }
+
+    /// No bytes of its own to chart: its figures are transactions.
+    fn charts_throughput(&self, _row: &ResultRow) -> bool {
+        false
+    }
+
+    fn latency_of(&self) -> &'static str {
+        "transaction"
+    }
+
+    fn shares_the_disk(&self) -> bool {
+        true
+    }
+
     /// The transactions per second, the commit's p99, the writer's MB/s.
     fn summary(&self, rows: &[ResultRow]) -> String {
         let Some(r) = rows.last() else { return crate::report::summary(rows) };
-        let Some(tps) = r.tps else { return crate::report::summary(rows) };
+        let own = sqlite_figures(r);
+        let Some(tps) = own.tps else { return crate::report::summary(rows) };
         let mut s = format!("{tps:.0} TPS");
-        if let Some(p99) = r.commit_us_p99 {
+        if let Some(p99) = own.commit_us_p99 {
             s.push_str(&format!(", commit p99 {:.2} ms", p99 / 1e3));
         }
-        if let Some(w) = r.stream_mb_s {
+        if let Some(w) = own.stream_mb_s {
             s.push_str(&format!(", stream {w:.1} MB/s"));
         }
-        if let Some(db) = r.db_bytes {
+        if let Some(db) = own.db_bytes {
             s.push_str(&format!(" ({} database)", fmt_size(db)));
         }
         s
@@ -325,21 +348,50 @@ fn sqlite_row(group: &Group, engine: EngineKind, jobs: &[&JobResult], o: &Outcom
     row.bytes = None;
     row.per_second_mb_s = None;
     row.rate_points = Vec::new();
+    let mut figures = SqliteFigures { peak_rss_bytes: o.peak_rss_bytes, ..SqliteFigures::default() };
     if let Some(t) = txn.first() {
-        row.tps = (t.io_end_s > 0.0).then(|| round3(t.ops as f64 / t.io_end_s));
+        figures.tps = (t.io_end_s > 0.0).then(|| round3(t.ops as f64 / t.io_end_s));
         if let Some(sq) = t.own::<SqliteResult>() {
             let commit = Histogram::from_data(&sq.commit).percentiles();
-            row.commit_us_p50 = commit.map(|p| p.p50);
-            row.commit_us_p99 = commit.map(|p| p.p99);
-            row.commit_us_max = commit.map(|p| p.max);
-            row.db_bytes = Some(sq.db_bytes);
+            figures.commit_us_p50 = commit.map(|p| p.p50);
+            figures.commit_us_p99 = commit.map(|p| p.p99);
+            figures.commit_us_max = commit.map(|p| p.max);
+            figures.db_bytes = Some(sq.db_bytes);
         }
     }
     if let Some(w) = streamer.first() {
-        row.stream_mb_s = (w.end_s > 0.0).then(|| round3(w.bytes as f64 / w.end_s / 1e6));
+        figures.stream_mb_s = (w.end_s > 0.0).then(|| round3(w.bytes as f64 / w.end_s / 1e6));
     }
-    row.peak_rss_bytes = o.peak_rss_bytes;
+    row.set_own(&figures);
     row
+}
+
+/// `sqlite`'s own figures of its rows. Its `ops` are the transactions,
+/// `runtime_s` the time they ran, and `lat_us` each whole transaction's
+/// latency (BEGIN to COMMIT's return).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SqliteFigures {
+    /// Transactions per second (transactions ÷ the time they ran).
+    pub tps: Option<f64>,
+    /// The COMMIT statement's latency alone, in µs: median, 99th
+    /// percentile, maximum.
+    pub commit_us_p50: Option<f64>,
+    pub commit_us_p99: Option<f64>,
+    pub commit_us_max: Option<f64>,
+    /// Streaming rows: the streaming writer's bytes over the time it
+    /// wrote, in MB/s.
+    pub stream_mb_s: Option<f64>,
+    /// The database file's size after the load, in bytes.
+    pub db_bytes: Option<u64>,
+    /// The worker process's peak resident set size (`VmHWM`, the load
+    /// included), in bytes. For wbcache it includes the cache's memory;
+    /// the kernel's page cache is not in it.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// A row's [`SqliteFigures`] (all `None` on another workload's row).
+fn sqlite_figures(row: &ResultRow) -> SqliteFigures {
+    row.own()
 }
 
 /// The order of `sqlite`'s rows in its table: per variant (wal-idle,
@@ -382,20 +434,21 @@ pub fn sqlite_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         "TPS vs kernel-buffered",
     ];
     let mut table = RowTable::new(&[&heading(title), about, SQLITE_COLUMNS], &head, &rows);
-    let tps_of = |variant: &str, engine: &str| figure_of(&rows, variant, engine, |b| b.tps);
+    let tps_of = |variant: &str, engine: &str| figure_of(&rows, variant, engine, |b| sqlite_figures(b).tps);
     for r in &rows {
-        let tps = r.tps.filter(|_| r.ok());
+        let tps = sqlite_figures(r).tps.filter(|_| r.ok());
         let variant = r.variant.as_deref().unwrap_or("");
         let idle =
             SqliteVariant::parse(variant).filter(|v| v.streaming).map(|v| SqliteVariant { streaming: false, ..v });
         let mut c = table.cells(r);
         c.variant().engine().figure(tps, fmt_num);
         c.times(ratio_of(tps, idle.and_then(|v| tps_of(v.name(), &r.engine))));
-        for v in [r.commit_us_p50, r.commit_us_p99, r.commit_us_max, r.lat_us.map(|p| p.p99)] {
+        let own = sqlite_figures(r);
+        for v in [own.commit_us_p50, own.commit_us_p99, own.commit_us_max, r.lat_us.map(|p| p.p99)] {
             c.figure(v, ms);
         }
-        c.figure(r.stream_mb_s, fmt_num);
-        for v in [r.db_bytes, r.peak_rss_bytes, r.peak_dirty_bytes] {
+        c.figure(own.stream_mb_s, fmt_num);
+        for v in [own.db_bytes, own.peak_rss_bytes, r.peak_dirty_bytes] {
             c.figure(v, mib);
         }
         c.times(ratio_of(tps, tps_of(variant, "kernel-buffered")));
@@ -410,7 +463,7 @@ mod tests {
     use crate::bench_worker::Status;
     use crate::measure::Percentiles;
     use crate::report::failed_row;
-    use crate::report::test_support::{job, ok_outcome, own, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS};
+    use crate::report::test_support::{job, ok_outcome, own, row_json, ADVICE_NULLS, PROGRAM_NULLS, READERS_NULLS};
     use crate::workloads::{build_spec, groups_for, info, rows_from, test_params as params, variants_of};
 
     /// sqlite: four variants on kernel-buffered and wbcache only,
@@ -521,15 +574,15 @@ mod tests {
         assert_eq!(rows.len(), 1);
         let r = &rows[0];
         assert_eq!((r.workload.as_str(), r.variant.as_deref()), ("sqlite", Some("wal-streaming")));
-        assert_eq!((r.tps, r.ops, r.runtime_s), (Some(500.0), Some(1000), Some(2.0)));
-        assert_eq!(r.commit_us_max, Some(5000.0));
-        let (p50, p99) = (r.commit_us_p50.unwrap(), r.commit_us_p99.unwrap());
+        assert_eq!((sqlite_figures(r).tps, r.ops, r.runtime_s), (Some(500.0), Some(1000), Some(2.0)));
+        assert_eq!(sqlite_figures(r).commit_us_max, Some(5000.0));
+        let (p50, p99) = (sqlite_figures(r).commit_us_p50.unwrap(), sqlite_figures(r).commit_us_p99.unwrap());
         assert!((190.0..=210.0).contains(&p50) && p50 <= p99 && p99 <= 5000.0, "{r:?}");
-        assert_eq!(r.stream_mb_s, Some(1000.0), "the writer's bytes over its time, fsync included");
-        assert_eq!((r.db_bytes, r.peak_rss_bytes), (Some(320 << 20), Some(300 << 20)));
+        assert_eq!(sqlite_figures(r).stream_mb_s, Some(1000.0), "the writer's bytes over its time, fsync included");
+        assert_eq!((sqlite_figures(r).db_bytes, sqlite_figures(r).peak_rss_bytes), (Some(320 << 20), Some(300 << 20)));
         assert_eq!((r.throughput_mb_s, r.bytes), (None, None));
         assert!(r.lat_us.is_some(), "each transaction's latency");
-        let text = serde_json::to_string(r).unwrap();
+        let text = row_json(r);
         let (p50, p99) = (serde_json::to_string(&p50).unwrap(), serde_json::to_string(&p99).unwrap());
         assert!(
             text.ends_with(&format!(
@@ -541,7 +594,10 @@ mod tests {
         // Idle: no writer, no stream figure.
         let idle = ok_outcome(vec![o.jobs[0].clone()], None);
         let r = &rows_from(&sqlite_group("delete-idle"), EngineKind::KernelBuffered, &idle)[0];
-        assert_eq!((r.tps, r.stream_mb_s, r.peak_rss_bytes), (Some(500.0), None, None));
+        assert_eq!(
+            (sqlite_figures(r).tps, sqlite_figures(r).stream_mb_s, sqlite_figures(r).peak_rss_bytes),
+            (Some(500.0), None, None)
+        );
     }
 
     fn sqlite_row(variant: &str, engine: &str, tps: f64) -> ResultRow {
@@ -552,16 +608,16 @@ mod tests {
             Status::Ok,
             None,
         );
-        row.tps = Some(tps);
-        row.commit_us_p50 = Some(150.0);
-        row.commit_us_p99 = Some(2_500.0);
-        row.commit_us_max = Some(40_000.0);
+        row.update_own(|f: &mut SqliteFigures| f.tps = Some(tps));
+        row.update_own(|f: &mut SqliteFigures| f.commit_us_p50 = Some(150.0));
+        row.update_own(|f: &mut SqliteFigures| f.commit_us_p99 = Some(2_500.0));
+        row.update_own(|f: &mut SqliteFigures| f.commit_us_max = Some(40_000.0));
         row.lat_us = Some(Percentiles { p50: 200.0, p99: 3_000.0, p999: 9_000.0, max: 41_000.0 });
-        row.db_bytes = Some(320 << 20);
-        row.peak_rss_bytes = Some(8 << 20);
+        row.update_own(|f: &mut SqliteFigures| f.db_bytes = Some(320 << 20));
+        row.update_own(|f: &mut SqliteFigures| f.peak_rss_bytes = Some(8 << 20));
         row.peak_dirty_bytes = Some(1 << 20);
         if variant.ends_with("-streaming") {
-            row.stream_mb_s = Some(900.0);
+            row.update_own(|f: &mut SqliteFigures| f.stream_mb_s = Some(900.0));
         }
         row
     }
