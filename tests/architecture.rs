@@ -70,13 +70,14 @@ crate: vfs > file > state > lock, function > shm, api
 
 /// The preload library's layers (preload/).
 const PRELOAD_LAYERS: &str = "
-crate: aliases > stdio > fdops > meta > open, control, rw > lifetime > stats, handover > watch > state, table, streams > guard, errno, real
+crate: aliases > stdio > fdops > meta > open, control, rw > lifetime > stats, handover > watch > record > state, table, streams > guard, errno, real
 ";
 
 /// The command line's layers (cli/, the `wbcache` binary).
 const CLI_LAYERS: &str = "
-crate: runner > cli > help, install, run > workloads > svg > report > bench_worker > spec > engines > cgroup, measure, preload_library, progress, sys
+crate: runner > cli > help, install, run, crashtest > workloads > svg > report > bench_worker > spec > engines > cgroup, measure, preload_library, progress, sys
 bench_worker: job > offsets
+crashtest: report > check > states > model > image > trace
 engines: direct, kernel, preload, wbcache_file > engine > syscall > unsupported
 report: device > table, targets > mod
 runner: charts, child, site > interrupt, leftovers

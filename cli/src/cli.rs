@@ -40,6 +40,10 @@ pub enum Command {
     /// Install the C library, its header and pkg-config files under a
     /// prefix: wbcache install --prefix /usr/local
     Install(crate::install::InstallArgs),
+    /// Record a program's file calls once, then check every state a crash
+    /// could leave with the program's own checker: wbcache crashtest
+    /// --paths DIR --check 'COMMAND' -- PROGRAM ARGS...
+    Crashtest(Box<crate::crashtest::CrashtestArgs>),
     /// Internal: runs one measurement described on stdin (used by `bench`).
     #[command(hide = true, name = "bench-worker")]
     BenchWorker,

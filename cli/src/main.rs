@@ -26,6 +26,7 @@
 mod bench_worker;
 mod cgroup;
 mod cli;
+mod crashtest;
 mod engines;
 mod help;
 mod install;
@@ -68,6 +69,7 @@ fn main() {
         cli::Command::Bench(args) => runner::run(*args),
         cli::Command::Run(args) => run::run(args),
         cli::Command::Install(args) => install::run(args),
+        cli::Command::Crashtest(args) => crashtest::run(*args),
         cli::Command::BenchWorker => bench_worker::main(&workloads::Catalog),
     };
     std::process::exit(code);

@@ -9,6 +9,7 @@ use std::io;
 use libc::{c_int, c_uint, off_t, size_t, ssize_t};
 use wbcache::{Advice, Allocation, SyncRangeFlags};
 
+use crate::record::{self, FdCall};
 use crate::table::{self, Desc};
 use crate::{errno, guard, real, state};
 
@@ -45,13 +46,13 @@ fn range(off: off_t, len: off_t) -> io::Result<std::ops::Range<u64>> {
 #[no_mangle]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
     // SAFETY: passed on.
-    on_fd(fd, |d| d.file.sync_all(), || unsafe { real::fsync(fd) })
+    record::on_fd(fd, FdCall::Fsync, || on_fd(fd, |d| d.file.sync_all(), || unsafe { real::fsync(fd) }))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     // SAFETY: passed on.
-    on_fd(fd, |d| d.file.sync_data(), || unsafe { real::fdatasync(fd) })
+    record::on_fd(fd, FdCall::Fdatasync, || on_fd(fd, |d| d.file.sync_data(), || unsafe { real::fdatasync(fd) }))
 }
 
 /// Writes back and syncs everything the cache holds.
@@ -64,23 +65,28 @@ fn sync_cache() -> io::Result<()> {
 
 #[no_mangle]
 pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
-    let synced = guard::enter().map_or(Ok(()), |_inside| sync_cache());
-    // SAFETY: passed on.
-    let rc = unsafe { real::syncfs(fd) };
-    match synced {
-        Err(e) if rc == 0 && e.raw_os_error() != Some(libc::EBADF) => errno::fail(&e),
-        _ => rc,
-    }
+    record::sync_all(|| {
+        let synced = guard::enter().map_or(Ok(()), |_inside| sync_cache());
+        // SAFETY: passed on.
+        let rc = unsafe { real::syncfs(fd) };
+        match synced {
+            Err(e) if rc == 0 && e.raw_os_error() != Some(libc::EBADF) => errno::fail(&e),
+            _ => rc,
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sync() {
-    if let Some(_inside) = guard::enter() {
-        // `sync(2)` reports nothing; neither does this.
-        let _ = sync_cache();
-    }
-    // SAFETY: passed on.
-    unsafe { real::sync() }
+    record::sync_all(|| {
+        if let Some(_inside) = guard::enter() {
+            // `sync(2)` reports nothing; neither does this.
+            let _ = sync_cache();
+        }
+        // SAFETY: passed on.
+        unsafe { real::sync() };
+        0
+    });
 }
 
 fn set_len(d: &Desc, len: off_t) -> io::Result<()> {
@@ -95,13 +101,20 @@ fn set_len(d: &Desc, len: off_t) -> io::Result<()> {
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     // SAFETY: passed on.
-    on_fd(fd, |d| set_len(d, len), || unsafe { real::ftruncate(fd, len) })
+    let call = || on_fd(fd, |d| set_len(d, len), || unsafe { real::ftruncate(fd, len) });
+    record::on_fd(fd, FdCall::Truncate(len.max(0) as u64), call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
     // SAFETY: passed on.
-    on_fd(fd, |d| set_len(d, len), || unsafe { real::ftruncate64(fd, len) })
+    let call = || on_fd(fd, |d| set_len(d, len), || unsafe { real::ftruncate64(fd, len) });
+    record::on_fd(fd, FdCall::Truncate(len.max(0) as u64), call)
+}
+
+/// An allocation as the recorder writes it.
+fn allocation(mode: c_int, off: off_t, len: off_t) -> FdCall {
+    FdCall::Fallocate { mode, off: off.max(0) as u64, len: len.max(0) as u64 }
 }
 
 fn allocate(d: &Desc, mode: c_int, off: off_t, len: off_t) -> io::Result<()> {
@@ -114,25 +127,29 @@ fn allocate(d: &Desc, mode: c_int, off: off_t, len: off_t) -> io::Result<()> {
 #[no_mangle]
 pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
     // SAFETY: passed on.
-    on_fd(fd, |d| allocate(d, mode, off, len), || unsafe { real::fallocate(fd, mode, off, len) })
+    let call = || on_fd(fd, |d| allocate(d, mode, off, len), || unsafe { real::fallocate(fd, mode, off, len) });
+    record::on_fd(fd, allocation(mode, off, len), call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
     // SAFETY: passed on.
-    on_fd(fd, |d| allocate(d, mode, off, len), || unsafe { real::fallocate64(fd, mode, off, len) })
+    let call = || on_fd(fd, |d| allocate(d, mode, off, len), || unsafe { real::fallocate64(fd, mode, off, len) });
+    record::on_fd(fd, allocation(mode, off, len), call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
     // SAFETY: passed on.
-    on_fd_posix(fd, |d| allocate(d, 0, off, len), || unsafe { real::posix_fallocate(fd, off, len) })
+    let call = || on_fd_posix(fd, |d| allocate(d, 0, off, len), || unsafe { real::posix_fallocate(fd, off, len) });
+    record::on_fd(fd, allocation(0, off, len), call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int {
     // SAFETY: passed on.
-    on_fd_posix(fd, |d| allocate(d, 0, off, len), || unsafe { real::posix_fallocate64(fd, off, len) })
+    let call = || on_fd_posix(fd, |d| allocate(d, 0, off, len), || unsafe { real::posix_fallocate64(fd, off, len) });
+    record::on_fd(fd, allocation(0, off, len), call)
 }
 
 /// `posix_fadvise` as Linux answers it: `EINVAL` for a negative length
@@ -188,5 +205,7 @@ fn write_range(d: &Desc, off: off_t, len: off_t, flags: c_uint) -> io::Result<()
 #[no_mangle]
 pub unsafe extern "C" fn sync_file_range(fd: c_int, off: off_t, len: off_t, flags: c_uint) -> c_int {
     // SAFETY: passed on.
-    on_fd(fd, |d| write_range(d, off, len, flags), || unsafe { real::sync_file_range(fd, off, len, flags) })
+    let call =
+        || on_fd(fd, |d| write_range(d, off, len, flags), || unsafe { real::sync_file_range(fd, off, len, flags) });
+    record::on_fd(fd, FdCall::SyncRange { off: off.max(0) as u64, len: len.max(0) as u64, flags }, call)
 }

@@ -24,7 +24,7 @@ use std::io;
 use libc::{c_int, c_ulong, c_void, off_t, size_t, ssize_t};
 
 use crate::table;
-use crate::{errno, guard, handover, open, real, state};
+use crate::{errno, guard, handover, open, real, record, state};
 
 /// Makes `new` (just made by the kernel from `old`) a managed descriptor
 /// of `old`'s description, if `old` is managed. `new` < 0: nothing.
@@ -346,26 +346,68 @@ pub unsafe extern "C" fn copy_file_range(
     len: size_t,
     flags: libc::c_uint,
 ) -> ssize_t {
+    // SAFETY: the program's offset pointer, read before the call moves it.
+    let at = if to_off.is_null() { record::At::Position } else { record::At::Offset(unsafe { *to_off }.max(0) as u64) };
     // SAFETY: passed on.
-    copy_any(CopyCall::Range(flags), (from, from_off), (to, to_off), len, || unsafe {
-        real::copy_file_range(from, from_off, to, to_off, len, flags)
-    })
+    let call = || {
+        // SAFETY: the program's arguments, passed on to the call it made.
+        copy_any(CopyCall::Range(flags), (from, from_off), (to, to_off), len, || unsafe {
+            real::copy_file_range(from, from_off, to, to_off, len, flags)
+        })
+    };
+    record::write(to, at, 0, |off, n| read_back(to, off, n), call)
+}
+
+/// The `n` bytes at `off` of the file `fd` names, read through a
+/// descriptor of its own (the copy's may be write-only): what a copy into
+/// it wrote, for a crash test's recorder.
+fn read_back(fd: c_int, off: u64, n: usize) -> Vec<u8> {
+    let Ok(path) = std::ffi::CString::new(format!("/proc/self/fd/{fd}")) else { return Vec::new() };
+    // SAFETY: a NUL-terminated path; this library's open (the same cache).
+    let reader = unsafe { crate::open::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+    if reader < 0 {
+        return Vec::new();
+    }
+    let mut bytes = vec![0u8; n];
+    let mut done = 0;
+    while done < n {
+        // SAFETY: `bytes` has `n - done` writable bytes after `done`.
+        let got = unsafe {
+            crate::rw::pread(reader, bytes[done..].as_mut_ptr().cast(), n - done, (off + done as u64) as off_t)
+        };
+        if got <= 0 {
+            break;
+        }
+        done += got as usize;
+    }
+    bytes.truncate(done);
+    // SAFETY: our descriptor, closed once.
+    unsafe { crate::open::close(reader) };
+    bytes
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(to: c_int, from: c_int, off: *mut off_t, len: size_t) -> ssize_t {
     // SAFETY: passed on.
-    copy_any(CopyCall::Sendfile, (from, off), (to, std::ptr::null_mut()), len, || unsafe {
-        real::sendfile(to, from, off, len)
-    })
+    let call = || {
+        // SAFETY: the program's arguments, passed on to the call it made.
+        copy_any(CopyCall::Sendfile, (from, off), (to, std::ptr::null_mut()), len, || unsafe {
+            real::sendfile(to, from, off, len)
+        })
+    };
+    record::write(to, record::At::Position, 0, |at, n| read_back(to, at, n), call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile64(to: c_int, from: c_int, off: *mut off_t, len: size_t) -> ssize_t {
     // SAFETY: passed on.
-    copy_any(CopyCall::Sendfile, (from, off), (to, std::ptr::null_mut()), len, || unsafe {
-        real::sendfile64(to, from, off, len)
-    })
+    let call = || {
+        // SAFETY: the program's arguments, passed on to the call it made.
+        copy_any(CopyCall::Sendfile, (from, off), (to, std::ptr::null_mut()), len, || unsafe {
+            real::sendfile64(to, from, off, len)
+        })
+    };
+    record::write(to, record::At::Position, 0, |at, n| read_back(to, at, n), call)
 }
 
 /// Before the kernel maps managed descriptor `fd`: see the module's doc.
@@ -403,7 +445,10 @@ pub unsafe extern "C" fn mmap(
     off: off_t,
 ) -> *mut c_void {
     // SAFETY: passed on.
-    mmap_any(prot, flags, fd, || unsafe { real::mmap(addr, len, prot, flags, fd, off) })
+    record::mapping(fd, prot, flags, || {
+        // SAFETY: the program's arguments, passed on to the call it made.
+        mmap_any(prot, flags, fd, || unsafe { real::mmap(addr, len, prot, flags, fd, off) })
+    })
 }
 
 #[no_mangle]
@@ -416,7 +461,8 @@ pub unsafe extern "C" fn mmap64(
     off: off_t,
 ) -> *mut c_void {
     // SAFETY: passed on.
-    mmap_any(prot, flags, fd, || unsafe { real::mmap64(addr, len, prot, flags, fd, off) })
+    let call = || mmap_any(prot, flags, fd, || unsafe { real::mmap64(addr, len, prot, flags, fd, off) });
+    record::mapping(fd, prot, flags, call)
 }
 
 /// What an `ioctl` request does to a managed file's data, and so what

@@ -49,6 +49,7 @@ mod lifetime;
 mod meta;
 mod open;
 mod real;
+mod record;
 mod rw;
 mod state;
 mod stats;

@@ -14,6 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use libc::{c_char, c_int, c_uint, off_t};
 
+use crate::record::{self, PathCall, TwoPaths};
 use crate::table;
 use crate::{errno, guard, lifetime, open, real};
 
@@ -155,13 +156,15 @@ fn truncate_cached(path: &std::path::Path, len: off_t) -> io::Result<()> {
 #[no_mangle]
 pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
     // SAFETY: passed on.
-    on_path(libc::AT_FDCWD, path, |p| truncate_cached(p, len), || unsafe { real::truncate(path, len) })
+    let call = || on_path(libc::AT_FDCWD, path, |p| truncate_cached(p, len), || unsafe { real::truncate(path, len) });
+    record::on_path(libc::AT_FDCWD, path, PathCall::Truncate(len.max(0) as u64), call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
     // SAFETY: passed on.
-    on_path(libc::AT_FDCWD, path, |p| truncate_cached(p, len), || unsafe { real::truncate64(path, len) })
+    let call = || on_path(libc::AT_FDCWD, path, |p| truncate_cached(p, len), || unsafe { real::truncate64(path, len) });
+    record::on_path(libc::AT_FDCWD, path, PathCall::Truncate(len.max(0) as u64), call)
 }
 
 fn unlink_cached(path: &std::path::Path) -> io::Result<()> {
@@ -171,17 +174,19 @@ fn unlink_cached(path: &std::path::Path) -> io::Result<()> {
 #[no_mangle]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     // SAFETY: passed on.
-    on_path(libc::AT_FDCWD, path, unlink_cached, || unsafe { real::unlink(path) })
+    let call = || on_path(libc::AT_FDCWD, path, unlink_cached, || unsafe { real::unlink(path) });
+    record::on_path(libc::AT_FDCWD, path, PathCall::Unlink, call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     if flags & libc::AT_REMOVEDIR != 0 {
         // SAFETY: a directory: the kernel's.
-        return unsafe { real::unlinkat(dirfd, path, flags) };
+        return record::on_path(dirfd, path, PathCall::Rmdir, || unsafe { real::unlinkat(dirfd, path, flags) });
     }
     // SAFETY: passed on.
-    on_path(dirfd, path, unlink_cached, || unsafe { real::unlinkat(dirfd, path, flags) })
+    let call = || on_path(dirfd, path, unlink_cached, || unsafe { real::unlinkat(dirfd, path, flags) });
+    record::on_path(dirfd, path, PathCall::Unlink, call)
 }
 
 /// A rename with either end managed goes through the cache.
@@ -204,13 +209,15 @@ fn rename_any(
 #[no_mangle]
 pub unsafe extern "C" fn rename(from: *const c_char, to: *const c_char) -> c_int {
     // SAFETY: passed on.
-    rename_any(libc::AT_FDCWD, from, libc::AT_FDCWD, to, || unsafe { real::rename(from, to) })
+    let call = || rename_any(libc::AT_FDCWD, from, libc::AT_FDCWD, to, || unsafe { real::rename(from, to) });
+    record::two_paths((libc::AT_FDCWD, from), (libc::AT_FDCWD, to), TwoPaths::Rename { flags: 0 }, call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn renameat(from_dir: c_int, from: *const c_char, to_dir: c_int, to: *const c_char) -> c_int {
     // SAFETY: passed on.
-    rename_any(from_dir, from, to_dir, to, || unsafe { real::renameat(from_dir, from, to_dir, to) })
+    let call = || rename_any(from_dir, from, to_dir, to, || unsafe { real::renameat(from_dir, from, to_dir, to) });
+    record::two_paths((from_dir, from), (to_dir, to), TwoPaths::Rename { flags: 0 }, call)
 }
 
 #[no_mangle]
@@ -221,11 +228,72 @@ pub unsafe extern "C" fn renameat2(
     to: *const c_char,
     flags: c_uint,
 ) -> c_int {
-    if flags != 0 {
-        // RENAME_NOREPLACE, RENAME_EXCHANGE: the kernel's, on names only.
+    let call = || {
+        if flags != 0 {
+            // RENAME_NOREPLACE, RENAME_EXCHANGE: the kernel's, on names only.
+            // SAFETY: passed on.
+            return unsafe { real::renameat2(from_dir, from, to_dir, to, flags) };
+        }
         // SAFETY: passed on.
-        return unsafe { real::renameat2(from_dir, from, to_dir, to, flags) };
-    }
+        rename_any(from_dir, from, to_dir, to, || unsafe { real::renameat2(from_dir, from, to_dir, to, flags) })
+    };
+    record::two_paths((from_dir, from), (to_dir, to), TwoPaths::Rename { flags }, call)
+}
+
+// The calls below are the kernel's on every path; they are interposed only
+// so that a crash test's recorder sees them (`record`): without one, each
+// is its C library function and nothing else.
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: c_uint) -> c_int {
     // SAFETY: passed on.
-    rename_any(from_dir, from, to_dir, to, || unsafe { real::renameat2(from_dir, from, to_dir, to, flags) })
+    record::on_path(libc::AT_FDCWD, path, PathCall::Mkdir, || unsafe { real::mkdir(path, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int {
+    // SAFETY: passed on.
+    record::on_path(dirfd, path, PathCall::Mkdir, || unsafe { real::mkdirat(dirfd, path, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    // SAFETY: passed on.
+    record::on_path(libc::AT_FDCWD, path, PathCall::Rmdir, || unsafe { real::rmdir(path) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn link(from: *const c_char, to: *const c_char) -> c_int {
+    let (from_at, to_at) = ((libc::AT_FDCWD, from), (libc::AT_FDCWD, to));
+    // SAFETY: passed on.
+    record::two_paths(from_at, to_at, TwoPaths::Link, || unsafe { real::link(from, to) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    from_dir: c_int,
+    from: *const c_char,
+    to_dir: c_int,
+    to: *const c_char,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: passed on.
+    record::two_paths((from_dir, from), (to_dir, to), TwoPaths::Link, || unsafe {
+        real::linkat(from_dir, from, to_dir, to, flags)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    let (target_at, path_at) = ((libc::AT_FDCWD, target), (libc::AT_FDCWD, path));
+    // SAFETY: passed on.
+    record::two_paths(target_at, path_at, TwoPaths::Symlink, || unsafe { real::symlink(target, path) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, path: *const c_char) -> c_int {
+    // SAFETY: passed on.
+    record::two_paths((libc::AT_FDCWD, target), (dirfd, path), TwoPaths::Symlink, || unsafe {
+        real::symlinkat(target, dirfd, path)
+    })
 }

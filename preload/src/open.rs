@@ -30,7 +30,7 @@ use wbcache::{Advice, OpenOptions};
 
 use crate::state::Fingerprint;
 use crate::table::{self, Desc};
-use crate::{errno, guard, handover, lifetime, real, state, watch};
+use crate::{errno, guard, handover, lifetime, real, record, state, watch};
 
 /// The flags the kernel's open of a managed file leaves to the cache
 /// (`O_APPEND` stays: the kernel's descriptor carries it for the moment
@@ -279,8 +279,12 @@ pub fn with_writable(path: &Path, f: impl FnOnce(&Desc) -> io::Result<()>) -> io
 }
 
 /// Every open of the family: `kernel_open(flags)` is the C library's call
-/// with the program's other arguments.
+/// with the program's other arguments; a crash test's recorder sees it.
 fn open_managed(dirfd: c_int, path: *const c_char, flags: c_int, kernel_open: impl Fn(c_int) -> c_int) -> c_int {
+    record::open(dirfd, path, flags, || open_any(dirfd, path, flags, kernel_open))
+}
+
+fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, kernel_open: impl Fn(c_int) -> c_int) -> c_int {
     let Some(_inside) = guard::enter() else { return kernel_open(flags) };
     let Some(resolved) = managed_path(dirfd, path, flags) else { return fresh(kernel_open(flags)) };
     let fd = fresh(kernel_open(flags & !CACHE_FLAGS));
@@ -407,6 +411,10 @@ fn fingerprint_of(desc: &Desc) -> Option<Fingerprint> {
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    record::on_fd(fd, record::FdCall::Close, || close_any(fd))
+}
+
+fn close_any(fd: c_int) -> c_int {
     let Some(_inside) = guard::enter() else {
         // SAFETY: passed on.
         return unsafe { real::close(fd) };

@@ -134,6 +134,13 @@ real_fns! {
     renameat2: fn(fromdir: c_int, from: *const c_char, todir: c_int, to: *const c_char, flags: c_uint) -> c_int;
     unlink: fn(path: *const c_char) -> c_int;
     unlinkat: fn(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;
+    mkdir: fn(path: *const c_char, mode: c_uint) -> c_int;
+    mkdirat: fn(dirfd: c_int, path: *const c_char, mode: c_uint) -> c_int;
+    rmdir: fn(path: *const c_char) -> c_int;
+    link: fn(from: *const c_char, to: *const c_char) -> c_int;
+    linkat: fn(fromdir: c_int, from: *const c_char, todir: c_int, to: *const c_char, flags: c_int) -> c_int;
+    symlink: fn(target: *const c_char, path: *const c_char) -> c_int;
+    symlinkat: fn(target: *const c_char, dirfd: c_int, path: *const c_char) -> c_int;
     copy_file_range: fn(fd_in: c_int, off_in: *mut off_t, fd_out: c_int, off_out: *mut off_t, len: size_t, flags: c_uint) -> ssize_t;
     sendfile: fn(out_fd: c_int, in_fd: c_int, off: *mut off_t, count: size_t) -> ssize_t;
     sendfile64: fn(out_fd: c_int, in_fd: c_int, off: *mut off_t, count: size_t) -> ssize_t;

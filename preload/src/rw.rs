@@ -21,7 +21,7 @@ use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
 use wbcache::{RawIov, WriteFlags};
 
 use crate::table::{self, Desc};
-use crate::{errno, guard, real};
+use crate::{errno, guard, real, record};
 
 /// `RWF_DONTCACHE` (Linux 6.14): libc does not name it yet.
 const RWF_DONTCACHE: c_int = 0x80;
@@ -264,14 +264,53 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, bu
     unsafe { read(fd, buf, len) }
 }
 
+/// The first `n` bytes of `buf` (what a write of it wrote), for the
+/// recorder.
+///
+/// # Safety
+/// `buf` is valid for reads of `n` bytes (the write just read them).
+unsafe fn written(buf: *const c_void, n: usize) -> Vec<u8> {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) }.to_vec()
+}
+
+/// The first `n` bytes of the iovecs, in order (what a write of them
+/// wrote), for the recorder.
+///
+/// # Safety
+/// The iovecs are valid and their first `n` bytes readable (the write
+/// just read them).
+unsafe fn written_iov(iov: *const iovec, count: c_int, n: usize) -> Vec<u8> {
+    // SAFETY: the caller's contract.
+    let slices = unsafe { gather(iov, count) }.unwrap_or_default();
+    let mut out = Vec::with_capacity(n);
+    for s in slices {
+        let take = (n - out.len()).min(s.len());
+        out.extend_from_slice(&s[..take]);
+    }
+    out
+}
+
+/// Where a vectored write with offset `off` (-1: the position) goes, for
+/// the recorder.
+fn recorded_at(off: off_t) -> record::At {
+    u64::try_from(off).map_or(record::At::Position, record::At::Offset)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
     // SAFETY: the program lends `buf` for `len` bytes.
-    on_fd(
-        fd,
-        |d| write_from(d, &unsafe { one(buf, len) }?, None, WriteFlags::NONE, 0),
-        || unsafe { real::write(fd, buf, len) },
-    )
+    let call = || {
+        on_fd(
+            fd,
+            // SAFETY: the program's arguments, passed on to the call it made.
+            |d| write_from(d, &unsafe { one(buf, len) }?, None, WriteFlags::NONE, 0),
+            // SAFETY: the program's arguments, passed on to the call it made.
+            || unsafe { real::write(fd, buf, len) },
+        )
+    };
+    // SAFETY: `buf` held the `n` bytes written.
+    record::write(fd, record::At::Position, 0, |_, n| unsafe { written(buf, n) }, call)
 }
 
 /// `pread`: one buffer at an offset, the position untouched (no
@@ -331,13 +370,17 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: size_t, off: 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| pwrite_managed(d, buf, len, off), || unsafe { real::pwrite(fd, buf, len, off) })
+    let call = || on_fd(fd, |d| pwrite_managed(d, buf, len, off), || unsafe { real::pwrite(fd, buf, len, off) });
+    // SAFETY: `buf` held the `n` bytes written.
+    record::write(fd, recorded_at(off), 0, |_, n| unsafe { written(buf, n) }, call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, len: size_t, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| pwrite_managed(d, buf, len, off), || unsafe { real::pwrite64(fd, buf, len, off) })
+    let call = || on_fd(fd, |d| pwrite_managed(d, buf, len, off), || unsafe { real::pwrite64(fd, buf, len, off) });
+    // SAFETY: `buf` held the `n` bytes written.
+    record::write(fd, recorded_at(off), 0, |_, n| unsafe { written(buf, n) }, call)
 }
 
 /// `preadv`'s and `pwritev`'s offset: never the position (-1 is as
@@ -373,7 +416,9 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, count: c_int) -> ss
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, count: c_int) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, -1, 0), || unsafe { real::writev(fd, iov, count) })
+    let call = || on_fd(fd, |d| writev_managed(d, iov, count, -1, 0), || unsafe { real::writev(fd, iov, count) });
+    // SAFETY: the iovecs held the `n` bytes written.
+    record::write(fd, record::At::Position, 0, |_, n| unsafe { written_iov(iov, count, n) }, call)
 }
 
 #[no_mangle]
@@ -391,13 +436,31 @@ pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, count: c_int, of
 #[no_mangle]
 pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, explicit(off)?, 0), || unsafe { real::pwritev(fd, iov, count, off) })
+    let call = || {
+        on_fd(
+            fd,
+            |d| writev_managed(d, iov, count, explicit(off)?, 0),
+            // SAFETY: the program's arguments, passed on to the call it made.
+            || unsafe { real::pwritev(fd, iov, count, off) },
+        )
+    };
+    // SAFETY: the iovecs held the `n` bytes written.
+    record::write(fd, recorded_at(off), 0, |_, n| unsafe { written_iov(iov, count, n) }, call)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, count: c_int, off: off_t) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, explicit(off)?, 0), || unsafe { real::pwritev64(fd, iov, count, off) })
+    let call = || {
+        on_fd(
+            fd,
+            |d| writev_managed(d, iov, count, explicit(off)?, 0),
+            // SAFETY: the program's arguments, passed on to the call it made.
+            || unsafe { real::pwritev64(fd, iov, count, off) },
+        )
+    };
+    // SAFETY: the iovecs held the `n` bytes written.
+    record::write(fd, recorded_at(off), 0, |_, n| unsafe { written_iov(iov, count, n) }, call)
 }
 
 #[no_mangle]
@@ -409,7 +472,16 @@ pub unsafe extern "C" fn preadv2(fd: c_int, iov: *const iovec, count: c_int, off
 #[no_mangle]
 pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(fd, |d| writev_managed(d, iov, count, off, flags), || unsafe { real::pwritev2(fd, iov, count, off, flags) })
+    let call = || {
+        on_fd(
+            fd,
+            |d| writev_managed(d, iov, count, off, flags),
+            // SAFETY: the program's arguments, passed on to the call it made.
+            || unsafe { real::pwritev2(fd, iov, count, off, flags) },
+        )
+    };
+    // SAFETY: the iovecs held the `n` bytes written.
+    record::write(fd, recorded_at(off), flags, |_, n| unsafe { written_iov(iov, count, n) }, call)
 }
 
 #[no_mangle]
@@ -421,11 +493,16 @@ pub unsafe extern "C" fn preadv64v2(fd: c_int, iov: *const iovec, count: c_int, 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64v2(fd: c_int, iov: *const iovec, count: c_int, off: off_t, flags: c_int) -> ssize_t {
     // SAFETY: passed on.
-    on_fd(
-        fd,
-        |d| writev_managed(d, iov, count, off, flags),
-        || unsafe { real::pwritev64v2(fd, iov, count, off, flags) },
-    )
+    let call = || {
+        on_fd(
+            fd,
+            |d| writev_managed(d, iov, count, off, flags),
+            // SAFETY: the program's arguments, passed on to the call it made.
+            || unsafe { real::pwritev64v2(fd, iov, count, off, flags) },
+        )
+    };
+    // SAFETY: the iovecs held the `n` bytes written.
+    record::write(fd, recorded_at(off), flags, |_, n| unsafe { written_iov(iov, count, n) }, call)
 }
 
 /// Positions past this are asked of the kernel too: the file system's
