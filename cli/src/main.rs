@@ -6,13 +6,15 @@
 //! and SVG charts). See `wbcache bench --help` and `wbcache bench --list`.
 //! `wbcache run -- PROGRAM` runs an unmodified program on wbcache ([`run`]).
 //! `wbcache install` installs the C library, its header and pkg-config
-//! files ([`install`]).
+//! files ([`install`]). `wbcache crashtest -- PROGRAM` checks every state
+//! a crash could leave of a program's files with its own checker
+//! ([`crashtest`]).
 //!
 //! Layout, top first (each layer imports only those below it; the table
 //! is `CLI_LAYERS` in tests/architecture.rs): [`runner`] (the parent:
 //! places, leftovers of killed runs, cgroups, caches, workers, tables,
 //! charts); [`cli`] (options, suites); [`help`] (the help and `--list`
-//! texts), [`run`], [`install`]; [`workloads`] (the `Workload` trait, the
+//! texts), [`run`], [`install`], [`crashtest`]; [`workloads`] (the `Workload` trait, the
 //! catalog, and one module per workload: its variants, job specs, worker
 //! code, rows, table and targets); [`svg`] (drawing); [`report`] (result
 //! rows, JSON, the shared parts of the tables, the targets table);

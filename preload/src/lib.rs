@@ -23,6 +23,9 @@
 //!   (`wbcache_preload_stats_json`, the one call added, not interposed)
 //!   and at exit; handing files to the kernel;
 //! - `watch`: the watcher (other processes' opens of cached files);
+//! - `record`: the crash test's recorder (`wbcache crashtest`): every
+//!   call that changes a file or name under its directory, and every
+//!   durability point, written to a trace when one is asked for;
 //! - `state`, `table`, `streams`: the cache, the managed directories and
 //!   per-file cross-process locks; managed descriptors and their shared
 //!   descriptions; the registry of cookie streams;
