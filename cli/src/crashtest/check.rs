@@ -13,7 +13,7 @@
 //! change the files it checks (SQLite rolls its journal back), so nothing
 //! of one state may leak into the next.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -69,19 +69,43 @@ pub fn state_image(recording: &Recording<'_>, item: &ToCheck) -> Image {
     image
 }
 
+/// The output the program had acknowledged in `item`'s state.
+fn acknowledged<'a>(recording: &Recording<'a>, item: &ToCheck) -> &'a [u8] {
+    let n = recording.trace.acknowledged(item.state.point, recording.stdout.len() as u64) as usize;
+    &recording.stdout[..n.min(recording.stdout.len())]
+}
+
 /// Makes `state` into the directory `dir` (emptied first) and its
 /// acknowledged output into `stdout_file`.
 pub fn materialize(recording: &Recording<'_>, item: &ToCheck, dir: &Path, stdout_file: &Path) -> io::Result<()> {
+    write_state(&state_image(recording, item), acknowledged(recording, item), dir, stdout_file)
+}
+
+/// Writes `image` into `dir` (emptied first) and `output` into
+/// `stdout_file`.
+fn write_state(image: &Image, output: &[u8], dir: &Path, stdout_file: &Path) -> io::Result<()> {
     match fs::remove_dir_all(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
     fs::create_dir_all(dir)?;
-    state_image(recording, item).write(dir)?;
-    let acknowledged = recording.trace.acknowledged(item.state.point, recording.stdout.len() as u64) as usize;
-    fs::write(stdout_file, &recording.stdout[..acknowledged.min(recording.stdout.len())])
+    image.write(dir)?;
+    fs::write(stdout_file, output)
 }
+
+/// What a check found: each state's verdict, and how many states had the
+/// files and output of an earlier one (given its verdict, not checked
+/// again: two ways to lose calls can leave the same files).
+pub struct Checked {
+    pub verdicts: Vec<Verdict>,
+    pub same_as_earlier: usize,
+}
+
+/// The states checked so far, by what the checker would see: a hash of
+/// the files and the acknowledged output, with the first state that had
+/// it.
+type Seen = Mutex<HashMap<(u64, usize), usize>>;
 
 impl Checker {
     /// Checks every state, `jobs` at once, in `work`; `progress` hears of
@@ -92,14 +116,15 @@ impl Checker {
         items: &[ToCheck],
         work: &Path,
         progress: &(dyn Fn(usize) + Sync),
-    ) -> io::Result<Vec<Verdict>> {
+    ) -> io::Result<Checked> {
         let next = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
-        let verdicts: Mutex<Vec<Option<Verdict>>> = Mutex::new(vec![None; items.len()]);
+        let results: Mutex<Vec<Option<Result<Verdict, usize>>>> = Mutex::new(vec![None; items.len()]);
         let failure: Mutex<Option<io::Error>> = Mutex::new(None);
+        let seen: Seen = Mutex::new(HashMap::new());
         std::thread::scope(|scope| {
             for slot in 0..self.jobs.max(1) {
-                let (next, done, verdicts, failure) = (&next, &done, &verdicts, &failure);
+                let (next, done, results, failure, seen) = (&next, &done, &results, &failure, &seen);
                 scope.spawn(move || {
                     let slot_dir = work.join("states").join(slot.to_string());
                     loop {
@@ -107,8 +132,8 @@ impl Checker {
                         if i >= items.len() || failure.lock().unwrap().is_some() {
                             break;
                         }
-                        match self.check_one(recording, &items[i], &slot_dir) {
-                            Ok(v) => verdicts.lock().unwrap()[i] = Some(v),
+                        match self.check_one(recording, items, i, &slot_dir, seen) {
+                            Ok(r) => results.lock().unwrap()[i] = Some(r),
                             Err(e) => {
                                 failure.lock().unwrap().get_or_insert(e);
                                 break;
@@ -122,15 +147,45 @@ impl Checker {
         if let Some(e) = failure.into_inner().unwrap() {
             return Err(e);
         }
-        Ok(verdicts.into_inner().unwrap().into_iter().map(|v| v.expect("every state checked")).collect())
+        let results: Vec<Result<Verdict, usize>> =
+            results.into_inner().unwrap().into_iter().map(|r| r.expect("every state checked")).collect();
+        let same_as_earlier = results.iter().filter(|r| r.is_err()).count();
+        let verdicts = results
+            .iter()
+            .map(|r| match r {
+                Ok(v) => v.clone(),
+                Err(first) => results[*first].clone().expect("the first state of its files was checked"),
+            })
+            .collect();
+        Ok(Checked { verdicts, same_as_earlier })
     }
 
-    /// Makes one state in `slot_dir` and runs the checker on it.
-    fn check_one(&self, recording: &Recording<'_>, item: &ToCheck, slot_dir: &Path) -> io::Result<Verdict> {
-        let dir = slot_dir.join("dir");
-        let stdout_file = slot_dir.join("stdout");
-        materialize(recording, item, &dir, &stdout_file)?;
-        self.run(&dir, &stdout_file, item.state.point)
+    /// Makes state `i` in `slot_dir` and runs the checker on it, unless an
+    /// earlier state had the same files and output (`Err`: that one).
+    fn check_one(
+        &self,
+        recording: &Recording<'_>,
+        items: &[ToCheck],
+        i: usize,
+        slot_dir: &Path,
+        seen: &Seen,
+    ) -> io::Result<Result<Verdict, usize>> {
+        let image = state_image(recording, &items[i]);
+        let output = acknowledged(recording, &items[i]);
+        let key = (image.fingerprint(), output.len());
+        {
+            let mut seen = seen.lock().unwrap();
+            match seen.get(&key) {
+                Some(&first) if first < i => return Ok(Err(first)),
+                Some(_) => {}
+                None => {
+                    seen.insert(key, i);
+                }
+            }
+        }
+        let (dir, stdout_file) = (slot_dir.join("dir"), slot_dir.join("stdout"));
+        write_state(&image, output, &dir, &stdout_file)?;
+        self.run(&dir, &stdout_file, items[i].state.point).map(Ok)
     }
 
     /// Runs the checker on the state in `dir`, in a process group of its

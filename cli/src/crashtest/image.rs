@@ -174,6 +174,14 @@ impl Image {
             .collect()
     }
 
+    /// A hash of the names and bytes (what a checker sees), inodes aside.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.contents().hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// The first difference between this image and `other`, said for
     /// people; `None` when their names and bytes are the same.
     pub fn difference(&self, other: &Image) -> Option<String> {

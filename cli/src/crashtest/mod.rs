@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::preload_library::{library, preload_list};
 use crate::progress::say;
-use check::{Checker, Recording, ToCheck, Verdict};
+use check::{Checker, Recording, ToCheck};
 use image::Image;
 use model::{Analysis, ModelKind};
 use report::{JsonReport, JsonTorn, JsonViolation, Violation};
@@ -234,8 +234,8 @@ fn crashtest(args: &CrashtestArgs, plan: &Plan) -> Result<bool, String> {
     let recording = Recording { trace: &trace, initial: &initial, stdout: &stdout };
     let checker =
         Checker { command: plan.check.clone(), timeout: Duration::from_secs(args.check_timeout), jobs: plan.jobs };
-    let verdicts = check_with_progress(&checker, &recording, &items, &plan.work)?;
-    let violations = report::minimal_violations(&items, &verdicts);
+    let checked = check_with_progress(&checker, &recording, &items, &plan.work)?;
+    let violations = report::minimal_violations(&items, &checked.verdicts);
     let durable = violations
         .iter()
         .map(|v| items.iter().find(|i| i.state == v.state).map(|i| i.durable.clone()).unwrap_or_default())
@@ -248,14 +248,17 @@ fn crashtest(args: &CrashtestArgs, plan: &Plan) -> Result<bool, String> {
         counts: enumerator.counts,
         crash_points: points.len(),
         states: items.len(),
+        same_as_earlier: checked.same_as_earlier,
     };
     print_report(plan, &findings);
     let seconds = started.elapsed().as_secs_f64();
     say(&format!(
-        "wbcache crashtest: {} violation(s) in {} states ({}) in {seconds:.1} s",
+        "wbcache crashtest: {} violation(s) in {} states ({}; {} had the files of an earlier state, its verdict \
+         theirs) in {seconds:.1} s",
         findings.violations.len(),
         findings.states,
-        report::counts_line(&findings.counts)
+        report::counts_line(&findings.counts),
+        findings.same_as_earlier
     ));
     if let Some(path) = &args.json {
         let json = json_report(args, plan, &findings, seconds);
@@ -275,6 +278,8 @@ struct Findings<'a> {
     counts: [states::ClassCount; 5],
     crash_points: usize,
     states: usize,
+    /// States not checked again: the files and output of an earlier one.
+    same_as_earlier: usize,
 }
 
 impl Findings<'_> {
@@ -350,6 +355,7 @@ fn json_report(args: &CrashtestArgs, plan: &Plan, findings: &Findings<'_>, secon
         durability_points: findings.trace.records.iter().filter(|r| r.call.is_durability_point()).count(),
         crash_points: findings.crash_points,
         states: report::json_counts(&findings.counts),
+        same_as_earlier: findings.same_as_earlier,
         violations,
         seconds,
         work: plan.work.clone(),
@@ -491,7 +497,7 @@ fn check_with_progress(
     recording: &Recording<'_>,
     items: &[ToCheck],
     work: &Path,
-) -> Result<Vec<Verdict>, String> {
+) -> Result<check::Checked, String> {
     let started = Instant::now();
     let last = std::sync::Mutex::new(Instant::now());
     let total = items.len();

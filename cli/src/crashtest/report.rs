@@ -175,6 +175,9 @@ pub struct JsonReport {
     pub durability_points: usize,
     pub crash_points: usize,
     pub states: BTreeMap<String, JsonCount>,
+    /// States that had the files and output of an earlier one (their
+    /// verdict is its).
+    pub same_as_earlier: usize,
     pub violations: Vec<JsonViolation>,
     pub seconds: f64,
     pub work: PathBuf,
