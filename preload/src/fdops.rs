@@ -355,35 +355,7 @@ pub unsafe extern "C" fn copy_file_range(
             real::copy_file_range(from, from_off, to, to_off, len, flags)
         })
     };
-    record::write(to, at, 0, |off, n| read_back(to, off, n), call)
-}
-
-/// The `n` bytes at `off` of the file `fd` names, read through a
-/// descriptor of its own (the copy's may be write-only): what a copy into
-/// it wrote, for a crash test's recorder.
-fn read_back(fd: c_int, off: u64, n: usize) -> Vec<u8> {
-    let Ok(path) = std::ffi::CString::new(format!("/proc/self/fd/{fd}")) else { return Vec::new() };
-    // SAFETY: a NUL-terminated path; this library's open (the same cache).
-    let reader = unsafe { crate::open::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
-    if reader < 0 {
-        return Vec::new();
-    }
-    let mut bytes = vec![0u8; n];
-    let mut done = 0;
-    while done < n {
-        // SAFETY: `bytes` has `n - done` writable bytes after `done`.
-        let got = unsafe {
-            crate::rw::pread(reader, bytes[done..].as_mut_ptr().cast(), n - done, (off + done as u64) as off_t)
-        };
-        if got <= 0 {
-            break;
-        }
-        done += got as usize;
-    }
-    bytes.truncate(done);
-    // SAFETY: our descriptor, closed once.
-    unsafe { crate::open::close(reader) };
-    bytes
+    record::write(to, at, 0, |off, n| record::read_back(to, off, n), call)
 }
 
 #[no_mangle]
@@ -395,7 +367,7 @@ pub unsafe extern "C" fn sendfile(to: c_int, from: c_int, off: *mut off_t, len: 
             real::sendfile(to, from, off, len)
         })
     };
-    record::write(to, record::At::Position, 0, |at, n| read_back(to, at, n), call)
+    record::write(to, record::At::Position, 0, |at, n| record::read_back(to, at, n), call)
 }
 
 #[no_mangle]
@@ -407,7 +379,7 @@ pub unsafe extern "C" fn sendfile64(to: c_int, from: c_int, off: *mut off_t, len
             real::sendfile64(to, from, off, len)
         })
     };
-    record::write(to, record::At::Position, 0, |at, n| read_back(to, at, n), call)
+    record::write(to, record::At::Position, 0, |at, n| record::read_back(to, at, n), call)
 }
 
 /// Before the kernel maps managed descriptor `fd`: see the module's doc.

@@ -23,7 +23,7 @@
 use std::cell::Cell;
 use std::ffi::{CStr, OsStr};
 use std::fmt::Write as _;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -37,6 +37,9 @@ struct Recorder {
     data: c_int,
     root: PathBuf,
     root_dev: u64,
+    /// The crash test's file of the program's standard output (every
+    /// process's), read-only: its size is what the program acknowledged.
+    output: c_int,
 }
 
 static RECORDER: OnceLock<Option<Recorder>> = OnceLock::new();
@@ -66,7 +69,13 @@ fn open_recorder() -> Option<Recorder> {
     };
     let (trace, data) = (open(Path::new(&trace_path))?, open(&data_path)?);
     let root_dev = stat_fd(trace).map(|_| ()).and_then(|()| stat_path(&root)).map(|st| st.st_dev)?;
-    Some(Recorder { trace, data, root, root_dev })
+    let output = std::env::var_os("WBCACHE_CRASHTEST_STDOUT").map_or(-1, |path| {
+        std::ffi::CString::new(path.into_vec()).map_or(-1, |c| {
+            // SAFETY: a NUL-terminated path; the C library's open.
+            unsafe { real::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) }
+        })
+    });
+    Some(Recorder { trace, data, root, root_dev, output })
 }
 
 /// Runs a recorded call: `run` with the recorder's lock held, then `line`
@@ -85,7 +94,7 @@ fn recorded<R: Copy>(relevant: bool, run: impl FnOnce() -> R, line: impl FnOnce(
     unsafe { libc::flock(rec.trace, libc::LOCK_EX) };
     let answer = run();
     if let Some(mut text) = line(rec, answer) {
-        let _ = writeln!(text, ",\"stdout\":{}}}", stdout_bytes());
+        let _ = writeln!(text, ",\"stdout\":{}}}", rec.output_bytes());
         write_all(rec.trace, text.as_bytes());
     }
     // SAFETY: as above.
@@ -132,11 +141,56 @@ pub fn write(
         } else {
             "none"
         };
-        let data_at = rec.append_data(&bytes(off, n))?;
+        let bytes = bytes(off, n);
+        if bytes.len() != n {
+            return Some(unsupported(&format!(
+                "a write of {n} bytes into inode {ino} whose bytes could not be read back"
+            )));
+        }
+        let data_at = rec.append_data(&bytes)?;
         Some(format!(
             "{{\"op\":\"write\",\"ino\":{ino},\"off\":{off},\"len\":{n},\"data_at\":{data_at},\"sync\":\"{sync}\""
         ))
     })
+}
+
+/// The `n` bytes at `off` of the file `fd` is open on, as a reader of it
+/// sees them now: through the cache for a managed descriptor (whatever its
+/// access mode), else through a read-only descriptor of its own. What a
+/// copy into it (`copy_file_range`, `sendfile`) wrote, which the recorder
+/// never held; short when they cannot be read.
+pub fn read_back(fd: c_int, off: u64, n: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; n];
+    let mut done = 0;
+    if let Some(desc) = crate::table::get(fd) {
+        // A handle of its own that may read (the descriptor's may not).
+        let options = wbcache::OpenOptions::new().read(true);
+        let reader = crate::state::built().and_then(|s| s.with_cache(|cache| cache.open(&desc.path, &options)).ok());
+        while let Some(file) = reader.as_ref().filter(|_| done < n) {
+            match file.read_at(&mut bytes[done..], off + done as u64) {
+                Ok(got) if got > 0 => done += got,
+                _ => break,
+            }
+        }
+    } else if let Some(c) = fd_path(fd).and_then(|p| std::ffi::CString::new(p.into_os_string().into_vec()).ok()) {
+        // SAFETY: a NUL-terminated path; the C library's open.
+        let reader = unsafe { real::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+        while reader >= 0 && done < n {
+            let at = (off + done as u64) as libc::off_t;
+            // SAFETY: `bytes` has `n - done` writable bytes after `done`.
+            let got = unsafe { real::pread(reader, bytes[done..].as_mut_ptr().cast(), n - done, at) };
+            if got <= 0 {
+                break;
+            }
+            done += got as usize;
+        }
+        if reader >= 0 {
+            // SAFETY: our descriptor, closed once.
+            unsafe { real::close(reader) };
+        }
+    }
+    bytes.truncate(done);
+    bytes
 }
 
 /// What a call on a descriptor does, for its line.
@@ -310,6 +364,12 @@ impl Recorder {
         (deleted || path.starts_with(&self.root)).then_some((st.st_ino, st.st_mode & libc::S_IFMT, st))
     }
 
+    /// How many bytes of output the program (all its processes) has
+    /// written: the crash test's output file's size (0 without one).
+    fn output_bytes(&self) -> u64 {
+        stat_fd(self.output).map_or(0, |st| st.st_size as u64)
+    }
+
     /// `path` relative to the root, if it is under it.
     fn relative(&self, path: &Path) -> Option<PathBuf> {
         path.strip_prefix(&self.root).ok().map(Path::to_path_buf)
@@ -388,12 +448,6 @@ fn status_flags(fd: c_int) -> c_int {
         // SAFETY: F_GETFL on the program's descriptor.
         None => unsafe { real::fcntl(fd, libc::F_GETFL, 0) }.max(0),
     }
-}
-
-/// How many bytes the program's standard output holds (a regular file:
-/// the crash test's), 0 for anything else.
-fn stdout_bytes() -> u64 {
-    stat_fd(1).filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG).map_or(0, |st| st.st_size as u64)
 }
 
 /// Writes all of `bytes` to `fd`, retrying short writes and `EINTR`.

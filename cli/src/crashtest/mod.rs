@@ -435,6 +435,7 @@ fn record(args: &CrashtestArgs, plan: &Plan) -> Result<String, String> {
         .env("WBCACHE_PATHS", &plan.paths)
         .env("WBCACHE_CRASHTEST_TRACE", plan.work.join("trace.jsonl"))
         .env("WBCACHE_CRASHTEST_ROOT", &plan.paths)
+        .env("WBCACHE_CRASHTEST_STDOUT", plan.work.join("stdout"))
         .stdin(Stdio::null())
         .stdout(stdout)
         .status()
