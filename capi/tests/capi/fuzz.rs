@@ -34,8 +34,7 @@
 //! `WBCACHE_FUZZ_SEED=S` picks the seed. A failure prints the seed and the
 //! iteration, which reproduce it.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, CString};

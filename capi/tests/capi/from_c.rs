@@ -3,8 +3,7 @@
 //! the header declares exactly the functions `capi/src/` exports.
 //! `common::programs` finds (or builds) the static library.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,12 +12,11 @@
 //! standard output, which the parent checks. A child test run without the
 //! variable (a plain `cargo test`) does nothing.
 //!
-//! io_uring refused by seccomp is `real_io.rs`'s
+//! io_uring refused by seccomp is `tests/real/real_io.rs`'s
 //! `io_uring_forbidden_falls_back_to_threads`; here it is refused for want
 //! of descriptors.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 use common::pattern;
 
 use std::collections::BTreeMap;
@@ -62,7 +61,7 @@ impl Report {
 /// did not exit 0 within [`CHILD_TIMEOUT`].
 fn run_child(name: &str, dir: &Path) -> Report {
     let mut child = Command::new(std::env::current_exe().expect("current_exe"))
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &format!("resources::{name}"), "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, format!("{name}:{}", dir.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
