@@ -8,7 +8,7 @@
 //! computes the same aggregates, which must equal both the preloaded
 //! run's and the values computed here from the rows' formulas.
 
-mod common;
+use crate::common;
 
 use common::{plain, preloaded, run, tool, Scratch, OPTIONS, TIMEOUT};
 

@@ -9,7 +9,7 @@
 //! preload that silently failed to load cannot pass the others
 //! vacuously.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -11,11 +11,11 @@
 //! behind the library's back (stdio's `fclose`) or by `os.closerange`
 //! (`close_range`) does not leave its number haunted by the old file.
 
-mod common;
+use crate::common;
 
 use common::{assert_file, pattern, preloaded, python, run, Scratch, MIB, OPTIONS, TIMEOUT};
 
-const SCRIPT: &str = include_str!("py/calls.py");
+const SCRIPT: &str = include_str!("../py/calls.py");
 
 #[test]
 fn python_file_calls_through_the_cache() {

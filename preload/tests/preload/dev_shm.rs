@@ -1,9 +1,9 @@
 //! What the library leaves in `/dev/shm`: only its lock registries, empty
 //! and unlocked once its processes ended; no shared memory and no other
-//! file. A binary of its own, so that no other test's process holds locks
-//! on the registries while this one looks.
+//! file. The test runs alone ([`Scratch::alone`]), so that no other test's
+//! process holds locks on the registries while it looks.
 
-mod common;
+use crate::common;
 
 use common::{preloaded, python, Scratch, OPTIONS, TIMEOUT};
 
@@ -15,7 +15,7 @@ use common::{preloaded, python, Scratch, OPTIONS, TIMEOUT};
 #[test]
 fn processes_leave_only_empty_unlocked_lock_registries_in_dev_shm() {
     let Some(python) = python() else { return };
-    let scratch = Scratch::new("coherence-shm");
+    let scratch = Scratch::alone("coherence-shm");
     let managed = scratch.dir("managed");
     let code = "import os, subprocess, sys\n\
                 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n\

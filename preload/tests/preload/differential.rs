@@ -21,13 +21,13 @@
 //! mismatch prints the seed, the first differing call and the calls
 //! before it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
 use common::{plain, preloaded, python, run, Scratch, TIMEOUT};
 
-const DRIVER: &str = include_str!("py/differential.py");
+const DRIVER: &str = include_str!("../py/differential.py");
 const CALLS: usize = 20_000;
 const FILES: [&str; 3] = ["a", "b", "c"];
 

@@ -10,14 +10,14 @@
 //! points come from a seed (the clock's, or `PROCESS_CRASH_SEED`),
 //! printed when a round fails; each round prints its counts.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;
 
 use common::{guardians, plain, preloaded, privileged, python, run, wait_for_guardians_of, Group, Scratch, TIMEOUT};
 
-const CRASHER: &str = include_str!("py/crasher.py");
+const CRASHER: &str = include_str!("../py/crasher.py");
 
 /// No writeback of its own before the kill: what survives is what the
 /// guardian writes.

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-const SOURCE: &str = include_str!("stdio.c");
+const SOURCE: &str = include_str!("../stdio.c");
 
 /// Long expiry and high thresholds: nothing is written back to the kernel
 /// unless the program syncs or closes (what `probe` relies on).
@@ -43,15 +43,16 @@ fn library() -> PathBuf {
         .expect("cargo builds libwbcache_preload.so with the tests")
 }
 
-/// A directory of the test's own, removed when dropped.
-struct Scratch(PathBuf);
+/// A directory of the test's own, removed when dropped, and the test's
+/// claim to run preloaded processes (`common::Claim`).
+struct Scratch(PathBuf, crate::common::Claim);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("wbcache-preload-stdio-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
+        Scratch(dir, crate::common::Claim::shared())
     }
 
     fn dir(&self, name: &str) -> PathBuf {

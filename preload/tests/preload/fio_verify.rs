@@ -8,7 +8,7 @@
 //! (magic, length, offset). Skipped with a printed reason when fio is
 //! missing, except under `CI=true`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -27,7 +27,7 @@
 //! `SHELL_CORPUS_SELF_CHECK=1` runs every script twice on the kernel
 //! instead, which finds a script that is not deterministic by itself.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

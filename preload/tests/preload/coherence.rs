@@ -15,7 +15,7 @@
 //! exits. The watcher needs `CAP_SYS_ADMIN` (root here): without it these
 //! tests are skipped, with the reason printed.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -18,16 +18,16 @@
 //! user nobody). Every file is checked by this process, which is not
 //! preloaded.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{assert_file, pattern, preloaded, python, run, tool, Holder, Scratch, OPTIONS, TIMEOUT};
 
-const PROGRAM: &str = include_str!("py/lifetime.py");
-const C_PROGRAM: &str = include_str!("c/lifetime.c");
-const SPAWNER: &str = include_str!("py/spawner.py");
+const PROGRAM: &str = include_str!("../py/lifetime.py");
+const C_PROGRAM: &str = include_str!("../c/lifetime.c");
+const SPAWNER: &str = include_str!("../py/spawner.py");
 const LEN: usize = 5 * common::MIB + 1234;
 
 /// A scratch directory with a managed subdirectory, the file the program

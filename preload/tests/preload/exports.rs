@@ -9,7 +9,7 @@
 //! Both lists come from `nm -D` of the two libraries: the C library is
 //! the one this test process runs with (from `/proc/self/maps`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

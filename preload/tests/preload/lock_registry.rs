@@ -13,7 +13,7 @@
 //! kernel exactly as an open of the held file itself does, which the
 //! test also runs: its line shows 0, and the test would fail.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -70,6 +70,7 @@ fn neighbours(dir: &Path) -> (PathBuf, PathBuf) {
 
 #[test]
 fn files_with_neighbouring_inode_numbers_are_cached_by_two_processes() {
+    let _claim = common::Claim::shared();
     let dir = std::env::temp_dir().join(format!("wbcache-preload-locks-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("files")).unwrap();

@@ -7,13 +7,13 @@
 //! points come from a seed (the clock's, or `PRELOAD_KILL_SEED`), printed
 //! when the test fails.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
 use common::{pattern, preloaded, python, Group, Scratch, OPTIONS, TIMEOUT};
 
-const APPENDER: &str = include_str!("py/appender.py");
+const APPENDER: &str = include_str!("../py/appender.py");
 
 /// Record `i` as the appender writes it.
 fn record(i: u64) -> Vec<u8> {

@@ -13,7 +13,7 @@
 //! meanwhile with the inode number of one RocksDB deleted would be
 //! refused.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
