@@ -5,7 +5,7 @@
 //! variant (the advice calls' time, the final fsync's, the peak of the
 //! streamed file's cached bytes), and the table printed.
 
-mod common;
+use crate::common;
 use common::{scratch, MIB};
 const VARIANTS: [&str; 5] = ["cold-read", "cold-read-willneed", "stream", "stream-dontneed", "stream-sync-range"];
 

@@ -5,7 +5,7 @@
 //! its reads/s and thread count, their table, and a bare memcpy by as many
 //! threads under it.
 
-mod common;
+use crate::common;
 use common::scratch;
 
 #[test]

@@ -3,7 +3,7 @@
 //! no scratch directory behind; SIGINT and SIGTERM mid-run must stop the
 //! workers, remove the scratch directory and exit 130 and 143.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Output, Stdio};

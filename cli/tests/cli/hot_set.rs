@@ -4,7 +4,7 @@
 //! row ok with the hot reader's MB/s and hit ratio, and the table and the
 //! targets printed.
 
-mod common;
+use crate::common;
 use common::{scratch, MIB};
 
 #[test]

@@ -4,7 +4,7 @@
 //! wbcache only, four variants each, every row ok with its transactions per
 //! second, its commit latency and its memory, and the table printed.
 
-mod common;
+use crate::common;
 use common::{scratch, MIB};
 const VARIANTS: [&str; 4] = ["wal-idle", "wal-streaming", "delete-idle", "delete-streaming"];
 

@@ -5,7 +5,7 @@
 //! writeback's MB/s and the CPU per GiB; the table, its comparisons and the
 //! targets are printed.
 
-mod common;
+use crate::common;
 use common::{scratch, MIB};
 
 #[test]

@@ -10,7 +10,7 @@
 //! `libwbcache_preload.so` (`cargo build -p wbcache-preload` builds it),
 //! whose absence otherwise leaves the wbcache rows out.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

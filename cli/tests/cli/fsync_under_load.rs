@@ -3,7 +3,7 @@
 //! variant gives an ok row, the foreground rows carry their fsync figures,
 //! the background rows their MB/s, and the table and targets are printed.
 
-mod common;
+use crate::common;
 use common::scratch;
 
 #[test]

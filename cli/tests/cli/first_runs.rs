@@ -6,7 +6,7 @@
 //! `--repeat 3`; what a run killed outright left behind, the next one
 //! removes and says so.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

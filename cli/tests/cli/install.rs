@@ -7,7 +7,7 @@
 //! link: the test builds it (`cargo build -p wbcache-clib`, the same target
 //! directory and profile) and installs with `--from` that directory.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
