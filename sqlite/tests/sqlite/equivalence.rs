@@ -31,7 +31,7 @@
 //! `n + i`, the small-cache test `n + 100`); a mismatch prints it with the
 //! operation's index, its SQL and the operations before it.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};

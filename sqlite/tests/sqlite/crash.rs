@@ -24,7 +24,7 @@
 //! unix VFS of the parent and the wbcache VFS of another child both get
 //! SQLITE_BUSY; once the child exits, both read everything it committed.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -247,7 +247,7 @@ fn spawn_child_with(
     stderr: &Path,
 ) -> ChildGuard {
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "crash::crash_child", "--nocapture", "--test-threads=1"])
         .env(ROLE_ENV, role)
         .env(DB_ENV, db)
         .env(MODE_ENV, mode)
