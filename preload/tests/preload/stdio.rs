@@ -44,8 +44,8 @@ fn library() -> PathBuf {
 }
 
 /// A directory of the test's own, removed when dropped, and the test's
-/// claim to run preloaded processes (`common::Claim`).
-struct Scratch(PathBuf, crate::common::Claim);
+/// claim to run preloaded processes (`common::Claim`), held until then.
+struct Scratch(PathBuf, #[allow(dead_code)] crate::common::Claim);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
