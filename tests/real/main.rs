@@ -10,7 +10,6 @@ mod common;
 
 mod controls;
 mod controls_races;
-mod device_priority;
 mod dirty_throttle;
 mod names;
 mod optimistic_reads;

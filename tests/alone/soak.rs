@@ -31,13 +31,13 @@
 //! seconds from `WBCACHE_SOAK_SECONDS`:
 //!
 //! ```sh
-//! WBCACHE_SOAK_SECONDS=600 cargo test --release --test soak -- --nocapture
+//! WBCACHE_SOAK_SECONDS=600 cargo test --release --test alone soak:: -- --nocapture
 //! ```
 //!
 //! It prints a line every 10 seconds and a summary with the figures at the
 //! end, before the assertions, so a failing run still shows them.
 
-mod common;
+use crate::common;
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::unix::ffi::OsStrExt;
@@ -103,6 +103,7 @@ const HANG_MARGIN: Duration = Duration::from_secs(300);
 
 #[test]
 fn soak() {
+    let _alone = crate::one_at_a_time();
     let (seconds, long) = match std::env::var(ENV_SECONDS) {
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(n) if n > 0 => (n, true),

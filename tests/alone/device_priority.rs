@@ -24,7 +24,7 @@
 //! they skip with a printed reason, except under `CI=true`, where they
 //! fail.
 
-use crate::common;
+use crate::{common, one_at_a_time};
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -42,14 +42,6 @@ const SECTOR: u64 = 512;
 /// The most idle-class requests one writeback worker keeps in the kernel.
 const IDLE_IOS_MAX: usize = 4;
 const WORKERS: usize = 2;
-
-/// The tests run one at a time: a saturated loop device shares the disk
-/// and the CPUs with the other test's.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Skips (or, under `CI=true`, fails) a test whose machine lacks `what`.
 fn unavailable(what: &str) {
