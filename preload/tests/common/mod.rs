@@ -164,7 +164,6 @@ pub struct Claim {
     exclusive: bool,
 }
 
-#[derive(Default)]
 struct Claims {
     shared: usize,
     exclusive: bool,
