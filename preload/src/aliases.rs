@@ -11,7 +11,7 @@
 //!   names), which take a version argument: on x86-64 and arm64 every
 //!   version names the one `struct stat` layout.
 //!
-//! A test (`preload/tests/exports.rs`) checks the exports against the C
+//! A test (`preload/tests/preload/exports.rs`) checks the exports against the C
 //! library's: every variant it has of a served call is served here.
 
 use libc::{c_char, c_int, c_ulong, c_void, off_t, size_t, ssize_t};

@@ -7,7 +7,7 @@
 //!
 //! Its modules (private: `cargo doc --document-private-items` shows them),
 //! in layers, top first; a module uses only those below its own
-//! (`tests/architecture.rs` checks it):
+//! (`tests/meta/architecture.rs` checks it):
 //!
 //! - `aliases`: the C library's other names for the calls served below;
 //! - `stdio`: streams on managed files (`fopen`, `fdopen`, `freopen`,

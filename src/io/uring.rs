@@ -279,7 +279,7 @@ fn is_busy(err: &io::Error) -> bool {
 /// cancels a request (no `ASYNC_CANCEL`, links or timeouts), so this means
 /// the kernel could not execute it: a read or write it must hand to an
 /// io-wq worker thread is cancelled when that thread cannot be created
-/// (`RLIMIT_NPROC` reached; found by `capi/tests/resources.rs`, where every
+/// (`RLIMIT_NPROC` reached; found by `capi/tests/capi/resources.rs`, where every
 /// O_DIRECT write of a running cache failed so and its data was lost at
 /// close). Nothing was transferred: the caller redoes it synchronously.
 fn is_cancelled(attempt: &Attempt) -> bool {

@@ -1,4 +1,4 @@
-/* The C ABI's process-crash test program (capi/tests/from_c.rs): writes 100-byte
+/* The C ABI's process-crash test program (capi/tests/capi/from_c.rs): writes 100-byte
  * records through libwbcache (never syncing: a cache whose dirty data
  * does not expire), printing "acked N" after every 64th record, until it
  * is killed. Record i is "record %08d " followed by bytes of (i % 251),

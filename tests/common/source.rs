@@ -1,5 +1,5 @@
 //! Rust source read as text by the tests that check the tree
-//! (`architecture.rs`, `exports.rs`): the code without comments, literals
+//! (`meta/architecture.rs`, `meta/exports.rs`): the code without comments, literals
 //! and test items, and brace matching on it.
 
 /// `src` without comments, string and char literals (their text could

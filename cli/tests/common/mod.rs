@@ -1,9 +1,9 @@
 //! What the bench's end-to-end tests share: the built `wbcache` binary, a
 //! scratch directory, one run of `wbcache bench` that must exit 0 with
-//! JSON, and the checks of its rows and its clean-up. Each test binary
-//! includes this module and uses the parts it checks.
+//! JSON, and the checks of its rows and its clean-up. Each test module
+//! uses the parts it checks.
 
-// Each test binary compiles this module on its own and uses only part of it.
+// Not every part is used by the tests of today.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

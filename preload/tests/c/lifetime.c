@@ -1,4 +1,4 @@
-/* The lifetime test's C program (preload/tests/lifetime.rs).
+/* The lifetime test's C program (preload/tests/preload/lifetime.rs).
  *
  * Writes LEN bytes of a pattern to FILE with write(2), never syncing,
  * then ends the way MODE says: "return" from main, "exit", "_exit",

@@ -5,14 +5,15 @@
 //! the library preloaded: in its own process group, with a timeout after
 //! which the whole group is killed, its output captured.
 
-// Each test binary compiles this module on its own and uses only part of it.
+// Not every part is used by the tests of today.
 #![allow(dead_code)]
 
+use std::cell::Cell;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 pub const MIB: usize = 1 << 20;
@@ -103,15 +104,26 @@ pub fn python() -> Option<PathBuf> {
         .or_else(|| missing("python3 does not run"))
 }
 
-/// A fresh directory for one test, removed when dropped.
-pub struct Scratch(pub PathBuf);
+/// A fresh directory for one test, removed when dropped, and the test's
+/// [`Claim`] to run preloaded processes: a shared one, held until then.
+pub struct Scratch(pub PathBuf, Claim);
 
 impl Scratch {
     pub fn new(name: &str) -> Scratch {
+        Scratch::with_claim(name, Claim::shared())
+    }
+
+    /// A scratch directory with the exclusive claim: no other test of this
+    /// binary runs a preloaded process until it is dropped.
+    pub fn alone(name: &str) -> Scratch {
+        Scratch::with_claim(name, Claim::exclusive())
+    }
+
+    fn with_claim(name: &str, claim: Claim) -> Scratch {
         let dir = std::env::temp_dir().join(format!("wbcache-preload-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        Scratch(std::fs::canonicalize(&dir).unwrap())
+        Scratch(std::fs::canonicalize(&dir).unwrap(), claim)
     }
 
     /// A subdirectory, created.
@@ -136,6 +148,76 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The tests of this binary run side by side, each with its own preloaded
+/// processes, which take locks in the library's registries under
+/// `/dev/shm`. A test that looks at those registries (`dev_shm`) must see
+/// no other test's processes: it takes the exclusive claim
+/// ([`Scratch::alone`]), which waits until no other test holds a shared
+/// one, and every other test holds a shared claim while its processes
+/// run: each [`Scratch`] holds one (a test without one takes
+/// [`Claim::shared`]). A waiting exclusive claim holds back new shared
+/// claims, except on a thread that already holds one.
+pub struct Claim {
+    exclusive: bool,
+}
+
+struct Claims {
+    shared: usize,
+    exclusive: bool,
+    exclusive_waiting: usize,
+}
+
+static CLAIMS: Mutex<Claims> = Mutex::new(Claims { shared: 0, exclusive: false, exclusive_waiting: 0 });
+static CLAIMS_CHANGED: Condvar = Condvar::new();
+
+thread_local! {
+    /// The shared claims this thread holds.
+    static HELD: Cell<usize> = const { Cell::new(0) };
+}
+
+fn claims() -> MutexGuard<'static, Claims> {
+    CLAIMS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Claim {
+    /// A claim shared with the other tests that run preloaded processes.
+    pub fn shared() -> Claim {
+        let mut claims = claims();
+        let nested = HELD.get() > 0;
+        while claims.exclusive || (claims.exclusive_waiting > 0 && !nested) {
+            claims = CLAIMS_CHANGED.wait(claims).unwrap_or_else(PoisonError::into_inner);
+        }
+        claims.shared += 1;
+        HELD.set(HELD.get() + 1);
+        Claim { exclusive: false }
+    }
+
+    /// The one claim no other test holds a claim beside.
+    pub fn exclusive() -> Claim {
+        let mut claims = claims();
+        claims.exclusive_waiting += 1;
+        while claims.exclusive || claims.shared > 0 {
+            claims = CLAIMS_CHANGED.wait(claims).unwrap_or_else(PoisonError::into_inner);
+        }
+        claims.exclusive_waiting -= 1;
+        claims.exclusive = true;
+        Claim { exclusive: true }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut claims = claims();
+        if self.exclusive {
+            claims.exclusive = false;
+        } else {
+            claims.shared -= 1;
+            HELD.set(HELD.get().saturating_sub(1));
+        }
+        CLAIMS_CHANGED.notify_all();
     }
 }
 

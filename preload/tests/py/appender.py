@@ -1,4 +1,4 @@
-"""The SIGKILL test's program (preload/tests/sigkill.rs).
+"""The SIGKILL test's program (preload/tests/preload/sigkill.rs).
 
 Appends records to a file (O_APPEND, each record in two writes), in
 batches of one to five; after each batch it syncs (fsync and fdatasync by

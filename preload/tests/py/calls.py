@@ -1,4 +1,4 @@
-"""Python's file calls on a managed directory (preload/tests/python_calls.rs).
+"""Python's file calls on a managed directory (preload/tests/preload/python_calls.rs).
 
 Checks what it can see itself (with assert: a failure exits non-zero
 naming the check), and leaves files whose bytes the test then reads:

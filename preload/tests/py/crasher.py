@@ -1,4 +1,4 @@
-"""The process-crash test's program (preload/tests/process_crash.rs).
+"""The process-crash test's program (preload/tests/preload/process_crash.rs).
 
 It never syncs: what survives its SIGKILL is what the cache's guardian
 (or, without the library, the kernel's page cache) keeps. After each

@@ -1,4 +1,4 @@
-"""The differential test's driver (preload/tests/differential.rs).
+"""The differential test's driver (preload/tests/preload/differential.rs).
 
 Runs a seeded random sequence of file calls on a few files in one
 directory and writes one JSON line per call: its name, its arguments and

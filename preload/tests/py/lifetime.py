@@ -1,4 +1,4 @@
-"""The lifetime test's Python program (preload/tests/lifetime.rs).
+"""The lifetime test's Python program (preload/tests/preload/lifetime.rs).
 
 Writes LEN bytes of pattern(LEN, 77) to FILE with os.write, never
 syncing and never closing, then ends the way MODE says:

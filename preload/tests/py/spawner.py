@@ -1,4 +1,4 @@
-"""The lifetime test's program that starts others (preload/tests/lifetime.rs).
+"""The lifetime test's program that starts others (preload/tests/preload/lifetime.rs).
 
 Appends pattern(70000, 91 + k) to FILE (kept open, never synced: dirty in
 the cache), then starts `cat FILE`, for k = 0, 1, 2, each time another

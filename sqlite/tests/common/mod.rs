@@ -1,7 +1,7 @@
 //! Helpers shared by the SQLite VFS tests: a seeded generator, scratch
 //! directories, the seed from the environment, and reading query results
 //! as plain values.
-// Each test crate uses a different subset.
+// Not every part is used by the tests of today.
 #![allow(dead_code)]
 
 #[path = "../../../tests/common/rng.rs"]
