@@ -33,6 +33,9 @@ pub struct Recording<'a> {
     pub trace: &'a Trace,
     pub initial: &'a Image,
     pub stdout: &'a [u8],
+    /// Files left out of every state (shared writable mappings, with
+    /// `--ignore-mapped`).
+    pub left_out: &'a BTreeSet<u64>,
 }
 
 /// A state with the durable calls of its crash point.
@@ -66,7 +69,11 @@ pub fn state_image(recording: &Recording<'_>, item: &ToCheck) -> Image {
             image.apply(&recording.trace.records[i].call, recording.trace.bytes(i), kept);
         }
     }
-    image
+    if recording.left_out.is_empty() {
+        image
+    } else {
+        image.without_files(recording.left_out)
+    }
 }
 
 /// The output the program had acknowledged in `item`'s state.

@@ -231,7 +231,7 @@ fn crashtest(args: &CrashtestArgs, plan: &Plan) -> Result<bool, String> {
         plan.kind.name(),
         plan.jobs
     ));
-    let recording = Recording { trace: &trace, initial: &initial, stdout: &stdout };
+    let recording = Recording { trace: &trace, initial: &initial, stdout: &stdout, left_out: &mapped };
     let checker =
         Checker { command: plan.check.clone(), timeout: Duration::from_secs(args.check_timeout), jobs: plan.jobs };
     let checked = check_with_progress(&checker, &recording, &items, &plan.work)?;
@@ -395,7 +395,8 @@ fn rebuild(args: &CrashtestArgs) -> Result<PathBuf, String> {
         cp.pending.iter().copied().filter(|p| !args.lost.contains(p) && torn.is_none_or(|(t, _)| t != *p)).collect();
     let state = State { point, class: states::Class::OmitOne, kept, torn, lost: args.lost.clone() };
     let stdout = fs::read(work.join("stdout")).unwrap_or_default();
-    let recording = Recording { trace: &trace, initial: &initial, stdout: &stdout };
+    let left_out = mapped_files(&trace, true)?;
+    let recording = Recording { trace: &trace, initial: &initial, stdout: &stdout, left_out: &left_out };
     let item = ToCheck { state, durable: Arc::new(cp.durable) };
     let mut stdout_file = into.clone().into_os_string();
     stdout_file.push(".stdout");

@@ -7,6 +7,7 @@ mod common;
 
 mod advice_bench;
 mod bad_inputs;
+mod crashtest;
 mod first_runs;
 mod fsync_under_load;
 mod hot_set;

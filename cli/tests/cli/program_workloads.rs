@@ -15,7 +15,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use common::wbcache;
+use common::{in_ci, preload_library, wbcache};
 
 /// A fresh directory for one test under Cargo's directory for test
 /// files (`target/tmp`), away from other programs' files in the system's
@@ -27,10 +27,6 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
 /// Whether `tool` is on `PATH`; when not, says so, and fails under CI.
 fn have(tool: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -40,25 +36,6 @@ fn have(tool: &str) -> bool {
     assert!(!in_ci(), "{tool} is not installed (CI=true requires it)");
     eprintln!("skipped: {tool} is not installed");
     false
-}
-
-/// The preload library the bench's wbcache rows need, the newest of: the
-/// one `cargo test` just built (`deps/`), one beside the binary (a `cargo
-/// build` of the same profile) and the release build's; `None` (said, and
-/// a failure under CI) without. The newest, because `cargo test` does not
-/// refresh the copy beside the binary, which can be far older.
-fn preload_library() -> Option<PathBuf> {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wbcache"));
-    let deps = bin.parent()?.join("deps/libwbcache_preload.so");
-    let beside = bin.with_file_name("libwbcache_preload.so");
-    let release = bin.parent()?.parent()?.join("release/libwbcache_preload.so");
-    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let found = [deps, beside, release].into_iter().filter(|p| p.is_file()).max_by_key(modified);
-    if found.is_none() {
-        assert!(!in_ci(), "libwbcache_preload.so is not built (cargo build -p wbcache-preload)");
-        eprintln!("wbcache rows left out: libwbcache_preload.so is not built (cargo build -p wbcache-preload)");
-    }
-    found
 }
 
 /// The engines to run: kernel-buffered, and wbcache when the library is

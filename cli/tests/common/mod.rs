@@ -92,3 +92,27 @@ pub fn assert_rows(json: &serde_json::Value, engines: &[&str], variants: &[&str]
     expected.sort();
     assert_eq!(rows, expected, "{what}");
 }
+
+/// Whether this is a CI run (`CI=true`): what a test would skip, it fails.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The preload library the bench's wbcache rows need, the newest of: the
+/// one `cargo test` just built (`deps/`), one beside the binary (a `cargo
+/// build` of the same profile) and the release build's; `None` (said, and
+/// a failure under CI) without. The newest, because `cargo test` does not
+/// refresh the copy beside the binary, which can be far older.
+pub fn preload_library() -> Option<PathBuf> {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wbcache"));
+    let deps = bin.parent()?.join("deps/libwbcache_preload.so");
+    let beside = bin.with_file_name("libwbcache_preload.so");
+    let release = bin.parent()?.parent()?.join("release/libwbcache_preload.so");
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let found = [deps, beside, release].into_iter().filter(|p| p.is_file()).max_by_key(modified);
+    if found.is_none() {
+        assert!(!in_ci(), "libwbcache_preload.so is not built (cargo build -p wbcache-preload)");
+        eprintln!("wbcache rows left out: libwbcache_preload.so is not built (cargo build -p wbcache-preload)");
+    }
+    found
+}
