@@ -8,14 +8,15 @@
 //!
 //! Each recorded call and its line are one step: the call runs with the
 //! recorder's lock held (a process-wide mutex, then an `flock` of the
-//! trace, which the program's other processes take too), so no other
-//! recorded call comes between a call and its line, whatever the threads
-//! or processes. Files are named by inode, names by their path relative to
+//! trace through a descriptor of this process's own, which the program's
+//! other processes take too, forked ones included), so no other recorded
+//! call comes between a call and its line, whatever the threads or
+//! processes. Files are named by inode, names by their path relative to
 //! the root. Calls the recorder cannot follow on files under the root (a
-//! shared writable mapping, `copy_file_range` into one, a symbolic link,
-//! `O_TMPFILE`) are recorded as such, and the crash test refuses or
-//! leaves them out. A call made from inside a recorded one (stdio's
-//! buffer flushed by `write`) is recorded once, by the outer.
+//! shared writable mapping, a symbolic link, `O_TMPFILE`, a copy whose
+//! bytes cannot be read back) are recorded as such, and the crash test
+//! refuses or leaves them out. A call made from inside a recorded one
+//! (stdio's buffer flushed by `write`) is recorded once, by the outer.
 //!
 //! Without the variable, every function here runs its call and nothing
 //! else: one load of a `OnceLock`.
@@ -33,6 +34,7 @@ use crate::real;
 
 /// The recorder of this process, if the crash test asked for one.
 struct Recorder {
+    trace_path: PathBuf,
     trace: c_int,
     data: c_int,
     root: PathBuf,
@@ -43,7 +45,11 @@ struct Recorder {
 }
 
 static RECORDER: OnceLock<Option<Recorder>> = OnceLock::new();
-static LOCK: Mutex<()> = Mutex::new(());
+/// The process-wide lock, holding the descriptor this process takes the
+/// trace's `flock` through, with the process it was opened in: a child
+/// forked without `exec` shares its parent's descriptions, whose `flock`
+/// would not keep the two apart, and opens one of its own.
+static LOCK: Mutex<Option<(u32, c_int)>> = Mutex::new(None);
 
 thread_local! {
     /// Set while this thread runs a recorded call.
@@ -68,14 +74,14 @@ fn open_recorder() -> Option<Recorder> {
         (fd >= 0).then_some(fd)
     };
     let (trace, data) = (open(Path::new(&trace_path))?, open(&data_path)?);
-    let root_dev = stat_fd(trace).map(|_| ()).and_then(|()| stat_path(&root)).map(|st| st.st_dev)?;
+    let root_dev = stat_path(&root)?.st_dev;
     let output = std::env::var_os("WBCACHE_CRASHTEST_STDOUT").map_or(-1, |path| {
         std::ffi::CString::new(path.into_vec()).map_or(-1, |c| {
             // SAFETY: a NUL-terminated path; the C library's open.
             unsafe { real::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) }
         })
     });
-    Some(Recorder { trace, data, root, root_dev, output })
+    Some(Recorder { trace_path: PathBuf::from(trace_path), trace, data, root, root_dev, output })
 }
 
 /// Runs a recorded call: `run` with the recorder's lock held, then `line`
@@ -89,16 +95,27 @@ fn recorded<R: Copy>(relevant: bool, run: impl FnOnce() -> R, line: impl FnOnce(
     if BUSY.with(|b| b.replace(true)) {
         return run();
     }
-    let held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: flock(2) of our own trace descriptor.
-    unsafe { libc::flock(rec.trace, libc::LOCK_EX) };
+    let mut held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    let lock_fd = match *held {
+        Some((owner, fd)) if owner == pid => fd,
+        _ => {
+            let c = std::ffi::CString::new(rec.trace_path.as_os_str().as_bytes()).unwrap_or_default();
+            // SAFETY: a NUL-terminated path; the C library's open.
+            let fd = unsafe { real::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+            *held = Some((pid, fd));
+            fd
+        }
+    };
+    // SAFETY: flock(2) of this process's own descriptor of the trace.
+    unsafe { libc::flock(lock_fd, libc::LOCK_EX) };
     let answer = run();
     if let Some(mut text) = line(rec, answer) {
         let _ = writeln!(text, ",\"stdout\":{}}}", rec.output_bytes());
         write_all(rec.trace, text.as_bytes());
     }
     // SAFETY: as above.
-    unsafe { libc::flock(rec.trace, libc::LOCK_UN) };
+    unsafe { libc::flock(lock_fd, libc::LOCK_UN) };
     drop(held);
     BUSY.with(|b| b.set(false));
     answer
