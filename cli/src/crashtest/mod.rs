@@ -152,13 +152,13 @@ pub fn run(args: CrashtestArgs) -> i32 {
         Ok(plan) => plan,
         Err(message) => return fail(&message),
     };
-    match crashtest(&args, &plan) {
-        Ok(found) => {
-            if !found && !plan.work_given {
-                let _ = fs::remove_dir_all(&plan.work);
-            }
-            i32::from(found)
-        }
+    let outcome = crashtest(&args, &plan);
+    // A work directory of its own is kept only for a violation's rebuild.
+    if !plan.work_given && !matches!(outcome, Ok(true)) {
+        let _ = fs::remove_dir_all(&plan.work);
+    }
+    match outcome {
+        Ok(found) => i32::from(found),
         Err(message) => fail(&message),
     }
 }

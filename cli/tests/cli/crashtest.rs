@@ -172,10 +172,13 @@ fn crashtest(test: &Path, initial: &[(&str, &[u8])], program: &str, extra: &[&st
 }
 
 /// `wbcache crashtest --paths DIR` with the preload library this build
-/// made.
+/// made, its work directory beside `dir` (a run with a violation keeps
+/// it: the test's directory holds it, not the system's).
 fn crashtest_command(dir: &Path) -> Command {
+    let work = dir.with_file_name("work");
+    let _ = std::fs::remove_dir_all(&work);
     let mut command = wbcache();
-    command.arg("crashtest").arg("--paths").arg(dir).stdin(Stdio::null());
+    command.arg("crashtest").arg("--paths").arg(dir).arg("--work").arg(&work).stdin(Stdio::null());
     if let Some(lib) = preload_library() {
         command.env("WBCACHE_PRELOAD", lib);
     }
@@ -233,13 +236,11 @@ fn a_violation_rebuilds_into_a_directory() {
         return;
     }
     let test = scratch("crashtest-rebuild");
-    let work = test.join("work");
-    let work_arg = work.to_string_lossy().into_owned();
     let program =
         format!("{WRITE_TMP}os.close(fd)\nos.rename(f'{{d}}/a.tmp', f'{{d}}/a')\nprint('saved', flush=True)\n");
     let json = test.join("report.json");
     let json_arg = json.to_string_lossy().into_owned();
-    let out = crashtest(&test, &[], &program, &["--work", &work_arg, "--json", &json_arg], RENAME_CHECK);
+    let out = crashtest(&test, &[], &program, &["--json", &json_arg], RENAME_CHECK);
     assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["model"], "posix");
