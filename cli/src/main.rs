@@ -11,7 +11,7 @@
 //! ([`crashtest`]).
 //!
 //! Layout, top first (each layer imports only those below it; the table
-//! is `CLI_LAYERS` in tests/architecture.rs): [`runner`] (the parent:
+//! is `CLI_LAYERS` in tests/meta/architecture.rs): [`runner`] (the parent:
 //! places, leftovers of killed runs, cgroups, caches, workers, tables,
 //! charts); [`cli`] (options, suites); [`help`] (the help and `--list`
 //! texts), [`run`], [`install`], [`crashtest`]; [`workloads`] (the `Workload` trait, the

@@ -384,6 +384,9 @@ fn rebuild(args: &CrashtestArgs) -> Result<PathBuf, String> {
     let initial = Image::read(&work.join("base")).map_err(|e| format!("{}/base: {e}", work.display()))?;
     let initial = initial.renumbered(&info.inodes);
     let torn = args.torn.as_deref().map(parse_torn).transpose()?;
+    // As the run saw it: files mapped shared and writable left out.
+    let left_out = mapped_files(&trace, true)?;
+    let initial = initial.without_files(&left_out);
     let analysis = Analysis::new(kind, &trace.records, &initial);
     let cp = analysis.crash_point(&trace.records, point);
     for call in args.lost.iter().chain(torn.as_ref().map(|(t, _)| t)) {
@@ -395,7 +398,6 @@ fn rebuild(args: &CrashtestArgs) -> Result<PathBuf, String> {
         cp.pending.iter().copied().filter(|p| !args.lost.contains(p) && torn.is_none_or(|(t, _)| t != *p)).collect();
     let state = State { point, class: states::Class::OmitOne, kept, torn, lost: args.lost.clone() };
     let stdout = fs::read(work.join("stdout")).unwrap_or_default();
-    let left_out = mapped_files(&trace, true)?;
     let recording = Recording { trace: &trace, initial: &initial, stdout: &stdout, left_out: &left_out };
     let item = ToCheck { state, durable: Arc::new(cp.durable) };
     let mut stdout_file = into.clone().into_os_string();
