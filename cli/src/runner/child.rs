@@ -87,6 +87,9 @@ fn start_worker(spec: &Spec, cgroups: Option<&mut MemCgroups>) -> Result<(Child,
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the wbcache binary: {e}"))?;
     let mut command = Command::new(exe);
     command.arg("bench-worker").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // Set before exec: the worker's own prctl comes too late for a `bench`
+    // killed between the fork and the worker's start.
+    crate::sys::die_with_parent(&mut command);
     if spec.engine == EngineKind::WbcachePreload {
         preload_environment(&mut command, spec)?;
     }

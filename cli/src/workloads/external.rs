@@ -89,14 +89,7 @@ pub fn command<S: AsRef<OsStr>>(
     let mut c = Command::new(tool);
     c.args(args).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     c.process_group(0);
-    // SAFETY: prctl only sets an attribute of the new process; it is
-    // async-signal-safe.
-    unsafe {
-        c.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            Ok(())
-        })
-    };
+    crate::sys::die_with_parent(&mut c);
     if let Some(options) = preload_options {
         let lib = library().map_err(unsupported)?;
         c.env("LD_PRELOAD", preload_list(&lib)).env("WBCACHE_PATHS", dir).env("WBCACHE_OPTIONS", options);
