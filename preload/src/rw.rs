@@ -299,11 +299,10 @@ fn recorded_at(off: off_t) -> record::At {
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
-    // SAFETY: the program lends `buf` for `len` bytes.
     let call = || {
         on_fd(
             fd,
-            // SAFETY: the program's arguments, passed on to the call it made.
+            // SAFETY: the program lends `buf` for `len` bytes for the call.
             |d| write_from(d, &unsafe { one(buf, len) }?, None, WriteFlags::NONE, 0),
             // SAFETY: the program's arguments, passed on to the call it made.
             || unsafe { real::write(fd, buf, len) },
