@@ -138,7 +138,10 @@ pub fn write(
     run: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
     let Some(rec) = recorder() else { return run() };
-    let relevant = rec.file_of(fd).is_some();
+    // The file, found once (a descriptor names the same file after the
+    // write); only its size is asked again afterwards.
+    let file = rec.file_of(fd).map(|(ino, _, _)| ino);
+    let relevant = file.is_some();
     let before = match at {
         At::Offset(off) => Some(off),
         At::Position if relevant => position(fd),
@@ -146,11 +149,18 @@ pub fn write(
     };
     recorded(relevant, run, |rec, n| {
         let n = usize::try_from(n).ok().filter(|n| *n > 0)?;
-        let (ino, _, st) = rec.file_of(fd)?;
+        let ino = file?;
         let flags = status_flags(fd);
         let append = flags & libc::O_APPEND != 0 || rwf & libc::RWF_APPEND != 0;
-        let size_after = crate::table::get(fd).and_then(|d| d.file.len().ok()).unwrap_or(st.st_size as u64);
-        let off = if append { size_after - n as u64 } else { before? };
+        let off = if append {
+            let size_after = match crate::table::get(fd) {
+                Some(desc) => desc.file.len().ok()?,
+                None => stat_fd(fd)?.st_size as u64,
+            };
+            size_after - n as u64
+        } else {
+            before?
+        };
         let sync = if flags & libc::O_SYNC == libc::O_SYNC || rwf & libc::RWF_SYNC != 0 {
             "all"
         } else if flags & libc::O_DSYNC != 0 || rwf & libc::RWF_DSYNC != 0 {

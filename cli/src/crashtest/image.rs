@@ -225,7 +225,10 @@ impl Image {
     pub fn inodes(&self) -> BTreeMap<PathBuf, u64> {
         self.names
             .iter()
-            .filter_map(|(p, e)| self.name_of_path(p).map(|ino| (p.clone(), ino)).filter(|_| *e != Entry::Dir))
+            .filter_map(|(p, e)| match e {
+                Entry::File(ino) => Some((p.clone(), *ino)),
+                Entry::Dir => None,
+            })
             .collect()
     }
 

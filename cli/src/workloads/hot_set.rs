@@ -262,13 +262,14 @@ impl Workload for HotSetWorkload {
     /// The streamer's and the hot reader's MB/s, the hit ratio.
     fn summary(&self, rows: &[ResultRow]) -> String {
         let Some(r) = rows.last() else { return crate::report::summary(rows) };
-        let Some(hot) = hot_figures(r).hot_mb_s else { return crate::report::summary(rows) };
+        let own = hot_figures(r);
+        let Some(hot) = own.hot_mb_s else { return crate::report::summary(rows) };
         let mut s = match r.variant.as_deref() {
             Some(v) if v == HotSet::Alone.name() => String::new(),
             _ => format!("stream {:.1} MB/s, ", r.throughput_mb_s.unwrap_or(0.0)),
         };
         s.push_str(&format!("hot {hot:.1} MB/s"));
-        if let Some(x) = hot_figures(r).hot_hit_ratio {
+        if let Some(x) = own.hot_hit_ratio {
             s.push_str(&format!(", hot hit ratio {:.1}%", x * 100.0));
         }
         s
@@ -453,15 +454,16 @@ pub fn hot_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
         let mut c = table.cells(r);
         c.engine().variant();
         c.figure(r.throughput_mb_s.filter(|_| !alone), fmt_num);
-        c.figure(hot_figures(r).hot_mb_s, fmt_num);
-        c.times(hot_figures(r).hot_mb_s_alone_ratio);
-        match hot_figures(r).hot_hit_ratio {
+        let own = hot_figures(r);
+        c.figure(own.hot_mb_s, fmt_num);
+        c.times(own.hot_mb_s_alone_ratio);
+        match own.hot_hit_ratio {
             None if r.ok() && r.engine == "kernel-direct" => c.text("— (no cache)"),
             hit_ratio => c.figure(hit_ratio, percent),
         };
         c.figure(r.peak_dirty_bytes, mib);
         if has_dropped {
-            c.figure(hot_figures(r).dropbehind_freed_bytes, mib);
+            c.figure(own.dropbehind_freed_bytes, mib);
         }
         table.push(c);
     }

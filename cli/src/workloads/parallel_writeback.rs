@@ -331,9 +331,10 @@ impl Workload for ParallelWriteback {
     /// The writers', then the writeback's MB/s and the CPU.
     fn summary(&self, rows: &[ResultRow]) -> String {
         let Some(r) = rows.last() else { return crate::report::summary(rows) };
-        let Some(w) = pw_figures(r).writeback_mb_s else { return crate::report::summary(rows) };
+        let own = pw_figures(r);
+        let Some(w) = own.writeback_mb_s else { return crate::report::summary(rows) };
         let mut s = format!("writers {:.1} MB/s, writeback {w:.1} MB/s", r.throughput_mb_s.unwrap_or(0.0));
-        if let Some(c) = pw_figures(r).cpu_s_per_gib {
+        if let Some(c) = own.cpu_s_per_gib {
             s.push_str(&format!(", {c:.2} CPU s/GiB"));
         }
         if let Some(t) = r.total_s {
@@ -525,8 +526,9 @@ pub fn pw_table(title: &str, about: &str, rows: &[&ResultRow]) -> String {
 fn pw_cells(c: &mut Cells<'_>, r: &ResultRow, rows: &[&ResultRow], has_workers: bool) {
     let (pattern, config) = pw_parts(r);
     let single = config.and_then(|_| pw_find(rows, &format!("{pattern}/single-1"), "wbcache"));
-    c.variant().engine().figure(r.throughput_mb_s, fmt_num).figure(pw_figures(r).writeback_mb_s, fmt_num);
-    c.figure(pw_figures(r).cpu_s_per_gib, fmt_three_digits);
+    let own = pw_figures(r);
+    c.variant().engine().figure(r.throughput_mb_s, fmt_num).figure(own.writeback_mb_s, fmt_num);
+    c.figure(own.cpu_s_per_gib, fmt_three_digits);
     c.times(writeback_ratio(r, single));
     c.times(writeback_ratio(r, pw_find(rows, pattern, "kernel-buffered")));
     c.times(writeback_ratio(r, pw_find(rows, pattern, "kernel-direct")));
@@ -534,7 +536,7 @@ fn pw_cells(c: &mut Cells<'_>, r: &ResultRow, rows: &[&ResultRow], has_workers: 
         let per_worker = |w: &Vec<u64>| {
             w.iter().map(|b| format!("{:.0}", *b as f64 / (1u64 << 20) as f64)).collect::<Vec<_>>().join(" / ")
         };
-        c.figure(pw_figures(r).written_bytes_per_worker.as_ref(), per_worker);
+        c.figure(own.written_bytes_per_worker.as_ref(), per_worker);
     }
 }
 

@@ -258,6 +258,24 @@ fn a_violation_rebuilds_into_a_directory() {
         .status()
         .unwrap();
     assert!(!check.success(), "the rebuilt state fails its checker again");
+    // What the rebuild refuses, exit status 2 and one line each: a point
+    // past the trace, a call not pending there, a torn write without its
+    // bytes, a directory not filled yet, a work directory that is not one.
+    let work = report["work"].as_str().unwrap().to_string();
+    let other = test.join("other").to_string_lossy().into_owned();
+    let into = into.to_string_lossy().into_owned();
+    for (args, says) in [
+        (vec!["--rebuild", &work, "--point", "999", "--into", &other], "the trace has"),
+        (vec!["--rebuild", &work, "--point", "3", "--lost", "2", "--into", &other], "not pending"),
+        (vec!["--rebuild", &work, "--point", "3", "--torn", "1", "--into", &other], "CALL:BYTES"),
+        (vec!["--rebuild", &work, "--point", "3", "--into", &into], "not empty"),
+        (vec!["--rebuild", &other, "--point", "3", "--into", &other], "not a kept crash test"),
+    ] {
+        let out = wbcache().arg("crashtest").args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
     std::fs::remove_dir_all(&test).unwrap();
 }
 
