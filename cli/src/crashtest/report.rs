@@ -52,7 +52,9 @@ pub fn minimal_violations(items: &[ToCheck], verdicts: &[Verdict]) -> Vec<Violat
         }
     }
     let mut violations: Vec<Violation> = by_signature.into_values().collect();
-    violations.sort_by_key(|v| (v.state.distance(), v.state.point));
+    // Closest first, then by crash point and by what was lost: the same
+    // run reports in the same order (the map above has none).
+    violations.sort_by_key(|v| (v.state.distance(), v.state.point, v.state.signature()));
     violations
 }
 
