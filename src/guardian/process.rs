@@ -617,3 +617,47 @@ impl ReplaySink for FileSink<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::arena::{BlockState, BLOCK_BYTES};
+    use super::super::board::{Board, BoardView, CacheState, Writable};
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// A descriptor of `fd` of our own.
+    fn dup(fd: RawFd) -> OwnedFd {
+        crate::base::sys::dup_above_program_descriptors(fd).expect("dup")
+    }
+
+    /// The guardian's replay of a dead owner's two dirty blocks into a
+    /// file (a `memfd` here), with the board saying how far it got.
+    #[test]
+    fn a_replay_writes_the_dirty_blocks_and_says_so_on_the_board() {
+        let arena = Arena::new(16 << 20).expect("arena");
+        let record = arena.table().file(1);
+        record.size.store(2 * BLOCK_BYTES as u64, Ordering::Relaxed);
+        record.used.store(1, Ordering::Release);
+        let (slot, data) = arena.allocate(4 * BLOCK_BYTES).expect("a slot");
+        // SAFETY: the slot's four blocks, ours alone.
+        unsafe { std::ptr::write_bytes(data.as_ptr(), b'w', 4 * BLOCK_BYTES) };
+        arena.record_owner(slot, (1, 0), 0);
+        arena.mark(slot, (0, 2), BlockState::Dirty);
+        let (file, _) = super::super::arena::map_memfd(c"replayed-file", BLOCK_BYTES as u64).expect("a file");
+        let board = Board::create("owner").expect("board");
+        let guardian_view = BoardView::open(&dup(board.fd()), Writable::Yes).expect("the guardian's view");
+        let files = HashMap::from([(1u32, dup(file.as_raw_fd()))]);
+        let (table_fd, arena_fd) = (dup(arena.table_fd()), dup(arena.arena_fd()));
+        assert_eq!(replay_files(&table_fd, &arena_fd, files, Some(&guardian_view)).expect("replayed"), true);
+        let reading = BoardView::open(&dup(board.fd()), Writable::No).expect("a reader's view").read();
+        assert_eq!(reading.state, CacheState::GuardianDone);
+        let bytes = 2 * BLOCK_BYTES as u64;
+        assert_eq!(reading.guardian_bytes, (bytes, bytes), "written and found");
+        assert_eq!(crate::base::sys::fstat_size(file.as_raw_fd()).unwrap(), bytes, "the file's length is its size");
+        let back = crate::base::sys::map_shared(file.as_raw_fd(), bytes as usize, libc::PROT_READ).expect("map");
+        // SAFETY: the file's mapping just made, `bytes` long, left mapped.
+        let back = unsafe { std::slice::from_raw_parts(back.as_ptr(), bytes as usize) };
+        assert!(back.iter().all(|b| *b == b'w'));
+        arena.free(slot);
+    }
+}

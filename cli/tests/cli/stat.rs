@@ -150,6 +150,45 @@ fn stat_shows_dirty_bytes_rise_and_fall_after_the_programs_fsync() {
     wait_until("the cache leaves stat once its program ended", || stat_of(pid).is_none());
 }
 
+/// Sends SIGCONT to a stopped guardian on drop, so a failed test leaves
+/// no process stopped.
+struct Stopped(i32);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the guardian this test stopped.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+#[test]
+fn a_dead_owners_cache_shows_its_guardian_until_the_data_is_written() {
+    if !ready() {
+        return;
+    }
+    let writer = Writer::start("stat-guardian");
+    let mut cache = None;
+    wait_until("stat shows the writer's 8 MiB dirty", || {
+        cache = stat_of(writer.pid);
+        cache.as_ref().is_some_and(|c| c["figures"]["dirty_bytes"].as_u64() >= Some(8 << 20))
+    });
+    let guardian = cache.unwrap()["guardian_pid"].as_i64().expect("the cache has a guardian") as i32;
+    // The guardian, stopped, cannot notice the death yet: the cache must
+    // show its owner gone, through the guardian's hold on it.
+    // SAFETY: kill(2) on the guardian process and on the writer.
+    unsafe { libc::kill(guardian, libc::SIGSTOP) };
+    let stopped = Stopped(guardian);
+    // SAFETY: as above.
+    unsafe { libc::kill(writer.pid as i32, libc::SIGKILL) };
+    wait_until("stat shows the owner gone", || {
+        stat_of(writer.pid).is_some_and(|c| c["state"] == "owner-gone" && c["owner_alive"] == false)
+    });
+    drop(stopped);
+    wait_until("the cache leaves stat once its guardian has written", || stat_of(writer.pid).is_none());
+    let data = std::fs::read(writer.data.join("file")).expect("the file, read through the kernel");
+    assert!(data.len() == 8 << 20 && data.iter().all(|b| *b == b'x'), "the dead writer's 8 MiB are in the file");
+}
+
 /// `tmux` with a server of the test's own, killed on drop.
 struct Tmux {
     socket: String,
