@@ -258,6 +258,7 @@ fn install_places_the_whole_product_and_uninstall_removes_exactly_it() {
     if Command::new("man").arg("--version").output().is_ok() {
         pages.iter().for_each(|page| check_man_page(&root.join(page)));
     } else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "man is installed under CI (.ci/run installs man-db)");
         eprintln!("man not installed: the man pages are not rendered");
     }
     assert_eq!(bash_completes(&root.join("share/bash-completion/completions/wbcache")), "bench\n");

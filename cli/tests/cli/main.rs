@@ -1,6 +1,6 @@
 //! The command line's tests: `wbcache bench` run end to end as a user runs
 //! it (a module per workload family, bad inputs and signals, first runs),
-//! and `wbcache install`. The helpers are in `../common/`.
+//! and `wbcache install` / `uninstall`. The helpers are in `../common/`.
 
 #[path = "../common/mod.rs"]
 mod common;
