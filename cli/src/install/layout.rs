@@ -52,9 +52,11 @@ impl Places {
         if prefix.parent().is_none() {
             return Err("--prefix /: the root is no prefix (try /usr/local)".to_string());
         }
+        // An empty DESTDIR, given or inherited, is none (not the current directory).
         let destdir = destdir
             .map(Path::to_path_buf)
-            .or_else(|| std::env::var_os("DESTDIR").filter(|d| !d.is_empty()).map(PathBuf::from));
+            .or_else(|| std::env::var_os("DESTDIR").map(PathBuf::from))
+            .filter(|dir| !dir.as_os_str().is_empty());
         Ok(Places { prefix, destdir })
     }
 
@@ -216,7 +218,7 @@ mod tests {
         assert_eq!(places.written(Path::new("/opt/wb/lib/x")), Path::new("/stage/opt/wb/lib/x"));
         assert_eq!(places.installed(Path::new("/stage/opt")), Some(PathBuf::from("/opt")));
         assert_eq!(places.installed(Path::new("/stage")), None);
-        let direct = Places::new(Path::new("/opt/wb"), None).unwrap();
+        let direct = Places::new(Path::new("/opt/wb"), Some(Path::new(""))).unwrap();
         assert_eq!(direct.written(Path::new("/opt/wb/lib/x")), Path::new("/opt/wb/lib/x"));
     }
 
