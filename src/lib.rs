@@ -57,6 +57,11 @@ pub use api::file::{
     Advice, Allocation, File, FileCursor, OpenOptions, SyncRangeFlags, WriteFlags, RESIDENT_CACHED, RESIDENT_DIRTY,
     RESIDENT_WRITEBACK,
 };
+/// Reading a running cache's figures from another process (what `wbcache
+/// stat` and `wbcache top` show): [`watch::read_board`] and
+/// [`watch::read_unwritten_files`] over the shared memory every cache
+/// keeps.
+pub use api::watch;
 pub use buf::user::{RawIov, IOV_MAX};
 pub use buf::AlignedBuf;
 pub use config::{parse_size, BackgroundIoprio, Config, Routing, OPTION_KEYS};

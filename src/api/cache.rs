@@ -198,13 +198,8 @@ impl Cache {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
-        let s = &self.shared;
-        let mut st = Stats::from_counters(&s.counters, s.memory.cached_bytes());
-        st.capacity_bytes = s.config.capacity_bytes;
-        st.io_backend = s.io.kind().name();
-        st.direct_io = s.all_direct_io.load(Ordering::Acquire);
-        st.open_inodes = s.nr_inodes() as u64;
-        st.config = Some((*s.config).clone());
+        let mut st = self.shared.stats();
+        st.config = Some((*self.shared.config).clone());
         st
     }
 

@@ -2,7 +2,8 @@
 //! opens files, closes everything), [`file`](mod@file) (a handle's reads, writes,
 //! syncs and options) and, beneath both, [`shared`] (what a cache and its
 //! files share: the inode table, the writeback domains, the worker
-//! threads).
+//! threads), with [`watch`] (the board other processes read the cache's
+//! figures from) below it.
 //!
 //! Everything else in the crate serves this layer and none of it imports
 //! it: the caches and files here own the inodes, domains and threads below,
@@ -12,3 +13,4 @@
 pub mod cache;
 pub mod file;
 pub mod shared;
+pub mod watch;

@@ -20,6 +20,7 @@ use crate::base::locks;
 use crate::base::sys::SyncKind;
 use crate::buf::BulkFree;
 use crate::config::Config;
+use crate::guardian::board::Board;
 use crate::guardian::{Guardian, GuardianProcess};
 use crate::inode::{Inode, InodeHandles};
 use crate::io::{BackingStore, Io, Symlink};
@@ -28,9 +29,11 @@ use crate::policy::dirty::{CacheDirty, DomainDirty, Progress};
 use crate::policy::dropbehind::DropBehind;
 use crate::policy::memory::Memory;
 use crate::readahead::Workers;
-use crate::stats::{Counters, Reason};
+use crate::stats::{Counters, Reason, Stats};
 use crate::writeback::domain::Domain;
 use crate::writeback::sync_range::RangeWriter;
+
+use super::watch::{figures_of, Figures, Publisher, Sampler};
 
 /// Inodes kept in the table (each holds a descriptor); beyond this, idle
 /// ones are synced and forgotten.
@@ -60,6 +63,10 @@ pub struct Shared {
     closed: AtomicBool,
     next_inode_id: AtomicU64,
     pub all_direct_io: AtomicBool,
+    /// Publishes the cache's figures for `wbcache stat` (see
+    /// [`super::watch`]); `None` over the simulated backend, or where no
+    /// `memfd` could be made.
+    publisher: Option<Publisher>,
 }
 
 impl Shared {
@@ -69,27 +76,60 @@ impl Shared {
         crate::base::epoch::init();
         let counters = Arc::new(Counters::default());
         let dirty = CacheDirty::new(counters.clone(), Arc::new(Progress::default()));
-        let guardian = start_guardian(&config, &*io);
+        let board = create_board(&*io);
+        let guardian = start_guardian(&config, &*io, board.as_deref());
         let memory = Arc::new(Memory::with_guardian(config.capacity_bytes, dirty.clone(), guardian));
+        if let (Some(board), Some(guardian)) = (&board, &memory.guardian) {
+            board.set_table_inode(crate::base::sys::fstat_inode(guardian.arena().table_fd()).unwrap_or(0));
+        }
         let workers = Workers::start(config.io_max_bytes, &io)?;
         let range_writer = RangeWriter::start(&io)?;
         let dropbehind = DropBehind::start(memory.clone(), counters.clone())?;
-        Ok(Arc::new(Shared {
-            config: Arc::new(config),
-            counters,
-            dirty,
-            memory,
-            dropbehind,
-            io,
-            ops_gate: RwLock::new(()),
-            inodes: Mutex::new(HashMap::new()),
-            domains: Mutex::new(HashMap::new()),
-            workers,
-            range_writer,
-            closed: AtomicBool::new(false),
-            next_inode_id: AtomicU64::new(1),
-            all_direct_io: AtomicBool::new(true),
-        }))
+        let mut failed_to_publish = None;
+        let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
+            let publisher = board.and_then(|board| {
+                let weak = weak.clone();
+                let sample: Sampler = Box::new(move || weak.upgrade().map(|shared| shared.figures()));
+                Publisher::start(board, sample).map_err(|e| failed_to_publish = Some(e)).ok()
+            });
+            Shared {
+                config: Arc::new(config),
+                counters,
+                dirty,
+                memory,
+                dropbehind,
+                io,
+                ops_gate: RwLock::new(()),
+                inodes: Mutex::new(HashMap::new()),
+                domains: Mutex::new(HashMap::new()),
+                workers,
+                range_writer,
+                closed: AtomicBool::new(false),
+                next_inode_id: AtomicU64::new(1),
+                all_direct_io: AtomicBool::new(true),
+                publisher,
+            }
+        });
+        if let Some(e) = failed_to_publish {
+            let _ = shared.shutdown();
+            return Err(e);
+        }
+        Ok(shared)
+    }
+
+    /// A snapshot of the counters, without the configuration.
+    pub fn stats(&self) -> Stats {
+        let mut st = Stats::from_counters(&self.counters, self.memory.cached_bytes());
+        st.capacity_bytes = self.config.capacity_bytes;
+        st.io_backend = self.io.kind().name();
+        st.direct_io = self.all_direct_io.load(Ordering::Acquire);
+        st.open_inodes = self.nr_inodes() as u64;
+        st
+    }
+
+    /// The board's sample of the counters now.
+    fn figures(&self) -> Figures {
+        figures_of(&self.stats(), self.config.dirty_limit_bytes, crate::base::sys::monotonic_ns())
     }
 
     pub fn is_closed(&self) -> bool {
@@ -410,8 +450,24 @@ impl Shared {
         if let Some(guardian) = &self.memory.guardian {
             guardian.closed();
         }
+        if let Some(publisher) = &self.publisher {
+            publisher.stop(self.figures());
+        }
         result
     }
+}
+
+/// The cache's board (see [`super::watch`]), over a real backend: named
+/// after the program. A process that cannot make one (no `memfd`) runs
+/// without, and `wbcache stat` does not see its cache.
+fn create_board(io: &dyn Io) -> Option<Arc<Board>> {
+    #[cfg(any(test, feature = "sim"))]
+    if io.kind() == crate::io::IoKind::Sim {
+        return None;
+    }
+    #[cfg(not(any(test, feature = "sim")))]
+    let _ = io;
+    Board::create(&crate::base::sys::program_name()).ok().map(Arc::new)
 }
 
 /// The cache's guardian (see [`crate::guardian`]), unless `guardian=off`:
@@ -419,7 +475,7 @@ impl Shared {
 /// one. A cache that cannot have one (no `memfd`, no `fork`) runs without,
 /// and says so once on standard error: a crash of the process then loses
 /// what was not written back.
-fn start_guardian(config: &Config, io: &dyn Io) -> Option<Arc<Guardian>> {
+fn start_guardian(config: &Config, io: &dyn Io, board: Option<&Board>) -> Option<Arc<Guardian>> {
     if !config.guardian {
         return None;
     }
@@ -431,7 +487,9 @@ fn start_guardian(config: &Config, io: &dyn Io) -> Option<Arc<Guardian>> {
         let _ = io;
         GuardianProcess::Spawn
     };
-    match Guardian::start(config.capacity_bytes, process) {
+    // The guardian process gets its own descriptor of the board.
+    let board_fd = board.and_then(|board| crate::base::sys::dup_above_program_descriptors(board.fd()).ok());
+    match Guardian::start(config.capacity_bytes, process, board_fd) {
         Ok(guardian) => Some(guardian),
         Err(e) => {
             static WARNED: std::sync::Once = std::sync::Once::new();

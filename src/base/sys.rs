@@ -105,6 +105,44 @@ pub fn duplicate_above_floor(fd: RawFd) -> Option<RawFd> {
     check(rc).ok().map(|high| high as RawFd)
 }
 
+/// A close-on-exec duplicate of `fd`, at or above [`descriptor_floor`]
+/// where a number there is free, owned by the caller.
+pub fn dup_above_program_descriptors(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) touches no memory of ours.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_fcntl,
+            libc::c_long::from(fd),
+            libc::c_long::from(libc::F_DUPFD_CLOEXEC),
+            libc::c_long::from(descriptor_floor()),
+        )
+    };
+    let dup = check(rc)? as RawFd;
+    // SAFETY: a descriptor just made, ours alone.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) })
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime fills one live `timespec`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// This thread's name as the kernel keeps it (`PR_GET_NAME`): the
+/// program's name on its main thread, up to 15 bytes.
+pub fn program_name() -> String {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into `name`.
+    let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let len = name.iter().position(|b| *b == 0).unwrap_or(name.len());
+    String::from_utf8_lossy(&name[..len]).into_owned()
+}
+
 /// The lowest number for the engine's descriptors: 256, or half the
 /// process's limit of open descriptors where that is lower, so that a
 /// program keeps the other half.
@@ -185,6 +223,15 @@ fn fstat_kind(fd: RawFd) -> io::Result<(u64, bool)> {
     // SAFETY: fstat succeeded and filled it in.
     let st = unsafe { st.assume_init() };
     Ok((st.st_size as u64, st.st_mode & libc::S_IFMT == libc::S_IFBLK))
+}
+
+/// `fd`'s inode number (`st_ino`).
+pub fn fstat_inode(fd: RawFd) -> io::Result<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` has room for a stat the kernel fills in.
+    check(unsafe { libc::fstat(fd, st.as_mut_ptr()) } as libc::c_long)?;
+    // SAFETY: fstat succeeded and filled it in.
+    Ok(unsafe { st.assume_init() }.st_ino)
 }
 
 /// `fd`'s size (`st_size`).

@@ -40,7 +40,7 @@ const CHUNK_BLOCKS: usize = CHUNK_BYTES / BLOCK_BYTES;
 pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"wbcguard");
 /// Bumped whenever the layout changes: a guardian refuses a table of
 /// another version.
-pub const TABLE_VERSION: u32 = 1;
+pub const TABLE_VERSION: u32 = 2;
 /// The owner is running: a death leaves dirty data to write.
 pub const STATE_RUNNING: u32 = 1;
 /// The owner closed the cache (everything written and synced).
@@ -48,9 +48,13 @@ pub const STATE_CLOSED: u32 = 2;
 /// A descriptor's `file` when no file owns the slot: the zero a fresh
 /// table reads as (file slots start at 1).
 pub const NO_FILE: u32 = 0;
-/// Managed files the table has room for (16 bytes each, touched as used);
-/// a file opened beyond them is not guarded.
+/// Managed files the table has room for (a record and a name each,
+/// touched as used); a file opened beyond them is not guarded.
 pub const FILE_SLOTS: u32 = 1 << 14;
+/// A file's name in the table: a length word, then the path's bytes (its
+/// last [`FILE_NAME_BYTES`] when longer), for `wbcache stat`'s files.
+const FILE_NAME_WORDS: usize = 32;
+pub const FILE_NAME_BYTES: usize = (FILE_NAME_WORDS - 1) * 8;
 
 /// The table's first bytes. Offsets are from the table's start.
 #[repr(C)]
@@ -62,6 +66,7 @@ pub struct TableHeader {
     pub file_slots: u32,
     pub arena_bytes: u64,
     pub files_at: u64,
+    pub names_at: u64,
     pub chunks_at: u64,
     pub descs_at: u64,
     pub dirty_at: u64,
@@ -97,7 +102,8 @@ pub fn table_layout(arena_bytes: u64) -> TableHeader {
     let blocks = arena_bytes / BLOCK_BYTES as u64;
     let chunks = arena_bytes / CHUNK_BYTES as u64;
     let files_at = std::mem::size_of::<TableHeader>().next_multiple_of(64) as u64;
-    let chunks_at = files_at + FILE_SLOTS as u64 * std::mem::size_of::<FileRecord>() as u64;
+    let names_at = (files_at + FILE_SLOTS as u64 * std::mem::size_of::<FileRecord>() as u64).next_multiple_of(64);
+    let chunks_at = names_at + FILE_SLOTS as u64 * (FILE_NAME_WORDS * 8) as u64;
     let descs_at = (chunks_at + chunks * 4).next_multiple_of(64);
     let dirty_at = descs_at + blocks * std::mem::size_of::<SlotDesc>() as u64;
     let table_bytes = (dirty_at + blocks).next_multiple_of(BLOCK_BYTES as u64);
@@ -109,6 +115,7 @@ pub fn table_layout(arena_bytes: u64) -> TableHeader {
         file_slots: FILE_SLOTS,
         arena_bytes,
         files_at,
+        names_at,
         chunks_at,
         descs_at,
         dirty_at,
@@ -152,6 +159,34 @@ impl TableView {
         self.at(self.header().files_at, slot as u64)
     }
 
+    /// Records `name` (a path) as file slot `slot`'s name: its last
+    /// [`FILE_NAME_BYTES`] bytes when longer. Before the slot is marked
+    /// used; readers check the generation around their read.
+    pub fn set_file_name(&self, slot: u32, name: &[u8]) {
+        let words = self.file_name_words(slot);
+        let name = &name[name.len().saturating_sub(FILE_NAME_BYTES)..];
+        words[0].store(name.len() as u64, Ordering::Relaxed);
+        for (word, bytes) in words[1..].iter().zip(name.chunks(8)) {
+            let mut le = [0u8; 8];
+            le[..bytes.len()].copy_from_slice(bytes);
+            word.store(u64::from_le_bytes(le), Ordering::Relaxed);
+        }
+    }
+
+    /// File slot `slot`'s name, as recorded (possibly cut to its tail).
+    pub fn file_name(&self, slot: u32) -> Vec<u8> {
+        let words = self.file_name_words(slot);
+        let len = (words[0].load(Ordering::Relaxed) as usize).min(FILE_NAME_BYTES);
+        let mut name: Vec<u8> = words[1..].iter().flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes()).collect();
+        name.truncate(len);
+        name
+    }
+
+    fn file_name_words(&self, slot: u32) -> &[AtomicU64; FILE_NAME_WORDS] {
+        assert!(slot < self.header().file_slots, "file slot {slot} in the table");
+        self.at(self.header().names_at, slot as u64)
+    }
+
     /// The slot length (in blocks) of chunk `chunk`'s size class; 0 for a
     /// free chunk or one continuing a larger buffer.
     pub fn chunk_slot_blocks(&self, chunk: u64) -> &AtomicU32 {
@@ -186,12 +221,51 @@ impl TableView {
             && h.table_bytes == expected.table_bytes
             && h.table_bytes <= table_bytes
             && h.files_at == expected.files_at
+            && h.names_at == expected.names_at
             && h.dirty_at == expected.dirty_at
     }
 }
 
+/// A table mapped read-only from its descriptor: by another process
+/// (`wbcache stat`) while the owner runs. What it reads is a snapshot
+/// that the owner's stores move on from; the header, written before the
+/// table was shared, is checked first.
+pub struct MappedTable {
+    view: TableView,
+    len: usize,
+}
+
+impl MappedTable {
+    /// Maps the table `fd` refers to; `InvalidData` for another layout.
+    pub fn open(fd: &OwnedFd) -> io::Result<MappedTable> {
+        let len = crate::base::sys::fstat_size(fd.as_raw_fd())?;
+        if len < std::mem::size_of::<TableHeader>() as u64 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "not a crash table (too short)"));
+        }
+        let base = crate::base::sys::map_shared(fd.as_raw_fd(), len as usize, libc::PROT_READ)?;
+        // SAFETY: the whole memfd, mapped for this value's life; the header
+        // is checked before any other part is read.
+        let table = MappedTable { view: unsafe { TableView::new(base) }, len: len as usize };
+        if !table.view.is_valid(len) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "not a crash table of this version"));
+        }
+        Ok(table)
+    }
+
+    pub fn view(&self) -> &TableView {
+        &self.view
+    }
+}
+
+impl Drop for MappedTable {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of `len` bytes, unmapped once.
+        let _ = unsafe { crate::base::sys::unmap(self.view.base.as_ptr().cast(), self.len) };
+    }
+}
+
 /// A `memfd` of `bytes`, mapped shared and kept from fork children.
-fn map_memfd(name: &std::ffi::CStr, bytes: u64) -> io::Result<(OwnedFd, NonNull<u8>)> {
+pub fn map_memfd(name: &std::ffi::CStr, bytes: u64) -> io::Result<(OwnedFd, NonNull<u8>)> {
     // SAFETY: a valid NUL-terminated name; the flags are memfd_create's.
     let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if raw < 0 {
@@ -701,9 +775,28 @@ mod tests {
 
     #[test]
     fn the_table_costs_under_one_percent_of_the_capacity() {
+        // The names (256 bytes per file, 4 MiB for all the slots) take
+        // memory only as files are opened, a page per 16 files, like the
+        // inodes they name: they are counted with the files, not here.
+        let names_bytes = FILE_SLOTS as u64 * (FILE_NAME_WORDS * 8) as u64;
+        assert_eq!(FILE_NAME_WORDS * 8, 256);
         for capacity in [256u64 << 20, 1 << 30, 8 << 30] {
             let layout = table_layout((capacity + capacity / 2).next_multiple_of(CHUNK_BYTES as u64) + (32 << 20));
-            assert!(layout.table_bytes * 100 <= capacity, "{} bytes of table for {capacity}", layout.table_bytes);
+            let bytes = layout.table_bytes - names_bytes;
+            assert!(bytes * 100 <= capacity, "{bytes} bytes of table for {capacity}");
         }
+    }
+
+    #[test]
+    fn a_file_name_is_kept_whole_or_by_its_tail() {
+        let arena = Arena::new(16 << 20).expect("arena");
+        let t = arena.table();
+        t.set_file_name(3, b"/var/lib/db/000012.log");
+        assert_eq!(t.file_name(3), b"/var/lib/db/000012.log");
+        let long: Vec<u8> = (0..400).map(|i| b'a' + (i % 26) as u8).collect();
+        t.set_file_name(4, &long);
+        assert_eq!(t.file_name(4), &long[400 - FILE_NAME_BYTES..]);
+        t.set_file_name(4, b"short");
+        assert_eq!(t.file_name(4), b"short");
     }
 }

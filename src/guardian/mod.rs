@@ -15,11 +15,12 @@
 //! when the inode goes.
 
 pub mod arena;
+pub mod board;
 pub mod process;
 pub mod replay;
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -35,6 +36,9 @@ pub struct Guardian {
     /// replayed by the simulation's process-crash event).
     link: OnceLock<Option<process::Link>>,
     spawn: bool,
+    /// The cache's board, which the guardian process maps to say what it
+    /// does after the owner's death (see [`board`]).
+    board_fd: Option<std::os::fd::OwnedFd>,
     files: Mutex<FileSlots>,
 }
 
@@ -66,15 +70,19 @@ pub enum GuardianProcess {
 
 impl Guardian {
     /// Guarded memory for a cache of `capacity_bytes`, and its guardian
-    /// process as `process` says.
-    pub fn start(capacity_bytes: u64, process: GuardianProcess) -> io::Result<Arc<Guardian>> {
+    /// process as `process` says, handed `board_fd` (the cache's board).
+    pub fn start(
+        capacity_bytes: u64,
+        process: GuardianProcess,
+        board_fd: Option<std::os::fd::OwnedFd>,
+    ) -> io::Result<Arc<Guardian>> {
         let arena = Arc::new(Arena::new(capacity_bytes)?);
         let spawn = process == GuardianProcess::Spawn;
         if spawn {
             Arena::start_filler(&arena);
         }
         let files = Mutex::new(FileSlots { next: 1, ..FileSlots::default() });
-        Ok(Arc::new(Guardian { arena, link: OnceLock::new(), spawn, files }))
+        Ok(Arc::new(Guardian { arena, link: OnceLock::new(), spawn, board_fd, files }))
     }
 
     pub fn arena(&self) -> &Arc<Arena> {
@@ -88,7 +96,7 @@ impl Guardian {
         }
         self.link
             .get_or_init(|| {
-                process::Link::spawn(&self.arena)
+                process::Link::spawn(&self.arena, self.board_fd.as_ref().map(|fd| fd.as_raw_fd()))
                     .inspect_err(|e| {
                         eprintln!(
                             "wbcache: the guardian process did not start ({e}): a crash of this process loses \
@@ -121,6 +129,10 @@ impl Guardian {
         };
         let record = self.arena.table().file(slot);
         debug_assert_eq!(record.used.load(Ordering::Relaxed), 0, "a free file slot");
+        // Its name, for `wbcache stat`: the path the store's descriptor
+        // has now (one readlink, as an inode is first opened).
+        let name = fd.and_then(|fd| crate::base::sys::read_link(&format!("/proc/self/fd/{fd}")));
+        self.arena.table().set_file_name(slot, name.as_deref().unwrap_or("").as_bytes());
         let generation = record.generation.load(Ordering::Relaxed);
         record.size.store(size, Ordering::Relaxed);
         // A reused slot starts clean of the earlier file's flags.

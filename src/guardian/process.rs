@@ -34,10 +34,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 use super::arena::{Arena, TableView};
-use super::replay::{replay, ReplaySink};
+use super::board::{BoardView, CacheState, Writable};
+use super::replay::{replay, unwritten_bytes_by_file, ReplaySink};
 
 /// The environment variable that makes a process the guardian:
-/// `owner_pid,socket,table,arena` (descriptor numbers).
+/// `owner_pid,socket,table,arena,board` (descriptor numbers; board -1
+/// when the cache has none).
 pub const GUARDIAN_ENV: &str = "WBCACHE_GUARDIAN";
 
 const MSG_FILE: u32 = 1;
@@ -107,14 +109,16 @@ fn guardian_environment(spec: &str) -> Vec<CString> {
 }
 
 impl Link {
-    /// Starts the guardian of `arena`.
-    pub fn spawn(arena: &Arena) -> io::Result<Link> {
+    /// Starts the guardian of `arena`, handing it the cache's board.
+    pub fn spawn(arena: &Arena, board: Option<RawFd>) -> io::Result<Link> {
         // The constructor must be in the program wherever this function
         // is (a static link takes only the objects it needs): the
         // guardian it starts would otherwise run the program's `main`.
         std::hint::black_box(&GUARDIAN_ENTRY);
         let (ours, theirs) = socket_pair()?;
-        let spec = format!("{},{},{},{}", std::process::id(), theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd());
+        let board = board.unwrap_or(-1);
+        let spec =
+            format!("{},{},{},{},{board}", std::process::id(), theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd());
         let env = guardian_environment(&spec);
         let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
         envp.push(std::ptr::null());
@@ -122,7 +126,7 @@ impl Link {
         let devnull = crate::base::sys::open(c"/dev/null", libc::O_RDWR | libc::O_CLOEXEC, 0)?;
         // SAFETY: the descriptor just opened, ours.
         let devnull = unsafe { OwnedFd::from_raw_fd(devnull) };
-        let keep = [theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd()];
+        let keep = [theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd(), board];
         let image = ExecImage { argv: &argv, envp: &envp, devnull: devnull.as_raw_fd(), keep };
         // SAFETY: a raw fork: the child runs only `middle_process`, which
         // makes system calls and nothing else (no allocation, no lock).
@@ -197,7 +201,8 @@ struct ExecImage<'a> {
     argv: &'a [*const libc::c_char; 2],
     envp: &'a [*const libc::c_char],
     devnull: RawFd,
-    keep: [RawFd; 3],
+    /// Descriptors the guardian keeps across its `exec` (-1: none).
+    keep: [RawFd; 4],
 }
 
 /// The first child: a new session, then the guardian's fork, then exit.
@@ -216,7 +221,7 @@ fn middle_process(image: &ExecImage<'_>) -> ! {
 }
 
 /// The guardian before its `exec`: standard input and output on
-/// `/dev/null`, every other descriptor closed at exec but the three it
+/// `/dev/null`, every other descriptor closed at exec but those it
 /// serves, the stop signals ignored. System calls only.
 ///
 /// # Safety
@@ -232,7 +237,7 @@ unsafe fn guardian_exec(image: &ExecImage<'_>) -> ! {
         libc::syscall(libc::SYS_dup3, image.devnull, 0, 0);
         libc::syscall(libc::SYS_dup3, image.devnull, 1, 0);
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
-        for fd in image.keep {
+        for fd in image.keep.into_iter().filter(|fd| *fd >= 0) {
             libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFD, 0);
         }
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE, libc::SIGQUIT, libc::SIGTSTP] {
@@ -282,13 +287,16 @@ struct Spec {
     sock: RawFd,
     table: RawFd,
     arena: RawFd,
+    board: Option<RawFd>,
 }
 
 fn parse_spec(spec: &[u8]) -> Option<Spec> {
     let text = std::str::from_utf8(spec).ok()?;
     let n: Vec<i32> = text.split(',').map(|p| p.parse().ok()).collect::<Option<_>>()?;
     match n[..] {
-        [owner, sock, table, arena] => Some(Spec { owner, sock, table, arena }),
+        [owner, sock, table, arena, board] => {
+            Some(Spec { owner, sock, table, arena, board: (board >= 0).then_some(board) })
+        }
         _ => None,
     }
 }
@@ -302,6 +310,14 @@ fn serve(spec: Spec) -> i32 {
     let (sock, table_fd, arena_fd) = unsafe {
         (OwnedFd::from_raw_fd(spec.sock), OwnedFd::from_raw_fd(spec.table), OwnedFd::from_raw_fd(spec.arena))
     };
+    // SAFETY: as above: passed to us alone.
+    let board_fd = spec.board.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    // The board says what this process does, for `wbcache stat`; a
+    // guardian without one only cannot say it.
+    let board = board_fd.as_ref().and_then(|fd| BoardView::open(fd, Writable::Yes).ok());
+    if let Some(board) = &board {
+        board.set_guardian_pid(std::process::id());
+    }
     // One descriptor per managed file: the owner's limit may be lower
     // than the files it opens.
     raise_descriptor_limit();
@@ -311,7 +327,7 @@ fn serve(spec: Spec) -> i32 {
     if !matches!(watch, OwnerWatch::Gone) && wait_for_death(&watch, &sock, &mut files) == Ending::Closed {
         return 0;
     }
-    match replay_files(&table_fd, &arena_fd, files) {
+    match replay_files(&table_fd, &arena_fd, files, board.as_ref()) {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
@@ -476,9 +492,15 @@ fn receive(sock: &OwnedFd, files: &mut HashMap<u32, OwnedFd>) -> Received {
     Received::Message
 }
 
-/// Maps the table and arena and replays them into `files`; `Ok(false)`
-/// after a failure (reported on standard error, naming file and offset).
-fn replay_files(table_fd: &OwnedFd, arena_fd: &OwnedFd, files: HashMap<u32, OwnedFd>) -> io::Result<bool> {
+/// Maps the table and arena and replays them into `files`, saying how far
+/// it got on `board`; `Ok(false)` after a failure (reported on standard
+/// error, naming file and offset).
+fn replay_files(
+    table_fd: &OwnedFd,
+    arena_fd: &OwnedFd,
+    files: HashMap<u32, OwnedFd>,
+    board: Option<&BoardView>,
+) -> io::Result<bool> {
     let table_bytes = crate::base::sys::fstat_size(table_fd.as_raw_fd())?;
     let table_base = crate::base::sys::map_shared(table_fd.as_raw_fd(), table_bytes as usize, libc::PROT_READ)?;
     // SAFETY: the table's whole memfd, mapped for the rest of this process.
@@ -491,8 +513,16 @@ fn replay_files(table_fd: &OwnedFd, arena_fd: &OwnedFd, files: HashMap<u32, Owne
     // SAFETY: the arena's whole memfd, mapped read-only for the rest of
     // this process; nobody writes it any more (its owner is dead).
     let arena = unsafe { std::slice::from_raw_parts(arena_base.as_ptr(), arena_bytes) };
-    let mut sink = FileSink { files, writable: HashMap::new(), drained: Default::default() };
+    let total_bytes = unwritten_bytes_by_file(&table).iter().map(|(_, bytes)| bytes).sum();
+    let progress = board.map(|board| Progress { board, total_bytes, written_bytes: 0 });
+    if let Some(p) = &progress {
+        p.board.set_guardian_progress(CacheState::GuardianWriting, 0, total_bytes);
+    }
+    let mut sink = FileSink { files, writable: HashMap::new(), drained: Default::default(), progress };
     let report = replay(&table, arena, &mut sink);
+    if let Some(p) = &sink.progress {
+        p.board.set_guardian_progress(CacheState::GuardianDone, p.written_bytes, p.total_bytes);
+    }
     for failure in &report.failures {
         eprintln!("wbcache guardian: {failure}");
     }
@@ -502,14 +532,22 @@ fn replay_files(table_fd: &OwnedFd, arena_fd: &OwnedFd, files: HashMap<u32, Owne
 /// The guardian's sink: the files' descriptors, reopened without
 /// O_DIRECT (through `/proc/self/fd`, which reaches unlinked files too), so
 /// the data lands in the kernel's page cache.
-struct FileSink {
+struct FileSink<'a> {
     files: HashMap<u32, OwnedFd>,
     writable: HashMap<u32, (OwnedFd, bool)>,
     /// Files whose direct I/O in flight was waited for.
     drained: std::collections::HashSet<u32>,
+    progress: Option<Progress<'a>>,
 }
 
-impl FileSink {
+/// The replay's progress, as the board shows it.
+struct Progress<'a> {
+    board: &'a BoardView,
+    total_bytes: u64,
+    written_bytes: u64,
+}
+
+impl FileSink<'_> {
     /// File slot `file`'s writable descriptor, and whether it is a block
     /// device.
     fn writable(&mut self, file: u32) -> io::Result<(RawFd, bool)> {
@@ -528,7 +566,7 @@ impl FileSink {
     }
 }
 
-impl ReplaySink for FileSink {
+impl ReplaySink for FileSink<'_> {
     fn has_file(&self, file: u32) -> bool {
         self.files.contains_key(&file)
     }
@@ -571,6 +609,10 @@ impl ReplaySink for FileSink {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Err(e),
             }
+        }
+        if let Some(p) = &mut self.progress {
+            p.written_bytes += data.len() as u64;
+            p.board.set_guardian_progress(CacheState::GuardianWriting, p.written_bytes, p.total_bytes);
         }
         Ok(())
     }

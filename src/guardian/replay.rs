@@ -86,8 +86,24 @@ pub fn replay(table: &TableView, arena: &[u8], sink: &mut dyn ReplaySink) -> Rep
 /// The slots holding dirty blocks of files in use (arena block, length),
 /// marking those files dirty.
 fn dirty_slots(table: &TableView, files: &mut HashMap<u32, FileState>) -> Vec<(u64, u64)> {
-    let chunk_blocks = (CHUNK_BYTES / BLOCK_BYTES) as u64;
     let mut found = Vec::new();
+    for_each_named_slot(table, |first, slot_blocks, file, generation| {
+        let Some(state) = files.get_mut(&file) else { return };
+        if generation != state.generation {
+            return;
+        }
+        if (0..slot_blocks).any(|b| table.dirty(first + b).load(Ordering::Relaxed) != 0) {
+            state.dirty = true;
+            found.push((first, slot_blocks));
+        }
+    });
+    found
+}
+
+/// Calls `visit(first block, blocks, file, generation)` for every slot
+/// whose descriptor names a file.
+fn for_each_named_slot(table: &TableView, mut visit: impl FnMut(u64, u64, u32, u32)) {
+    let chunk_blocks = (CHUNK_BYTES / BLOCK_BYTES) as u64;
     for chunk in 0..table.chunks() {
         let slot_blocks = table.chunk_slot_blocks(chunk).load(Ordering::Relaxed) as u64;
         if slot_blocks == 0 || slot_blocks == u32::MAX as u64 {
@@ -98,17 +114,32 @@ fn dirty_slots(table: &TableView, files: &mut HashMap<u32, FileState>) -> Vec<(u
             let first = chunk * chunk_blocks + s * slot_blocks;
             let desc = table.desc(first);
             let file = desc.file.load(Ordering::Relaxed);
-            let Some(state) = files.get_mut(&file) else { continue };
-            if file == NO_FILE || desc.generation.load(Ordering::Relaxed) != state.generation {
-                continue;
-            }
-            if (0..slot_blocks).any(|b| table.dirty(first + b).load(Ordering::Relaxed) != 0) {
-                state.dirty = true;
-                found.push((first, slot_blocks));
+            if file != NO_FILE {
+                visit(first, slot_blocks, file, desc.generation.load(Ordering::Relaxed));
             }
         }
     }
-    found
+}
+
+/// Bytes the table records as held only in the cache (dirty, or under
+/// writeback and not yet done), per file slot in use, largest first: what
+/// a guardian would write now. Read while the owner runs (by `wbcache
+/// stat`), it is a snapshot that writers move on from.
+pub fn unwritten_bytes_by_file(table: &TableView) -> Vec<(u32, u64)> {
+    let mut by_file: HashMap<u32, u64> = HashMap::new();
+    for_each_named_slot(table, |first, slot_blocks, file, generation| {
+        let record = table.file(file);
+        if record.used.load(Ordering::Relaxed) == 0 || record.generation.load(Ordering::Relaxed) != generation {
+            return;
+        }
+        let dirty = (0..slot_blocks).filter(|b| table.dirty(first + b).load(Ordering::Relaxed) != 0).count();
+        if dirty > 0 {
+            *by_file.entry(file).or_default() += dirty as u64 * BLOCK_BYTES as u64;
+        }
+    });
+    let mut files: Vec<(u32, u64)> = by_file.into_iter().collect();
+    files.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    files
 }
 
 /// A file's length, as the cache would have left it: grown to its size
