@@ -48,6 +48,13 @@ pub enum Command {
     /// could leave with the program's own checker: wbcache crashtest
     /// --paths DIR --check 'COMMAND' -- PROGRAM ARGS...
     Crashtest(Box<crate::crashtest::CrashtestArgs>),
+    /// Show every cache running on this machine, once: capacity, cached,
+    /// dirty and under-writeback bytes, hit ratio, rates, fsyncs, and the
+    /// files holding unwritten data: wbcache stat [--json | --prometheus]
+    Stat(crate::stat::StatArgs),
+    /// Show every running cache, refreshed every second, until q or
+    /// Ctrl-C: wbcache top
+    Top(crate::stat::TopArgs),
     /// Internal: runs one measurement described on stdin (used by `bench`).
     #[command(hide = true, name = "bench-worker")]
     BenchWorker,

@@ -10,13 +10,15 @@
 //! uninstall` removes them ([`install`]; the man pages come from the
 //! command line's clap definition, passed in from here). `wbcache crashtest -- PROGRAM` checks every state
 //! a crash could leave of a program's files with its own checker
-//! ([`crashtest`]).
+//! ([`crashtest`]). `wbcache stat` and `wbcache top` show every cache
+//! running on the machine, read from the shared memory each keeps
+//! ([`stat`]).
 //!
 //! Layout, top first (each layer imports only those below it; the table
 //! is `CLI_LAYERS` in tests/meta/architecture.rs): [`runner`] (the parent:
 //! places, leftovers of killed runs, cgroups, caches, workers, tables,
 //! charts); [`cli`] (options, suites); [`help`] (the help and `--list`
-//! texts), [`run`], [`install`], [`crashtest`]; [`workloads`] (the `Workload` trait, the
+//! texts), [`run`], [`install`], [`crashtest`], [`stat`]; [`workloads`] (the `Workload` trait, the
 //! catalog, and one module per workload: its variants, job specs, worker
 //! code, rows, table and targets); [`svg`] (drawing); [`report`] (result
 //! rows, JSON, the shared parts of the tables, the targets table);
@@ -41,6 +43,7 @@ mod report;
 mod run;
 mod runner;
 mod spec;
+mod stat;
 mod svg;
 mod sys;
 mod workloads;
@@ -75,6 +78,8 @@ fn main() {
         cli::Command::Install(args) => install::run(args, <cli::Cli as clap::CommandFactory>::command()),
         cli::Command::Uninstall(args) => install::run_uninstall(args),
         cli::Command::Crashtest(args) => crashtest::run(*args),
+        cli::Command::Stat(args) => stat::run_stat(args),
+        cli::Command::Top(args) => stat::run_top(args),
         cli::Command::BenchWorker => bench_worker::main(&workloads::Catalog),
     };
     std::process::exit(code);

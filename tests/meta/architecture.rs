@@ -40,7 +40,7 @@ use common::source::{code_only, matching_brace};
 /// layers, `,` between the children of one layer).
 const LIBRARY_LAYERS: &str = "
 crate: api > writeback, readahead > inode > policy > mapping > stats > config > io > buf > guardian > base
-api: cache > file > shared
+api: cache > file > shared > watch
 api::file: cursor > mod > options
 writeback: worker > inflight, sync_range > domain, policy, mod
 readahead: workers, window
@@ -54,7 +54,7 @@ stats: mod > per_thread, device > histogram
 io: threads, uring, sim > backend > fd, queue > store
 io::sim: backend > store > attempt > disk > config, stats, rng
 buf: user > pool > aligned > slab > map
-guardian: mod > process > replay > arena
+guardian: mod > process > replay > board > arena
 base: epoch > locks > sys
 ";
 
@@ -75,13 +75,14 @@ crate: aliases > stdio > fdops > meta > open, control, rw > lifetime > stats, ha
 
 /// The command line's layers (cli/, the `wbcache` binary).
 const CLI_LAYERS: &str = "
-crate: runner > cli > help, install, run, crashtest > workloads > svg > report > bench_worker > spec > engines > cgroup, measure, preload_library, progress, sys
+crate: runner > cli > help, install, run, crashtest, stat > workloads > svg > report > bench_worker > spec > engines > cgroup, measure, preload_library, progress, sys
 bench_worker: job > offsets
 crashtest: report > check > states > model > image > trace
 install: uninstall > layout, pages > manifest, staging
 engines: direct, kernel, preload, wbcache_file > engine > syscall > unsupported
 report: device > table, targets > mod
 runner: charts, child, site > interrupt, leftovers
+stat: top > render > discover
 workloads: advice, competing, custom, fio, fsync_under_load, hot_set, parallel_writeback, rand_read, rocksdb, small_overwrite, sqlite > external, plain > workload
 workloads::fio: jobfile > mod > table > output
 workloads::rand_read: readers > region
