@@ -37,9 +37,13 @@ pub enum Command {
     /// wbcache (libwbcache_preload.so preloaded): wbcache run --paths /data
     /// -- PROGRAM ARGS...
     Run(crate::run::RunArgs),
-    /// Install the C library, its header and pkg-config files under a
-    /// prefix: wbcache install --prefix /usr/local
+    /// Install wbcache under a prefix: the binary, the preload and SQLite
+    /// libraries, the C library with its header and pkg-config files, man
+    /// pages and shell completions: wbcache install --prefix /usr/local
     Install(crate::install::InstallArgs),
+    /// Remove what `wbcache install` placed under a prefix (its install
+    /// manifest lists it): wbcache uninstall --prefix /usr/local
+    Uninstall(crate::install::UninstallArgs),
     /// Record a program's file calls once, then check every state a crash
     /// could leave with the program's own checker: wbcache crashtest
     /// --paths DIR --check 'COMMAND' -- PROGRAM ARGS...

@@ -5,8 +5,10 @@
 //! the same disk, and prints a Markdown table per workload (optionally JSON
 //! and SVG charts). See `wbcache bench --help` and `wbcache bench --list`.
 //! `wbcache run -- PROGRAM` runs an unmodified program on wbcache ([`run`]).
-//! `wbcache install` installs the C library, its header and pkg-config
-//! files ([`install`]). `wbcache crashtest -- PROGRAM` checks every state
+//! `wbcache install` installs the binary, its libraries, the C library's
+//! header and pkg-config files, man pages and completions, and `wbcache
+//! uninstall` removes them ([`install`]; the man pages come from the
+//! command line's clap definition, passed in from here). `wbcache crashtest -- PROGRAM` checks every state
 //! a crash could leave of a program's files with its own checker
 //! ([`crashtest`]). `wbcache stat` and `wbcache top` show every cache
 //! running on the machine, read from the shared memory each keeps
@@ -73,7 +75,8 @@ fn main() {
     let code = match cli.command {
         cli::Command::Bench(args) => runner::run(*args),
         cli::Command::Run(args) => run::run(args),
-        cli::Command::Install(args) => install::run(args),
+        cli::Command::Install(args) => install::run(args, <cli::Cli as clap::CommandFactory>::command()),
+        cli::Command::Uninstall(args) => install::run_uninstall(args),
         cli::Command::Crashtest(args) => crashtest::run(*args),
         cli::Command::Stat(args) => stat::run_stat(args),
         cli::Command::Top(args) => stat::run_top(args),

@@ -1,32 +1,49 @@
 //! The preload library, `libwbcache_preload.so`, as the processes this
 //! binary starts under it find and use it: where it is (`WBCACHE_PRELOAD`,
-//! else beside this binary), the `LD_PRELOAD` that puts it first, and the
-//! stats file its cache appends to as a program exits (`WBCACHE_STATS`),
-//! read back and merged. `wbcache run`, the bench's `wbcache-preload`
-//! workers and the programs a workload runs under it (fio, db_bench) all
-//! come here, so they find the same library the same way. It owns no
-//! state: the files it names belong to the run that asked.
+//! else beside this binary, as `cargo build` leaves it, else in `../lib`
+//! from this binary's directory, as `wbcache install` puts it), the
+//! `LD_PRELOAD` that puts it first, and the stats file its cache appends to
+//! as a program exits (`WBCACHE_STATS`), read back and merged. `wbcache
+//! run`, the bench's `wbcache-preload` workers and the programs a workload
+//! runs under it (fio, db_bench) all come here, so they find the same
+//! library the same way. It owns no state: the files it names belong to
+//! the run that asked.
 
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The library's file name, next to the `wbcache` binary.
-const PRELOAD_LIBRARY: &str = "libwbcache_preload.so";
+/// The library's file name, next to the `wbcache` binary (or in the
+/// installed tree's `lib/`).
+pub const PRELOAD_LIBRARY: &str = "libwbcache_preload.so";
 
 /// Where the preload library is: `WBCACHE_PRELOAD` if set, else beside
-/// this binary (the bench's workers, which run programs under it, ask
-/// the same way).
+/// this binary, else in `../lib` from its directory (the bench's workers,
+/// which run programs under it, ask the same way). The error names every
+/// place looked at.
 pub fn library() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("WBCACHE_PRELOAD") {
         return Ok(PathBuf::from(path));
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the wbcache binary: {e}"))?;
-    let beside = exe.with_file_name(PRELOAD_LIBRARY);
-    if beside.is_file() {
-        return Ok(beside);
+    let candidates = candidates(&exe);
+    if let Some(found) = candidates.iter().find(|path| path.is_file()) {
+        return Ok(found.clone());
     }
-    Err(format!("{} not found next to {} (build it with cargo build --release)", PRELOAD_LIBRARY, exe.display()))
+    let looked: Vec<String> = candidates.iter().map(|path| path.display().to_string()).collect();
+    Err(format!(
+        "{PRELOAD_LIBRARY} not found: looked at {} (build it with cargo build --release, install it with \
+         wbcache install, or name it with WBCACHE_PRELOAD)",
+        looked.join(" and ")
+    ))
+}
+
+/// Where the library may be for the binary `exe`, in order: beside it
+/// (the build's `target/release/`), then `../lib` (an installed tree).
+fn candidates(exe: &Path) -> [PathBuf; 2] {
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let installed = dir.parent().unwrap_or(dir).join("lib").join(PRELOAD_LIBRARY);
+    [dir.join(PRELOAD_LIBRARY), installed]
 }
 
 /// `LD_PRELOAD` with the library first and any the caller set after it.
@@ -89,6 +106,13 @@ fn merge_stats(a: &mut serde_json::Value, b: &serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_library_is_looked_for_beside_the_binary_then_in_lib() {
+        let [beside, installed] = candidates(Path::new("/opt/wb/bin/wbcache"));
+        assert_eq!(beside, Path::new("/opt/wb/bin/libwbcache_preload.so"));
+        assert_eq!(installed, Path::new("/opt/wb/lib/libwbcache_preload.so"));
+    }
 
     #[test]
     fn program_stats_are_merged_and_taken_once() {

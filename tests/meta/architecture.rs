@@ -78,6 +78,7 @@ const CLI_LAYERS: &str = "
 crate: runner > cli > help, install, run, crashtest, stat > workloads > svg > report > bench_worker > spec > engines > cgroup, measure, preload_library, progress, sys
 bench_worker: job > offsets
 crashtest: report > check > states > model > image > trace
+install: uninstall > layout, pages > manifest, staging
 engines: direct, kernel, preload, wbcache_file > engine > syscall > unsupported
 report: device > table, targets > mod
 runner: charts, child, site > interrupt, leftovers

@@ -1,16 +1,29 @@
-//! `wbcache install`: staged under a temporary DESTDIR, the installed
-//! library, header and pkg-config files build a C program with `pkg-config
-//! --cflags --libs wbcache`, which runs against the installed library (it
-//! asks for `wbc_version()` and opens a cache).
+//! `wbcache install` and `wbcache uninstall`: staged under a temporary
+//! DESTDIR, the installed library, header and pkg-config files build a C
+//! program with `pkg-config --cflags --libs wbcache`, which runs against the
+//! installed library; every file of the product is in place with its mode
+//! (the binary, the preload and SQLite libraries, the C library's SONAME
+//! links, man pages that `man` renders, shell completions that complete),
+//! and uninstall leaves the tree as it was. Installed under a real prefix,
+//! the `wbcache` found on a PATH holding only the installed `bin` runs a
+//! program under the installed preload library, and `sqlite3` loads the
+//! installed extension. Every refusal (an unwritable prefix, a missing
+//! build output, a partial earlier install, an uninstall with nothing
+//! installed) is one line, exit status 2, and leaves nothing behind.
 //!
-//! The libraries come from the capi/lib crate, which `cargo test` does not
-//! link: the test builds it (`cargo build -p wbcache-clib`, the same target
-//! directory and profile) and installs with `--from` that directory.
+//! The libraries come from the capi/lib, preload and sqlite crates, which
+//! `cargo test` does not build as shared libraries beside the binary: the
+//! test builds them (`cargo build -p wbcache-clib -p wbcache-preload -p
+//! wbcache-sqlite`, the same target directory and profile) and installs
+//! with `--from` that directory.
 
 use crate::common;
 
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 
 use common::{scratch, wbcache};
 
@@ -29,14 +42,22 @@ fn run(cmd: &mut Command, what: &str) -> String {
     stdout
 }
 
-/// The directory holding this build's `libwbcache.so` and `libwbcache.a`.
-fn built_libraries() -> PathBuf {
+/// The directory holding this build's outputs: `wbcache`, `libwbcache.so`,
+/// `libwbcache.a`, the pkg-config files, `libwbcache_preload.so` and
+/// `libwbcache_sqlite.so` (built once for all the tests here).
+fn built_outputs() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(build_outputs).clone()
+}
+
+fn build_outputs() -> PathBuf {
     let dir = profile_dir();
     let profile = dir.file_name().and_then(|n| n.to_str()).expect("profile directory name").to_string();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("cli/ has a parent");
-    cmd.current_dir(workspace).env("CARGO_TARGET_DIR", dir.parent().unwrap()).args(["build", "-p", "wbcache-clib"]);
+    cmd.current_dir(workspace).env("CARGO_TARGET_DIR", dir.parent().unwrap());
+    cmd.args(["build", "-p", "wbcache-clib", "-p", "wbcache-preload", "-p", "wbcache-sqlite"]);
     match profile.as_str() {
         "debug" => {}
         "release" => {
@@ -46,7 +67,7 @@ fn built_libraries() -> PathBuf {
             cmd.args(["--profile", other]);
         }
     }
-    run(&mut cmd, "building the C library");
+    run(&mut cmd, "building the libraries");
     dir
 }
 
@@ -72,7 +93,7 @@ fn installed_library_builds_and_runs_a_c_program_with_pkg_config() {
         eprintln!("pkg-config not installed: the installed files are not checked");
         return;
     }
-    let from = built_libraries();
+    let from = built_outputs();
     let work = scratch("install");
     let destdir = work.join("stage");
     let prefix = "/opt/wbcache-test";
@@ -119,4 +140,300 @@ fn a_relative_prefix_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not an absolute path"), "{stderr}");
+}
+
+/// Every entry under `root`, one line each, sorted: its path relative to
+/// `root`, then a directory's mode, a file's mode and size, or a link's
+/// target.
+fn listing(root: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            let mode = meta.permissions().mode() & 0o7777;
+            lines.push(if meta.file_type().is_symlink() {
+                format!("{name} -> {}", std::fs::read_link(&path).unwrap().display())
+            } else if meta.is_dir() {
+                dirs.push(path.clone());
+                format!("{name}/ {mode:o}")
+            } else {
+                format!("{name} {mode:o} {}", meta.len())
+            });
+        }
+    }
+    lines.sort();
+    lines
+}
+
+/// The visible subcommands, as `wbcache --help` lists them (clap's own
+/// `help` left out): each has a man page.
+fn visible_subcommands() -> Vec<String> {
+    let help = run(wbcache().arg("--help"), "wbcache --help");
+    let commands = help.split("Commands:\n").nth(1).expect("--help lists the commands");
+    let names = commands.lines().take_while(|line| line.starts_with("  "));
+    let names = names.filter_map(|line| line.split_whitespace().next()).filter(|&name| name != "help");
+    names.map(str::to_string).collect()
+}
+
+/// Runs `cmd`, which must be refused: exit status 2 and one line on
+/// stderr, from `who` (`wbcache install`), containing `why`.
+fn refused(cmd: &mut Command, who: &str, why: &str) {
+    let out: Output = cmd.env_remove("DESTDIR").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{cmd:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with(&format!("{who}: ")) && stderr.contains(why), "{why}: {stderr}");
+}
+
+/// `man -l` renders `page` without a complaint.
+fn check_man_page(page: &Path) {
+    let out = Command::new("man").arg("-l").arg(page).env("MANWIDTH", "80").output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stderr.is_empty(), "man -l {}: {stderr}", page.display());
+    assert!(stdout.contains("NAME") && stdout.contains("SYNOPSIS"), "man -l {}: {stdout}", page.display());
+}
+
+/// What bash completes `wbcache be` to with the installed completion.
+fn bash_completes(completion: &Path) -> String {
+    let script = r#"source "$1" || exit 1
+        function=$(complete -p wbcache | sed -E 's/.* -F ([^ ]+) .*/\1/')
+        COMP_WORDS=(wbcache be); COMP_CWORD=1; COMP_LINE="wbcache be"; COMP_POINT=${#COMP_LINE}
+        "$function" wbcache be wbcache
+        printf '%s\n' "${COMPREPLY[@]}""#;
+    run(Command::new("bash").args(["-c", script, "bash"]).arg(completion), "the bash completion")
+}
+
+#[test]
+fn install_places_the_whole_product_and_uninstall_removes_exactly_it() {
+    let from = built_outputs();
+    let work = scratch("install-all");
+    let prefix = "/opt/wbcache-all";
+    let root = work.join(prefix.trim_start_matches('/'));
+    // Not wbcache's: it and its directories stay.
+    std::fs::create_dir_all(root.join("share/man/man1")).unwrap();
+    std::fs::write(root.join("share/man/man1/unrelated.1"), ".TH UNRELATED 1\n").unwrap();
+    let before = listing(&work);
+    let install = || {
+        let mut cmd = wbcache();
+        cmd.env_remove("DESTDIR")
+            .args(["install", "--prefix", prefix, "--destdir"])
+            .arg(&work)
+            .arg("--from")
+            .arg(&from);
+        run(&mut cmd, "wbcache install")
+    };
+    install();
+
+    let real = format!("lib/libwbcache.so.{}", env!("CARGO_PKG_VERSION"));
+    let executables = ["bin/wbcache", "lib/libwbcache_preload.so", "lib/libwbcache_sqlite.so", real.as_str()];
+    let pages: Vec<String> = std::iter::once("wbcache".to_string())
+        .chain(visible_subcommands().into_iter().map(|name| format!("wbcache-{name}")))
+        .map(|page| format!("share/man/man1/{page}.1"))
+        .collect();
+    assert!(pages.len() >= 6 && !pages.iter().any(|p| p.contains("bench-worker")), "{pages:?}");
+    let data = ["lib/libwbcache.a", "include/wbcache.h", "lib/pkgconfig/wbcache.pc", "lib/pkgconfig/wbcache-static.pc"]
+        .into_iter()
+        .chain([
+            "share/bash-completion/completions/wbcache",
+            "share/zsh/site-functions/_wbcache",
+            "share/fish/vendor_completions.d/wbcache.fish",
+            "share/wbcache/install-manifest",
+        ])
+        .chain(pages.iter().map(String::as_str));
+    for (file, mode) in executables.iter().map(|f| (*f, 0o755)).chain(data.map(|f| (f, 0o644))) {
+        let meta = std::fs::symlink_metadata(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(meta.is_file(), "{file} is a file");
+        assert_eq!(meta.permissions().mode() & 0o7777, mode, "{file}'s mode");
+    }
+    let lib = root.join("lib");
+    assert_eq!(std::fs::read_link(lib.join("libwbcache.so.0")).unwrap(), Path::new(real.trim_start_matches("lib/")));
+    assert_eq!(std::fs::read_link(lib.join("libwbcache.so")).unwrap(), Path::new("libwbcache.so.0"));
+    let manifest = std::fs::read_to_string(root.join("share/wbcache/install-manifest")).unwrap();
+    assert!(manifest.contains(&format!("\nfile {prefix}/bin/wbcache\n")), "the manifest names the prefix:\n{manifest}");
+    assert!(!manifest.contains("unrelated") && !manifest.contains(&work.display().to_string()), "{manifest}");
+
+    if Command::new("man").arg("--version").output().is_ok() {
+        pages.iter().for_each(|page| check_man_page(&root.join(page)));
+    } else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "man is installed under CI (.ci/run installs man-db)");
+        eprintln!("man not installed: the man pages are not rendered");
+    }
+    assert_eq!(bash_completes(&root.join("share/bash-completion/completions/wbcache")), "bench\n");
+
+    // An upgrade over a complete install works, and lists the same.
+    install();
+    assert_eq!(std::fs::read_to_string(root.join("share/wbcache/install-manifest")).unwrap(), manifest);
+
+    let mut uninstall = wbcache();
+    uninstall.env_remove("DESTDIR").args(["uninstall", "--prefix", prefix, "--destdir"]).arg(&work);
+    run(&mut uninstall, "wbcache uninstall");
+    assert_eq!(listing(&work), before, "uninstall leaves the tree as it was");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A program's absolute path on this PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(name)).find(|p| p.is_file())
+}
+
+/// The Python interpreter itself (not a wrapper such as pyenv's shims,
+/// which need the PATH this test takes away).
+fn python() -> Option<PathBuf> {
+    let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
+    Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())).filter(|p| out.status.success() && p.is_file())
+}
+
+#[test]
+fn an_installed_wbcache_on_the_path_runs_programs_and_sqlite_loads_its_extension() {
+    let (Some(python), Some(sqlite3)) = (python(), on_path("sqlite3")) else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "python3 and sqlite3 are installed under CI");
+        eprintln!("skipped: python3 or sqlite3 is missing here");
+        return;
+    };
+    let work = scratch("install-path");
+    let prefix = work.join("prefix");
+    let mut install = wbcache();
+    install.env_remove("DESTDIR").arg("install").arg("--prefix").arg(&prefix).arg("--from").arg(built_outputs());
+    run(&mut install, "wbcache install");
+    let data = work.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let bin = prefix.join("bin");
+
+    // `wbcache` is the PATH's, which holds only the installed bin.
+    let file = data.join("out.txt");
+    let stats = work.join("stats.jsonl");
+    let code = "import sys\nwith open(sys.argv[1], 'w') as f:\n    f.write('line\\n' * 100000)\n";
+    let script = r#"command -v wbcache && exec wbcache run --paths "$1" --stats "$2" -- "$3" -c "$4" "$5""#;
+    let mut cmd = Command::new("/bin/sh");
+    cmd.env_clear().env("PATH", &bin).args(["-c", script, "sh"]).arg(&data).arg(&stats).arg(&python).arg(code);
+    let out = run(cmd.arg(&file), "wbcache run from the installed bin");
+    assert_eq!(out.lines().next(), Some(bin.join("wbcache").to_str().unwrap()), "found through PATH");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "line\n".repeat(100000), "the kernel sees the file whole");
+    let stats = std::fs::read_to_string(&stats).unwrap_or_default();
+    assert!(stats.contains("\"written_bytes_total\""), "the program ran through the cache: {stats}");
+
+    // sqlite3 loads the installed extension, whose VFS makes a table that
+    // the shell's own VFS reads back.
+    let db = data.join("t.db");
+    let extension = prefix.join("lib/libwbcache_sqlite");
+    let script = format!(
+        ".load {}\n.open file:{}?vfs=wbcache\n.vfsname\nCREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n\
+         INSERT INTO t VALUES (1, 'one'), (2, 'two');\nSELECT group_concat(v) FROM t;\n",
+        extension.display(),
+        db.display()
+    );
+    let mut shell = Command::new(&sqlite3);
+    shell
+        .env_clear()
+        .env("PATH", &bin)
+        .arg("-batch")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = shell.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!((stdout.as_ref(), stderr.as_ref()), ("wbcache\none,two\n", ""), "sqlite3 on the installed extension");
+    let out = run(Command::new(&sqlite3).arg(&db).arg("SELECT count(*), group_concat(v) FROM t;"), "sqlite3 read back");
+    assert_eq!(out, "2|one,two\n");
+
+    run(wbcache().env_remove("DESTDIR").arg("uninstall").arg("--prefix").arg(&prefix), "wbcache uninstall");
+    assert!(!prefix.exists(), "the prefix install created is gone");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn an_unwritable_prefix_is_refused_and_nothing_is_left() {
+    let from = built_outputs();
+    let work = scratch("install-unwritable");
+    std::fs::write(work.join("file"), "a regular file\n").unwrap();
+    // A file where a directory of the install must go: the directories
+    // made before it are removed again.
+    std::fs::create_dir_all(work.join("half/share")).unwrap();
+    std::fs::write(work.join("half/share/zsh"), "not a directory\n").unwrap();
+    let before = listing(&work);
+    let install = |prefix: &Path| {
+        let mut cmd = wbcache();
+        cmd.arg("install").arg("--prefix").arg(prefix).arg("--from").arg(&from);
+        cmd
+    };
+    refused(&mut install(&work.join("file/prefix")), "wbcache install", "Not a directory");
+    refused(&mut install(&work.join("half")), "wbcache install", "share/zsh/site-functions");
+    let proc = Path::new("/proc/wbcache-install-test");
+    refused(&mut install(proc), "wbcache install", "/proc/wbcache-install-test");
+    assert!(!proc.exists());
+    assert_eq!(listing(&work), before, "nothing is left");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_missing_build_output_is_named_and_nothing_is_written() {
+    let work = scratch("install-missing");
+    let empty = work.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let prefix = work.join("prefix");
+    let mut cmd = wbcache();
+    cmd.arg("install").arg("--prefix").arg(&prefix).arg("--from").arg(&empty);
+    refused(&mut cmd, "wbcache install", "libwbcache_preload.so, libwbcache_sqlite.so");
+    refused(&mut cmd, "wbcache install", "cargo build --release");
+    assert!(!prefix.exists(), "no prefix made");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_partial_earlier_install_is_refused_and_uninstall_clears_it() {
+    let from = built_outputs();
+    let work = scratch("install-partial");
+    let prefix = work.join("prefix");
+    let install = || {
+        let mut cmd = wbcache();
+        cmd.env_remove("DESTDIR").arg("install").arg("--prefix").arg(&prefix).arg("--from").arg(&from);
+        cmd
+    };
+    let mut uninstall = wbcache();
+    uninstall.env_remove("DESTDIR").arg("uninstall").arg("--prefix").arg(&prefix);
+
+    // A file the manifest lists is gone.
+    run(&mut install(), "wbcache install");
+    std::fs::remove_file(prefix.join("lib/libwbcache.a")).unwrap();
+    let before = listing(&work);
+    refused(&mut install(), "wbcache install", "a partial earlier install");
+    assert_eq!(listing(&work), before, "nothing changed");
+    let out = uninstall.output().unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("libwbcache.a was already gone"));
+    assert!(!prefix.exists());
+
+    // A staged file an interrupted install left.
+    run(&mut install(), "wbcache install");
+    let left = prefix.join("bin/.wbcache.wbcache-install-999999");
+    std::fs::write(&left, "half a binary").unwrap();
+    let before = listing(&work);
+    refused(&mut install(), "wbcache install", "did not finish");
+    assert_eq!(listing(&work), before, "nothing changed");
+    std::fs::remove_file(&left).unwrap();
+    run(&mut uninstall, "wbcache uninstall");
+    assert!(!prefix.exists());
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn uninstall_without_a_manifest_or_with_a_foreign_one_removes_nothing() {
+    let work = scratch("uninstall-refused");
+    let prefix = work.join("prefix");
+    let mut uninstall = wbcache();
+    uninstall.arg("uninstall").arg("--prefix").arg(&prefix);
+    refused(&mut uninstall, "wbcache uninstall", "no install manifest");
+    // A manifest naming a file outside the prefix is refused whole.
+    let outside = work.join("outside");
+    std::fs::write(&outside, "stays\n").unwrap();
+    std::fs::create_dir_all(prefix.join("share/wbcache")).unwrap();
+    let manifest = format!("prefix {}\nfile {}\n", prefix.display(), outside.display());
+    std::fs::write(prefix.join("share/wbcache/install-manifest"), manifest).unwrap();
+    refused(&mut uninstall, "wbcache uninstall", "outside the prefix");
+    assert!(outside.exists() && prefix.join("share/wbcache/install-manifest").exists());
+    let _ = std::fs::remove_dir_all(&work);
 }

@@ -1,7 +1,7 @@
 //! The command line's tests: `wbcache bench` run end to end as a user runs
 //! it (a module per workload family, bad inputs and signals, first runs),
-//! `wbcache install`, `wbcache crashtest`, and `wbcache stat` / `top`
-//! watching a running program. The helpers are in `../common/`.
+//! `wbcache install` / `uninstall`, `wbcache crashtest`, and `wbcache stat` /
+//! `top` watching a running program. The helpers are in `../common/`.
 
 #[path = "../common/mod.rs"]
 mod common;
