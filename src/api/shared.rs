@@ -85,12 +85,13 @@ impl Shared {
         let workers = Workers::start(config.io_max_bytes, &io)?;
         let range_writer = RangeWriter::start(&io)?;
         let dropbehind = DropBehind::start(memory.clone(), counters.clone())?;
-        let mut failed_to_publish = None;
-        let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
+        Ok(Arc::new_cyclic(|weak: &Weak<Shared>| {
             let publisher = board.and_then(|board| {
                 let weak = weak.clone();
                 let sample: Sampler = Box::new(move || weak.upgrade().map(|shared| shared.figures()));
-                Publisher::start(board, sample).map_err(|e| failed_to_publish = Some(e)).ok()
+                // Without its thread the cache runs all the same, unseen
+                // by `wbcache stat`.
+                Publisher::start(board, sample).ok()
             });
             Shared {
                 config: Arc::new(config),
@@ -109,12 +110,7 @@ impl Shared {
                 all_direct_io: AtomicBool::new(true),
                 publisher,
             }
-        });
-        if let Some(e) = failed_to_publish {
-            let _ = shared.shutdown();
-            return Err(e);
-        }
-        Ok(shared)
+        }))
     }
 
     /// A snapshot of the counters, without the configuration.

@@ -25,7 +25,7 @@ use crate::guardian::board::{Board, BoardView, Writable, PUBLISH_INTERVAL};
 use crate::guardian::replay::unwritten_bytes_by_file;
 use crate::stats::{DeviceClass, Stats};
 
-pub use crate::guardian::board::{BoardReading, CacheState, Figure, Figures};
+pub use crate::guardian::board::{BoardReading, CacheState, Figure, Figures, GuardianProgress};
 
 /// The name a cache's board `memfd` has (`/proc/PID/fd/N` links to
 /// `/memfd:wbcache-board (deleted)`).
@@ -54,7 +54,10 @@ pub fn read_unwritten_files(fd: &OwnedFd) -> io::Result<Vec<UnwrittenFile>> {
     let view = table.view();
     Ok(unwritten_bytes_by_file(view)
         .into_iter()
-        .map(|(slot, bytes)| UnwrittenFile { name: String::from_utf8_lossy(&view.file_name(slot)).into_owned(), bytes })
+        .filter_map(|u| {
+            let name = view.file_name_of(u.file, u.generation)?;
+            Some(UnwrittenFile { name: String::from_utf8_lossy(&name).into_owned(), bytes: u.bytes })
+        })
         .collect())
 }
 
@@ -95,6 +98,8 @@ pub(crate) type Sampler = Box<dyn Fn() -> Option<Figures> + Send>;
 /// The cache's publisher thread and its board.
 pub(crate) struct Publisher {
     board: Arc<Board>,
+    /// The process whose thread publishes.
+    owner_pid: u32,
     stopping: Arc<(Mutex<bool>, Condvar)>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -118,11 +123,20 @@ impl Publisher {
                 }
             }
         })?;
-        Ok(Publisher { board, stopping, thread: Mutex::new(Some(thread)) })
+        Ok(Publisher { board, owner_pid: std::process::id(), stopping, thread: Mutex::new(Some(thread)) })
     }
 
-    /// Stops the thread, publishes `last` and marks the board closed.
+    /// Stops the thread, publishes `last` and marks the board closed;
+    /// in a fork child of the owner (whose cache is the parent's copy, and
+    /// has no publisher thread), only forgets the thread: the board is
+    /// the parent's.
     pub(crate) fn stop(&self, last: Figures) {
+        if self.owner_pid != std::process::id() {
+            if let Some(thread) = locks::lock(&self.thread).take() {
+                std::mem::forget(thread);
+            }
+            return;
+        }
         let (stop, wake) = &*self.stopping;
         *locks::lock(stop) = true;
         wake.notify_all();

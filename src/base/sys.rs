@@ -130,17 +130,11 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// This thread's name as the kernel keeps it (`PR_GET_NAME`): the
-/// program's name on its main thread, up to 15 bytes.
+/// The program's name as the kernel keeps it (`/proc/self/comm`: its
+/// main thread's, up to 15 bytes), whichever thread asks; empty where
+/// `/proc` cannot say.
 pub fn program_name() -> String {
-    let mut name = [0u8; 16];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into `name`.
-    let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
-    if rc != 0 {
-        return String::new();
-    }
-    let len = name.iter().position(|b| *b == 0).unwrap_or(name.len());
-    String::from_utf8_lossy(&name[..len]).into_owned()
+    std::fs::read_to_string("/proc/self/comm").map(|name| name.trim_end().to_string()).unwrap_or_default()
 }
 
 /// The lowest number for the engine's descriptors: 256, or half the
@@ -276,6 +270,26 @@ pub fn lseek(fd: RawFd, offset: i64, whence: libc::c_int) -> io::Result<u64> {
 pub fn ftruncate(fd: RawFd, len: i64) -> io::Result<()> {
     // SAFETY: no memory is passed.
     check(unsafe { libc::syscall(libc::SYS_ftruncate, libc::c_long::from(fd), len) }).map(drop)
+}
+
+/// The seals that fix a `memfd`'s size for good (`F_SEAL_SHRINK`,
+/// `F_SEAL_GROW`, and `F_SEAL_SEAL` so that no holder adds a write seal):
+/// another process that maps it can then trust its length.
+pub fn seal_size(fd: RawFd) -> io::Result<()> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl(F_ADD_SEALS) touches no memory of ours.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_fcntl, libc::c_long::from(fd), libc::c_long::from(libc::F_ADD_SEALS), seals) };
+    check(rc).map(drop)
+}
+
+/// Whether `fd`'s size is sealed (see [`seal_size`]): a memory object
+/// whose length cannot change under a reader's mapping.
+pub fn is_size_sealed(fd: RawFd) -> bool {
+    // SAFETY: fcntl(F_GET_SEALS) touches no memory of ours.
+    let rc = unsafe { libc::syscall(libc::SYS_fcntl, libc::c_long::from(fd), libc::c_long::from(libc::F_GET_SEALS)) };
+    rc >= 0
+        && rc as libc::c_int & (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) == (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW)
 }
 
 /// What a sync makes durable.

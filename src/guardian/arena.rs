@@ -36,6 +36,10 @@ pub const BLOCK_BYTES: usize = 4096;
 pub const CHUNK_BYTES: usize = 2 << 20;
 const CHUNK_BLOCKS: usize = CHUNK_BYTES / BLOCK_BYTES;
 
+/// The largest arena a table may describe (64 TiB): beyond any cache's
+/// capacity, and small enough that a layout's sizes cannot overflow.
+const ARENA_BYTES_MAX: u64 = 1 << 46;
+
 /// `TableHeader::magic`: "wbcguard".
 pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"wbcguard");
 /// Bumped whenever the layout changes: a guardian refuses a table of
@@ -182,6 +186,24 @@ impl TableView {
         name
     }
 
+    /// File slot `slot`'s name if the slot holds the file of `generation`
+    /// from before the name was read to after: read from another process
+    /// while the owner runs, a slot released and reused meanwhile names
+    /// another file (or a mix of two names), and gives `None`.
+    pub fn file_name_of(&self, slot: u32, generation: u32) -> Option<Vec<u8>> {
+        let record = self.file(slot);
+        let in_use = || {
+            let (used, now) = (record.used.load(Ordering::Relaxed), record.generation.load(Ordering::Relaxed));
+            std::sync::atomic::fence(Ordering::Acquire);
+            used != 0 && now == generation
+        };
+        if !in_use() {
+            return None;
+        }
+        let name = self.file_name(slot);
+        in_use().then_some(name)
+    }
+
     fn file_name_words(&self, slot: u32) -> &[AtomicU64; FILE_NAME_WORDS] {
         assert!(slot < self.header().file_slots, "file slot {slot} in the table");
         self.at(self.header().names_at, slot as u64)
@@ -215,13 +237,20 @@ impl TableView {
     /// Whether the header is one this build lays out.
     pub fn is_valid(&self, table_bytes: u64) -> bool {
         let h = self.header();
+        // Read from another process's memory, the header is checked
+        // before its sizes are multiplied into a layout.
+        if h.magic != TABLE_MAGIC || h.version != TABLE_VERSION || h.arena_bytes > ARENA_BYTES_MAX {
+            return false;
+        }
         let expected = table_layout(h.arena_bytes);
-        h.magic == TABLE_MAGIC
-            && h.version == TABLE_VERSION
-            && h.table_bytes == expected.table_bytes
+        h.table_bytes == expected.table_bytes
             && h.table_bytes <= table_bytes
+            && h.file_slots == expected.file_slots
             && h.files_at == expected.files_at
             && h.names_at == expected.names_at
+            && h.chunks_at == expected.chunks_at
+            && h.descs_at == expected.descs_at
+            && h.arena_bytes % CHUNK_BYTES as u64 == 0
             && h.dirty_at == expected.dirty_at
     }
 }
@@ -236,8 +265,13 @@ pub struct MappedTable {
 }
 
 impl MappedTable {
-    /// Maps the table `fd` refers to; `InvalidData` for another layout.
+    /// Maps the table `fd` refers to; `InvalidData` for another layout, or
+    /// for a memory object whose size is not sealed (its owner could cut
+    /// it under the mapping: a reader's access would fault).
     pub fn open(fd: &OwnedFd) -> io::Result<MappedTable> {
+        if !crate::base::sys::is_size_sealed(fd.as_raw_fd()) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "not a crash table (its size is not sealed)"));
+        }
         let len = crate::base::sys::fstat_size(fd.as_raw_fd())?;
         if len < std::mem::size_of::<TableHeader>() as u64 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "not a crash table (too short)"));
@@ -264,10 +298,12 @@ impl Drop for MappedTable {
     }
 }
 
-/// A `memfd` of `bytes`, mapped shared and kept from fork children.
+/// A `memfd` of `bytes`, its size sealed (readers in other processes
+/// trust it: see `base::sys::seal_size`), mapped shared and kept from
+/// fork children.
 pub fn map_memfd(name: &std::ffi::CStr, bytes: u64) -> io::Result<(OwnedFd, NonNull<u8>)> {
     // SAFETY: a valid NUL-terminated name; the flags are memfd_create's.
-    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if raw < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -275,6 +311,7 @@ pub fn map_memfd(name: &std::ffi::CStr, bytes: u64) -> io::Result<(OwnedFd, NonN
     // SAFETY: a descriptor we just created and own.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     crate::base::sys::ftruncate(fd.as_raw_fd(), bytes as i64)?;
+    crate::base::sys::seal_size(fd.as_raw_fd())?;
     let base = crate::base::sys::map_shared(fd.as_raw_fd(), bytes as usize, libc::PROT_READ | libc::PROT_WRITE)?;
     // A fork child gets none of it: the guardian watches this process,
     // not its children, and a fork need not copy the cache's page tables.

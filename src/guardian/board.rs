@@ -226,9 +226,9 @@ struct BoardLayout {
     samples_written: AtomicU64,
     ring: [SampleSlot; RING_SAMPLES],
     /// What the guardian found to write after the owner's death, and has
-    /// written so far, in bytes.
-    guardian_bytes_total: AtomicU64,
-    guardian_bytes_written: AtomicU64,
+    /// written so far, in bytes (`written` stored after `total`).
+    guardian_total_bytes: AtomicU64,
+    guardian_written_bytes: AtomicU64,
 }
 
 /// The board's length in its `memfd`: one page.
@@ -333,9 +333,16 @@ pub struct BoardReading {
     pub newest: Option<Figures>,
     /// The sample nearest a second before the newest, for rates.
     pub second_before: Option<Figures>,
-    /// The guardian's progress after the owner's death: (written, total)
-    /// bytes.
-    pub guardian_bytes: (u64, u64),
+    /// The guardian's progress after the owner's death.
+    pub guardian: GuardianProgress,
+}
+
+/// How far a guardian got writing a dead owner's data to the files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuardianProgress {
+    pub written_bytes: u64,
+    /// What it found to write (0 before it starts).
+    pub total_bytes: u64,
 }
 
 /// A mapping of a board: a reader's (read only) or the guardian's.
@@ -349,8 +356,12 @@ unsafe impl Send for BoardView {}
 
 impl BoardView {
     /// Maps the board `fd` refers to; `InvalidData` for a memory object
-    /// that is not a board of this version (or not yet one).
+    /// that is not a board of this version (or not yet one), or whose size
+    /// is not sealed (its owner could cut it under the mapping).
     pub fn open(fd: &OwnedFd, writable: Writable) -> io::Result<BoardView> {
+        if !crate::base::sys::is_size_sealed(fd.as_raw_fd()) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "not a board (its size is not sealed)"));
+        }
         let len = crate::base::sys::fstat_size(fd.as_raw_fd())? as usize;
         if len < board_bytes() {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "not a board of this version (too short)"));
@@ -362,7 +373,9 @@ impl BoardView {
         let base = crate::base::sys::map_shared(fd.as_raw_fd(), board_bytes(), prot)?;
         let view = BoardView { layout: base.cast() };
         let l = view.layout();
-        if l.magic.load(Ordering::Acquire) != BOARD_MAGIC || l.version != BOARD_VERSION {
+        let magic = l.magic.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        if magic != BOARD_MAGIC || l.version != BOARD_VERSION {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "not a board of this version"));
         }
         Ok(view)
@@ -374,25 +387,30 @@ impl BoardView {
     }
 
     /// Everything the board says now.
+    ///
+    /// A reader's mapping is read-only, where atomics may only be loaded
+    /// `Relaxed`: each load is followed by an `Acquire` fence instead,
+    /// which orders what comes after it as an `Acquire` load would.
     pub fn read(&self) -> BoardReading {
         let l = self.layout();
-        let written = l.samples_written.load(Ordering::Acquire);
+        let written = l.samples_written.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
         let newest = (written > 0).then(|| self.sample(written - 1)).flatten();
         let second_before = newest.and_then(|newest| self.second_before(written, &newest));
         let program_len = (l.program_len as usize).min(PROGRAM_BYTES);
+        let state = l.state.load(Ordering::Relaxed);
+        let written_bytes = l.guardian_written_bytes.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
         BoardReading {
             owner_pid: l.owner_pid,
-            guardian_pid: l.guardian_pid.load(Ordering::Acquire),
+            guardian_pid: l.guardian_pid.load(Ordering::Relaxed),
             program: String::from_utf8_lossy(&l.program[..program_len]).into_owned(),
             started_unix_ms: l.started_unix_ms,
-            state: CacheState::from_word(l.state.load(Ordering::Acquire)).unwrap_or(CacheState::Running),
-            table_inode: l.table_inode.load(Ordering::Acquire),
+            state: CacheState::from_word(state).unwrap_or(CacheState::Running),
+            table_inode: l.table_inode.load(Ordering::Relaxed),
             newest,
             second_before,
-            guardian_bytes: (
-                l.guardian_bytes_written.load(Ordering::Acquire),
-                l.guardian_bytes_total.load(Ordering::Acquire),
-            ),
+            guardian: GuardianProgress { written_bytes, total_bytes: l.guardian_total_bytes.load(Ordering::Relaxed) },
         }
     }
 
@@ -412,7 +430,8 @@ impl BoardView {
         let slot = &self.layout().ring[(n % RING_SAMPLES as u64) as usize];
         let wanted = 2 * (n / RING_SAMPLES as u64 + 1);
         for _ in 0..64 {
-            let before = slot.seq.load(Ordering::Acquire);
+            let before = slot.seq.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
             if before % 2 == 1 {
                 std::hint::spin_loop();
                 continue;
@@ -437,8 +456,8 @@ impl BoardView {
     /// The guardian's state and progress (on a view opened writable).
     pub fn set_guardian_progress(&self, state: CacheState, written_bytes: u64, total_bytes: u64) {
         let l = self.layout();
-        l.guardian_bytes_total.store(total_bytes, Ordering::Relaxed);
-        l.guardian_bytes_written.store(written_bytes, Ordering::Relaxed);
+        l.guardian_total_bytes.store(total_bytes, Ordering::Relaxed);
+        l.guardian_written_bytes.store(written_bytes, Ordering::Release);
         l.state.store(state.word(), Ordering::Release);
     }
 }
@@ -504,6 +523,18 @@ mod tests {
         let (fd, _base) = crate::guardian::arena::map_memfd(c"not-a-board", 8192).expect("memfd");
         let e = BoardView::open(&fd, Writable::No).err().expect("refused");
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn a_memory_object_whose_size_is_not_sealed_is_refused() {
+        // SAFETY: a valid name; a descriptor of our own comes back.
+        let raw = unsafe { libc::memfd_create(c"wbcache-board".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0, "memfd_create");
+        // SAFETY: the descriptor just made, ours alone.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        crate::base::sys::ftruncate(fd.as_raw_fd(), 4096).expect("a page");
+        let e = BoardView::open(&fd, Writable::No).err().expect("refused");
+        assert!(e.kind() == io::ErrorKind::InvalidData && e.to_string().contains("sealed"), "{e}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::arena::{Arena, TableView};
 use super::board::{BoardView, CacheState, Writable};
-use super::replay::{replay, unwritten_bytes_by_file, ReplaySink};
+use super::replay::{bytes_to_replay, replay, ReplaySink};
 
 /// The environment variable that makes a process the guardian:
 /// `owner_pid,socket,table,arena,board` (descriptor numbers; board -1
@@ -513,7 +513,7 @@ fn replay_files(
     // SAFETY: the arena's whole memfd, mapped read-only for the rest of
     // this process; nobody writes it any more (its owner is dead).
     let arena = unsafe { std::slice::from_raw_parts(arena_base.as_ptr(), arena_bytes) };
-    let total_bytes = unwritten_bytes_by_file(&table).iter().map(|(_, bytes)| bytes).sum();
+    let total_bytes = bytes_to_replay(&table, |file| files.contains_key(&file));
     let progress = board.map(|board| Progress { board, total_bytes, written_bytes: 0 });
     if let Some(p) = &progress {
         p.board.set_guardian_progress(CacheState::GuardianWriting, 0, total_bytes);
@@ -621,7 +621,7 @@ impl ReplaySink for FileSink<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::arena::{BlockState, BLOCK_BYTES};
-    use super::super::board::{Board, BoardView, CacheState, Writable};
+    use super::super::board::{Board, BoardView, CacheState, GuardianProgress, Writable};
     use super::*;
     use std::sync::atomic::Ordering;
 
@@ -636,23 +636,35 @@ mod tests {
     fn a_replay_writes_the_dirty_blocks_and_says_so_on_the_board() {
         let arena = Arena::new(16 << 20).expect("arena");
         let record = arena.table().file(1);
-        record.size.store(2 * BLOCK_BYTES as u64, Ordering::Relaxed);
+        // The size ends inside the second block: the replay writes (and
+        // counts) up to it only.
+        let bytes = BLOCK_BYTES as u64 + 100;
+        record.size.store(bytes, Ordering::Relaxed);
         record.used.store(1, Ordering::Release);
         let (slot, data) = arena.allocate(4 * BLOCK_BYTES).expect("a slot");
         // SAFETY: the slot's four blocks, ours alone.
         unsafe { std::ptr::write_bytes(data.as_ptr(), b'w', 4 * BLOCK_BYTES) };
         arena.record_owner(slot, (1, 0), 0);
         arena.mark(slot, (0, 2), BlockState::Dirty);
-        let (file, _) = super::super::arena::map_memfd(c"replayed-file", BLOCK_BYTES as u64).expect("a file");
+        // The file: a memfd of one block (the replay grows it to the size).
+        // SAFETY: a valid name; a descriptor of our own comes back.
+        let file = unsafe { libc::memfd_create(c"replayed-file".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(file >= 0, "memfd_create");
+        // SAFETY: the descriptor just made, ours alone.
+        let file = unsafe { OwnedFd::from_raw_fd(file) };
+        crate::base::sys::ftruncate(file.as_raw_fd(), BLOCK_BYTES as i64).expect("its first block");
         let board = Board::create("owner").expect("board");
         let guardian_view = BoardView::open(&dup(board.fd()), Writable::Yes).expect("the guardian's view");
         let files = HashMap::from([(1u32, dup(file.as_raw_fd()))]);
         let (table_fd, arena_fd) = (dup(arena.table_fd()), dup(arena.arena_fd()));
-        assert_eq!(replay_files(&table_fd, &arena_fd, files, Some(&guardian_view)).expect("replayed"), true);
+        assert!(replay_files(&table_fd, &arena_fd, files, Some(&guardian_view)).expect("replayed"));
         let reading = BoardView::open(&dup(board.fd()), Writable::No).expect("a reader's view").read();
         assert_eq!(reading.state, CacheState::GuardianDone);
-        let bytes = 2 * BLOCK_BYTES as u64;
-        assert_eq!(reading.guardian_bytes, (bytes, bytes), "written and found");
+        assert_eq!(
+            reading.guardian,
+            GuardianProgress { written_bytes: bytes, total_bytes: bytes },
+            "written and found"
+        );
         assert_eq!(crate::base::sys::fstat_size(file.as_raw_fd()).unwrap(), bytes, "the file's length is its size");
         let back = crate::base::sys::map_shared(file.as_raw_fd(), bytes as usize, libc::PROT_READ).expect("map");
         // SAFETY: the file's mapping just made, `bytes` long, left mapped.

@@ -56,13 +56,30 @@ struct FileState {
 /// do). `arena` is the whole arena.
 pub fn replay(table: &TableView, arena: &[u8], sink: &mut dyn ReplaySink) -> ReplayReport {
     let mut report = ReplayReport::default();
-    if table.header().state.load(Ordering::Acquire) == STATE_CLOSED {
+    // Relaxed and a fence: the guardian's mapping is read-only, where
+    // atomics may only be loaded Relaxed.
+    let state = table.header().state.load(Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Acquire);
+    if state == STATE_CLOSED {
         return report;
     }
+    let mut files = files_in_use(table, |file| sink.has_file(file));
+    let slots = dirty_slots(table, &mut files);
+    for (&file, state) in &files {
+        replay_len(file, state, sink, &mut report);
+    }
+    for (first, blocks) in slots {
+        replay_slot(table, arena, (first, blocks), &files, sink, &mut report);
+    }
+    report
+}
+
+/// The files in use in the table that `has_file` can write, by slot.
+fn files_in_use(table: &TableView, has_file: impl Fn(u32) -> bool) -> HashMap<u32, FileState> {
     let mut files = HashMap::new();
     for file in 1..table.header().file_slots {
         let record = table.file(file);
-        if record.used.load(Ordering::Relaxed) != 0 && sink.has_file(file) {
+        if record.used.load(Ordering::Relaxed) != 0 && has_file(file) {
             let state = FileState {
                 generation: record.generation.load(Ordering::Relaxed),
                 size: record.size.load(Ordering::Relaxed),
@@ -73,14 +90,15 @@ pub fn replay(table: &TableView, arena: &[u8], sink: &mut dyn ReplaySink) -> Rep
             files.insert(file, state);
         }
     }
+    files
+}
+
+/// The bytes [`replay`] would write into the files `has_file` can write:
+/// its dirty runs, clipped to each file's size as it clips them.
+pub fn bytes_to_replay(table: &TableView, has_file: impl Fn(u32) -> bool) -> u64 {
+    let mut files = files_in_use(table, has_file);
     let slots = dirty_slots(table, &mut files);
-    for (&file, state) in &files {
-        replay_len(file, state, sink, &mut report);
-    }
-    for (first, blocks) in slots {
-        replay_slot(table, arena, (first, blocks), &files, sink, &mut report);
-    }
-    report
+    slots.into_iter().flat_map(|slot| dirty_runs(table, slot, &files)).map(|run| run.end - run.at).sum()
 }
 
 /// The slots holding dirty blocks of files in use (arena block, length),
@@ -101,9 +119,12 @@ fn dirty_slots(table: &TableView, files: &mut HashMap<u32, FileState>) -> Vec<(u
 }
 
 /// Calls `visit(first block, blocks, file, generation)` for every slot
-/// whose descriptor names a file.
+/// whose descriptor names a file slot of the table. A table read from
+/// another process is trusted no further than its header: a slot is cut
+/// to the arena's end, and a file beyond the table's slots is skipped.
 fn for_each_named_slot(table: &TableView, mut visit: impl FnMut(u64, u64, u32, u32)) {
     let chunk_blocks = (CHUNK_BYTES / BLOCK_BYTES) as u64;
+    let (blocks, file_slots) = (table.blocks(), table.header().file_slots);
     for chunk in 0..table.chunks() {
         let slot_blocks = table.chunk_slot_blocks(chunk).load(Ordering::Relaxed) as u64;
         if slot_blocks == 0 || slot_blocks == u32::MAX as u64 {
@@ -114,19 +135,29 @@ fn for_each_named_slot(table: &TableView, mut visit: impl FnMut(u64, u64, u32, u
             let first = chunk * chunk_blocks + s * slot_blocks;
             let desc = table.desc(first);
             let file = desc.file.load(Ordering::Relaxed);
-            if file != NO_FILE {
-                visit(first, slot_blocks, file, desc.generation.load(Ordering::Relaxed));
+            if file != NO_FILE && file < file_slots {
+                visit(first, slot_blocks.min(blocks - first), file, desc.generation.load(Ordering::Relaxed));
             }
         }
     }
+}
+
+/// A file's share of what the table records as held only in the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unwritten {
+    pub file: u32,
+    /// The file slot's generation when it was counted (its name is read
+    /// against it).
+    pub generation: u32,
+    pub bytes: u64,
 }
 
 /// Bytes the table records as held only in the cache (dirty, or under
 /// writeback and not yet done), per file slot in use, largest first: what
 /// a guardian would write now. Read while the owner runs (by `wbcache
 /// stat`), it is a snapshot that writers move on from.
-pub fn unwritten_bytes_by_file(table: &TableView) -> Vec<(u32, u64)> {
-    let mut by_file: HashMap<u32, u64> = HashMap::new();
+pub fn unwritten_bytes_by_file(table: &TableView) -> Vec<Unwritten> {
+    let mut by_file: HashMap<u32, Unwritten> = HashMap::new();
     for_each_named_slot(table, |first, slot_blocks, file, generation| {
         let record = table.file(file);
         if record.used.load(Ordering::Relaxed) == 0 || record.generation.load(Ordering::Relaxed) != generation {
@@ -134,11 +165,12 @@ pub fn unwritten_bytes_by_file(table: &TableView) -> Vec<(u32, u64)> {
         }
         let dirty = (0..slot_blocks).filter(|b| table.dirty(first + b).load(Ordering::Relaxed) != 0).count();
         if dirty > 0 {
-            *by_file.entry(file).or_default() += dirty as u64 * BLOCK_BYTES as u64;
+            by_file.entry(file).or_insert(Unwritten { file, generation, bytes: 0 }).bytes +=
+                dirty as u64 * BLOCK_BYTES as u64;
         }
     });
-    let mut files: Vec<(u32, u64)> = by_file.into_iter().collect();
-    files.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut files: Vec<Unwritten> = by_file.into_values().collect();
+    files.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.file.cmp(&b.file)));
     files
 }
 
@@ -177,16 +209,43 @@ fn replay_len(file: u32, state: &FileState, sink: &mut dyn ReplaySink, report: &
 fn replay_slot(
     table: &TableView,
     arena: &[u8],
-    (first, blocks): (u64, u64),
+    slot: (u64, u64),
     files: &HashMap<u32, FileState>,
     sink: &mut dyn ReplaySink,
     report: &mut ReplayReport,
 ) {
+    for run in dirty_runs(table, slot, files) {
+        let data = &arena[run.from..run.from + (run.end - run.at) as usize];
+        match sink.write(run.file, run.at, data) {
+            Ok(()) => report.bytes += data.len() as u64,
+            Err(e) => report.failures.push(format!(
+                "{}: writing {} bytes at offset {}: {e}",
+                sink.name(run.file),
+                data.len(),
+                run.at
+            )),
+        }
+    }
+}
+
+/// A run of dirty blocks to write: file bytes `[at, end)` from arena byte
+/// `from`.
+struct DirtyRun {
+    file: u32,
+    at: u64,
+    end: u64,
+    from: usize,
+}
+
+/// The dirty runs of the slot at arena block `first`, clipped to its
+/// file's size (a run wholly past it is left out).
+fn dirty_runs(table: &TableView, (first, blocks): (u64, u64), files: &HashMap<u32, FileState>) -> Vec<DirtyRun> {
     let desc = table.desc(first);
     let file = desc.file.load(Ordering::Relaxed);
-    let Some(state) = files.get(&file) else { return };
+    let Some(state) = files.get(&file) else { return Vec::new() };
     let offset = desc.offset.load(Ordering::Relaxed);
     let dirty = |b: u64| table.dirty(first + b).load(Ordering::Relaxed) != 0;
+    let mut runs = Vec::new();
     let mut b = 0;
     while b < blocks {
         if !dirty(b) {
@@ -199,16 +258,9 @@ fn replay_slot(
         }
         let at = offset + run_start * BLOCK_BYTES as u64;
         let end = (offset + b * BLOCK_BYTES as u64).min(state.size);
-        if end <= at {
-            continue;
-        }
-        let from = ((first + run_start) * BLOCK_BYTES as u64) as usize;
-        let data = &arena[from..from + (end - at) as usize];
-        match sink.write(file, at, data) {
-            Ok(()) => report.bytes += data.len() as u64,
-            Err(e) => {
-                report.failures.push(format!("{}: writing {} bytes at offset {at}: {e}", sink.name(file), data.len()))
-            }
+        if end > at {
+            runs.push(DirtyRun { file, at, end, from: ((first + run_start) * BLOCK_BYTES as u64) as usize });
         }
     }
+    runs
 }

@@ -12,9 +12,8 @@ use std::collections::HashMap;
 use std::fs;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
-use wbcache::watch::{self, BoardReading, CacheState, Figure, Figures, UnwrittenFile};
+use wbcache::watch::{self, BoardReading, CacheState, Figure, Figures, GuardianProgress, UnwrittenFile};
 
 /// Files listed per cache: those with the most unwritten bytes.
 pub const FILES_SHOWN: usize = 5;
@@ -22,6 +21,9 @@ pub const FILES_SHOWN: usize = 5;
 /// One cache as `stat` shows it.
 #[derive(Clone, Debug)]
 pub struct WatchedCache {
+    /// The board's `memfd` inode number: tells apart two caches of one
+    /// process.
+    pub board_inode: u64,
     pub owner_pid: u32,
     /// The guardian process, once started.
     pub guardian_pid: Option<u32>,
@@ -40,8 +42,8 @@ pub struct WatchedCache {
     pub files: Vec<UnwrittenFile>,
     /// Whether the cache has a crash table to list files from.
     pub has_table: bool,
-    /// The guardian's progress after the owner died: (written, total).
-    pub guardian_bytes: (u64, u64),
+    /// The guardian's progress after the owner died.
+    pub guardian: GuardianProgress,
 }
 
 /// Rates over the last second of samples.
@@ -93,6 +95,9 @@ pub fn none_found(pid: Option<u32>) -> String {
 /// A board or crash table found in a process's descriptors.
 struct Found {
     path: std::path::PathBuf,
+    /// Its `memfd`'s inode number: what the descriptor must still name
+    /// when it is opened.
+    inode: u64,
     holders: Vec<u32>,
 }
 
@@ -126,7 +131,8 @@ fn scan_descriptors() -> (HashMap<u64, Found>, HashMap<u64, Found>) {
                 continue;
             };
             let Ok(meta) = fs::metadata(fd.path()) else { continue };
-            let entry = found.entry(meta.ino()).or_insert_with(|| Found { path: fd.path(), holders: Vec::new() });
+            let inode = meta.ino();
+            let entry = found.entry(inode).or_insert_with(|| Found { path: fd.path(), inode, holders: Vec::new() });
             entry.holders.push(pid);
         }
     }
@@ -135,12 +141,16 @@ fn scan_descriptors() -> (HashMap<u64, Found>, HashMap<u64, Found>) {
 
 /// The cache of the board `found`, if it can still be read.
 fn watched_cache(found: &Found, tables: &HashMap<u64, Found>) -> Option<WatchedCache> {
-    let board = open(&found.path)?;
-    let reading = watch::read_board(&board).ok()?;
-    let owner_alive = found.holders.contains(&reading.owner_pid);
+    let board = open(found)?;
+    let mut reading = watch::read_board(&board).ok()?;
+    // A cache whose first sample is not out yet shows at the next look.
+    reading.newest?;
+    let owner = owner_among(&found.holders, reading.owner_pid);
+    let owner_alive = owner.is_some();
+    reading.owner_pid = owner.unwrap_or(reading.owner_pid);
     let table = tables.get(&reading.table_inode).filter(|_| reading.table_inode != 0);
     let files = table
-        .and_then(|t| open(&t.path))
+        .and_then(open)
         .and_then(|fd| watch::read_unwritten_files(&fd).ok())
         .map(|mut files| {
             files.truncate(FILES_SHOWN);
@@ -148,7 +158,9 @@ fn watched_cache(found: &Found, tables: &HashMap<u64, Found>) -> Option<WatchedC
         })
         .unwrap_or_default();
     let program = if owner_alive { command_line(reading.owner_pid) } else { None };
-    Some(assemble(reading, owner_alive, program, files, table.is_some()))
+    let mut cache = assemble(reading, owner_alive, program, files, table.is_some());
+    cache.board_inode = found.inode;
+    Some(cache)
 }
 
 /// A [`WatchedCache`] from what was read.
@@ -162,6 +174,7 @@ fn assemble(
     let figures = reading.newest.unwrap_or_default();
     let rates = reading.second_before.map(|before| rates_between(&before, &figures));
     WatchedCache {
+        board_inode: 0,
         owner_pid: reading.owner_pid,
         guardian_pid: (reading.guardian_pid != 0).then_some(reading.guardian_pid),
         program: command_line.unwrap_or(reading.program),
@@ -171,7 +184,7 @@ fn assemble(
         rates,
         files,
         has_table,
-        guardian_bytes: reading.guardian_bytes,
+        guardian: reading.guardian,
     }
 }
 
@@ -192,8 +205,39 @@ pub fn rates_between(before: &Figures, after: &Figures) -> Rates {
     }
 }
 
-fn open(path: &Path) -> Option<OwnedFd> {
-    fs::File::open(path).ok().map(OwnedFd::from)
+/// Opens what `found`'s descriptor names, if it still names it: the
+/// process may have closed that number and opened something else there
+/// since the scan (a FIFO would block an open without `O_NONBLOCK`, a
+/// terminal would become the controlling one without `O_NOCTTY`).
+fn open(found: &Found) -> Option<OwnedFd> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file =
+        fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(&found.path).ok()?;
+    let meta = file.metadata().ok()?;
+    let regular = meta.file_type().is_file() && !meta.file_type().is_fifo();
+    (regular && meta.ino() == found.inode).then(|| OwnedFd::from(file))
+}
+
+/// The owner among the processes holding its board, by the pid it
+/// recorded: that pid itself, or a holder that has it in a PID namespace
+/// of its own (a container's program seen from the host: the last pid of
+/// its `NSpid` line), shown by its pid here. `None` when the owner is not
+/// among them (it died).
+fn owner_among(holders: &[u32], recorded_pid: u32) -> Option<u32> {
+    if holders.contains(&recorded_pid) {
+        return Some(recorded_pid);
+    }
+    holders.iter().copied().find(|holder| {
+        let status = fs::read_to_string(format!("/proc/{holder}/status")).unwrap_or_default();
+        innermost_pid(&status) == Some(recorded_pid) && innermost_pid(&status) != Some(*holder)
+    })
+}
+
+/// The last pid of a `/proc/PID/status` text's `NSpid` line: the pid the
+/// process has in its own PID namespace.
+fn innermost_pid(status: &str) -> Option<u32> {
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
 }
 
 /// `pid`'s command line, its arguments joined by spaces.
@@ -214,6 +258,13 @@ mod tests {
         f.set(Figure::ReadBytes, read);
         f.set(Figure::WrittenBytesTotal, written);
         f
+    }
+
+    #[test]
+    fn a_pid_in_a_namespace_of_its_own_is_the_last_of_nspid() {
+        assert_eq!(innermost_pid("Name:\tdb\nNSpid:\t41230\t7\nNgid:\t0\n"), Some(7));
+        assert_eq!(innermost_pid("Name:\tdb\nNSpid:\t41230\n"), Some(41230));
+        assert_eq!(innermost_pid("Name:\tdb\n"), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! Pure functions of the caches read: nothing here reads `/proc`.
 
 use serde_json::{json, Value};
-use wbcache::watch::Figure;
+use wbcache::watch::{Figure, GuardianProgress};
 
 use super::discover::WatchedCache;
 use crate::report::{fmt_count, fmt_three_digits};
@@ -87,12 +87,16 @@ fn row(cache: &WatchedCache) -> [String; 12] {
 /// with the most unwritten bytes.
 fn details(cache: &WatchedCache) -> String {
     let mut out = String::new();
-    let (written, total) = cache.guardian_bytes;
+    let GuardianProgress { written_bytes, total_bytes } = cache.guardian;
     if let Some(guardian) = cache.guardian_pid.filter(|_| !cache.owner_alive) {
-        out += &format!("    guardian {guardian}: {} of {} written to the files\n", fmt_size(written), fmt_size(total));
+        out += &format!(
+            "    guardian {guardian}: {} of {} written to the files\n",
+            fmt_size(written_bytes),
+            fmt_size(total_bytes)
+        );
     }
     for file in &cache.files {
-        out += &format!("    {:>8}  {}\n", fmt_size(file.bytes), file.name);
+        out += &format!("    {:>8}  {}\n", fmt_size(file.bytes), printable(&file.name));
     }
     out
 }
@@ -101,11 +105,27 @@ fn details(cache: &WatchedCache) -> String {
 /// its directory, the arguments after it, control characters (a script's
 /// newlines) as spaces.
 fn shown_program(command_line: &str) -> String {
-    let printable: String = command_line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let spaced: String = command_line.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let printable = printable(&spaced);
     let (program, args) = printable.split_once(' ').unwrap_or((&printable, ""));
     let name = program.rsplit('/').next().unwrap_or(program);
     let words: Vec<&str> = std::iter::once(name).chain(args.split_whitespace()).collect();
     words.join(" ")
+}
+
+/// `text` with what a terminal would act on written out instead: control
+/// characters (an escape sequence in a file name of another user's
+/// program) and the bidirectional overrides, as `\u{..}`.
+fn printable(text: &str) -> String {
+    let acts = |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    text.chars().map(|c| if acts(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+}
+
+/// The program's file name alone: a label that stays the same over the
+/// cache's life and carries none of its arguments.
+fn program_name(command_line: &str) -> String {
+    let first = command_line.split(|c: char| c == ' ' || c.is_control()).next().unwrap_or("");
+    first.rsplit('/').next().unwrap_or(first).to_string()
 }
 
 /// `text` cut to `width` characters, its end replaced by `…` when longer.
@@ -135,8 +155,8 @@ pub fn json(caches: &[WatchedCache]) -> Value {
                 "written_bytes_per_s": c.rates.map(|r| r.written_bytes_per_s),
                 "files_listed": c.has_table,
                 "files": c.files.iter().map(|f| json!({"path": f.name, "unwritten_bytes": f.bytes})).collect::<Vec<_>>(),
-                "guardian_written_bytes": c.guardian_bytes.0,
-                "guardian_total_bytes": c.guardian_bytes.1,
+                "guardian_written_bytes": c.guardian.written_bytes,
+                "guardian_total_bytes": c.guardian.total_bytes,
             })
         })
         .collect();
@@ -144,7 +164,9 @@ pub fn json(caches: &[WatchedCache]) -> Value {
 }
 
 /// `stat --prometheus`: one metric family per figure, a sample per cache
-/// labelled with its pid and program.
+/// labelled with its pid, program and board (two caches of one process
+/// are two series); the state as a metric of its own, so that a series
+/// keeps its labels as the state changes.
 pub fn prometheus(caches: &[WatchedCache]) -> String {
     let mut out = String::new();
     for figure in Figure::ALL.into_iter().filter(|f| *f != Figure::TimeNs) {
@@ -155,16 +177,25 @@ pub fn prometheus(caches: &[WatchedCache]) -> String {
         };
         out += &format!("# HELP {name} wbcache's {} (see docs/stat.md).\n# TYPE {name} {kind}\n", figure.name());
         for c in caches {
-            out += &format!("{name}{} {}\n", labels(c), c.figures.get(figure));
+            out += &format!("{name}{{{}}} {}\n", labels(c), c.figures.get(figure));
         }
+    }
+    out += "# HELP wbcache_state The cache's state (1 for the state it is in).\n# TYPE wbcache_state gauge\n";
+    for c in caches {
+        out += &format!("wbcache_state{{{},state=\"{}\"}} 1\n", labels(c), c.state_name());
     }
     out += "# HELP wbcache_unwritten_bytes Bytes only the cache holds, per file (the largest few).\n";
     out += "# TYPE wbcache_unwritten_bytes gauge\n";
     for c in caches {
+        let mut by_name: Vec<(&str, u64)> = Vec::new();
         for f in &c.files {
-            let labels = labels(c);
-            let labels = format!("{},file=\"{}\"}}", &labels[..labels.len() - 1], escape(&f.name));
-            out += &format!("wbcache_unwritten_bytes{labels} {}\n", f.bytes);
+            match by_name.iter_mut().find(|(name, _)| *name == f.name) {
+                Some((_, bytes)) => *bytes += f.bytes,
+                None => by_name.push((&f.name, f.bytes)),
+            }
+        }
+        for (name, bytes) in by_name {
+            out += &format!("wbcache_unwritten_bytes{{{},file=\"{}\"}} {bytes}\n", labels(c), escape(name));
         }
     }
     out
@@ -179,8 +210,9 @@ fn counter_name(name: &str) -> String {
     }
 }
 
+/// A cache's labels, without braces.
 fn labels(c: &WatchedCache) -> String {
-    format!("{{pid=\"{}\",program=\"{}\",state=\"{}\"}}", c.owner_pid, escape(&c.program), c.state_name())
+    format!("pid=\"{}\",program=\"{}\",cache=\"{}\"", c.owner_pid, escape(&program_name(&c.program)), c.board_inode)
 }
 
 /// A label value as the exposition format writes it.
@@ -208,6 +240,7 @@ mod tests {
             figures.set(f, v);
         }
         WatchedCache {
+            board_inode: 7,
             owner_pid: 42,
             guardian_pid: Some(43),
             program: "python3 \"w\".py".into(),
@@ -217,7 +250,7 @@ mod tests {
             rates: Some(Rates { read_bytes_per_s: 0.0, written_bytes_per_s: 12.5e6 }),
             files: vec![UnwrittenFile { name: "/data/a".into(), bytes: 4 << 20 }],
             has_table: true,
-            guardian_bytes: (0, 0),
+            guardian: GuardianProgress::default(),
         }
     }
 
@@ -239,6 +272,8 @@ mod tests {
         assert_eq!(shown_program("/usr/bin/python3 -c \nimport os\n\tx()"), "python3 -c import os x()");
         assert_eq!(shown_program("db_bench"), "db_bench");
         assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(printable("/d/a\x1b[2Jb\u{202e}"), "/d/a\\u{1b}[2Jb\\u{202e}");
+        assert_eq!(program_name("/usr/bin/python3\0-c"), "python3");
     }
 
     #[test]
@@ -250,10 +285,9 @@ mod tests {
         assert_eq!(j["caches"][0]["files"][0]["unwritten_bytes"], 4 << 20);
         let p = prometheus(&[cache()]);
         assert!(p.contains("# TYPE wbcache_hits_total counter\n"), "{p}");
-        assert!(
-            p.contains("wbcache_dirty_bytes{pid=\"42\",program=\"python3 \\\"w\\\".py\",state=\"running\"} 4194304\n"),
-            "{p}"
-        );
+        let labels = "pid=\"42\",program=\"python3\",cache=\"7\"";
+        assert!(p.contains(&format!("wbcache_dirty_bytes{{{labels}}} 4194304\n")), "{p}");
+        assert!(p.contains(&format!("wbcache_state{{{labels},state=\"running\"}} 1\n")), "{p}");
         assert!(p.contains("wbcache_written_bytes_total{"), "{p}");
         assert!(p.contains("file=\"/data/a\"} 4194304\n"), "{p}");
         assert!(!p.contains("time_ns"), "{p}");

@@ -172,6 +172,11 @@ fn a_dead_owners_cache_shows_its_guardian_until_the_data_is_written() {
         cache = stat_of(writer.pid);
         cache.as_ref().is_some_and(|c| c["figures"]["dirty_bytes"].as_u64() >= Some(8 << 20))
     });
+    // The guardian records its pid on the board as it starts serving.
+    wait_until("the guardian is on the board", || {
+        cache = stat_of(writer.pid);
+        cache.as_ref().is_some_and(|c| c["guardian_pid"].is_u64())
+    });
     let guardian = cache.unwrap()["guardian_pid"].as_i64().expect("the cache has a guardian") as i32;
     // The guardian, stopped, cannot notice the death yet: the cache must
     // show its owner gone, through the guardian's hold on it.
@@ -238,7 +243,7 @@ fn top_shows_the_figures_change_and_restores_the_terminal_on_q() {
     let writer = Writer::start("stat-top");
     let tmux = Tmux { socket: format!("wbcache-test-{}", std::process::id()) };
     let script = format!(
-        "echo before-top; {} top --pid {} --interval 0.2; echo after-top $?; sleep 60",
+        "echo before-top; {} top --pid {} --interval 0.2; echo after-top $?; echo settings: $(stty -a | tr ' ' '\\n' | grep -xE -- '-?(icanon|echo|isig)') end; sleep 60",
         env!("CARGO_BIN_EXE_wbcache"),
         writer.pid
     );
@@ -254,10 +259,14 @@ fn top_shows_the_figures_change_and_restores_the_terminal_on_q() {
         row_figures(&tmux.capture(), writer.pid).is_some_and(|(dirty, fsyncs)| dirty == "0" && fsyncs == "1")
     });
     assert!(tmux.command().args(["send-keys", "-t", "watch", "q"]).status().unwrap().success());
-    wait_until("top quits on q", || tmux.capture().contains("after-top"));
+    wait_until("top quits on q", || tmux.capture().contains(" end"));
     let screen = tmux.capture();
     assert!(screen.contains("before-top") && screen.contains("after-top 0"), "{screen}");
     assert!(!screen.contains("FSYNC p99") && !screen.contains("wbcache top"), "the table stayed: {screen}");
+    let settings = screen.lines().find(|l| l.starts_with("settings:")).expect("the settings line");
+    let mut words: Vec<&str> = settings.split_whitespace().collect();
+    words.sort_unstable();
+    assert_eq!(words, ["echo", "end", "icanon", "isig", "settings:"], "the keyboard's settings came back: {screen}");
     writer.finish();
 }
 
