@@ -219,6 +219,33 @@ fn fstat_kind(fd: RawFd) -> io::Result<(u64, bool)> {
     Ok((st.st_size as u64, st.st_mode & libc::S_IFMT == libc::S_IFBLK))
 }
 
+/// `fd`'s file identity: its device's (major, minor) and inode number.
+pub fn fstat_identity(fd: RawFd) -> io::Result<(u32, u32, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` has room for a stat the kernel fills in.
+    check(unsafe { libc::fstat(fd, st.as_mut_ptr()) } as libc::c_long)?;
+    // SAFETY: fstat succeeded and filled it in.
+    let st = unsafe { st.assume_init() };
+    Ok((libc::major(st.st_dev), libc::minor(st.st_dev), st.st_ino))
+}
+
+/// The identity of the file mapped at `address` in this process, from
+/// `/proc/self/maps`: its device's (major, minor) and inode number.
+pub fn mapped_file_identity(address: usize) -> Option<(u32, u32, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (start, end) = fields.next()?.split_once('-')?;
+        let (start, end) = (usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?);
+        if !(start..end).contains(&address) {
+            return None;
+        }
+        let (major, minor) = fields.nth(2)?.split_once(':')?;
+        let inode = fields.next()?.parse().ok()?;
+        Some((u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?, inode))
+    })
+}
+
 /// `fd`'s inode number (`st_ino`).
 pub fn fstat_inode(fd: RawFd) -> io::Result<u64> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();

@@ -39,6 +39,9 @@ pub struct Guardian {
     /// The cache's board, which the guardian process maps to say what it
     /// does after the owner's death (see [`board`]).
     board_fd: Option<std::os::fd::OwnedFd>,
+    /// The library file this process loaded, opened as the cache starts,
+    /// for the guardian process to load (see `process::open_loaded_library`).
+    library_fd: Option<std::os::fd::OwnedFd>,
     files: Mutex<FileSlots>,
 }
 
@@ -82,7 +85,8 @@ impl Guardian {
             Arena::start_filler(&arena);
         }
         let files = Mutex::new(FileSlots { next: 1, ..FileSlots::default() });
-        Ok(Arc::new(Guardian { arena, link: OnceLock::new(), spawn, board_fd, files }))
+        let library_fd = if spawn { process::open_loaded_library() } else { None };
+        Ok(Arc::new(Guardian { arena, link: OnceLock::new(), spawn, board_fd, library_fd, files }))
     }
 
     pub fn arena(&self) -> &Arc<Arena> {
@@ -96,14 +100,19 @@ impl Guardian {
         }
         self.link
             .get_or_init(|| {
-                process::Link::spawn(&self.arena, self.board_fd.as_ref().map(|fd| fd.as_raw_fd()))
-                    .inspect_err(|e| {
-                        eprintln!(
-                            "wbcache: the guardian process did not start ({e}): a crash of this process loses \
+                let (board, library) = (&self.board_fd, &self.library_fd);
+                process::Link::spawn(
+                    &self.arena,
+                    board.as_ref().map(|fd| fd.as_raw_fd()),
+                    library.as_ref().map(|fd| fd.as_raw_fd()),
+                )
+                .inspect_err(|e| {
+                    eprintln!(
+                        "wbcache: the guardian process did not start ({e}): a crash of this process loses \
                              the data not yet written back"
-                        )
-                    })
-                    .ok()
+                    )
+                })
+                .ok()
             })
             .as_ref()
     }

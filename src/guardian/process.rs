@@ -66,8 +66,9 @@ fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// The file this library was loaded from, when it is a shared object
-/// (the guardian must load it too); `None` when it is part of the program.
-fn library_path() -> Option<CString> {
+/// (the guardian must load it too), and where it is mapped; `None` when
+/// it is part of the program.
+fn library_path() -> Option<(CString, usize)> {
     // SAFETY: an all-zero `Dl_info` (null pointers) is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: the address of a function of this library; `info` is ours.
@@ -80,13 +81,29 @@ fn library_path() -> Option<CString> {
     let name = unsafe { CStr::from_ptr(info.dli_fname) };
     let bytes = name.to_bytes();
     let is_shared_object = bytes.ends_with(b".so") || bytes.windows(4).any(|w| w == b".so.");
-    is_shared_object.then(|| name.to_owned())
+    is_shared_object.then(|| (name.to_owned(), info.dli_fbase as usize))
+}
+
+/// A descriptor of the very file this library was loaded from, for the
+/// guardian to load (as `/proc/self/fd/N`): an upgrade that installs
+/// another library at the same path (a rename over it) while the program
+/// runs leaves this process's guardian the library it was loaded with,
+/// whose layouts and protocol are its own. `None` when the library is
+/// part of the program, or the file at its path is already another (the
+/// guardian then loads it by its path).
+pub fn open_loaded_library() -> Option<OwnedFd> {
+    let (path, mapped_at) = library_path()?;
+    let fd = crate::base::sys::open(&path, libc::O_RDONLY | libc::O_CLOEXEC, 0).ok()?;
+    // SAFETY: the descriptor just opened, ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let opened = crate::base::sys::fstat_identity(fd.as_raw_fd()).ok()?;
+    (crate::base::sys::mapped_file_identity(mapped_at) == Some(opened)).then_some(fd)
 }
 
 /// The guardian's environment: the program's (its libraries may need
 /// `LD_LIBRARY_PATH`), less wbcache's own settings, plus [`GUARDIAN_ENV`]
 /// and the preload of this library.
-fn guardian_environment(spec: &str) -> Vec<CString> {
+fn guardian_environment(spec: &str, library: Option<RawFd>) -> Vec<CString> {
     let mut env: Vec<CString> = std::env::vars_os()
         .filter(|(k, _)| {
             let k = k.as_bytes();
@@ -100,17 +117,22 @@ fn guardian_environment(spec: &str) -> Vec<CString> {
         })
         .collect();
     env.push(CString::new(format!("{GUARDIAN_ENV}={spec}")).expect("no NUL"));
-    if let Some(lib) = library_path() {
+    let preload = match library {
+        Some(fd) => Some(format!("/proc/self/fd/{fd}").into_bytes()),
+        None => library_path().map(|(path, _)| path.into_bytes()),
+    };
+    if let Some(lib) = preload {
         let mut kv = b"LD_PRELOAD=".to_vec();
-        kv.extend_from_slice(lib.to_bytes());
+        kv.extend_from_slice(&lib);
         env.push(CString::new(kv).expect("no NUL"));
     }
     env
 }
 
 impl Link {
-    /// Starts the guardian of `arena`, handing it the cache's board.
-    pub fn spawn(arena: &Arena, board: Option<RawFd>) -> io::Result<Link> {
+    /// Starts the guardian of `arena`, handing it the cache's board, and
+    /// loading this library from `library` (see [`open_loaded_library`]).
+    pub fn spawn(arena: &Arena, board: Option<RawFd>, library: Option<RawFd>) -> io::Result<Link> {
         // The constructor must be in the program wherever this function
         // is (a static link takes only the objects it needs): the
         // guardian it starts would otherwise run the program's `main`.
@@ -119,14 +141,14 @@ impl Link {
         let board = board.unwrap_or(-1);
         let spec =
             format!("{},{},{},{},{board}", std::process::id(), theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd());
-        let env = guardian_environment(&spec);
+        let env = guardian_environment(&spec, library);
         let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
         envp.push(std::ptr::null());
         let argv: [*const libc::c_char; 2] = [c"wbcache-guardian".as_ptr(), std::ptr::null()];
         let devnull = crate::base::sys::open(c"/dev/null", libc::O_RDWR | libc::O_CLOEXEC, 0)?;
         // SAFETY: the descriptor just opened, ours.
         let devnull = unsafe { OwnedFd::from_raw_fd(devnull) };
-        let keep = [theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd(), board];
+        let keep = [theirs.as_raw_fd(), arena.table_fd(), arena.arena_fd(), board, library.unwrap_or(-1)];
         let image = ExecImage { argv: &argv, envp: &envp, devnull: devnull.as_raw_fd(), keep };
         // SAFETY: a raw fork: the child runs only `middle_process`, which
         // makes system calls and nothing else (no allocation, no lock).
@@ -202,7 +224,7 @@ struct ExecImage<'a> {
     envp: &'a [*const libc::c_char],
     devnull: RawFd,
     /// Descriptors the guardian keeps across its `exec` (-1: none).
-    keep: [RawFd; 4],
+    keep: [RawFd; 5],
 }
 
 /// The first child: a new session, then the guardian's fork, then exit.
