@@ -14,8 +14,17 @@
 //! The libraries come from the capi/lib, preload and sqlite crates, which
 //! `cargo test` does not build as shared libraries beside the binary: the
 //! test builds them (`cargo build -p wbcache-clib -p wbcache-preload -p
-//! wbcache-sqlite`, the same target directory and profile) and installs
-//! with `--from` that directory.
+//! wbcache-sqlite`) and installs with `--from` their directory. It builds
+//! them in a target directory of their own, `target/install-test`: a
+//! cdylib's file name has no hash, so a build in `target/debug` would
+//! rewrite `deps/libwbcache_preload.so`, which other tests of this binary
+//! preload into the programs they run at that moment; and `--profile
+//! test` does not reuse what `cargo test` built, whose features depend on
+//! the packages it was asked for (the whole workspace turns on
+//! `wbcache/sim` and `libsqlite3-sys/bundled`, a build of these three
+//! does not), so it relinks that file all the same. The dev profile, or
+//! `--release` for a test run from `target/release`, builds there in
+//! about 15 s (45 s at the test profile's opt-level 2) on two cores, once.
 
 use crate::common;
 
@@ -56,7 +65,9 @@ fn build_outputs() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("cli/ has a parent");
-    cmd.current_dir(workspace).env("CARGO_TARGET_DIR", dir.parent().unwrap());
+    // Never the test's own target directory (the module's doc says why).
+    let target = dir.parent().unwrap().join("install-test");
+    cmd.current_dir(workspace).env("CARGO_TARGET_DIR", &target);
     cmd.args(["build", "-p", "wbcache-clib", "-p", "wbcache-preload", "-p", "wbcache-sqlite"]);
     match profile.as_str() {
         "debug" => {}
@@ -67,8 +78,10 @@ fn build_outputs() -> PathBuf {
             cmd.args(["--profile", other]);
         }
     }
+    let started = std::time::Instant::now();
     run(&mut cmd, "building the libraries");
-    dir
+    eprintln!("the libraries to install built in {:.1} s", started.elapsed().as_secs_f64());
+    target.join(profile)
 }
 
 const PROGRAM: &str = r#"#include <stdio.h>
