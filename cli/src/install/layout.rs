@@ -64,6 +64,11 @@ impl Places {
         &self.prefix
     }
 
+    /// The directory the tree is written under for a package, if any.
+    pub fn destdir(&self) -> Option<&Path> {
+        self.destdir.as_deref()
+    }
+
     /// Where the installed path `installed` (absolute) is written:
     /// under `DESTDIR`, if any.
     pub fn written(&self, installed: &Path) -> PathBuf {

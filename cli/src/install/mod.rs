@@ -13,15 +13,18 @@
 //! - man pages (`share/man/man1/wbcache.1`, `wbcache-SUBCOMMAND.1`) and
 //!   bash, zsh and fish completions, generated from the `clap::Command`
 //!   the crate root passes in (this module does not know the command line);
-//! - `share/wbcache/install-manifest`: what the install placed, and the
-//!   directories it created, which `wbcache uninstall` removes.
+//! - `share/wbcache/install-manifest`: what the install placed (each
+//!   file with a digest of its content), and the directories it created,
+//!   which `wbcache uninstall` removes.
 //!
 //! Every build output is found and every earlier install checked before
 //! anything is written; then everything is staged beside its final name
-//! and renamed over it, so a failure leaves the prefix as it was, and a
-//! file replaced by a reinstall stays whole for the programs using it.
-//! `--destdir` (or `DESTDIR`) writes the tree under a directory, for
-//! packaging, while the files (pkg-config, manifest) still name the prefix.
+//! and renamed over it (a rename that fails is undone with those before
+//! it), so a failure leaves the prefix as it was, and a file replaced by a
+//! reinstall stays whole for the programs using it. `--destdir` (or
+//! `DESTDIR`) writes the tree under a directory, for packaging, while the
+//! files (pkg-config, manifest) still name the prefix; its manifest lists
+//! no directory but wbcache's own, as the others stand for the system's.
 //! Every failure is one line and exit status 2.
 
 mod layout;
@@ -37,8 +40,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use layout::{product_items, BuildOutputs, Places};
-use manifest::{manifest_path, Manifest};
-use staging::{is_staged_name, Content, Item, Staging};
+use manifest::{manifest_path, Digest, Manifest};
+use staging::{is_staged_name, Content, Item, Left, Order, Staging};
 
 #[derive(Args, Debug)]
 pub struct InstallArgs {
@@ -86,8 +89,10 @@ pub fn run(args: InstallArgs, command: clap::Command) -> i32 {
     }
 }
 
-/// Uninstalls; returns the exit status: 0, or 2 when there is no
-/// manifest or a listed file cannot be removed.
+/// Uninstalls; returns the exit status: 0 (a file changed since the
+/// install is kept, and named), or 2 with nothing removed when there is no
+/// manifest or it lists a path reached through a symbolic link, or when a
+/// listed file cannot be removed.
 pub fn run_uninstall(args: UninstallArgs) -> i32 {
     let removal = Places::new(&args.prefix, args.destdir.as_deref()).and_then(|places| uninstall::uninstall(&places));
     match removal {
@@ -122,7 +127,14 @@ fn install(args: &InstallArgs, command: clap::Command) -> Result<Vec<PathBuf>, S
             Err(left) => format!("{message} {left}"),
         });
     }
-    staging.commit()?;
+    staging.commit().map_err(|failure| match failure.left {
+        Left::AsItWas => failure.message,
+        Left::Partial => format!(
+            "{} (`wbcache uninstall {}` removes what the manifest in place lists)",
+            failure.message,
+            places.options()
+        ),
+    })?;
     let mut written: Vec<PathBuf> = items.iter().map(|item| places.written(&item.path)).collect();
     written.push(places.written(&manifest_path(places.prefix())));
     Ok(written)
@@ -157,7 +169,7 @@ fn earlier_install(places: &Places, items: &[Item]) -> Result<Option<Manifest>, 
         return Err(format!("{} is a directory; a file is installed there", places.written(&item.path).display()));
     }
     let Some(manifest) = uninstall::read_manifest(places)? else { return Ok(None) };
-    let gone = manifest.files.iter().chain(&manifest.links).find(|p| fs::symlink_metadata(places.written(p)).is_err());
+    let gone = manifest.files.keys().chain(&manifest.links).find(|p| fs::symlink_metadata(places.written(p)).is_err());
     if let Some(gone) = gone {
         return Err(format!(
             "a partial earlier install: {} lists {}, which is missing (`wbcache uninstall {}` removes the rest; then install again)",
@@ -169,27 +181,42 @@ fn earlier_install(places: &Places, items: &[Item]) -> Result<Option<Manifest>, 
     Ok(Some(manifest))
 }
 
-/// Creates the missing directories and stages the manifest, then every
-/// item: the manifest lists the items, the directories created and what
-/// an `earlier` install listed.
+/// Creates the missing directories and stages every item, then the
+/// manifest: it lists the items (each file with the digest of what was
+/// staged), the directories created and what an `earlier` install listed.
 fn stage(staging: &mut Staging, places: &Places, items: &[Item], earlier: Option<Manifest>) -> Result<(), String> {
     for dir in directories(places, items) {
         staging.make_dir(&dir)?;
     }
-    let manifest_file = manifest_path(places.prefix());
     let mut manifest = Manifest::new(places.prefix());
     for item in items {
-        let list = if item.is_link() { &mut manifest.links } else { &mut manifest.files };
-        list.insert(item.path.clone());
+        let staged = staging.stage(&places.written(&item.path), &item.content, Order::Next)?;
+        if item.is_link() {
+            manifest.links.insert(item.path.clone());
+            continue;
+        }
+        // Read back from what was written, which is what uninstall compares.
+        let digest = Digest::of_file(&staged).map_err(|e| format!("cannot read back {}: {e}", staged.display()))?;
+        manifest.files.insert(item.path.clone(), Some(digest));
     }
-    manifest.dirs.extend(staging.created().iter().filter_map(|dir| places.installed(dir)));
+    manifest.dirs.extend(listed_directories(places, staging.created()));
     if let Some(earlier) = earlier {
         manifest.merge(earlier);
     }
     // Renamed first: an install cut short after it is seen as partial.
-    staging.stage(&places.written(&manifest_file), &Content::Bytes(manifest.render()))?;
-    for item in items {
-        staging.stage(&places.written(&item.path), &item.content)?;
-    }
+    let manifest_file = places.written(&manifest_path(places.prefix()));
+    staging.stage(&manifest_file, &Content::Bytes(manifest.render()), Order::First)?;
     Ok(())
+}
+
+/// The directories (as installed) of those `created` that the manifest
+/// lists. With a `DESTDIR`, wbcache's own only (`PREFIX/share/wbcache`):
+/// a staged tree starts empty, so every directory in it was created, but
+/// `/usr`, `/usr/local/bin`... stand for the target system's, which an
+/// uninstall there must never remove.
+fn listed_directories(places: &Places, created: &[PathBuf]) -> Vec<PathBuf> {
+    let own = manifest_path(places.prefix());
+    let own = own.parent().unwrap_or(places.prefix());
+    let installed = created.iter().filter_map(|dir| places.installed(dir));
+    installed.filter(|dir| places.destdir().is_none() || dir.starts_with(own)).collect()
 }

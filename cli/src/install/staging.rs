@@ -1,25 +1,38 @@
 //! Writing an install as one step that either happens whole or leaves
-//! nothing behind: every directory that is missing is created (and
-//! remembered), every file is written beside its final name under a
-//! temporary name (`.NAME.wbcache-install-PID`), and only when all are
-//! written are they renamed over their final names, in order. Until then,
-//! [`Staging::abandon`] removes every staged file and every directory this
-//! staging created, deepest first, so the prefix is as it was.
+//! the tree as it was: every directory that is missing is created, mode
+//! 0755 whatever the umask (and remembered), every file is written beside
+//! its final name under a temporary name (`.NAME.wbcache-install-PID`),
+//! and only when all are written are they renamed over their final names,
+//! in order. Until then, [`Staging::abandon`] removes every staged file and
+//! every directory this staging created, deepest first. A commit first
+//! keeps a second link to each file it replaces
+//! (`.NAME.wbcache-install-PID-replaced`): a rename that fails halfway is
+//! undone by renaming each kept file back over its name and removing each
+//! new one, so the tree is again as it was; the kept links go when the
+//! commit ends.
 //!
 //! A rename over an existing file or link replaces it atomically, so a
 //! program running from an installed library keeps its copy. This module
 //! works on the paths where files are written (under `DESTDIR`, if any)
-//! and knows nothing of prefixes or manifests; it owns the staged files
-//! and the created directories until it commits or abandons them.
+//! and knows nothing of prefixes or manifests; it owns the staged files,
+//! the kept links and the created directories until it commits or abandons
+//! them.
 
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// What marks a staged file's name: `.NAME` + this + the installer's pid.
 const STAGED_MARK: &str = ".wbcache-install-";
+
+/// What a kept link's name adds to the staged name.
+const KEPT_SUFFIX: &str = "-replaced";
+
+/// The mode of every directory an install creates, as `install -d` gives
+/// it: readable and searchable by everyone, whatever the umask.
+const DIRECTORY_MODE: u32 = 0o755;
 
 /// The permissions an installed file gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,14 +77,48 @@ impl Item {
     }
 }
 
+/// Where a staged file's rename comes in the commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Before every file staged so far.
+    First,
+    /// After every file staged so far.
+    Next,
+}
+
+/// What a failed commit left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// The tree as it was before the staging began.
+    AsItWas,
+    /// Some files renamed that could not be put back: the message names
+    /// them.
+    Partial,
+}
+
+/// Why a commit failed, and what it left.
+#[derive(Debug)]
+pub struct CommitFailure {
+    pub message: String,
+    pub left: Left,
+}
+
 /// The temporary name `path` is written under before it is renamed.
 pub fn staged_name(path: &Path) -> PathBuf {
     let name = path.file_name().unwrap_or(OsStr::new("file")).to_string_lossy();
     path.with_file_name(format!(".{name}{STAGED_MARK}{}", std::process::id()))
 }
 
+/// The name a commit keeps the file it replaces at `path` under, until it
+/// ends (a staged name too: one an interrupted commit left is seen).
+fn kept_name(path: &Path) -> PathBuf {
+    let mut name = staged_name(path).into_os_string();
+    name.push(KEPT_SUFFIX);
+    PathBuf::from(name)
+}
+
 /// Whether a directory entry's name is a staged file's (this install's
-/// or one an interrupted install left).
+/// or one an interrupted install left), or a kept link's.
 pub fn is_staged_name(name: &OsStr) -> bool {
     let name = name.to_string_lossy();
     name.starts_with('.') && name.contains(STAGED_MARK)
@@ -82,19 +129,25 @@ pub fn is_staged_name(name: &OsStr) -> bool {
 pub struct Staging {
     /// Directories this staging created, parents before children.
     created: Vec<PathBuf>,
-    /// (staged file, final name), in the order they were staged.
+    /// (staged file, final name), in the order they are renamed.
     staged: Vec<(PathBuf, PathBuf)>,
+    /// (kept link, final name) for each file the commit replaces.
+    kept: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Staging {
-    /// Makes `dir` exist, creating it and each missing parent; remembers
-    /// each one created.
+    /// Makes `dir` exist, creating it and each missing parent, mode 0755;
+    /// remembers each one created.
     pub fn make_dir(&mut self, dir: &Path) -> Result<(), String> {
         let missing: Vec<&Path> =
             dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && fs::symlink_metadata(a).is_err()).collect();
         for dir in missing.into_iter().rev() {
-            fs::create_dir(dir).map_err(|e| format!("cannot create directory {}: {e}", dir.display()))?;
+            let failed = |e: io::Error| format!("cannot create directory {}: {e}", dir.display());
+            fs::DirBuilder::new().mode(DIRECTORY_MODE).create(dir).map_err(failed)?;
             self.created.push(dir.to_path_buf());
+            // The umask took bits off the mode asked for (root's 077 would
+            // leave the tree to root alone): set it whole, as `install -d`.
+            fs::set_permissions(dir, fs::Permissions::from_mode(DIRECTORY_MODE)).map_err(failed)?;
         }
         Ok(())
     }
@@ -105,8 +158,9 @@ impl Staging {
     }
 
     /// Writes `content` under the temporary name of `path` (whose
-    /// directory exists).
-    pub fn stage(&mut self, path: &Path, content: &Content) -> Result<(), String> {
+    /// directory exists), renamed at the commit in `order`; returns the
+    /// temporary name.
+    pub fn stage(&mut self, path: &Path, content: &Content, order: Order) -> Result<PathBuf, String> {
         let staged = staged_name(path);
         let written = match content {
             Content::Copy { from, mode } => fs::copy(from, &staged).and_then(|_| set_mode(&staged, *mode)),
@@ -114,40 +168,106 @@ impl Staging {
             Content::Bytes(bytes) => fs::write(&staged, bytes).and_then(|()| set_mode(&staged, Mode::Data)),
         };
         // Whatever the write left is removed by abandon, even a part.
-        self.staged.push((staged, path.to_path_buf()));
-        written.map_err(|e| format!("cannot write {}: {e}", path.display()))
+        let entry = (staged.clone(), path.to_path_buf());
+        match order {
+            Order::First => self.staged.insert(0, entry),
+            Order::Next => self.staged.push(entry),
+        }
+        written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(staged)
     }
 
-    /// Renames every staged file over its final name, in the order they
-    /// were staged. A rename that fails (it should not, in one directory)
-    /// stops there: the staged files left are removed, and the message
-    /// says which files are already in place.
-    pub fn commit(mut self) -> Result<(), String> {
+    /// Renames every staged file over its final name, in order. Each file
+    /// about to be replaced is first kept under a second link; a rename
+    /// that fails (it should not, in one directory) is undone with the
+    /// ones before it, newest first: each kept file renamed back, each new
+    /// one removed, then every staged file and created directory too.
+    pub fn commit(mut self) -> Result<(), CommitFailure> {
+        if let Err(message) = self.keep_replaced() {
+            return Err(self.fail(message, Vec::new()));
+        }
         let staged = std::mem::take(&mut self.staged);
         for (done, (from, to)) in staged.iter().enumerate() {
             if let Err(e) = fs::rename(from, to) {
-                for (left, _) in &staged[done..] {
-                    let _ = fs::remove_file(left);
-                }
-                return Err(format!(
-                    "cannot rename {} to {}: {e}; {done} files were already in place \
-                     (`wbcache uninstall` with the same --prefix removes them)",
-                    from.display(),
-                    to.display()
-                ));
+                let message = format!("cannot rename {} to {}: {e}", from.display(), to.display());
+                let stuck = self.undo(&staged[..done]);
+                self.staged = staged;
+                return Err(self.fail(message, stuck));
             }
         }
+        // A kept link left by a failure here is named by the next install.
+        for (kept, _) in &self.kept {
+            let _ = fs::remove_file(kept);
+        }
         Ok(())
+    }
+
+    /// Links each file a commit will replace to its kept name.
+    fn keep_replaced(&mut self) -> Result<(), String> {
+        for (_, to) in &self.staged {
+            if fs::symlink_metadata(to).is_err() {
+                continue;
+            }
+            let kept = kept_name(to);
+            // `link` does not follow a symbolic link: a link is kept as one.
+            fs::hard_link(to, &kept)
+                .map_err(|e| format!("cannot keep {} as {} while it is replaced: {e}", to.display(), kept.display()))?;
+            self.kept.push((kept, to.clone()));
+        }
+        Ok(())
+    }
+
+    /// Undoes the renames of `done`, newest first; returns what could not
+    /// be put back (its kept link, if any, stays and is named).
+    fn undo(&mut self, done: &[(PathBuf, PathBuf)]) -> Vec<String> {
+        let mut stuck = Vec::new();
+        for (_, to) in done.iter().rev() {
+            let kept = self.kept.iter().position(|(_, replaced)| replaced == to);
+            let undone = match kept {
+                Some(at) => fs::rename(&self.kept[at].0, to),
+                None => fs::remove_file(to),
+            };
+            if let Err(e) = undone {
+                stuck.push(match kept {
+                    Some(at) => {
+                        format!("{} ({e}; the file it replaced is {})", to.display(), self.kept.remove(at).0.display())
+                    }
+                    None => format!("{} ({e})", to.display()),
+                });
+            }
+        }
+        stuck
+    }
+
+    /// The failure of a commit that stopped: everything not `stuck` is
+    /// removed, and the message says whether the tree is as it was.
+    fn fail(self, message: String, mut stuck: Vec<String>) -> CommitFailure {
+        stuck.extend(self.remove_all());
+        if stuck.is_empty() {
+            return CommitFailure { message: format!("{message}; nothing was changed"), left: Left::AsItWas };
+        }
+        CommitFailure { message: format!("{message}; could not put back {}", stuck.join(", ")), left: Left::Partial }
     }
 
     /// Removes every staged file and every created directory (children
     /// first): the prefix is as it was before this staging began.
     pub fn abandon(self) -> Result<(), String> {
+        let left = self.remove_all();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("and could not remove {}", left.join(", ")))
+        }
+    }
+
+    /// Removes the staged files, the kept links and the created
+    /// directories; returns those that could not be removed.
+    fn remove_all(&self) -> Vec<String> {
         let mut left = Vec::new();
-        for (staged, _) in &self.staged {
-            if let Err(e) = fs::remove_file(staged) {
+        for (file, _) in self.staged.iter().chain(&self.kept) {
+            if let Err(e) = fs::remove_file(file) {
                 if e.kind() != io::ErrorKind::NotFound {
-                    left.push(staged.display().to_string());
+                    left.push(file.display().to_string());
                 }
             }
         }
@@ -156,11 +276,7 @@ impl Staging {
                 left.push(dir.display().to_string());
             }
         }
-        if left.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("and could not remove {}", left.join(", ")))
-        }
+        left
     }
 }
 
@@ -193,12 +309,17 @@ mod tests {
         let mut staging = Staging::default();
         staging.make_dir(&dir.join("a/b")).unwrap();
         assert_eq!(staging.created(), [dir.join("a"), dir.join("a/b")]);
-        staging.stage(&dir.join("a/b/text"), &Content::Bytes(b"hello".to_vec())).unwrap();
-        staging.stage(&dir.join("a/b/link"), &Content::Link("text".into())).unwrap();
+        staging.stage(&dir.join("a/b/text"), &Content::Bytes(b"hello".to_vec()), Order::Next).unwrap();
+        staging.stage(&dir.join("a/b/link"), &Content::Link("text".into()), Order::Next).unwrap();
+        fs::write(dir.join("old"), "the file replaced").unwrap();
+        staging.stage(&dir.join("old"), &Content::Bytes(b"new".to_vec()), Order::First).unwrap();
         staging.commit().unwrap();
         assert_eq!(fs::read(dir.join("a/b/link")).unwrap(), b"hello");
+        assert_eq!(fs::read(dir.join("old")).unwrap(), b"new");
         assert_eq!(fs::metadata(dir.join("a/b/text")).unwrap().permissions().mode() & 0o777, 0o644);
+        assert_eq!(fs::metadata(dir.join("a")).unwrap().permissions().mode() & 0o777, 0o755);
         assert_eq!(fs::read_dir(dir.join("a/b")).unwrap().count(), 2, "nothing staged is left");
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 2, "no kept link is left");
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -207,12 +328,39 @@ mod tests {
         let dir = scratch("abandon");
         let mut staging = Staging::default();
         staging.make_dir(&dir.join("x/y")).unwrap();
-        staging.stage(&dir.join("x/y/file"), &Content::Bytes(b"data".to_vec())).unwrap();
+        staging.stage(&dir.join("x/y/file"), &Content::Bytes(b"data".to_vec()), Order::Next).unwrap();
         let missing = Content::Copy { from: dir.join("no-such-file"), mode: Mode::Data };
-        let message = staging.stage(&dir.join("x/other"), &missing).unwrap_err();
+        let message = staging.stage(&dir.join("x/other"), &missing, Order::Next).unwrap_err();
         assert!(message.starts_with("cannot write ") && message.contains("x/other"), "{message}");
         staging.abandon().unwrap();
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the created directories are gone");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_rename_puts_back_what_the_commit_replaced() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = scratch("undo");
+        fs::write(dir.join("old"), "the file replaced").unwrap();
+        std::os::unix::fs::symlink("old", dir.join("link")).unwrap();
+        let inode = fs::metadata(dir.join("old")).unwrap().ino();
+        let mut staging = Staging::default();
+        staging.make_dir(&dir.join("new")).unwrap();
+        staging.stage(&dir.join("old"), &Content::Bytes(b"new".to_vec()), Order::Next).unwrap();
+        staging.stage(&dir.join("link"), &Content::Link("new/file".into()), Order::Next).unwrap();
+        staging.stage(&dir.join("new/file"), &Content::Bytes(b"new".to_vec()), Order::Next).unwrap();
+        let last = staging.stage(&dir.join("last"), &Content::Bytes(b"new".to_vec()), Order::Next).unwrap();
+        // Its staged file gone, the last rename fails after three went through.
+        fs::remove_file(last).unwrap();
+        let failure = staging.commit().unwrap_err();
+        assert_eq!(failure.left, Left::AsItWas, "{}", failure.message);
+        assert!(failure.message.starts_with("cannot rename ") && failure.message.ends_with("nothing was changed"));
+        assert_eq!(fs::read(dir.join("old")).unwrap(), b"the file replaced");
+        assert_eq!(fs::metadata(dir.join("old")).unwrap().ino(), inode, "the very file, not a copy");
+        assert_eq!(fs::read_link(dir.join("link")).unwrap(), Path::new("old"), "the link itself is back");
+        let mut names: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["link", "old"], "no new file, kept link or directory is left");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -9,13 +9,25 @@
 //! program under the installed preload library, and `sqlite3` loads the
 //! installed extension. Every refusal (an unwritable prefix, a missing
 //! build output, a partial earlier install, an uninstall with nothing
-//! installed) is one line, exit status 2, and leaves nothing behind.
+//! installed or with a manifest that reaches through a symbolic link) is
+//! one line, exit status 2, and leaves nothing behind. Uninstall keeps a
+//! file changed since the install; a `DESTDIR` manifest lists no system
+//! directory; the directories are 0755 under a umask of 077.
 //!
 //! The libraries come from the capi/lib, preload and sqlite crates, which
 //! `cargo test` does not build as shared libraries beside the binary: the
 //! test builds them (`cargo build -p wbcache-clib -p wbcache-preload -p
-//! wbcache-sqlite`, the same target directory and profile) and installs
-//! with `--from` that directory.
+//! wbcache-sqlite`) and installs with `--from` their directory. It builds
+//! them in a target directory of their own, `target/install-test`: a
+//! cdylib's file name has no hash, so a build in `target/debug` would
+//! rewrite `deps/libwbcache_preload.so`, which other tests of this binary
+//! preload into the programs they run at that moment; and `--profile
+//! test` does not reuse what `cargo test` built, whose features depend on
+//! the packages it was asked for (the whole workspace turns on
+//! `wbcache/sim` and `libsqlite3-sys/bundled`, a build of these three
+//! does not), so it relinks that file all the same. The dev profile, or
+//! `--release` for a test run from `target/release`, builds there in
+//! about 15 s (45 s at the test profile's opt-level 2) on two cores, once.
 
 use crate::common;
 
@@ -56,7 +68,9 @@ fn build_outputs() -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("cli/ has a parent");
-    cmd.current_dir(workspace).env("CARGO_TARGET_DIR", dir.parent().unwrap());
+    // Never the test's own target directory (the module's doc says why).
+    let target = dir.parent().unwrap().join("install-test");
+    cmd.current_dir(workspace).env("CARGO_TARGET_DIR", &target);
     cmd.args(["build", "-p", "wbcache-clib", "-p", "wbcache-preload", "-p", "wbcache-sqlite"]);
     match profile.as_str() {
         "debug" => {}
@@ -67,8 +81,10 @@ fn build_outputs() -> PathBuf {
             cmd.args(["--profile", other]);
         }
     }
+    let started = std::time::Instant::now();
     run(&mut cmd, "building the libraries");
-    dir
+    eprintln!("the libraries to install built in {:.1} s", started.elapsed().as_secs_f64());
+    target.join(profile)
 }
 
 const PROGRAM: &str = r#"#include <stdio.h>
@@ -210,19 +226,15 @@ fn bash_completes(completion: &Path) -> String {
 fn install_places_the_whole_product_and_uninstall_removes_exactly_it() {
     let from = built_outputs();
     let work = scratch("install-all");
-    let prefix = "/opt/wbcache-all";
-    let root = work.join(prefix.trim_start_matches('/'));
+    let root = work.join("opt/wbcache-all");
+    let prefix = root.to_str().unwrap();
     // Not wbcache's: it and its directories stay.
     std::fs::create_dir_all(root.join("share/man/man1")).unwrap();
     std::fs::write(root.join("share/man/man1/unrelated.1"), ".TH UNRELATED 1\n").unwrap();
     let before = listing(&work);
     let install = || {
         let mut cmd = wbcache();
-        cmd.env_remove("DESTDIR")
-            .args(["install", "--prefix", prefix, "--destdir"])
-            .arg(&work)
-            .arg("--from")
-            .arg(&from);
+        cmd.env_remove("DESTDIR").args(["install", "--prefix", prefix, "--from"]).arg(&from);
         run(&mut cmd, "wbcache install")
     };
     install();
@@ -252,8 +264,11 @@ fn install_places_the_whole_product_and_uninstall_removes_exactly_it() {
     assert_eq!(std::fs::read_link(lib.join("libwbcache.so.0")).unwrap(), Path::new(real.trim_start_matches("lib/")));
     assert_eq!(std::fs::read_link(lib.join("libwbcache.so")).unwrap(), Path::new("libwbcache.so.0"));
     let manifest = std::fs::read_to_string(root.join("share/wbcache/install-manifest")).unwrap();
-    assert!(manifest.contains(&format!("\nfile {prefix}/bin/wbcache\n")), "the manifest names the prefix:\n{manifest}");
-    assert!(!manifest.contains("unrelated") && !manifest.contains(&work.display().to_string()), "{manifest}");
+    let binary = format!(" {prefix}/bin/wbcache");
+    let with_digest = |line: &str| line.starts_with("file fnv1a64:") && line.ends_with(&binary);
+    assert!(manifest.lines().any(with_digest), "the binary, with its digest:\n{manifest}");
+    assert!(!manifest.contains("unrelated"), "{manifest}");
+    assert!(manifest.contains(&format!("\ndir {prefix}/share/wbcache\n")), "a directory created:\n{manifest}");
 
     if Command::new("man").arg("--version").output().is_ok() {
         pages.iter().for_each(|page| check_man_page(&root.join(page)));
@@ -268,7 +283,7 @@ fn install_places_the_whole_product_and_uninstall_removes_exactly_it() {
     assert_eq!(std::fs::read_to_string(root.join("share/wbcache/install-manifest")).unwrap(), manifest);
 
     let mut uninstall = wbcache();
-    uninstall.env_remove("DESTDIR").args(["uninstall", "--prefix", prefix, "--destdir"]).arg(&work);
+    uninstall.env_remove("DESTDIR").args(["uninstall", "--prefix", prefix]);
     run(&mut uninstall, "wbcache uninstall");
     assert_eq!(listing(&work), before, "uninstall leaves the tree as it was");
     let _ = std::fs::remove_dir_all(&work);
@@ -435,5 +450,139 @@ fn uninstall_without_a_manifest_or_with_a_foreign_one_removes_nothing() {
     std::fs::write(prefix.join("share/wbcache/install-manifest"), manifest).unwrap();
     refused(&mut uninstall, "wbcache uninstall", "outside the prefix");
     assert!(outside.exists() && prefix.join("share/wbcache/install-manifest").exists());
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// `wbcache install --prefix PREFIX --from` the built outputs, no DESTDIR.
+fn install_into(prefix: &Path) -> Command {
+    let mut cmd = wbcache();
+    cmd.env_remove("DESTDIR").arg("install").arg("--prefix").arg(prefix).arg("--from").arg(built_outputs());
+    cmd
+}
+
+/// `wbcache uninstall --prefix PREFIX`, no DESTDIR.
+fn uninstall_from(prefix: &Path) -> Command {
+    let mut cmd = wbcache();
+    cmd.env_remove("DESTDIR").arg("uninstall").arg("--prefix").arg(prefix);
+    cmd
+}
+
+#[test]
+fn uninstall_refuses_a_manifest_that_reaches_through_a_symbolic_link() {
+    let work = scratch("uninstall-symlink");
+    let prefix = work.join("prefix");
+    let outside = work.join("outside");
+    std::fs::create_dir_all(outside.join("etc")).unwrap();
+    std::fs::write(outside.join("etc/shadow"), "stays\n").unwrap();
+    std::fs::create_dir_all(prefix.join("share/wbcache")).unwrap();
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::write(prefix.join("bin/wbcache"), "listed, and stays too: nothing is removed\n").unwrap();
+    // Text alone, PREFIX/x/etc/shadow lies under the prefix; PREFIX/x is
+    // a link to a directory elsewhere (`/`, for an attacker).
+    std::os::unix::fs::symlink(&outside, prefix.join("x")).unwrap();
+    let manifest = prefix.join("share/wbcache/install-manifest");
+    let text = |entries: &str| format!("prefix {}\nfile {}/bin/wbcache\n{entries}", prefix.display(), prefix.display());
+    std::fs::write(&manifest, text(&format!("file {}/x/etc/shadow\n", prefix.display()))).unwrap();
+    let before = listing(&work);
+    refused(&mut uninstall_from(&prefix), "wbcache uninstall", "reached through a symbolic link");
+    assert_eq!(listing(&work), before, "nothing is removed");
+
+    // A directory it would remove when empty, reached the same way.
+    std::fs::create_dir(outside.join("empty")).unwrap();
+    std::fs::write(&manifest, text(&format!("dir {}/x/empty\n", prefix.display()))).unwrap();
+    let before = listing(&work);
+    refused(&mut uninstall_from(&prefix), "wbcache uninstall", "reached through a symbolic link");
+    assert_eq!(listing(&work), before, "nothing is removed");
+
+    // A listed link is unlinked itself; the file it names stays.
+    std::fs::remove_file(prefix.join("x")).unwrap();
+    std::os::unix::fs::symlink(outside.join("etc/shadow"), prefix.join("bin/alias")).unwrap();
+    std::fs::write(&manifest, text(&format!("link {}/bin/alias\n", prefix.display()))).unwrap();
+    run(&mut uninstall_from(&prefix), "wbcache uninstall");
+    assert!(std::fs::symlink_metadata(prefix.join("bin/alias")).is_err(), "the link is gone");
+    assert_eq!(std::fs::read_to_string(outside.join("etc/shadow")).unwrap(), "stays\n");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn uninstall_keeps_a_file_changed_since_the_install() {
+    let work = scratch("uninstall-changed");
+    let prefix = work.join("prefix");
+    let completion = prefix.join("share/zsh/site-functions/_wbcache");
+    let users = "#compdef wbcache\n# the user's own\n";
+    run(&mut install_into(&prefix), "wbcache install");
+    std::fs::write(&completion, users).unwrap();
+    let out = uninstall_from(&prefix).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let kept =
+        format!("wbcache uninstall: {} is kept: its content changed since wbcache installed it", completion.display());
+    assert!(stderr.lines().any(|line| line == kept), "named on stderr: {stderr}");
+    assert_eq!(std::fs::read_to_string(&completion).unwrap(), users);
+    let left = ["share/ 755", "share/zsh/ 755", "share/zsh/site-functions/ 755"].map(String::from);
+    let file = format!("share/zsh/site-functions/_wbcache 644 {}", users.len());
+    assert_eq!(listing(&prefix), [&left[..], &[file]].concat(), "the rest is removed");
+    std::fs::remove_dir_all(&prefix).unwrap();
+
+    // A manifest of the earlier format (no digests) still reads, and its
+    // files are removed whatever they hold, as that version did.
+    run(&mut install_into(&prefix), "wbcache install");
+    let manifest = prefix.join("share/wbcache/install-manifest");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let earlier: String = text
+        .lines()
+        .map(|line| match line.strip_prefix("file fnv1a64:") {
+            Some(rest) => format!("file {}\n", rest.split_once(' ').unwrap().1),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    assert!(earlier.contains("\nfile /") && !earlier.contains("fnv1a64"), "{earlier}");
+    std::fs::write(&manifest, earlier).unwrap();
+    std::fs::write(&completion, users).unwrap();
+    run(&mut uninstall_from(&prefix), "wbcache uninstall");
+    assert!(!prefix.exists(), "everything is removed, the changed file too");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_destdir_manifest_lists_no_system_directory() {
+    let work = scratch("install-destdir");
+    let stage = work.join("stage");
+    let prefix = "/usr/local";
+    let mut install = wbcache();
+    install.env("DESTDIR", &stage).args(["install", "--prefix", prefix, "--from"]).arg(built_outputs());
+    run(&mut install, "wbcache install");
+    let root = stage.join("usr/local");
+    let manifest = std::fs::read_to_string(root.join("share/wbcache/install-manifest")).unwrap();
+    let dirs: Vec<&str> = manifest.lines().filter_map(|line| line.strip_prefix("dir ")).collect();
+    assert_eq!(dirs, ["/usr/local/share/wbcache"], "only wbcache's own directory:\n{manifest}");
+
+    // A staged tree's uninstall leaves the directories a package shares.
+    let mut uninstall = wbcache();
+    uninstall.env("DESTDIR", &stage).args(["uninstall", "--prefix", prefix]);
+    run(&mut uninstall, "wbcache uninstall");
+    let left = listing(&stage);
+    assert!(left.iter().all(|entry| entry.ends_with("/ 755")), "directories only: {left:?}");
+    assert!(left.contains(&"usr/local/bin/ 755".to_string()) && !root.join("share/wbcache").exists(), "{left:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn directories_are_0755_under_a_restrictive_umask() {
+    let work = scratch("install-umask");
+    let prefix = work.join("prefix");
+    let install = install_into(&prefix);
+    // The umask root may well have: every directory made is 0755 all the same.
+    let mut cmd = Command::new("/bin/sh");
+    cmd.env_remove("DESTDIR").args(["-c", "umask 077 && exec \"$@\"", "sh"]).arg(install.get_program());
+    run(cmd.args(install.get_args()), "wbcache install under umask 077");
+    let entries = listing(&prefix);
+    let dirs: Vec<&String> = entries.iter().filter(|entry| entry.contains("/ ")).collect();
+    assert!(dirs.len() >= 10 && dirs.iter().all(|dir| dir.ends_with("/ 755")), "{dirs:?}");
+    assert_eq!(std::fs::metadata(&prefix).unwrap().permissions().mode() & 0o7777, 0o755, "the prefix made too");
+    let mode = |file: &str| std::fs::metadata(prefix.join(file)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!((mode("bin/wbcache"), mode("include/wbcache.h")), (0o755, 0o644), "files keep their modes");
+    assert_eq!(mode("share/wbcache/install-manifest"), 0o644);
+    run(&mut uninstall_from(&prefix), "wbcache uninstall");
     let _ = std::fs::remove_dir_all(&work);
 }
