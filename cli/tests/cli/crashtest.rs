@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{in_ci, preload_library, scratch, wbcache};
+use crate::common::{in_ci, preload_library, python_and_preload_ready, scratch, wbcache};
 
 /// A test program: its source, what it finds in its directory first, its
 /// checker, and whether each model has a violation.
@@ -185,23 +185,11 @@ fn crashtest_command(dir: &Path) -> Command {
     command
 }
 
-/// Whether the test can run: Python 3 and the preload library (both
-/// required under CI).
-fn ready() -> bool {
-    let python = Command::new("python3").arg("-c").arg("pass").status().is_ok_and(|s| s.success());
-    if !python {
-        assert!(!in_ci(), "python3 is not installed (CI=true requires it)");
-        eprintln!("skipped: python3 is not installed");
-        return false;
-    }
-    preload_library().is_some()
-}
-
 /// The five programs, each under both models: a violation exactly where
 /// the bug is, every run.
 #[test]
 fn small_programs_are_classified_under_both_models() {
-    if !ready() {
+    if !python_and_preload_ready() {
         return;
     }
     let test = scratch("crashtest-cases");
@@ -232,7 +220,7 @@ fn small_programs_are_classified_under_both_models() {
 /// checker again; the work directory is kept for it.
 #[test]
 fn a_violation_rebuilds_into_a_directory() {
-    if !ready() {
+    if !python_and_preload_ready() {
         return;
     }
     let test = scratch("crashtest-rebuild");
@@ -283,7 +271,7 @@ fn a_violation_rebuilds_into_a_directory() {
 /// self-check; a shared writable mapping is refused unless left out.
 #[test]
 fn what_escapes_the_recorder_stops_the_run() {
-    if !ready() {
+    if !python_and_preload_ready() {
         return;
     }
     let test = scratch("crashtest-escapes");
@@ -381,7 +369,7 @@ fn sqlite_journal_modes_under_posix() {
         eprintln!("skipped: sqlite3 is not installed");
         return;
     }
-    if !ready() {
+    if !python_and_preload_ready() {
         return;
     }
     let test = scratch("crashtest-sqlite");
@@ -403,7 +391,7 @@ fn sqlite_journal_modes_under_posix() {
 /// the directory they left, byte for byte, or the run would stop.
 #[test]
 fn common_tools_are_recorded_whole() {
-    if !ready() {
+    if !python_and_preload_ready() {
         return;
     }
     let test = scratch("crashtest-tools");

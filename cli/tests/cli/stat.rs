@@ -6,7 +6,7 @@
 //! changing on the screen and leave the terminal as it found it on `q`.
 //! Each program runs in its own process group, killed at the end.
 
-use crate::common::{in_ci, preload_library, scratch, wbcache};
+use crate::common::{in_ci, preload_library, python_and_preload_ready, scratch, wbcache};
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -96,17 +96,6 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Python 3 and the preload library (required under CI).
-fn ready() -> bool {
-    let python = Command::new("python3").arg("-c").arg("pass").status().is_ok_and(|s| s.success());
-    if !python {
-        assert!(!in_ci(), "python3 is not installed (CI=true requires it)");
-        eprintln!("skipped: python3 is not installed");
-        return false;
-    }
-    preload_library().is_some()
-}
-
 /// `stat --json --pid PID`'s one cache, if there is one.
 fn stat_of(pid: u32) -> Option<serde_json::Value> {
     let out = wbcache().args(["stat", "--json", "--pid", &pid.to_string()]).output().expect("wbcache stat");
@@ -116,18 +105,23 @@ fn stat_of(pid: u32) -> Option<serde_json::Value> {
     json["caches"].as_array().expect("caches").first().cloned()
 }
 
-#[test]
-fn stat_shows_dirty_bytes_rise_and_fall_after_the_programs_fsync() {
-    if !ready() {
-        return;
-    }
-    let writer = Writer::start("stat-json");
+/// The writer's cache once `stat` shows its 8 MiB dirty, and `also`.
+fn stat_once_dirty(writer: &Writer, also: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let mut cache = None;
     wait_until("stat shows the writer's 8 MiB dirty", || {
         cache = stat_of(writer.pid);
-        cache.as_ref().is_some_and(|c| c["figures"]["dirty_bytes"].as_u64() >= Some(8 << 20))
+        cache.as_ref().is_some_and(|c| c["figures"]["dirty_bytes"].as_u64() >= Some(8 << 20) && also(c))
     });
-    let cache = cache.unwrap();
+    cache.expect("seen")
+}
+
+#[test]
+fn stat_shows_dirty_bytes_rise_and_fall_after_the_programs_fsync() {
+    if !python_and_preload_ready() {
+        return;
+    }
+    let writer = Writer::start("stat-json");
+    let cache = stat_once_dirty(&writer, |_| true);
     assert_eq!(cache["state"], "running", "{cache}");
     assert_eq!(cache["owner_alive"], true, "{cache}");
     assert!(cache["program"].as_str().unwrap().contains("python3"), "{cache}");
@@ -163,21 +157,13 @@ impl Drop for Stopped {
 
 #[test]
 fn a_dead_owners_cache_shows_its_guardian_until_the_data_is_written() {
-    if !ready() {
+    if !python_and_preload_ready() {
         return;
     }
     let writer = Writer::start("stat-guardian");
-    let mut cache = None;
-    wait_until("stat shows the writer's 8 MiB dirty", || {
-        cache = stat_of(writer.pid);
-        cache.as_ref().is_some_and(|c| c["figures"]["dirty_bytes"].as_u64() >= Some(8 << 20))
-    });
     // The guardian records its pid on the board as it starts serving.
-    wait_until("the guardian is on the board", || {
-        cache = stat_of(writer.pid);
-        cache.as_ref().is_some_and(|c| c["guardian_pid"].is_u64())
-    });
-    let guardian = cache.unwrap()["guardian_pid"].as_i64().expect("the cache has a guardian") as i32;
+    let cache = stat_once_dirty(&writer, |c| c["guardian_pid"].is_u64());
+    let guardian = cache["guardian_pid"].as_i64().expect("the cache has a guardian") as i32;
     // The guardian, stopped, cannot notice the death yet: the cache must
     // show its owner gone, through the guardian's hold on it.
     // SAFETY: kill(2) on the guardian process and on the writer.
@@ -232,7 +218,7 @@ fn row_figures(screen: &str, pid: u32) -> Option<(String, String)> {
 
 #[test]
 fn top_shows_the_figures_change_and_restores_the_terminal_on_q() {
-    if !ready() {
+    if !python_and_preload_ready() {
         return;
     }
     if Command::new("tmux").arg("-V").output().is_err() {

@@ -116,3 +116,15 @@ pub fn preload_library() -> Option<PathBuf> {
     }
     found
 }
+
+/// Whether a test that runs Python 3 under the preload library can run
+/// (both are required under CI: there a missing one fails the test).
+pub fn python_and_preload_ready() -> bool {
+    let python = Command::new("python3").arg("-c").arg("pass").status().is_ok_and(|s| s.success());
+    if !python {
+        assert!(!in_ci(), "python3 is not installed (CI=true requires it)");
+        eprintln!("skipped: python3 is not installed");
+        return false;
+    }
+    preload_library().is_some()
+}
