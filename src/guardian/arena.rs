@@ -824,6 +824,32 @@ mod tests {
         }
     }
 
+    /// What another process's reader refuses: a memory object whose size
+    /// is not sealed, and a sealed one whose header is not a table's (an
+    /// arena too large to lay out, here). The cache's own table maps.
+    #[test]
+    fn a_reader_maps_only_a_sealed_table_of_this_layout() {
+        // SAFETY: a valid name; a descriptor of our own comes back.
+        let raw = unsafe { libc::memfd_create(c"wbcache-table".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0, "memfd_create");
+        // SAFETY: the descriptor just made, ours alone.
+        let unsealed = unsafe { OwnedFd::from_raw_fd(raw) };
+        crate::base::sys::ftruncate(unsealed.as_raw_fd(), 1 << 20).expect("a table's worth");
+        let e = MappedTable::open(&unsealed).err().expect("refused");
+        assert!(e.to_string().contains("sealed"), "{e}");
+        let (forged, base) = map_memfd(c"wbcache-table", 1 << 20).expect("memfd");
+        let mut header = table_layout(16 << 20);
+        header.arena_bytes = ARENA_BYTES_MAX + CHUNK_BYTES as u64;
+        // SAFETY: our own fresh mapping of 1 MiB, room for a header.
+        unsafe { base.as_ptr().cast::<TableHeader>().write(header) };
+        let e = MappedTable::open(&forged).err().expect("refused");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        let arena = Arena::new(16 << 20).expect("arena");
+        let own = crate::base::sys::dup_above_program_descriptors(arena.table_fd()).expect("dup");
+        let mapped = MappedTable::open(&own).expect("the cache's own table maps");
+        assert_eq!(mapped.view().header().arena_bytes, arena.table().header().arena_bytes);
+    }
+
     #[test]
     fn a_file_name_is_kept_whole_or_by_its_tail() {
         let arena = Arena::new(16 << 20).expect("arena");

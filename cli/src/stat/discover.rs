@@ -13,7 +13,7 @@ use std::fs;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 
-use wbcache::watch::{self, BoardReading, CacheState, Figure, Figures, GuardianProgress, UnwrittenFile};
+use wbcache::watch::{self, CacheState, Figure, Figures, GuardianProgress, UnwrittenFile};
 
 /// Files listed per cache: those with the most unwritten bytes.
 pub const FILES_SHOWN: usize = 5;
@@ -139,53 +139,31 @@ fn scan_descriptors() -> (HashMap<u64, Found>, HashMap<u64, Found>) {
     (boards, tables)
 }
 
-/// The cache of the board `found`, if it can still be read.
+/// The cache of the board `found`, if it can still be read (and has
+/// published its first sample: a cache that has not shows at the next
+/// look).
 fn watched_cache(found: &Found, tables: &HashMap<u64, Found>) -> Option<WatchedCache> {
     let board = open(found)?;
-    let mut reading = watch::read_board(&board).ok()?;
-    // A cache whose first sample is not out yet shows at the next look.
-    reading.newest?;
+    let reading = watch::read_board(&board).ok()?;
+    let figures = reading.newest?;
     let owner = owner_among(&found.holders, reading.owner_pid);
-    let owner_alive = owner.is_some();
-    reading.owner_pid = owner.unwrap_or(reading.owner_pid);
+    let owner_pid = owner.unwrap_or(reading.owner_pid);
     let table = tables.get(&reading.table_inode).filter(|_| reading.table_inode != 0);
-    let files = table
-        .and_then(open)
-        .and_then(|fd| watch::read_unwritten_files(&fd).ok())
-        .map(|mut files| {
-            files.truncate(FILES_SHOWN);
-            files
-        })
-        .unwrap_or_default();
-    let program = if owner_alive { command_line(reading.owner_pid) } else { None };
-    let mut cache = assemble(reading, owner_alive, program, files, table.is_some());
-    cache.board_inode = found.inode;
-    Some(cache)
-}
-
-/// A [`WatchedCache`] from what was read.
-fn assemble(
-    reading: BoardReading,
-    owner_alive: bool,
-    command_line: Option<String>,
-    files: Vec<UnwrittenFile>,
-    has_table: bool,
-) -> WatchedCache {
-    let figures = reading.newest.unwrap_or_default();
-    let rates = reading.second_before.map(|before| rates_between(&before, &figures));
-    WatchedCache {
-        board_inode: 0,
-        owner_pid: reading.owner_pid,
+    let mut files = table.and_then(open).and_then(|fd| watch::read_unwritten_files(&fd).ok()).unwrap_or_default();
+    files.truncate(FILES_SHOWN);
+    Some(WatchedCache {
+        board_inode: found.inode,
+        owner_pid,
         guardian_pid: (reading.guardian_pid != 0).then_some(reading.guardian_pid),
-        program: command_line.unwrap_or(reading.program),
-        owner_alive,
+        program: owner.and_then(command_line).unwrap_or(reading.program),
+        owner_alive: owner.is_some(),
         state: reading.state,
         figures,
-        rates,
+        rates: reading.second_before.map(|before| rates_between(&before, &figures)),
         files,
-        has_table,
+        has_table: table.is_some(),
         guardian: reading.guardian,
-    }
+    })
 }
 
 /// Bytes read and written back per second from `before` to `after`.
@@ -229,7 +207,8 @@ fn owner_among(holders: &[u32], recorded_pid: u32) -> Option<u32> {
     }
     holders.iter().copied().find(|holder| {
         let status = fs::read_to_string(format!("/proc/{holder}/status")).unwrap_or_default();
-        innermost_pid(&status) == Some(recorded_pid) && innermost_pid(&status) != Some(*holder)
+        let innermost = innermost_pid(&status);
+        innermost == Some(recorded_pid) && innermost != Some(*holder)
     })
 }
 
