@@ -234,14 +234,18 @@ impl DropBehind {
             }
             if let Some(buf) = owner.mapping().try_remove_clean_dropbehind(&q.folio) {
                 self.memory.folio_removed(&q.folio, buf);
-                freed_bytes += q.folio.size_bytes() as u64;
+                // Counted as the folio leaves its mapping, not after the
+                // batch: whoever sees it gone (a residency look) then
+                // finds it counted, give or take this one step.
+                let bytes = q.folio.size_bytes() as u64;
+                Counters::add(&self.counters.dropbehind_freed_bytes, bytes);
+                freed_bytes += bytes;
             }
         }
         // The buffers freed wait for lock-free readers that may still be
         // copying from them; those that need not wait go back now.
         crate::base::epoch::reclaim();
         drop(bulk);
-        Counters::add(&self.counters.dropbehind_freed_bytes, freed_bytes);
         if !retry.is_empty() {
             let bytes: u64 = retry.iter().map(|q| q.folio.size_bytes() as u64).sum();
             self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);

@@ -343,10 +343,7 @@ fn readers_survive_dropbehind(backend: Backend) {
     );
     // The reaper frees behind the writer on a thread of its own: on a
     // loaded machine it may not have run yet when the race ends.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while cache.stats().dropbehind_freed_bytes == freed_before && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::wait_until(Duration::from_secs(10), || cache.stats().dropbehind_freed_bytes > freed_before);
     let freed = cache.stats().dropbehind_freed_bytes - freed_before;
     assert!(freed > 0, "drop-behind freed nothing within 10 s of the race: the race did not run");
     drop((file, uncached));
